@@ -1,0 +1,51 @@
+# astrai — `make help` lists the targets. `make train` and `make test` set up .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help install train test test-slow test-all lint format bench tensorboard clean
+
+help: ## show this help
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first and pinned: the CPU build; an unpinned resolve pulls a multi-GB CUDA build
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install astrai with dev tools (editable)
+
+train: $(STAMP) ## train the embedded default (GRPO on addition); extra overrides via ARGS="..."
+	$(BIN)/python train.py $(ARGS)
+
+test: $(STAMP) ## fast test suite (< 3 min on 2 cores)
+	$(BIN)/pytest -m "not slow"
+
+test-slow: $(STAMP) ## slow tests (full learning runs)
+	$(BIN)/pytest -m slow
+
+test-all: test test-slow ## every test
+
+lint: $(STAMP) ## ruff lint + format check, mypy on the typed core
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy src/astrai/algorithms src/astrai/config
+
+format: $(STAMP) ## apply ruff formatting and safe fixes
+	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench
+
+bench: $(STAMP) ## KV-cache vs full-recompute sampling throughput
+	$(BIN)/python bench/rollout.py
+
+tensorboard: $(STAMP) ## serve dashboards for everything under outputs/
+	$(BIN)/tensorboard --logdir outputs --host 127.0.0.1
+
+clean: ## remove caches (keeps .venv and outputs/)
+	rm -rf .pytest_cache .ruff_cache .mypy_cache build src/*.egg-info

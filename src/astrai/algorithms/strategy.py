@@ -1,0 +1,98 @@
+"""The interface GRPO and PPO share: pin targets once per rollout, then give a minibatch loss."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from astrai.algorithms.kl import KL_ESTIMATORS, kl_estimate
+from astrai.algorithms.masked import masked_mean
+from astrai.rollout.minibatch import Minibatch
+from astrai.rollout.rollout import Rollout
+from astrai.rollout.sampler import SamplingConfig
+from astrai.rollout.scoring import response_logprobs
+
+
+class Strategy(ABC):
+    """An RL algorithm: its hyperparameters, how it pins targets and how it computes the loss.
+
+    Built by ``hydra.utils.instantiate(cfg.train_type)``; ``optimizer`` and ``scheduler`` arrive
+    as partials (``_partial_: true``) and receive parameters / the optimizer in the trainer.
+    """
+
+    name: str = "strategy"
+
+    def __init__(
+        self,
+        group_size: int,
+        prompts_per_step: int,
+        clip_eps: float,
+        kl_coef: float,
+        kl_estimator: str,
+        ppo_epochs: int,
+        minibatches: int,
+        sampling: SamplingConfig | dict,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        scheduler: Callable[..., Any] | None = None,
+    ) -> None:
+        if kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"train_type.kl_estimator must be one of {KL_ESTIMATORS}")
+        self.group_size = group_size
+        self.prompts_per_step = prompts_per_step
+        self.clip_eps = clip_eps
+        self.kl_coef = kl_coef
+        self.kl_estimator = kl_estimator
+        self.ppo_epochs = ppo_epochs
+        self.minibatches = minibatches
+        self.sampling = (
+            sampling if isinstance(sampling, SamplingConfig) else SamplingConfig(**dict(sampling))
+        )
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+
+    @torch.no_grad()
+    def score_reference(self, rollout: Rollout, reference: nn.Module) -> dict[str, float]:
+        """Pin ``rollout.ref_logprobs`` and return k1/k2/k3 of behaviour vs reference."""
+        prompt_ids, prompt_mask = rollout.flat_prompts()
+        ref, _ = response_logprobs(
+            reference,
+            prompt_ids,
+            prompt_mask,
+            rollout.flat("response_ids"),
+            rollout.flat("response_mask"),
+            self.sampling.temperature,
+        )
+        rollout.ref_logprobs = ref.view_as(rollout.logprobs)
+        mask = rollout.response_mask
+        return {
+            f"kl/{kind}": masked_mean(
+                kl_estimate(rollout.logprobs, rollout.ref_logprobs, kind), mask
+            ).item()
+            for kind in KL_ESTIMATORS
+        }
+
+    @abstractmethod
+    def prepare(self, rollout: Rollout, reference: nn.Module) -> dict[str, float]:
+        """Compute and pin every target the replayed gradient steps optimise; return metrics."""
+
+    @abstractmethod
+    def loss(self, policy: nn.Module, batch: Minibatch) -> tuple[Tensor, dict[str, Tensor]]:
+        """Token-mean loss over the whole minibatch and detached scalar metrics."""
+
+    def policy_logprobs(self, policy: nn.Module, batch: Minibatch) -> tuple[Tensor, Tensor]:
+        """Current policy logprobs and entropies ``[M, R]`` of the minibatch's responses."""
+        logprobs, entropy = response_logprobs(
+            policy,
+            batch.prompt_ids,
+            batch.prompt_mask,
+            batch.response_ids,
+            batch.response_mask,
+            self.sampling.temperature,
+            with_entropy=True,
+        )
+        assert entropy is not None
+        return logprobs, entropy

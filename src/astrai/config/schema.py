@@ -1,0 +1,142 @@
+"""Dataclass schemas for every config group, so typos and wrong types fail at compose time.
+
+Each YAML option in ``conf/<group>/`` starts from one of these (``defaults: [base_<name>]``).
+Fields OmegaConf cannot type (``"all"`` or a list of ints) are ``Any`` and checked in
+``validate.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+from astrai.models.llama import LlamaConfig
+
+
+@dataclass
+class SamplingConfigSchema:
+    _target_: str = "astrai.rollout.sampler.SamplingConfig"
+    max_new_tokens: int = 4
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+
+@dataclass
+class OptimizerConfig:
+    _target_: str = "torch.optim.AdamW"
+    _partial_: bool = True
+    lr: float = 1e-3
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+
+
+@dataclass
+class SchedulerConfig:
+    _target_: str = "astrai.training.optim.warmup_cosine"
+    _partial_: bool = True
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.1
+
+
+@dataclass
+class GRPOConfig:
+    """``train_type=online_grpo``: algorithm, rollout shape and optimizer."""
+
+    _target_: str = "astrai.algorithms.grpo.GRPOStrategy"
+    group_size: int = 8
+    prompts_per_step: int = 32
+    ppo_epochs: int = 1
+    minibatches: int = 1
+    clip_eps: float = 0.2
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    adv_eps: float = 1e-6
+    sampling: SamplingConfigSchema = field(default_factory=SamplingConfigSchema)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+
+@dataclass
+class ModelConfig(LlamaConfig):
+    """``model=<preset>``: Hugging Face ``LlamaConfig`` key names."""
+
+    _target_: str = "astrai.models.llama.build_llama"
+
+
+@dataclass
+class CriticConfig:
+    """``critic=none``: no value model (GRPO needs none)."""
+
+    name: str = "none"
+
+
+@dataclass
+class AdditionTaskConfig:
+    _target_: str = "astrai.tasks.arithmetic.AdditionTask"
+    num_digits: int = 1
+    eval_fraction: float = 0.2
+
+
+@dataclass
+class ReverseTaskConfig:
+    _target_: str = "astrai.tasks.strings.ReverseTask"
+    min_len: int = 3
+    max_len: int = 4
+    eval_fraction: float = 0.1
+
+
+@dataclass
+class SortTaskConfig:
+    _target_: str = "astrai.tasks.strings.SortTask"
+    min_len: int = 3
+    max_len: int = 4
+    eval_fraction: float = 0.1
+
+
+@dataclass
+class GPUConfig:
+    devices: Any = "all"  # "all" or a list of distinct non-negative physical GPU indices
+
+
+@dataclass
+class InfraConfig:
+    name: str = "local"
+    device: str = "auto"  # auto | cpu | cuda
+    gpu: GPUConfig = field(default_factory=GPUConfig)
+    nproc_per_node: Any = "auto"  # "auto" (= selected GPUs, 1 on CPU) or a positive int
+
+
+@dataclass
+class LoggerConfig:
+    tensorboard: bool = True
+    samples_every: int = 10  # steps between text panels of sample completions
+    num_samples: int = 8  # completions shown per panel
+    flush_secs: int = 10
+
+
+@dataclass
+class TrainerConfig:
+    total_steps: int = 150
+    eval_every: int = 10
+    eval_prompts: int = 200  # held-out prompts per evaluation (capped by the task's pool)
+    max_grad_norm: float = 1.0
+    progress_bar: bool = True
+
+
+@dataclass
+class TrainConfig:
+    """The root config (``conf/train.yaml``)."""
+
+    train_type: Any = MISSING
+    model: Any = MISSING
+    critic: Any = MISSING
+    task: Any = MISSING
+    infra: Any = MISSING
+    logger: Any = MISSING
+    seed: int = 0
+    optimized_metric: str = "eval/accuracy"
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)

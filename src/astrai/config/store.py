@@ -1,0 +1,29 @@
+"""Register the schemas in Hydra's ``ConfigStore`` (called before ``@hydra.main`` composes)."""
+
+from __future__ import annotations
+
+from hydra.core.config_store import ConfigStore
+
+from astrai.config import schema
+
+_GROUP_SCHEMAS: dict[str, dict[str, type]] = {
+    "train_type": {"base_online_grpo": schema.GRPOConfig},
+    "model": {"base_llama": schema.ModelConfig},
+    "critic": {"base_critic": schema.CriticConfig},
+    "task": {
+        "base_addition": schema.AdditionTaskConfig,
+        "base_reverse": schema.ReverseTaskConfig,
+        "base_sort": schema.SortTaskConfig,
+    },
+    "infra": {"base_infra": schema.InfraConfig},
+    "logger": {"base_logger": schema.LoggerConfig},
+}
+
+
+def register_configs() -> None:
+    """Store the root schema as ``train_schema`` and each group's schema as ``base_<name>``."""
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=schema.TrainConfig)
+    for group, nodes in _GROUP_SCHEMAS.items():
+        for name, node in nodes.items():
+            cs.store(group=group, name=name, node=node)

@@ -1,0 +1,135 @@
+"""Cross-field checks that run before any work: one clear message naming the key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from astrai.algorithms.kl import KL_ESTIMATORS
+from astrai.models.llama import LlamaConfig
+from astrai.models.tokenizer import CharTokenizer
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; the message names the offending key."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+def parse_gpu_devices(devices: Any) -> list[int] | None:
+    """``"all"`` -> None; a list of distinct non-negative ints -> that list; else ConfigError."""
+    if isinstance(devices, str) and devices == "all":
+        return None
+    if isinstance(devices, ListConfig):
+        devices = OmegaConf.to_container(devices)
+    _require(
+        isinstance(devices, list) and len(devices) > 0,
+        f"infra.gpu.devices must be 'all' or a non-empty list of GPU indices (got {devices!r})",
+    )
+    for index in devices:
+        _require(
+            isinstance(index, int) and not isinstance(index, bool) and index >= 0,
+            f"infra.gpu.devices entries must be non-negative integers (got {index!r})",
+        )
+    _require(len(set(devices)) == len(devices), f"infra.gpu.devices has duplicates: {devices}")
+    return list(devices)
+
+
+def _validate_train_type(tt: DictConfig) -> None:
+    _require(tt.group_size >= 2, f"train_type.group_size must be >= 2 (got {tt.group_size})")
+    _require(tt.prompts_per_step >= 1, "train_type.prompts_per_step must be >= 1")
+    _require(tt.ppo_epochs >= 1, f"train_type.ppo_epochs must be >= 1 (got {tt.ppo_epochs})")
+    _require(tt.minibatches >= 1, f"train_type.minibatches must be >= 1 (got {tt.minibatches})")
+    rollout_size = tt.prompts_per_step * tt.group_size
+    _require(
+        rollout_size % tt.minibatches == 0,
+        f"train_type.minibatches ({tt.minibatches}) must divide prompts_per_step × group_size "
+        f"({rollout_size})",
+    )
+    _require(tt.clip_eps > 0, f"train_type.clip_eps must be > 0 (got {tt.clip_eps})")
+    _require(tt.kl_coef >= 0, f"train_type.kl_coef must be >= 0 (got {tt.kl_coef})")
+    _require(
+        tt.kl_estimator in KL_ESTIMATORS,
+        f"train_type.kl_estimator must be one of {', '.join(KL_ESTIMATORS)} "
+        f"(got {tt.kl_estimator!r})",
+    )
+    s = tt.sampling
+    _require(s.max_new_tokens >= 1, "train_type.sampling.max_new_tokens must be >= 1")
+    _require(s.temperature > 0, "train_type.sampling.temperature must be > 0 for training")
+    _require(s.top_k >= 0, f"train_type.sampling.top_k must be >= 0 (got {s.top_k})")
+    _require(0 < s.top_p <= 1, f"train_type.sampling.top_p must be in (0, 1] (got {s.top_p})")
+    _require(tt.optimizer.lr > 0, f"train_type.optimizer.lr must be > 0 (got {tt.optimizer.lr})")
+    _require(tt.scheduler.warmup_steps >= 0, "train_type.scheduler.warmup_steps must be >= 0")
+
+
+def _validate_model(model: DictConfig, tokenizer: CharTokenizer) -> LlamaConfig:
+    kwargs = {k: v for k, v in OmegaConf.to_container(model).items() if k != "_target_"}
+    try:
+        config = LlamaConfig(**kwargs)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err)) from err
+    _require(
+        config.vocab_size == tokenizer.vocab_size,
+        f"model.vocab_size ({config.vocab_size}) must equal the tokenizer's vocabulary size "
+        f"({tokenizer.vocab_size})",
+    )
+    return config
+
+
+def _validate_task(cfg: DictConfig, tokenizer: CharTokenizer, model: LlamaConfig) -> None:
+    try:
+        task = instantiate(cfg.task)
+    except Exception as err:  # Hydra wraps the constructor's ValueError
+        cause = err.__cause__ or err
+        raise ConfigError(f"task: {cause}") from err
+    missing = sorted(set(task.alphabet()) - set(tokenizer.alphabet))
+    _require(not missing, f"task uses characters the tokenizer lacks: {missing}")
+    longest = 1 + task.max_prompt_len() + cfg.train_type.sampling.max_new_tokens
+    _require(
+        longest <= model.max_position_embeddings,
+        f"model.max_position_embeddings ({model.max_position_embeddings}) is shorter than "
+        f"<bos> + longest prompt + train_type.sampling.max_new_tokens ({longest})",
+    )
+
+
+def _validate_infra(infra: DictConfig) -> None:
+    _require(
+        infra.device in ("auto", "cpu", "cuda"),
+        f"infra.device must be auto, cpu or cuda (got {infra.device!r})",
+    )
+    _require(
+        infra.device != "cuda" or torch.cuda.is_available(),
+        "infra.device=cuda but no CUDA device is available (use infra.device=auto or cpu)",
+    )
+    parse_gpu_devices(infra.gpu.devices)
+    nproc = infra.nproc_per_node
+    _require(
+        nproc == "auto" or (isinstance(nproc, int) and nproc >= 1),
+        f"infra.nproc_per_node must be 'auto' or a positive integer (got {nproc!r})",
+    )
+    _require(
+        nproc in ("auto", 1),
+        "infra.nproc_per_node > 1 needs distributed training, which astrai does not have yet",
+    )
+
+
+def validate_config(cfg: DictConfig) -> None:
+    """Raise ``ConfigError`` for the first invalid key of a composed config."""
+    t = cfg.trainer
+    _require(t.total_steps >= 1, f"trainer.total_steps must be >= 1 (got {t.total_steps})")
+    _require(t.eval_every >= 1, f"trainer.eval_every must be >= 1 (got {t.eval_every})")
+    _require(t.eval_prompts >= 1, f"trainer.eval_prompts must be >= 1 (got {t.eval_prompts})")
+    _require(t.max_grad_norm > 0, f"trainer.max_grad_norm must be > 0 (got {t.max_grad_norm})")
+    _require(cfg.logger.samples_every >= 1, "logger.samples_every must be >= 1")
+    _require(cfg.logger.num_samples >= 0, "logger.num_samples must be >= 0")
+    _validate_train_type(cfg.train_type)
+    tokenizer = CharTokenizer()
+    model = _validate_model(cfg.model, tokenizer)
+    _validate_task(cfg, tokenizer, model)
+    _validate_infra(cfg.infra)

@@ -1,0 +1,44 @@
+"""The documented metric names: the contract between a run, its dashboards and its readers.
+
+A test runs the trainer and checks the emitted names against this table.
+"""
+
+from __future__ import annotations
+
+METRICS: dict[str, str] = {
+    # rollout (sampled with the live policy)
+    "rollout/reward_mean": "mean task reward of the sampled responses",
+    "rollout/reward_std": "std of the task reward over all sampled responses",
+    "rollout/accuracy": "share of sampled responses that are exactly correct",
+    "rollout/response_len": "mean response length in tokens (EOS included)",
+    "rollout/eos_frac": "share of responses that ended with EOS (not cut at the limit)",
+    # evaluation (greedy, held-out prompts)
+    "eval/accuracy": "exact-match accuracy of greedy answers on held-out prompts",
+    "eval/reward_mean": "mean partial-credit reward of greedy answers on held-out prompts",
+    "eval/response_len": "mean greedy response length in tokens",
+    # losses
+    "loss/policy": "clipped surrogate policy loss (token mean)",
+    "loss/kl": "KL-to-reference penalty term before kl_coef (token mean)",
+    "loss/total": "loss that was back-propagated",
+    # policy update
+    "policy/clipfrac": "share of tokens where the ratio clip was active",
+    "policy/approx_kl": "½(log π − log π_old)² averaged over tokens: drift within the update",
+    "policy/entropy": "entropy of the policy's token distribution (token mean)",
+    "policy/grad_norm": "policy gradient norm before clipping",
+    "policy/lr": "policy learning rate",
+    "policy/version": "optimizer steps taken by the policy",
+    "advantages/mean": "mean advantage over response tokens",
+    "advantages/std": "std of advantages over response tokens",
+    # KL of the behaviour policy to the frozen reference, per token (Schulman's estimators)
+    "kl/k1": "k1 = −log r, r = π_ref/π (unbiased, high variance)",
+    "kl/k2": "k2 = ½ (log r)² (low variance, biased)",
+    "kl/k3": "k3 = r − 1 − log r (unbiased, ≥ 0, low variance)",
+    # throughput and time
+    "perf/tokens_per_s": "response tokens sampled per second of rollout time",
+    "perf/step_s": "wall seconds per RL step",
+    "time/rollout_s": "seconds sampling and scoring the rollout",
+    "time/update_s": "seconds in the update epochs",
+    "time/eval_s": "seconds in greedy evaluation",
+}
+
+GRPO_METRICS: frozenset[str] = frozenset(METRICS)

@@ -1,0 +1,77 @@
+"""Where metrics go: TensorBoard event files, ``metrics.jsonl`` and ``summary.json``."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from torch.utils.tensorboard import SummaryWriter
+
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+TENSORBOARD_DIR = "tb"
+
+
+def _json_number(value: float) -> float | None:
+    """JSON has no NaN/inf: write them as null."""
+    return value if math.isfinite(value) else None
+
+
+class RunLogger:
+    """Writes one JSON object per logged step and the same scalars to TensorBoard.
+
+    Keeps the latest value of every metric so ``summary()`` holds the final metrics.
+    """
+
+    def __init__(self, run_dir: str | Path, tensorboard: bool = True, flush_secs: int = 10) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._jsonl = open(self.run_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
+        self._tb = (
+            SummaryWriter(str(self.run_dir / TENSORBOARD_DIR), flush_secs=flush_secs)
+            if tensorboard
+            else None
+        )
+        self.latest: dict[str, float] = {}
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Record ``metrics`` (name -> float) at ``step``."""
+        record: dict[str, float | int | None] = {"step": step}
+        for name, value in sorted(metrics.items()):
+            value = float(value)
+            record[name] = _json_number(value)
+            self.latest[name] = value
+            if self._tb is not None:
+                self._tb.add_scalar(name, value, step)
+        self._jsonl.write(json.dumps(record) + "\n")
+        self._jsonl.flush()
+
+    def log_text(self, step: int, tag: str, markdown: str) -> None:
+        if self._tb is not None:
+            self._tb.add_text(tag, markdown, step)
+
+    def write_summary(self, extra: dict[str, object]) -> Path:
+        """Write ``summary.json`` (final value of every metric plus ``extra``) atomically."""
+        summary = {name: _json_number(v) for name, v in sorted(self.latest.items())}
+        summary.update(extra)
+        path = self.run_dir / SUMMARY_FILE
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(summary, indent=2) + "\n")
+        os.replace(tmp, path)
+        return path
+
+    def close(self) -> None:
+        self._jsonl.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def samples_markdown(rows: list[tuple[str, str, float]]) -> str:
+    """(prompt, response, reward) rows -> a Markdown table for TensorBoard's text panel."""
+    lines = ["| prompt | response | reward |", "|---|---|---|"]
+    for prompt, response, reward in rows:
+        cell = response.replace("|", "\\|") or "(empty)"
+        lines.append(f"| `{prompt}` | `{cell}` | {reward:.3f} |")
+    return "\n".join(lines)

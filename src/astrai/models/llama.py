@@ -1,0 +1,311 @@
+"""A Llama-style decoder-only language model with a KV cache.
+
+RoPE, RMSNorm, SwiGLU MLP and grouped-query attention, as in Llama 2/3. Parameter names follow
+Hugging Face's ``LlamaForCausalLM`` (``model.embed_tokens``, ``model.layers.N.self_attn.q_proj``,
+..., ``model.norm``, ``lm_head``) so HF checkpoints load and export without renaming.
+
+Position ids come from the attention mask (``cumsum(mask) - 1``), so a left-padded row scores
+exactly like the same row without padding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from astrai.models.kv_cache import KVCache
+
+
+@dataclass
+class LlamaConfig:
+    """Model hyperparameters, named like Hugging Face ``LlamaConfig``."""
+
+    vocab_size: int = 48
+    hidden_size: int = 64
+    intermediate_size: int = 256
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    max_position_embeddings: int = 64
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = True
+    initializer_range: float = 0.02
+    attention_bias: bool = False
+
+    def __post_init__(self) -> None:
+        positive = (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "max_position_embeddings",
+        )
+        for key in positive:
+            value = getattr(self, key)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"model.{key} must be a positive integer (got {value!r})")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"model.hidden_size ({self.hidden_size}) must be divisible by "
+                f"model.num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"model.num_attention_heads ({self.num_attention_heads}) must be divisible by "
+                f"model.num_key_value_heads ({self.num_key_value_heads})"
+            )
+        if self.head_dim % 2:
+            raise ValueError(
+                "model head dim (hidden_size / num_attention_heads) must be even for RoPE"
+            )
+        if self.rope_theta <= 0 or self.rms_norm_eps <= 0 or self.initializer_range <= 0:
+            raise ValueError(
+                "model.rope_theta, model.rms_norm_eps, model.initializer_range must be > 0"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class CausalLMOutput:
+    """Forward result: ``logits [N, T, V]``, final-norm ``hidden_states [N, T, H]``, the cache."""
+
+    logits: Tensor
+    hidden_states: Tensor
+    cache: KVCache | None = None
+
+
+def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
+    """``[N, S]`` bool mask -> ``[N, S]`` positions counting only valid tokens (pads get 0)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding (Su et al. 2021), HF's ``rotate_half`` convention."""
+
+    def __init__(self, head_dim: int, theta: float) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+        """``[N, T]`` positions -> (cos, sin), each ``[N, 1, T, head_dim]``."""
+        freqs = position_ids.float()[..., None] * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None]
+        return emb.cos(), emb.sin()
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    return x * cos.to(x.dtype) + _rotate_half(x) * sin.to(x.dtype)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config: LlamaConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
+
+    def forward(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        attn_mask: Tensor,
+        cache: KVCache | None,
+    ) -> Tensor:
+        """``x [N, T, H]``, ``attn_mask [N, 1, T, S]`` (True = may attend) -> ``[N, T, H]``."""
+        n, t, _ = x.shape
+        q = self.q_proj(x).view(n, t, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(n, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(n, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q = apply_rotary(q, cos, sin)
+        k = apply_rotary(k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(self.layer_idx, k, v)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, enable_gqa=self.num_heads != self.num_kv_heads
+        )
+        return self.o_proj(out.transpose(1, 2).reshape(n, t, -1))
+
+
+class LlamaMLP(nn.Module):
+    """SwiGLU feed-forward (Shazeer 2020): ``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config: LlamaConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.self_attn = LlamaAttention(config, layer_idx)
+        self.mlp = LlamaMLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, attn_mask: Tensor, cache: KVCache | None
+    ) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attn_mask, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    """The trunk: embeddings, decoder layers, final norm (no LM head)."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            LlamaDecoderLayer(config, i) for i in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        position_ids: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """Run the trunk.
+
+        Args:
+            input_ids: ``[N, T]`` new tokens.
+            attention_mask: ``[N, S]`` bool over cached + new tokens (``S = past + T``).
+            position_ids: ``[N, T]``; derived from ``attention_mask`` when omitted.
+            cache: filled in place with the new keys/values when given.
+
+        Returns:
+            ``[N, T, H]`` hidden states after the final norm.
+        """
+        n, t = input_ids.shape
+        s = attention_mask.shape[1]
+        past = s - t
+        if position_ids is None:
+            position_ids = position_ids_from_mask(attention_mask)[:, past:]
+        cos, sin = self.rotary_emb(position_ids)
+        attn_mask = _causal_padding_mask(attention_mask, t)
+        x = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            x = layer(x, cos, sin, attn_mask, cache)
+        if cache is not None:
+            cache.advance(t)
+        return self.norm(x)
+
+
+def _causal_padding_mask(attention_mask: Tensor, t: int) -> Tensor:
+    """``[N, S]`` key mask -> ``[N, 1, T, S]``: query i (at absolute ``S - T + i``) sees valid keys
+    at or before it. Every query also sees itself, so a pad query row is never all-masked (which
+    would give NaN); pad rows are garbage but finite and no valid row ever reads them."""
+    s = attention_mask.shape[1]
+    q_abs = torch.arange(s - t, s, device=attention_mask.device)
+    k_abs = torch.arange(s, device=attention_mask.device)
+    causal = k_abs[None, :] <= q_abs[:, None]  # [T, S]
+    allowed = causal[None] & attention_mask[:, None, :]  # [N, T, S]
+    allowed = allowed | (k_abs[None, :] == q_abs[:, None])[None]
+    return allowed[:, None]
+
+
+class LlamaForCausalLM(nn.Module):
+    """Trunk + LM head. ``forward`` returns logits and final hidden states."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = LlamaModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.apply(self._init_weights)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # normal(0, 0.02) as in HF Llama: PyTorch's default N(0, 1) embedding init with tied
+        # weights makes a fresh model copy its input token, which gives RL no signal.
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> CausalLMOutput:
+        """``input_ids [N, T]``, ``attention_mask [N, past + T]`` bool -> logits ``[N, T, V]``."""
+        if attention_mask is None:
+            past = cache.length if cache is not None else 0
+            attention_mask = torch.ones(
+                input_ids.shape[0],
+                past + input_ids.shape[1],
+                dtype=torch.bool,
+                device=input_ids.device,
+            )
+        hidden = self.model(input_ids, attention_mask, position_ids, cache)
+        return CausalLMOutput(logits=self.lm_head(hidden), hidden_states=hidden, cache=cache)
+
+    def new_cache(self, batch_size: int, max_length: int) -> KVCache:
+        """An empty KV cache for ``batch_size`` rows of up to ``max_length`` tokens."""
+        param = self.lm_head.weight
+        return KVCache(
+            num_layers=self.config.num_hidden_layers,
+            batch_size=batch_size,
+            num_kv_heads=self.config.num_key_value_heads,
+            max_length=max_length,
+            head_dim=self.config.head_dim,
+            dtype=param.dtype,
+            device=param.device,
+        )
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def build_llama(**kwargs: object) -> LlamaForCausalLM:
+    """Hydra target: ``model`` config keys (HF ``LlamaConfig`` names) -> a fresh model."""
+    return LlamaForCausalLM(LlamaConfig(**kwargs))  # type: ignore[arg-type]

@@ -1,0 +1,65 @@
+"""Flattened views of a prepared ``Rollout``, split into shuffled minibatches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
+
+import torch
+from torch import Tensor
+
+from astrai.rollout.rollout import Rollout
+
+
+@dataclass
+class Minibatch:
+    """``M`` sequences (any mix of prompts and group members). Token tensors are ``[M, R]``,
+    prompts ``[M, P]``; ``values``/``returns`` only for strategies with a critic."""
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    response_ids: Tensor
+    response_mask: Tensor
+    old_logprobs: Tensor
+    ref_logprobs: Tensor
+    advantages: Tensor
+    values: Tensor | None = None
+    returns: Tensor | None = None
+
+    def select(self, index: Tensor) -> Minibatch:
+        """Rows ``index`` of every tensor."""
+        picked = {
+            f.name: (getattr(self, f.name)[index] if getattr(self, f.name) is not None else None)
+            for f in fields(self)
+        }
+        return Minibatch(**picked)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.response_mask.sum().item())
+
+
+def flatten_rollout(rollout: Rollout) -> Minibatch:
+    """All ``B * G`` sequences of a prepared rollout (targets pinned) as one ``Minibatch``."""
+    prompt_ids, prompt_mask = rollout.flat_prompts()
+    return Minibatch(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=rollout.flat("response_ids"),
+        response_mask=rollout.flat("response_mask"),
+        old_logprobs=rollout.flat("logprobs"),
+        ref_logprobs=rollout.flat("ref_logprobs"),
+        advantages=rollout.flat("advantages"),
+        values=rollout.flat("values") if rollout.values is not None else None,
+        returns=rollout.flat("returns") if rollout.returns is not None else None,
+    )
+
+
+def iter_minibatches(
+    batch: Minibatch, num_minibatches: int, generator: torch.Generator | None = None
+) -> Iterator[Minibatch]:
+    """Shuffle the sequences and yield ``num_minibatches`` equal parts (sizes validated upstream)."""
+    n = batch.response_ids.shape[0]
+    order = torch.randperm(n, generator=generator).to(batch.response_ids.device)
+    for part in order.chunk(num_minibatches):
+        yield batch.select(part)

@@ -1,0 +1,59 @@
+"""The ``Rollout``: one step's prompts, sampled responses and pinned training targets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+
+@dataclass
+class Rollout:
+    """Everything a strategy needs from one round of sampling.
+
+    Shapes: B prompts × G responses each × R response tokens, P prompt tokens.
+
+    Attributes:
+        prompt_ids, prompt_mask: ``[B, P]`` left-padded prompts (mask True on real tokens).
+        response_ids, response_mask: ``[B, G, R]`` right-padded responses; EOS is included.
+        logprobs: ``[B, G, R]`` behaviour logprobs recorded while sampling.
+        rewards: ``[B, G]`` task reward per response (lands on the last response token).
+        policy_version: optimizer steps the sampling policy had taken.
+        prompts, responses: texts for logging (``responses[b][g]``).
+        ref_logprobs, values, advantages, returns: ``[B, G, R]`` targets filled once by
+            ``Strategy.prepare`` and then pinned for every replayed gradient step.
+    """
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    response_ids: Tensor
+    response_mask: Tensor
+    logprobs: Tensor
+    rewards: Tensor
+    policy_version: int
+    prompts: list[str] = field(default_factory=list)
+    responses: list[list[str]] = field(default_factory=list)
+    ref_logprobs: Tensor | None = None
+    values: Tensor | None = None
+    advantages: Tensor | None = None
+    returns: Tensor | None = None
+
+    @property
+    def num_prompts(self) -> int:
+        return self.response_ids.shape[0]
+
+    @property
+    def group_size(self) -> int:
+        return self.response_ids.shape[1]
+
+    def flat_prompts(self) -> tuple[Tensor, Tensor]:
+        """Prompts repeated per response: ``[B * G, P]`` ids and mask."""
+        g = self.group_size
+        return self.prompt_ids.repeat_interleave(g, 0), self.prompt_mask.repeat_interleave(g, 0)
+
+    def flat(self, name: str) -> Tensor:
+        """A ``[B, G, ...]`` field as ``[B * G, ...]``."""
+        value = getattr(self, name)
+        if value is None:
+            raise ValueError(f"rollout field {name!r} has not been prepared")
+        return value.flatten(0, 1)

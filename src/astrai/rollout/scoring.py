@@ -1,0 +1,55 @@
+"""Re-scoring sampled responses: per-token logprobs (and entropies) of response tokens.
+
+Shared by every strategy and by the reference model, so behaviour, reference and trainer
+logprobs are computed one way.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from astrai.algorithms.losses import entropy_from_logits
+from astrai.rollout.sampler import scaled_logits
+
+
+def concat_sequences(
+    prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Left-padded prompts ``[N, P]`` + right-padded responses ``[N, R]`` -> ``[N, P + R]``."""
+    return (
+        torch.cat([prompt_ids, response_ids], dim=1),
+        torch.cat([prompt_mask.bool(), response_mask.bool()], dim=1),
+    )
+
+
+def response_logprobs(
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Logprobs of each response token under ``model`` at ``temperature``.
+
+    Args:
+        prompt_ids, prompt_mask: ``[N, P]`` left-padded prompts.
+        response_ids, response_mask: ``[N, R]`` right-padded responses.
+
+    Returns:
+        ``logprobs [N, R]`` (0 at padding) and, when asked, ``entropy [N, R]`` of the scaled
+        distribution at each response position.
+    """
+    input_ids, attention_mask = concat_sequences(
+        prompt_ids, prompt_mask, response_ids, response_mask
+    )
+    p, r = prompt_ids.shape[1], response_ids.shape[1]
+    logits = model(input_ids, attention_mask=attention_mask).logits
+    # the logit at position i predicts token i + 1
+    logits = scaled_logits(logits[:, p - 1 : p + r - 1].float(), temperature)
+    logprobs = logits.log_softmax(-1).gather(-1, response_ids[..., None]).squeeze(-1)
+    logprobs = logprobs.masked_fill(~response_mask.bool(), 0.0)
+    entropy = entropy_from_logits(logits).detach() if with_entropy else None
+    return logprobs, entropy

@@ -1,0 +1,74 @@
+"""Hydra entry point: compose the config, validate it, hand it to the trainer. No logic here."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from astrai.config.store import register_configs
+from astrai.config.validate import ConfigError, validate_config
+
+# conf/ lives at the repository root (the package is installed in editable mode)
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+
+log = logging.getLogger(__name__)
+
+
+def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, object]:
+    """Train with a composed, validated config; return the run summary."""
+    from astrai.training.trainer import Trainer  # heavy imports after validation
+
+    trainer = Trainer(cfg, run_dir)
+    trainer.save_config()
+    summary = trainer.fit()
+    log.info(
+        "done: %d steps in %.1fs, eval/accuracy %.3f (step 0: %.3f), run dir %s",
+        summary["step"],
+        summary["wall_time_s"],
+        summary["eval/accuracy"],
+        summary["initial/eval/accuracy"],
+        run_dir,
+    )
+    return summary
+
+
+def _discard_run_dir(run_dir: Path) -> None:
+    """Remove what Hydra wrote for a run that failed validation (``.hydra/``, the job log) and
+    any parent folders left empty, so a config error leaves nothing behind."""
+    if not run_dir.is_dir():
+        return
+    expected = {".hydra", f"{HydraConfig.get().job.name}.log"}
+    if {p.name for p in run_dir.iterdir()} - expected:
+        return  # not a fresh run dir: leave it alone
+    shutil.rmtree(run_dir)
+    cwd = Path.cwd().resolve()
+    parent = run_dir.resolve().parent
+    while parent != cwd and cwd in parent.parents and not any(parent.iterdir()):
+        parent.rmdir()
+        parent = parent.parent
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+def _hydra_main(cfg: DictConfig) -> float | None:
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        validate_config(cfg)
+    except ConfigError as err:
+        _discard_run_dir(run_dir)
+        print(f"astrai: config error: {err}", file=sys.stderr)
+        sys.exit(2)
+    summary = run(cfg, run_dir)
+    value = summary.get(cfg.optimized_metric)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def main() -> None:
+    """Console entry (``astrai-train`` and ``python train.py``)."""
+    register_configs()
+    _hydra_main()

@@ -1,0 +1,49 @@
+"""Learning-rate schedules (Hydra ``_partial_`` targets).
+
+Each receives the optimizer and the run's total number of optimizer steps
+(``trainer.total_steps × ppo_epochs × minibatches``) from the trainer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+
+def _check(warmup_steps: int, min_lr_ratio: float = 0.0) -> None:
+    if warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be >= 0 (got {warmup_steps})")
+    if not 0.0 <= min_lr_ratio <= 1.0:
+        raise ValueError(f"min_lr_ratio must be in [0, 1] (got {min_lr_ratio})")
+
+
+def warmup_constant(
+    optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0
+) -> LambdaLR:
+    """Linear warmup over ``warmup_steps`` optimizer steps, then the base learning rate."""
+    _check(warmup_steps)
+
+    def factor(step: int) -> float:
+        return min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+
+    return LambdaLR(optimizer, factor)
+
+
+def warmup_cosine(
+    optimizer: torch.optim.Optimizer,
+    total_steps: int,
+    warmup_steps: int = 0,
+    min_lr_ratio: float = 0.1,
+) -> LambdaLR:
+    """Linear warmup, then cosine decay to ``min_lr_ratio × lr`` at ``total_steps``."""
+    _check(warmup_steps, min_lr_ratio)
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return LambdaLR(optimizer, factor)

@@ -1,0 +1,210 @@
+"""The training loop: rollout → score → advantages → update → log / evaluate.
+
+No math lives here; each numbered stage is one call into the module that owns it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from pathlib import Path
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+from tqdm import tqdm
+
+from astrai.algorithms.masked import masked_mean, masked_var
+from astrai.algorithms.strategy import Strategy
+from astrai.metrics.aggregate import MetricMeans
+from astrai.metrics.writers import RunLogger, samples_markdown
+from astrai.models.llama import LlamaForCausalLM
+from astrai.models.tokenizer import CharTokenizer
+from astrai.rollout.collect import collect_rollout
+from astrai.rollout.minibatch import flatten_rollout, iter_minibatches
+from astrai.rollout.rollout import Rollout
+from astrai.tasks.base import Task
+from astrai.training.evaluation import EvalResult, evaluate
+from astrai.training.setup import make_generator, resolve_device, seed_everything
+
+log = logging.getLogger(__name__)
+
+
+class Trainer:
+    """Owns the policy, the frozen reference, the strategy, optimizer and logger of one run."""
+
+    def __init__(self, cfg: DictConfig, run_dir: str | Path) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        seed_everything(cfg.seed)
+        self.device = resolve_device(cfg.infra.device)
+        self.tokenizer = CharTokenizer()
+        self.task: Task = instantiate(cfg.task)
+        self.policy: LlamaForCausalLM = instantiate(cfg.model).to(self.device)
+        # the reference is the initial policy, frozen
+        self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
+        self.strategy: Strategy = instantiate(cfg.train_type)
+        self.optimizer = self.strategy.optimizer(self.policy.parameters())
+        optimizer_steps = (
+            cfg.trainer.total_steps * self.strategy.ppo_epochs * self.strategy.minibatches
+        )
+        self.scheduler = self.strategy.scheduler(self.optimizer, total_steps=optimizer_steps)
+        self.sample_generator = make_generator(cfg.seed + 1, self.device)
+        self.shuffle_generator = make_generator(cfg.seed + 2, torch.device("cpu"))
+        self.eval_prompts = self.task.eval_prompts(cfg.trainer.eval_prompts)
+        self.policy_version = 0
+        self.step = 0
+        self.logger = RunLogger(self.run_dir, cfg.logger.tensorboard, cfg.logger.flush_secs)
+
+    # --- one RL step ---------------------------------------------------------------------------
+
+    def rollout(self) -> Rollout:
+        """1. Sample G responses for this step's prompts with the live policy and score them."""
+        prompts = self.task.train_prompts(self.cfg.seed, self.step, self.strategy.prompts_per_step)
+        return collect_rollout(
+            self.policy,
+            self.tokenizer,
+            prompts,
+            self.strategy.group_size,
+            self.strategy.sampling,
+            self.task.reward,
+            self.policy_version,
+            self.sample_generator,
+        )
+
+    def update(self, rollout: Rollout) -> dict[str, float]:
+        """3. ``ppo_epochs × minibatches`` optimizer steps on the pinned targets."""
+        self.policy.train()
+        means = MetricMeans()
+        batch = flatten_rollout(rollout)
+        for _ in range(self.strategy.ppo_epochs):
+            for minibatch in iter_minibatches(
+                batch, self.strategy.minibatches, self.shuffle_generator
+            ):
+                loss, metrics = self.strategy.loss(self.policy, minibatch)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = nn.utils.clip_grad_norm_(
+                    self.policy.parameters(), self.cfg.trainer.max_grad_norm
+                )
+                self.optimizer.step()
+                self.scheduler.step()
+                self.policy_version += 1
+                means.update({**metrics, "policy/grad_norm": grad_norm})
+        result = means.compute()
+        result["policy/lr"] = self.scheduler.get_last_lr()[0]
+        result["policy/version"] = float(self.policy_version)
+        return result
+
+    def train_step(self) -> dict[str, float]:
+        """One RL step; returns its metrics."""
+        t0 = time.perf_counter()
+        rollout = self.rollout()
+        metrics = self.strategy.prepare(rollout, self.reference)  # 2. reference, advantages
+        t1 = time.perf_counter()
+        metrics.update(self.update(rollout))
+        t2 = time.perf_counter()
+        metrics.update(rollout_metrics(rollout, self.tokenizer.eos_id))
+        metrics["rollout/accuracy"] = rollout_accuracy(rollout, self.task)
+        metrics["time/rollout_s"] = t1 - t0
+        metrics["time/update_s"] = t2 - t1
+        metrics["perf/step_s"] = t2 - t0
+        metrics["perf/tokens_per_s"] = float(rollout.response_mask.sum()) / max(t1 - t0, 1e-9)
+        self.step += 1
+        if self.step % self.cfg.logger.samples_every == 0:
+            self._log_samples("samples/rollout", rollout_samples(rollout))
+        return metrics
+
+    # --- evaluation and the loop ----------------------------------------------------------------
+
+    def evaluate(self) -> EvalResult:
+        t0 = time.perf_counter()
+        result = evaluate(
+            self.policy,
+            self.tokenizer,
+            self.task,
+            self.eval_prompts,
+            self.strategy.sampling.max_new_tokens,
+        )
+        result_time = time.perf_counter() - t0
+        self._last_eval_time = result_time
+        return result
+
+    def _eval_metrics(self) -> dict[str, float]:
+        result = self.evaluate()
+        self._log_samples("samples/eval", result.samples)
+        return {**result.metrics(), "time/eval_s": self._last_eval_time}
+
+    def _log_samples(self, tag: str, rows: list[tuple[str, str, float]]) -> None:
+        self.logger.log_text(self.step, tag, samples_markdown(rows[: self.cfg.logger.num_samples]))
+
+    def fit(self) -> dict[str, object]:
+        """Run ``trainer.total_steps`` RL steps; return the summary written to ``summary.json``."""
+        total = self.cfg.trainer.total_steps
+        start = time.perf_counter()
+        initial = self._eval_metrics()
+        self.logger.log(self.step, initial)
+        bar = tqdm(total=total, disable=not self.cfg.trainer.progress_bar, desc="astrai")
+        while self.step < total:
+            metrics = self.train_step()
+            if self.step % self.cfg.trainer.eval_every == 0 or self.step == total:
+                metrics.update(self._eval_metrics())
+            self.logger.log(self.step, metrics)
+            bar.update(1)
+            bar.set_postfix(
+                reward=f"{metrics['rollout/reward_mean']:.3f}",
+                acc=f"{self.logger.latest.get('eval/accuracy', float('nan')):.2f}",
+                step_s=f"{metrics['perf/step_s']:.2f}",
+            )
+        bar.close()
+        wall = time.perf_counter() - start
+        summary = {
+            "step": self.step,
+            "wall_time_s": wall,
+            "initial/eval/accuracy": initial["eval/accuracy"],
+            "train_type": self.strategy.name,
+            "run_dir": str(self.run_dir),
+        }
+        self.logger.write_summary(summary)
+        self.logger.close()
+        return {**self.logger.latest, **summary}
+
+    def save_config(self) -> None:
+        (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
+
+
+def rollout_metrics(rollout: Rollout, eos_id: int) -> dict[str, float]:
+    """Reward, length and advantage statistics of a prepared rollout."""
+    mask = rollout.response_mask
+    lengths = mask.sum(-1).float()  # [B, G]
+    last = (lengths - 1).clamp_min(0).long()[..., None]
+    ended_with_eos = rollout.response_ids.gather(-1, last).squeeze(-1)
+    assert rollout.advantages is not None
+    return {
+        "rollout/reward_mean": rollout.rewards.mean().item(),
+        "rollout/reward_std": rollout.rewards.std(unbiased=False).item(),
+        "rollout/response_len": lengths.mean().item(),
+        "rollout/eos_frac": (ended_with_eos == eos_id).float().mean().item(),
+        "advantages/mean": masked_mean(rollout.advantages, mask).item(),
+        "advantages/std": masked_var(rollout.advantages, mask).sqrt().item(),
+    }
+
+
+def rollout_accuracy(rollout: Rollout, task: Task) -> float:
+    """Share of sampled responses that are exactly correct."""
+    correct = [
+        task.is_correct(prompt, response)
+        for prompt, group in zip(rollout.prompts, rollout.responses, strict=True)
+        for response in group
+    ]
+    return sum(correct) / max(len(correct), 1)
+
+
+def rollout_samples(rollout: Rollout) -> list[tuple[str, str, float]]:
+    """First response of each prompt as (prompt, response, reward)."""
+    return [
+        (prompt, group[0], float(rollout.rewards[b, 0]))
+        for b, (prompt, group) in enumerate(zip(rollout.prompts, rollout.responses, strict=True))
+    ]

@@ -1,0 +1,4 @@
+from astrai.train import main
+
+if __name__ == "__main__":
+    main()
