@@ -55,7 +55,7 @@ class AdditionTask(Task):
         a, b = self._operands(prompt)
         return str(a + b)
 
-    def _is_held_out_commuted(self, prompt: str) -> bool:
+    def is_held_out(self, prompt: str) -> bool:
         """One order of a selected pair ``{a, b}`` (``a != b``); pairs are selected with
         probability ``2 × eval_fraction`` so about ``eval_fraction`` of prompts are held out."""
         a, b = self._operands(prompt)

@@ -1,0 +1,127 @@
+"""Every config group composes with Hydra's compose API, validates and instantiates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from astrai.algorithms.grpo import GRPOStrategy
+from astrai.config.store import register_configs
+from astrai.config.validate import ConfigError, parse_gpu_devices, validate_config
+from astrai.models.llama import LlamaForCausalLM
+from astrai.rollout.sampler import SamplingConfig
+from astrai.tasks import AdditionTask, ReverseTask, SortTask
+from astrai.train import CONFIG_DIR
+
+CONF = Path(CONFIG_DIR)
+
+
+def _compose(overrides: list[str] | None = None) -> DictConfig:
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides or [])
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def test_default_composes_validates_and_instantiates() -> None:
+    cfg = _compose()
+    validate_config(cfg)
+    strategy = instantiate(cfg.train_type)
+    assert isinstance(strategy, GRPOStrategy)
+    assert strategy.group_size == 8 and strategy.kl_estimator == "k3"
+    assert isinstance(strategy.sampling, SamplingConfig)
+    model = instantiate(cfg.model)
+    assert isinstance(model, LlamaForCausalLM) and model.config.hidden_size == 64
+    assert isinstance(instantiate(cfg.task), AdditionTask)
+    assert cfg.infra.device == "auto" and cfg.infra.gpu.devices == "all"
+    assert cfg.trainer.total_steps > 0 and cfg.seed == 0
+    assert cfg.optimized_metric == "eval/accuracy"
+
+
+def test_defaults_list_covers_every_group() -> None:
+    for group in ("train_type", "model", "critic", "task", "infra", "logger"):
+        assert _options(group), f"conf/{group}/ is empty"
+
+
+@pytest.mark.parametrize("option", _options("task"))
+def test_every_task_composes(option: str) -> None:
+    cfg = _compose([f"task={option}"])
+    validate_config(cfg)
+    task = instantiate(cfg.task)
+    assert isinstance(task, AdditionTask | ReverseTask | SortTask)
+    assert task.name == option
+
+
+@pytest.mark.parametrize("option", _options("model"))
+def test_every_model_composes(option: str) -> None:
+    cfg = _compose([f"model={option}"])
+    validate_config(cfg)
+    assert instantiate(cfg.model).config.vocab_size == 48
+
+
+@pytest.mark.parametrize(
+    ("group", "option"),
+    [(g, o) for g in ("train_type", "critic", "infra", "logger") for o in _options(g)],
+)
+def test_every_other_option_composes(group: str, option: str) -> None:
+    validate_config(_compose([f"{group}={option}"]))
+
+
+def test_optimizer_and_scheduler_are_partials() -> None:
+    import torch
+
+    cfg = _compose(["train_type.optimizer.lr=0.01", "trainer.total_steps=10"])
+    strategy = instantiate(cfg.train_type)
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    optimizer = strategy.optimizer(params)
+    assert isinstance(optimizer, torch.optim.AdamW)
+    assert optimizer.param_groups[0]["lr"] == 0.01
+    scheduler = strategy.scheduler(optimizer, total_steps=10)
+    assert scheduler.get_last_lr() == [0.01]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["train_type.group_size=1"], "train_type.group_size"),
+        (["model.hidden_size=-3"], "model.hidden_size"),
+        (["model.num_attention_heads=3"], "model.num_attention_heads"),
+        (["model.vocab_size=50"], "model.vocab_size"),
+        (["model.max_position_embeddings=8"], "model.max_position_embeddings"),
+        (["train_type.minibatches=7"], "train_type.minibatches"),
+        (["train_type.clip_eps=0"], "train_type.clip_eps"),
+        (["train_type.kl_estimator=k4"], "train_type.kl_estimator"),
+        (["train_type.sampling.top_p=1.5"], "train_type.sampling.top_p"),
+        (["train_type.sampling.temperature=0"], "train_type.sampling.temperature"),
+        (["train_type.optimizer.lr=-1"], "train_type.optimizer.lr"),
+        (["trainer.total_steps=0"], "trainer.total_steps"),
+        (["trainer.eval_every=0"], "trainer.eval_every"),
+        (["infra.device=tpu"], "infra.device"),
+        (["infra.gpu.devices=[0,0]"], "infra.gpu.devices"),
+        (["infra.gpu.devices=[-1]"], "infra.gpu.devices"),
+        (["infra.gpu.devices=[]"], "infra.gpu.devices"),
+        (["infra.gpu.devices=[a]"], "infra.gpu.devices"),
+        (["infra.nproc_per_node=0"], "infra.nproc_per_node"),
+        (["task.eval_fraction=1.5"], "eval_fraction"),
+    ],
+)
+def test_cross_field_checks_name_the_key(overrides: list[str], key: str) -> None:
+    cfg = _compose(overrides)
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate_config(cfg)
+
+
+def test_gpu_device_list_parsing() -> None:
+    assert parse_gpu_devices("all") is None
+    assert parse_gpu_devices([0, 2]) == [0, 2]
+    with pytest.raises(ConfigError, match="duplicates"):
+        parse_gpu_devices([1, 1])
+    with pytest.raises(ConfigError, match="non-negative"):
+        parse_gpu_devices([True])

@@ -1,0 +1,22 @@
+"""Shared fixtures: a tiny random-init policy built locally (no downloads)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+from astrai.models.tokenizer import CharTokenizer
+
+
+@pytest.fixture
+def tokenizer() -> CharTokenizer:
+    return CharTokenizer()
+
+
+@pytest.fixture
+def tiny_model() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    # larger init than training uses, so logits are far from uniform and bugs show
+    config = LlamaConfig(initializer_range=0.2)
+    return LlamaForCausalLM(config).eval()

@@ -1,0 +1,127 @@
+"""The Llama-style policy: HF parameter names, padding invariance, KV-cache parity, init."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from astrai.models.llama import LlamaConfig, LlamaForCausalLM, position_ids_from_mask
+
+
+def test_parameter_names_follow_hugging_face_llama(tiny_model: LlamaForCausalLM) -> None:
+    names = set(tiny_model.state_dict())
+    expected = {
+        "model.embed_tokens.weight",
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.0.self_attn.k_proj.weight",
+        "model.layers.0.self_attn.v_proj.weight",
+        "model.layers.0.self_attn.o_proj.weight",
+        "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.mlp.up_proj.weight",
+        "model.layers.0.mlp.down_proj.weight",
+        "model.layers.0.input_layernorm.weight",
+        "model.layers.0.post_attention_layernorm.weight",
+        "model.layers.1.mlp.down_proj.weight",
+        "model.norm.weight",
+        "lm_head.weight",
+    }
+    assert expected <= names
+    assert len(names) == 2 + 9 * 2 + 1  # embed, lm_head, 9 per layer × 2 layers, final norm
+    # grouped-query attention: 4 query heads, 2 key/value heads of dim 16
+    assert tiny_model.model.layers[0].self_attn.k_proj.weight.shape == (32, 64)
+
+
+def test_tied_embeddings_share_storage() -> None:
+    tied = LlamaForCausalLM(LlamaConfig(tie_word_embeddings=True))
+    untied = LlamaForCausalLM(LlamaConfig(tie_word_embeddings=False))
+    assert tied.lm_head.weight is tied.model.embed_tokens.weight
+    assert untied.lm_head.weight is not untied.model.embed_tokens.weight
+    assert untied.num_parameters() - tied.num_parameters() == 48 * 64
+
+
+def test_init_is_normal_with_initializer_range() -> None:
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=128, intermediate_size=512))
+    std = model.model.layers[0].mlp.up_proj.weight.std().item()
+    assert std == pytest.approx(0.02, rel=0.05)
+    assert torch.equal(model.model.norm.weight, torch.ones(128))
+
+
+def test_fresh_model_does_not_copy_its_input(tokenizer) -> None:  # noqa: ANN001
+    # PyTorch's default N(0, 1) embedding init with tied weights predicts the input token;
+    # the normal(0, 0.02) init must not.
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig()).eval()
+    ids = torch.arange(3, 48)[None]
+
+    def copy_prob() -> float:
+        probs = model(ids).logits.softmax(-1)
+        return probs[0].gather(-1, ids[0][:, None]).mean().item()
+
+    assert copy_prob() < 0.1  # near uniform (1/48 ≈ 0.02)
+    torch.nn.init.normal_(model.model.embed_tokens.weight, std=1.0)  # PyTorch's default
+    assert copy_prob() > 0.5
+
+
+def test_position_ids_from_mask() -> None:
+    mask = torch.tensor([[False, False, True, True, True], [True, True, True, True, True]])
+    expected = torch.tensor([[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]])
+    assert torch.equal(position_ids_from_mask(mask), expected)
+
+
+def test_left_padded_row_scores_like_unpadded_row(tiny_model: LlamaForCausalLM) -> None:
+    ids = torch.tensor([[1, 7, 9, 4, 12]])
+    alone = tiny_model(ids).logits.log_softmax(-1)
+    padded_ids = torch.cat([torch.zeros(1, 3, dtype=torch.long), ids], dim=1)
+    mask = torch.tensor([[False] * 3 + [True] * 5])
+    padded = tiny_model(padded_ids, attention_mask=mask).logits.log_softmax(-1)
+    torch.testing.assert_close(padded[:, 3:], alone, atol=1e-5, rtol=0)
+    # and inside a batch next to a longer row
+    other = torch.tensor([[1, 5, 5, 6, 7, 8, 9, 10]])
+    batch = torch.cat([padded_ids, other])
+    batch_mask = torch.cat([mask, torch.ones(1, 8, dtype=torch.bool)])
+    batched = tiny_model(batch, attention_mask=batch_mask).logits.log_softmax(-1)
+    torch.testing.assert_close(batched[:1, 3:], alone, atol=1e-5, rtol=0)
+
+
+def test_incremental_forward_with_cache_matches_full_forward(
+    tiny_model: LlamaForCausalLM,
+) -> None:
+    ids = torch.tensor([[0, 0, 1, 4, 5, 6, 7], [1, 8, 9, 10, 11, 12, 13]])
+    mask = torch.tensor([[False, False] + [True] * 5, [True] * 7])
+    full = tiny_model(ids, attention_mask=mask)
+    cache = tiny_model.new_cache(2, 7)
+    first = tiny_model(ids[:, :4], attention_mask=mask[:, :4], cache=cache)
+    steps = [first.logits]
+    for t in range(4, 7):
+        out = tiny_model(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], cache=cache)
+        steps.append(out.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full.logits, atol=1e-5, rtol=0)
+    assert cache.length == 7
+
+
+def test_forward_returns_final_hidden_states(tiny_model: LlamaForCausalLM) -> None:
+    ids = torch.tensor([[1, 4, 5]])
+    out = tiny_model(ids)
+    assert out.hidden_states.shape == (1, 3, 64)
+    torch.testing.assert_close(tiny_model.lm_head(out.hidden_states), out.logits)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"hidden_size": -3}, "model.hidden_size"),
+        ({"num_attention_heads": 3}, "model.num_attention_heads"),
+        ({"num_key_value_heads": 3}, "model.num_key_value_heads"),
+        ({"vocab_size": 0}, "model.vocab_size"),
+    ],
+)
+def test_bad_config_names_the_key(kwargs: dict, key: str) -> None:
+    with pytest.raises(ValueError, match=key):
+        LlamaConfig(**kwargs)
+
+
+def test_cache_overflow_is_an_error(tiny_model: LlamaForCausalLM) -> None:
+    cache = tiny_model.new_cache(1, 2)
+    with pytest.raises(ValueError, match="KV cache overflow"):
+        tiny_model(torch.tensor([[1, 2, 3]]), cache=cache)

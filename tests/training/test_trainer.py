@@ -1,0 +1,120 @@
+"""The trainer end to end in-process: metric names in every sink, GRPO update math, eval."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from astrai.config.store import register_configs
+from astrai.config.validate import validate_config
+from astrai.metrics.names import METRICS
+from astrai.rollout.minibatch import flatten_rollout
+from astrai.train import CONFIG_DIR
+from astrai.training.trainer import Trainer
+
+QUICK = [
+    "trainer.total_steps=3",
+    "trainer.eval_every=2",
+    "trainer.eval_prompts=8",
+    "trainer.progress_bar=false",
+    "train_type.prompts_per_step=4",
+    "train_type.group_size=4",
+    "train_type.minibatches=2",
+    "train_type.kl_coef=0.1",
+    "logger.samples_every=1",
+    "logger.flush_secs=1",
+]
+
+
+def _cfg(overrides: list[str]) -> DictConfig:
+    register_configs()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides)
+    validate_config(cfg)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    run_dir = tmp_path_factory.mktemp("run")
+    trainer = Trainer(_cfg(QUICK), run_dir)
+    summary = trainer.fit()
+    return run_dir, summary
+
+
+def test_jsonl_has_every_documented_metric_and_nothing_undocumented(finished_run) -> None:  # noqa: ANN001
+    run_dir, _ = finished_run
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    emitted = set().union(*(r.keys() for r in records)) - {"step"}
+    assert emitted == set(METRICS)
+    # evaluation at step 0, every eval_every steps and at the end
+    assert [r["step"] for r in records if "eval/accuracy" in r] == [0, 2, 3]
+
+
+def test_tensorboard_event_files_hold_the_metrics(finished_run) -> None:  # noqa: ANN001
+    run_dir, summary = finished_run
+    events = EventAccumulator(str(run_dir / "tb"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert tags == set(METRICS)
+    rewards = events.Scalars("rollout/reward_mean")
+    assert [e.step for e in rewards] == [1, 2, 3]
+    assert rewards[-1].value == pytest.approx(summary["rollout/reward_mean"], abs=1e-6)
+    assert [e.step for e in events.Scalars("eval/accuracy")] == [0, 2, 3]
+    text_tags = set(events.Tags()["tensors"])
+    assert {"samples/rollout/text_summary", "samples/eval/text_summary"} <= text_tags
+
+
+def test_summary_holds_final_metrics(finished_run) -> None:  # noqa: ANN001
+    run_dir, summary = finished_run
+    on_disk = json.loads((run_dir / "summary.json").read_text())
+    last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    assert on_disk["step"] == 3
+    assert on_disk["eval/accuracy"] == last["eval/accuracy"]
+    assert on_disk["policy/version"] == 6.0  # 3 steps × 1 epoch × 2 minibatches
+    assert on_disk["train_type"] == "online_grpo"
+    assert set(METRICS) <= set(on_disk)
+
+
+def test_first_grpo_loss_is_minus_mean_advantage(tmp_path: Path) -> None:
+    # Before any update the policy equals the sampler and the reference: ratio = 1 and
+    # KL = 0, so loss = -token_mean(A) and the logprobs re-scored by the trainer match.
+    trainer = Trainer(_cfg(QUICK), tmp_path)
+    rollout = trainer.rollout()
+    trainer.strategy.prepare(rollout, trainer.reference)
+    batch = flatten_rollout(rollout)
+    loss, metrics = trainer.strategy.loss(trainer.policy, batch)
+    mask = batch.response_mask
+    expected = -(batch.advantages * mask).sum() / mask.sum()
+    torch.testing.assert_close(loss, expected, atol=1e-6, rtol=0)
+    assert metrics["policy/clipfrac"].item() == 0.0
+    assert metrics["loss/kl"].abs().item() < 1e-6
+    assert rollout.ref_logprobs is not None
+    torch.testing.assert_close(rollout.ref_logprobs, rollout.logprobs, atol=1e-5, rtol=0)
+
+
+def test_update_counts_optimizer_steps_and_pins_targets(tmp_path: Path) -> None:
+    trainer = Trainer(_cfg([*QUICK, "train_type.ppo_epochs=3"]), tmp_path)
+    rollout = trainer.rollout()
+    trainer.strategy.prepare(rollout, trainer.reference)
+    pinned = rollout.advantages
+    advantages = pinned.clone()
+    metrics = trainer.update(rollout)
+    assert trainer.policy_version == 6  # 3 epochs × 2 minibatches
+    assert metrics["policy/version"] == 6.0
+    assert rollout.advantages is pinned  # pinned, not recomputed
+    assert torch.equal(rollout.advantages, advantages)
+
+
+def test_same_seed_same_run(tmp_path: Path) -> None:
+    first = Trainer(_cfg(QUICK), tmp_path / "a").fit()
+    second = Trainer(_cfg(QUICK), tmp_path / "b").fit()
+    assert first["rollout/reward_mean"] == second["rollout/reward_mean"]
+    assert first["loss/policy"] == second["loss/policy"]
