@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from astrai.config.store import register_configs
 from astrai.config.validate import ConfigError, validate_config
+from astrai.rollout.collect import RewardError
 
 # conf/ lives at the repository root (the package is installed in editable mode)
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "conf")
@@ -63,7 +64,11 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         _discard_run_dir(run_dir)
         print(f"astrai: config error: {err}", file=sys.stderr)
         sys.exit(2)
-    summary = run(cfg, run_dir)
+    try:
+        summary = run(cfg, run_dir)
+    except RewardError as err:
+        log.error("stopped: %s", err)
+        sys.exit(1)
     value = summary.get(cfg.optimized_metric)
     return float(value) if isinstance(value, int | float) else None
 

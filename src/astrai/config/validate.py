@@ -69,7 +69,9 @@ def _validate_train_type(tt: DictConfig) -> None:
 
 
 def _validate_model(model: DictConfig, tokenizer: CharTokenizer) -> LlamaConfig:
-    kwargs = {k: v for k, v in OmegaConf.to_container(model).items() if k != "_target_"}
+    container = OmegaConf.to_container(model)
+    assert isinstance(container, dict)
+    kwargs = {str(k): v for k, v in container.items() if k != "_target_"}
     try:
         config = LlamaConfig(**kwargs)
     except (TypeError, ValueError) as err:

@@ -120,22 +120,20 @@ class Trainer:
     # --- evaluation and the loop ----------------------------------------------------------------
 
     def evaluate(self) -> EvalResult:
-        t0 = time.perf_counter()
-        result = evaluate(
+        """Greedy answers to the held-out prompts."""
+        return evaluate(
             self.policy,
             self.tokenizer,
             self.task,
             self.eval_prompts,
             self.strategy.sampling.max_new_tokens,
         )
-        result_time = time.perf_counter() - t0
-        self._last_eval_time = result_time
-        return result
 
     def _eval_metrics(self) -> dict[str, float]:
+        t0 = time.perf_counter()
         result = self.evaluate()
         self._log_samples("samples/eval", result.samples)
-        return {**result.metrics(), "time/eval_s": self._last_eval_time}
+        return {**result.metrics(), "time/eval_s": time.perf_counter() - t0}
 
     def _log_samples(self, tag: str, rows: list[tuple[str, str, float]]) -> None:
         self.logger.log_text(self.step, tag, samples_markdown(rows[: self.cfg.logger.num_samples]))
