@@ -1,4 +1,4 @@
-"""Scoring a rollout: rewards per response; a broken reward function is fatal and names the prompt."""
+"""Scoring a rollout: a reward per response; a broken reward function is fatal."""
 
 from __future__ import annotations
 
