@@ -13,15 +13,14 @@ from typing import Any
 from omegaconf import MISSING
 
 from astrai.models.llama import LlamaConfig
+from astrai.rollout.sampler import SamplingConfig
 
 
 @dataclass
-class SamplingConfigSchema:
+class SamplingConfigSchema(SamplingConfig):
+    """``train_type.sampling``: the sampler's own dataclass plus its Hydra target."""
+
     _target_: str = "astrai.rollout.sampler.SamplingConfig"
-    max_new_tokens: int = 4
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
 
 
 @dataclass
@@ -31,7 +30,7 @@ class OptimizerConfig:
     lr: float = 1e-3
     betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
     eps: float = 1e-8
-    weight_decay: float = 0.0
+    weight_decay: float = 0.1
 
 
 @dataclass
@@ -48,11 +47,11 @@ class GRPOConfig:
 
     _target_: str = "astrai.algorithms.grpo.GRPOStrategy"
     group_size: int = 8
-    prompts_per_step: int = 32
-    ppo_epochs: int = 1
-    minibatches: int = 1
+    prompts_per_step: int = 64
+    ppo_epochs: int = 2
+    minibatches: int = 4
     clip_eps: float = 0.2
-    kl_coef: float = 0.0
+    kl_coef: float = 0.05
     kl_estimator: str = "k3"
     adv_eps: float = 1e-6
     sampling: SamplingConfigSchema = field(default_factory=SamplingConfigSchema)
@@ -78,6 +77,7 @@ class CriticConfig:
 class AdditionTaskConfig:
     _target_: str = "astrai.tasks.arithmetic.AdditionTask"
     num_digits: int = 1
+    num_digits_b: int | None = None  # digits of the second operand; None = num_digits
     eval_fraction: float = 0.2
 
 
@@ -90,11 +90,8 @@ class ReverseTaskConfig:
 
 
 @dataclass
-class SortTaskConfig:
+class SortTaskConfig(ReverseTaskConfig):
     _target_: str = "astrai.tasks.strings.SortTask"
-    min_len: int = 3
-    max_len: int = 4
-    eval_fraction: float = 0.1
 
 
 @dataclass
@@ -120,8 +117,8 @@ class LoggerConfig:
 
 @dataclass
 class TrainerConfig:
-    total_steps: int = 150
-    eval_every: int = 10
+    total_steps: int = 800
+    eval_every: int = 50
     eval_prompts: int = 200  # held-out prompts per evaluation (capped by the task's pool)
     max_grad_norm: float = 1.0
     progress_bar: bool = True

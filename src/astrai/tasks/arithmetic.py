@@ -21,8 +21,9 @@ class AdditionTask(Task):
     getting them right needs a policy that treats ``a+b`` and ``b+a`` alike.
 
     Args:
-        num_digits: maximum digits per operand, >= 1.
+        num_digits: maximum digits of the first operand (and the second by default), >= 1.
         eval_fraction: share of problems held out for evaluation, in (0, 0.5).
+        num_digits_b: maximum digits of the second operand; None = ``num_digits``.
     """
 
     name = "addition"
@@ -32,6 +33,8 @@ class AdditionTask(Task):
     ) -> None:
         if num_digits < 1:
             raise ValueError(f"num_digits must be >= 1, got {num_digits}")
+        if num_digits_b is not None and num_digits_b < 1:
+            raise ValueError(f"num_digits_b must be >= 1, got {num_digits_b}")
         self.num_digits_b = num_digits if num_digits_b is None else num_digits_b
         super().__init__(eval_fraction)
         if eval_fraction >= 0.5:
@@ -57,10 +60,13 @@ class AdditionTask(Task):
 
     def is_held_out(self, prompt: str) -> bool:
         """One order of a selected pair ``{a, b}`` (``a != b``); pairs are selected with
-        probability ``2 × eval_fraction`` so about ``eval_fraction`` of prompts are held out."""
+        probability ``2 × eval_fraction`` so about ``eval_fraction`` of prompts are held out.
+        Prompts whose twin is outside the problem space use the plain hash split."""
         a, b = self._operands(prompt)
         if a == b:
             return False
+        if a >= 10**self.num_digits_b or b >= 10**self.num_digits:
+            return super().is_held_out(prompt)  # no twin b+a in the problem space
         low, high = min(a, b), max(a, b)
         digest = _stable_int(f"{_EVAL_SALT}:{low}+{high}")
         selected = digest % _HASH_BUCKETS < 2 * self.eval_fraction * _HASH_BUCKETS
