@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.rollout.sampler import SamplingConfig, generate
@@ -38,16 +40,27 @@ def tokens_per_second(
     return ids.shape[0] * new_tokens / best
 
 
+def load_model_preset(name: str) -> LlamaConfig:
+    """``conf/model/<name>.yaml`` -> ``LlamaConfig`` (the keys are HF ``LlamaConfig`` names)."""
+    path = Path(__file__).resolve().parents[1] / "conf" / "model" / f"{name}.yaml"
+    keys = OmegaConf.to_container(OmegaConf.load(path))
+    assert isinstance(keys, dict)
+    return LlamaConfig(**{k: v for k, v in keys.items() if k not in ("defaults", "_target_")})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--prompt-len", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", default="tiny", help="preset under conf/model/")
     args = parser.parse_args()
     torch.manual_seed(0)
-    config = LlamaConfig()  # the tiny preset (conf/model/tiny.yaml)
-    config.max_position_embeddings = args.prompt_len + args.new_tokens
+    config = load_model_preset(args.model)
+    config.max_position_embeddings = max(
+        config.max_position_embeddings, args.prompt_len + args.new_tokens
+    )
     model = LlamaForCausalLM(config).eval()
     ids = torch.randint(3, config.vocab_size, (args.batch, args.prompt_len))
     mask = torch.ones_like(ids, dtype=torch.bool)

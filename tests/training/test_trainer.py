@@ -26,6 +26,7 @@ QUICK = [
     "train_type.prompts_per_step=4",
     "train_type.group_size=4",
     "train_type.minibatches=2",
+    "train_type.ppo_epochs=1",
     "train_type.kl_coef=0.1",
     "logger.samples_every=1",
     "logger.flush_secs=1",
