@@ -8,13 +8,25 @@ import numpy as np
 import torch
 
 
-def resolve_device(device: str) -> torch.device:
-    """``auto`` picks CUDA when present, else CPU; ``cuda`` without a GPU is an error."""
+def resolve_device(device: str, gpu_devices: list[int] | None = None) -> torch.device:
+    """Pick the torch device of a single-process run.
+
+    Args:
+        device: ``auto`` (CUDA when present, else CPU), ``cpu`` or ``cuda``.
+        gpu_devices: physical GPU indices selected by ``infra.gpu.devices`` (None = all); a
+            single-process run uses the first one.
+    """
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
         raise RuntimeError("infra.device=cuda but no CUDA device is available")
-    return torch.device(device)
+    index = gpu_devices[0] if gpu_devices else 0
+    if index >= torch.cuda.device_count():
+        visible = torch.cuda.device_count()
+        raise RuntimeError(f"infra.gpu.devices selects GPU {index}; only {visible} are visible")
+    return torch.device("cuda", index)
 
 
 def seed_everything(seed: int) -> None:

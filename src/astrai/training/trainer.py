@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from astrai.algorithms.masked import masked_mean, masked_var
 from astrai.algorithms.strategy import Strategy
+from astrai.config.validate import parse_gpu_devices
 from astrai.metrics.aggregate import MetricMeans
 from astrai.metrics.writers import RunLogger, samples_markdown
 from astrai.models.llama import LlamaForCausalLM
@@ -39,7 +40,7 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         seed_everything(cfg.seed)
-        self.device = resolve_device(cfg.infra.device)
+        self.device = resolve_device(cfg.infra.device, parse_gpu_devices(cfg.infra.gpu.devices))
         self.tokenizer = CharTokenizer()
         self.task: Task = instantiate(cfg.task)
         self.policy: LlamaForCausalLM = instantiate(cfg.model).to(self.device)
