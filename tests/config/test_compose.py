@@ -10,6 +10,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from astrai.algorithms.grpo import GRPOStrategy
+from astrai.algorithms.ppo import PPOStrategy
 from astrai.config.store import register_configs
 from astrai.config.validate import ConfigError, parse_gpu_devices, validate_config
 from astrai.models.llama import LlamaForCausalLM
@@ -67,11 +68,38 @@ def test_every_model_composes(option: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("group", "option"),
-    [(g, o) for g in ("train_type", "critic", "infra", "logger") for o in _options(g)],
+    ("group", "option"), [(g, o) for g in ("infra", "logger") for o in _options(g)]
 )
 def test_every_other_option_composes(group: str, option: str) -> None:
     validate_config(_compose([f"{group}={option}"]))
+
+
+@pytest.mark.parametrize(
+    ("train_type", "critic", "strategy"),
+    [("online_grpo", "none", GRPOStrategy), ("online_ppo", "value_model", PPOStrategy)],
+)
+def test_each_train_type_brings_its_critic(train_type: str, critic: str, strategy: type) -> None:
+    assert _options("train_type") == ["online_grpo", "online_ppo"]
+    assert _options("critic") == ["none", "value_model"]
+    cfg = _compose([f"train_type={train_type}"])
+    validate_config(cfg)
+    assert cfg.critic.name == critic
+    assert isinstance(instantiate(cfg.train_type), strategy)
+
+
+def test_ppo_sweep_composes() -> None:
+    for gamma in (0.95, 1.0):
+        for lam in (0.9, 0.95):
+            cfg = _compose(
+                [
+                    "train_type=online_ppo",
+                    f"train_type.ppo_gamma={gamma}",
+                    f"train_type.ppo_gae_lambda={lam}",
+                ]
+            )
+            validate_config(cfg)
+            ppo = instantiate(cfg.train_type)
+            assert (ppo.ppo_gamma, ppo.ppo_gae_lambda) == (gamma, lam)
 
 
 def test_optimizer_and_scheduler_are_partials() -> None:
@@ -110,6 +138,12 @@ def test_optimizer_and_scheduler_are_partials() -> None:
         (["infra.gpu.devices=[a]"], "infra.gpu.devices"),
         (["infra.nproc_per_node=0"], "infra.nproc_per_node"),
         (["task.eval_fraction=1.5"], "eval_fraction"),
+        (["critic=value_model"], "critic=none"),
+        (["train_type=online_ppo", "critic=none"], "critic=value_model"),
+        (["train_type=online_ppo", "train_type.ppo_gamma=1.5"], "train_type.ppo_gamma"),
+        (["train_type=online_ppo", "train_type.ppo_gae_lambda=-0.1"], "train_type.ppo_gae_lambda"),
+        (["train_type=online_ppo", "train_type.value_clip=0"], "train_type.value_clip"),
+        (["train_type=online_ppo", "train_type.kl_estimator=k5"], "train_type.kl_estimator"),
     ],
 )
 def test_cross_field_checks_name_the_key(overrides: list[str], key: str) -> None:

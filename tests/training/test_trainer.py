@@ -13,10 +13,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from astrai.config.store import register_configs
 from astrai.config.validate import validate_config
-from astrai.metrics.names import METRICS
+from astrai.metrics.names import METRICS_BY_TRAIN_TYPE
 from astrai.rollout.minibatch import flatten_rollout
 from astrai.train import CONFIG_DIR
 from astrai.training.trainer import Trainer
+
+METRICS = METRICS_BY_TRAIN_TYPE["online_grpo"]
 
 QUICK = [
     "trainer.total_steps=3",

@@ -22,13 +22,17 @@ class GRPOStrategy(Strategy):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.adv_eps = adv_eps
 
-    def prepare(self, rollout: Rollout, reference: nn.Module) -> dict[str, float]:
+    def prepare(
+        self, rollout: Rollout, reference: nn.Module, critic: nn.Module | None = None
+    ) -> dict[str, float]:
         metrics = self.score_reference(rollout, reference)
         advantages = group_advantages(rollout.rewards, eps=self.adv_eps)  # [B, G]
         rollout.advantages = advantages[..., None] * rollout.response_mask  # [B, G, R]
         return metrics
 
-    def loss(self, policy: nn.Module, batch: Minibatch) -> tuple[Tensor, dict[str, Tensor]]:
+    def loss(
+        self, policy: nn.Module, batch: Minibatch, critic: nn.Module | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         logprobs, entropy = self.policy_logprobs(policy, batch)
         mask = batch.response_mask
         policy_loss, stats = clipped_policy_loss(

@@ -25,6 +25,7 @@ class Strategy(ABC):
     """
 
     name: str = "strategy"
+    requires_critic: bool = False
 
     def __init__(
         self,
@@ -76,11 +77,15 @@ class Strategy(ABC):
         }
 
     @abstractmethod
-    def prepare(self, rollout: Rollout, reference: nn.Module) -> dict[str, float]:
+    def prepare(
+        self, rollout: Rollout, reference: nn.Module, critic: nn.Module | None = None
+    ) -> dict[str, float]:
         """Compute and pin every target the replayed gradient steps optimise; return metrics."""
 
     @abstractmethod
-    def loss(self, policy: nn.Module, batch: Minibatch) -> tuple[Tensor, dict[str, Tensor]]:
+    def loss(
+        self, policy: nn.Module, batch: Minibatch, critic: nn.Module | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """Token-mean loss over the whole minibatch and detached scalar metrics."""
 
     def policy_logprobs(self, policy: nn.Module, batch: Minibatch) -> tuple[Tensor, Tensor]:

@@ -23,14 +23,16 @@ class SamplingConfigSchema(SamplingConfig):
     _target_: str = "astrai.rollout.sampler.SamplingConfig"
 
 
-@dataclass
-class OptimizerConfig:
-    _target_: str = "torch.optim.AdamW"
-    _partial_: bool = True
-    lr: float = 1e-3
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
-    eps: float = 1e-8
-    weight_decay: float = 0.1
+def _adamw(weight_decay: float) -> dict[str, Any]:
+    """Default optimizer node. Untyped on purpose: any ``torch.optim`` class with its own
+    keyword arguments may replace it (``validate.py`` checks ``lr``)."""
+    return {
+        "_target_": "torch.optim.AdamW",
+        "_partial_": True,
+        "lr": 1e-3,
+        "betas": [0.9, 0.99],
+        "weight_decay": weight_decay,
+    }
 
 
 @dataclass
@@ -42,10 +44,10 @@ class SchedulerConfig:
 
 
 @dataclass
-class GRPOConfig:
-    """``train_type=online_grpo``: algorithm, rollout shape and optimizer."""
+class StrategyConfig:
+    """Knobs every ``train_type`` shares: rollout shape, update shape, clipping, KL, optimizer."""
 
-    _target_: str = "astrai.algorithms.grpo.GRPOStrategy"
+    _target_: str = MISSING
     group_size: int = 8
     prompts_per_step: int = 64
     ppo_epochs: int = 2
@@ -53,10 +55,29 @@ class GRPOConfig:
     clip_eps: float = 0.2
     kl_coef: float = 0.05
     kl_estimator: str = "k3"
-    adv_eps: float = 1e-6
     sampling: SamplingConfigSchema = field(default_factory=SamplingConfigSchema)
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    optimizer: Any = field(default_factory=lambda: _adamw(weight_decay=0.1))
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+
+@dataclass
+class GRPOConfig(StrategyConfig):
+    """``train_type=online_grpo``: group-normalised advantages, KL in the loss."""
+
+    _target_: str = "astrai.algorithms.grpo.GRPOStrategy"
+    adv_eps: float = 1e-6
+
+
+@dataclass
+class PPOConfig(StrategyConfig):
+    """``train_type=online_ppo``: GAE over KL-penalised token rewards with a critic."""
+
+    _target_: str = "astrai.algorithms.ppo.PPOStrategy"
+    ppo_gamma: float = 1.0
+    ppo_gae_lambda: float = 0.95
+    ppo_vf_coef: float = 0.5
+    value_clip: float | None = None
+    whiten_advantages: bool = True
 
 
 @dataclass
@@ -71,6 +92,15 @@ class CriticConfig:
     """``critic=none``: no value model (GRPO needs none)."""
 
     name: str = "none"
+
+
+@dataclass
+class ValueModelConfig(CriticConfig):
+    """``critic=value_model``: the policy's trunk + a zero-initialised scalar head."""
+
+    name: str = "value_model"
+    warm_start: bool = True  # copy the policy's trunk weights at the start
+    optimizer: Any = field(default_factory=lambda: _adamw(weight_decay=0.0))
 
 
 @dataclass

@@ -7,9 +7,9 @@ from hydra.core.config_store import ConfigStore
 from astrai.config import schema
 
 _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
-    "train_type": {"base_online_grpo": schema.GRPOConfig},
+    "train_type": {"base_online_grpo": schema.GRPOConfig, "base_online_ppo": schema.PPOConfig},
     "model": {"base_llama": schema.ModelConfig},
-    "critic": {"base_critic": schema.CriticConfig},
+    "critic": {"base_critic": schema.CriticConfig, "base_value_model": schema.ValueModelConfig},
     "task": {
         "base_addition": schema.AdditionTaskConfig,
         "base_reverse": schema.ReverseTaskConfig,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from astrai.algorithms.kl import KL_ESTIMATORS
@@ -41,8 +41,58 @@ def parse_gpu_devices(devices: Any) -> list[int] | None:
     return list(devices)
 
 
-def _validate_train_type(tt: DictConfig) -> None:
-    _require(tt.group_size >= 2, f"train_type.group_size must be >= 2 (got {tt.group_size})")
+def _check_optimizer(node: DictConfig, key: str) -> None:
+    _require(
+        node.get("_partial_") is True,
+        f"{key} must be a _partial_ optimizer (set {key}._partial_=true)",
+    )
+    lr = node.get("lr")
+    _require(
+        isinstance(lr, int | float) and not isinstance(lr, bool) and lr > 0,
+        f"{key}.lr must be a number > 0 (got {lr!r})",
+    )
+    try:
+        get_class(node._target_)
+    except Exception as err:
+        raise ConfigError(f"{key}._target_ {node.get('_target_')!r} cannot be imported") from err
+
+
+def _strategy_class(tt: DictConfig) -> type:
+    try:
+        return get_class(tt._target_)
+    except Exception as err:
+        raise ConfigError(f"train_type._target_ {tt._target_!r} cannot be imported") from err
+
+
+def _validate_train_type(tt: DictConfig, critic: DictConfig) -> None:
+    strategy = _strategy_class(tt)
+    if strategy.requires_critic:
+        _require(
+            critic.name != "none",
+            f"train_type={strategy.name} needs a critic: use critic=value_model "
+            f"(got critic={critic.name})",
+        )
+        for key in ("ppo_gamma", "ppo_gae_lambda"):
+            _require(0 <= tt[key] <= 1, f"train_type.{key} must be in [0, 1] (got {tt[key]})")
+        _require(tt.ppo_vf_coef >= 0, f"train_type.ppo_vf_coef must be >= 0 ({tt.ppo_vf_coef})")
+        _require(
+            tt.value_clip is None or tt.value_clip > 0,
+            f"train_type.value_clip must be null or > 0 (got {tt.value_clip})",
+        )
+        _require(
+            critic.optimizer.lr > 0, f"critic.optimizer.lr must be > 0 (got {critic.optimizer.lr})"
+        )
+    else:
+        _require(
+            critic.name == "none",
+            f"train_type={strategy.name} uses no critic: use critic=none "
+            f"(got critic={critic.name})",
+        )
+        _require(
+            tt.group_size >= 2,
+            f"train_type.group_size must be >= 2 for {strategy.name} (got {tt.group_size})",
+        )
+    _require(tt.group_size >= 1, f"train_type.group_size must be >= 1 (got {tt.group_size})")
     _require(tt.prompts_per_step >= 1, "train_type.prompts_per_step must be >= 1")
     _require(tt.ppo_epochs >= 1, f"train_type.ppo_epochs must be >= 1 (got {tt.ppo_epochs})")
     _require(tt.minibatches >= 1, f"train_type.minibatches must be >= 1 (got {tt.minibatches})")
@@ -64,7 +114,7 @@ def _validate_train_type(tt: DictConfig) -> None:
     _require(s.temperature > 0, "train_type.sampling.temperature must be > 0 for training")
     _require(s.top_k >= 0, f"train_type.sampling.top_k must be >= 0 (got {s.top_k})")
     _require(0 < s.top_p <= 1, f"train_type.sampling.top_p must be in (0, 1] (got {s.top_p})")
-    _require(tt.optimizer.lr > 0, f"train_type.optimizer.lr must be > 0 (got {tt.optimizer.lr})")
+    _check_optimizer(tt.optimizer, "train_type.optimizer")
     _require(tt.scheduler.warmup_steps >= 0, "train_type.scheduler.warmup_steps must be >= 0")
 
 
@@ -130,7 +180,7 @@ def validate_config(cfg: DictConfig) -> None:
     _require(t.max_grad_norm > 0, f"trainer.max_grad_norm must be > 0 (got {t.max_grad_norm})")
     _require(cfg.logger.samples_every >= 1, "logger.samples_every must be >= 1")
     _require(cfg.logger.num_samples >= 0, "logger.num_samples must be >= 0")
-    _validate_train_type(cfg.train_type)
+    _validate_train_type(cfg.train_type, cfg.critic)
     tokenizer = CharTokenizer()
     model = _validate_model(cfg.model, tokenizer)
     _validate_task(cfg, tokenizer, model)

@@ -18,7 +18,7 @@ METRICS: dict[str, str] = {
     "eval/response_len": "mean greedy response length in tokens",
     # losses
     "loss/policy": "clipped surrogate policy loss (token mean)",
-    "loss/kl": "KL-to-reference penalty term before kl_coef (token mean)",
+    "loss/kl": "GRPO: KL-to-reference penalty term before kl_coef (token mean)",
     "loss/total": "loss that was back-propagated",
     # policy update
     "policy/clipfrac": "share of tokens where the ratio clip was active",
@@ -33,6 +33,14 @@ METRICS: dict[str, str] = {
     "kl/k1": "k1 = −log r, r = π_ref/π (unbiased, high variance)",
     "kl/k2": "k2 = ½ (log r)² (low variance, biased)",
     "kl/k3": "k3 = r − 1 − log r (unbiased, ≥ 0, low variance)",
+    # PPO only: critic and returns
+    "loss/value": "PPO value regression loss ½(V − returns)² (token mean; clipped when value_clip)",
+    "value/explained_variance": "1 − Var(returns − V)/Var(returns) over the whole rollout",
+    "value/clipfrac": "share of tokens where value clipping was active",
+    "value/mean": "mean critic value over response tokens at rollout time",
+    "value/grad_norm": "critic gradient norm before clipping",
+    "returns/mean": "mean GAE return over response tokens",
+    "rollout/token_reward_mean": "mean per-token reward (score on the last token − kl_coef·KL)",
     # throughput and time
     "perf/tokens_per_s": "response tokens sampled per second of rollout time",
     "perf/step_s": "wall seconds per RL step",
@@ -41,4 +49,20 @@ METRICS: dict[str, str] = {
     "time/eval_s": "seconds in greedy evaluation",
 }
 
-GRPO_METRICS: frozenset[str] = frozenset(METRICS)
+PPO_ONLY: frozenset[str] = frozenset(
+    {
+        "loss/value",
+        "value/explained_variance",
+        "value/clipfrac",
+        "value/mean",
+        "value/grad_norm",
+        "returns/mean",
+        "rollout/token_reward_mean",
+    }
+)
+GRPO_ONLY: frozenset[str] = frozenset({"loss/kl"})  # PPO puts the KL into the reward instead
+
+METRICS_BY_TRAIN_TYPE: dict[str, frozenset[str]] = {
+    "online_grpo": frozenset(METRICS) - PPO_ONLY,
+    "online_ppo": frozenset(METRICS) - GRPO_ONLY,
+}

@@ -53,3 +53,27 @@ def response_logprobs(
     logprobs = logprobs.masked_fill(~response_mask.bool(), 0.0)
     entropy = entropy_from_logits(logits).detach() if with_entropy else None
     return logprobs, entropy
+
+
+def response_values(
+    critic: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+) -> Tensor:
+    """Critic value of the state *before* each response token (aligned with ``logprobs``).
+
+    Args:
+        prompt_ids, prompt_mask: ``[N, P]`` left-padded prompts.
+        response_ids, response_mask: ``[N, R]`` right-padded responses.
+
+    Returns:
+        ``values [N, R]``, 0 at padding.
+    """
+    input_ids, attention_mask = concat_sequences(
+        prompt_ids, prompt_mask, response_ids, response_mask
+    )
+    p, r = prompt_ids.shape[1], response_ids.shape[1]
+    values = critic(input_ids, attention_mask=attention_mask)[:, p - 1 : p + r - 1].float()
+    return values.masked_fill(~response_mask.bool(), 0.0)

@@ -23,6 +23,7 @@ from astrai.metrics.aggregate import MetricMeans
 from astrai.metrics.writers import RunLogger, samples_markdown
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import CharTokenizer
+from astrai.models.value_model import ValueModel, build_value_model
 from astrai.rollout.collect import collect_rollout
 from astrai.rollout.minibatch import flatten_rollout, iter_minibatches
 from astrai.rollout.rollout import Rollout
@@ -48,6 +49,11 @@ class Trainer:
         self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
         self.strategy: Strategy = instantiate(cfg.train_type)
         self.optimizer = self.strategy.optimizer(self.policy.parameters())
+        self.critic: ValueModel | None = None
+        self.critic_optimizer: torch.optim.Optimizer | None = None
+        if cfg.critic.name != "none":
+            self.critic = build_value_model(self.policy, cfg.critic.warm_start)
+            self.critic_optimizer = instantiate(cfg.critic.optimizer)(self.critic.parameters())
         optimizer_steps = (
             cfg.trainer.total_steps * self.strategy.ppo_epochs * self.strategy.minibatches
         )
@@ -84,26 +90,46 @@ class Trainer:
             for minibatch in iter_minibatches(
                 batch, self.strategy.minibatches, self.shuffle_generator
             ):
-                loss, metrics = self.strategy.loss(self.policy, minibatch)
-                self.optimizer.zero_grad(set_to_none=True)
+                loss, metrics = self.strategy.loss(self.policy, minibatch, self.critic)
                 loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(
-                    self.policy.parameters(), self.cfg.trainer.max_grad_norm
-                )
-                self.optimizer.step()
-                self.scheduler.step()
-                self.policy_version += 1
-                means.update({**metrics, "policy/grad_norm": grad_norm})
+                metrics["policy/grad_norm"] = self._step_policy()
+                if self.critic is not None:
+                    metrics["value/grad_norm"] = self._step_critic()
+                means.update(metrics)
         result = means.compute()
         result["policy/lr"] = self.scheduler.get_last_lr()[0]
         result["policy/version"] = float(self.policy_version)
         return result
 
+    def _step_policy(self) -> torch.Tensor:
+        """Clip, step the policy optimizer and scheduler, clear the grads. The policy-version
+        guard: the only place ``policy_version`` changes, once per policy optimizer step."""
+        grad_norm = nn.utils.clip_grad_norm_(
+            self.policy.parameters(), self.cfg.trainer.max_grad_norm
+        )
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.policy_version += 1
+        return grad_norm
+
+    def _step_critic(self) -> torch.Tensor:
+        """Clip with the same ``max_grad_norm``, step the critic optimizer, clear its grads.
+        Outside the policy-version guard: a critic step never changes ``policy_version``."""
+        assert self.critic is not None and self.critic_optimizer is not None
+        grad_norm = nn.utils.clip_grad_norm_(
+            self.critic.parameters(), self.cfg.trainer.max_grad_norm
+        )
+        self.critic_optimizer.step()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+
     def train_step(self) -> dict[str, float]:
         """One RL step; returns its metrics."""
         t0 = time.perf_counter()
         rollout = self.rollout()
-        metrics = self.strategy.prepare(rollout, self.reference)  # 2. reference, advantages
+        # 2. reference logprobs, (critic values,) advantages: pinned on the rollout
+        metrics = self.strategy.prepare(rollout, self.reference, self.critic)
         t1 = time.perf_counter()
         metrics.update(self.update(rollout))
         t2 = time.perf_counter()

@@ -1,0 +1,120 @@
+"""Online PPO with a learned critic (Schulman et al. 2017; Ouyang et al. 2022 for LMs).
+
+Per-token rewards fold the reference-KL penalty in (``rewards.py``); critic values, GAE
+advantages and returns are computed once per rollout and pinned; every replayed gradient step
+optimises the token-level clipped surrogate plus ``ppo_vf_coef ×`` the (optionally clipped) value
+regression onto the pinned returns.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from astrai.algorithms.advantages import compute_gae
+from astrai.algorithms.kl import kl_estimate
+from astrai.algorithms.losses import clipped_policy_loss, clipped_value_loss
+from astrai.algorithms.masked import masked_mean, masked_whiten
+from astrai.algorithms.rewards import token_rewards
+from astrai.algorithms.stats import explained_variance
+from astrai.algorithms.strategy import Strategy
+from astrai.rollout.minibatch import Minibatch
+from astrai.rollout.rollout import Rollout
+from astrai.rollout.scoring import response_values
+
+
+class PPOStrategy(Strategy):
+    """PPO: GAE(γ, λ) advantages from a ValueModel critic over KL-penalised token rewards.
+
+    Args:
+        ppo_gamma: discount γ per token, in [0, 1].
+        ppo_gae_lambda: GAE λ, in [0, 1].
+        ppo_vf_coef: weight of the value loss in the summed loss. Policy and critic have
+            separate parameters and optimizers, so it scales only the critic's gradients
+            (before its own clipping).
+        value_clip: PPO2 value clipping range; None = off.
+        whiten_advantages: normalise advantages over the whole rollout (mean 0, std 1).
+    """
+
+    name = "online_ppo"
+    requires_critic = True
+
+    def __init__(
+        self,
+        ppo_gamma: float = 1.0,
+        ppo_gae_lambda: float = 0.95,
+        ppo_vf_coef: float = 0.5,
+        value_clip: float | None = None,
+        whiten_advantages: bool = True,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.ppo_gamma = ppo_gamma
+        self.ppo_gae_lambda = ppo_gae_lambda
+        self.ppo_vf_coef = ppo_vf_coef
+        self.value_clip = value_clip
+        self.whiten_advantages = whiten_advantages
+
+    @torch.no_grad()
+    def prepare(
+        self, rollout: Rollout, reference: nn.Module, critic: nn.Module | None = None
+    ) -> dict[str, float]:
+        if critic is None:
+            raise ValueError("online_ppo needs a critic (critic=value_model)")
+        metrics = self.score_reference(rollout, reference)
+        assert rollout.ref_logprobs is not None
+        mask = rollout.response_mask
+        kl = kl_estimate(rollout.logprobs, rollout.ref_logprobs, self.kl_estimator)
+        rewards = token_rewards(rollout.rewards, kl, mask, self.kl_coef)  # [B, G, R]
+        prompt_ids, prompt_mask = rollout.flat_prompts()
+        values = response_values(
+            critic,
+            prompt_ids,
+            prompt_mask,
+            rollout.flat("response_ids"),
+            rollout.flat("response_mask"),
+        ).view_as(rewards)
+        advantages, returns = compute_gae(
+            rewards, values, mask, self.ppo_gamma, self.ppo_gae_lambda
+        )
+        if self.whiten_advantages:
+            advantages = masked_whiten(advantages, mask)
+        rollout.values, rollout.returns, rollout.advantages = values, returns, advantages
+        metrics.update(
+            {
+                # over the whole rollout, never averaged over minibatches
+                "value/explained_variance": explained_variance(values, returns, mask),
+                "value/mean": masked_mean(values, mask).item(),
+                "returns/mean": masked_mean(returns, mask).item(),
+                "rollout/token_reward_mean": masked_mean(rewards, mask).item(),
+            }
+        )
+        return metrics
+
+    def loss(
+        self, policy: nn.Module, batch: Minibatch, critic: nn.Module | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        if critic is None or batch.values is None or batch.returns is None:
+            raise ValueError("online_ppo needs a critic and a prepared rollout")
+        mask = batch.response_mask
+        logprobs, entropy = self.policy_logprobs(policy, batch)
+        policy_loss, stats = clipped_policy_loss(
+            logprobs, batch.old_logprobs, batch.advantages, mask, self.clip_eps
+        )
+        values = response_values(
+            critic, batch.prompt_ids, batch.prompt_mask, batch.response_ids, mask
+        )
+        value_loss, value_stats = clipped_value_loss(
+            values, batch.values, batch.returns, mask, self.value_clip
+        )
+        loss = policy_loss + self.ppo_vf_coef * value_loss
+        metrics = {
+            "loss/policy": policy_loss.detach(),
+            "loss/value": value_loss.detach(),
+            "loss/total": loss.detach(),
+            "policy/clipfrac": stats["clipfrac"],
+            "policy/approx_kl": stats["approx_kl"],
+            "policy/entropy": masked_mean(entropy, mask),
+            "value/clipfrac": value_stats["clipfrac"],
+        }
+        return loss, metrics

@@ -1,0 +1,52 @@
+"""The PPO critic: the policy's trunk plus a scalar value head.
+
+Self-contained: the policy class is untouched. The trunk has the policy's parameter names
+(``model.embed_tokens``, ``model.layers.N...``, ``model.norm``), so the policy's trunk weights
+load into it directly (warm start); ``value_head`` is zero-initialised, so V ≡ 0 at the start and
+the first advantages are the discounted rewards themselves.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from astrai.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
+
+TRUNK_PREFIX = "model."
+
+
+class ValueModel(nn.Module):
+    """``V(prefix)`` for every position: trunk -> final norm -> ``Linear(hidden, 1)``."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = LlamaModel(config)
+        self.value_head = nn.Linear(config.hidden_size, 1)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """``input_ids [N, T]``, ``attention_mask [N, T]`` bool -> values ``[N, T]``."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
+        hidden = self.model(input_ids, attention_mask)
+        return self.value_head(hidden).squeeze(-1)
+
+    def warm_start(self, policy: LlamaForCausalLM) -> None:
+        """Copy the policy's trunk weights (its ``lm_head`` is not part of the trunk)."""
+        trunk = {k: v for k, v in policy.state_dict().items() if k.startswith(TRUNK_PREFIX)}
+        result = self.load_state_dict(trunk, strict=False)
+        unexpected = list(result.unexpected_keys)
+        missing = [k for k in result.missing_keys if not k.startswith("value_head.")]
+        if unexpected or missing:
+            raise ValueError(f"policy trunk does not fit the critic: {missing=} {unexpected=}")
+
+
+def build_value_model(policy: LlamaForCausalLM, warm_start: bool = True) -> ValueModel:
+    """A critic with the policy's architecture, trunk copied from it when ``warm_start``."""
+    critic = ValueModel(policy.config).to(policy.lm_head.weight.device)
+    if warm_start:
+        critic.warm_start(policy)
+    return critic
