@@ -64,6 +64,7 @@ def test_targets_are_computed_once_and_pinned(
         assert torch.equal(tensor, copies[name])
 
 
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step")
 def test_critic_steps_after_the_policy_and_outside_the_version_guard(tmp_path: Path) -> None:
     trainer = Trainer(_cfg(PPO_QUICK), tmp_path)
     events: list[tuple[str, int]] = []
