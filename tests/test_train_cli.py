@@ -22,8 +22,14 @@ QUICK = [
 ]
 
 
-def run_train(args: list[str], cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": ""}
+def run_train(
+    args: list[str], cwd: Path, timeout: int = 120, threads: int | None = 1
+) -> subprocess.CompletedProcess:
+    """``python train.py args`` in ``cwd``; ``threads=None`` keeps torch's default (as
+    ``make train`` runs), an int pins ``OMP_NUM_THREADS`` (quick runs on a shared machine)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "HYDRA_FULL_ERROR")}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     return subprocess.run(
         [sys.executable, TRAIN, *args],
         cwd=cwd,

@@ -40,7 +40,7 @@ class SchedulerConfig:
     _target_: str = "astrai.training.optim.warmup_cosine"
     _partial_: bool = True
     warmup_steps: int = 0
-    min_lr_ratio: float = 0.1
+    min_lr_ratio: float = 0.0
 
 
 @dataclass
@@ -147,7 +147,7 @@ class LoggerConfig:
 
 @dataclass
 class TrainerConfig:
-    total_steps: int = 800
+    total_steps: int = 1200
     eval_every: int = 50
     eval_prompts: int = 200  # held-out prompts per evaluation (capped by the task's pool)
     max_grad_norm: float = 1.0
