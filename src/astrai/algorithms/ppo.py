@@ -23,6 +23,12 @@ from astrai.rollout.rollout import Rollout
 from astrai.rollout.scoring import response_values
 
 
+# Per-token KL estimates are clamped to this magnitude before entering the rewards (as verl
+# does for its k3 "low_var_kl"): a rarely sampled token with π ≪ π_ref has r = π_ref/π huge and
+# k3 ≈ r, and one such outlier would dominate the whitened advantages of the whole rollout.
+KL_REWARD_CLAMP = 10.0
+
+
 class PPOStrategy(Strategy):
     """PPO: GAE(γ, λ) advantages from a ValueModel critic over KL-penalised token rewards.
 
@@ -64,7 +70,9 @@ class PPOStrategy(Strategy):
         metrics = self.score_reference(rollout, reference)
         assert rollout.ref_logprobs is not None
         mask = rollout.response_mask
-        kl = kl_estimate(rollout.logprobs, rollout.ref_logprobs, self.kl_estimator)
+        kl = kl_estimate(rollout.logprobs, rollout.ref_logprobs, self.kl_estimator).clamp(
+            -KL_REWARD_CLAMP, KL_REWARD_CLAMP
+        )
         rewards = token_rewards(rollout.rewards, kl, mask, self.kl_coef)  # [B, G, R]
         prompt_ids, prompt_mask = rollout.flat_prompts()
         values = response_values(

@@ -9,6 +9,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from astrai.algorithms.kl import KL_ESTIMATORS
+from astrai.algorithms.strategy import Strategy
 from astrai.models.llama import LlamaConfig
 from astrai.models.tokenizer import CharTokenizer
 
@@ -57,11 +58,16 @@ def _check_optimizer(node: DictConfig, key: str) -> None:
         raise ConfigError(f"{key}._target_ {node.get('_target_')!r} cannot be imported") from err
 
 
-def _strategy_class(tt: DictConfig) -> type:
+def _strategy_class(tt: DictConfig) -> type[Strategy]:
     try:
-        return get_class(tt._target_)
+        cls = get_class(tt._target_)
     except Exception as err:
         raise ConfigError(f"train_type._target_ {tt._target_!r} cannot be imported") from err
+    _require(
+        isinstance(cls, type) and issubclass(cls, Strategy),
+        f"train_type._target_ {tt._target_!r} is not an astrai Strategy",
+    )
+    return cls
 
 
 def _validate_train_type(tt: DictConfig, critic: DictConfig) -> None:
