@@ -46,6 +46,6 @@ class GRPOStrategy(Strategy):
             "loss/total": loss.detach(),
             "policy/clipfrac": stats["clipfrac"],
             "policy/approx_kl": stats["approx_kl"],
-            "policy/entropy": masked_mean(entropy, mask),
+            "policy/entropy": masked_mean(entropy.detach(), mask),
         }
         return loss, metrics

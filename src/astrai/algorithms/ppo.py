@@ -40,6 +40,10 @@ class PPOStrategy(Strategy):
             (before its own clipping).
         value_clip: PPO2 value clipping range; None = off.
         whiten_advantages: normalise advantages over the whole rollout (mean 0, std 1).
+        entropy_coef: weight of an entropy bonus in the loss. The KL penalty in the reward only
+            reaches sampled tokens, so once the policy is nearly deterministic it no longer
+            separates responses and stops holding exploration up; the bonus does (CleanRL's
+            ``ent_coef``).
     """
 
     name = "online_ppo"
@@ -52,6 +56,7 @@ class PPOStrategy(Strategy):
         ppo_vf_coef: float = 0.5,
         value_clip: float | None = None,
         whiten_advantages: bool = True,
+        entropy_coef: float = 0.0,
         **kwargs: object,
     ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -60,6 +65,7 @@ class PPOStrategy(Strategy):
         self.ppo_vf_coef = ppo_vf_coef
         self.value_clip = value_clip
         self.whiten_advantages = whiten_advantages
+        self.entropy_coef = entropy_coef
 
     @torch.no_grad()
     def prepare(
@@ -115,14 +121,15 @@ class PPOStrategy(Strategy):
         value_loss, value_stats = clipped_value_loss(
             values, batch.values, batch.returns, mask, self.value_clip
         )
-        loss = policy_loss + self.ppo_vf_coef * value_loss
+        entropy_mean = masked_mean(entropy, mask)
+        loss = policy_loss + self.ppo_vf_coef * value_loss - self.entropy_coef * entropy_mean
         metrics = {
             "loss/policy": policy_loss.detach(),
             "loss/value": value_loss.detach(),
             "loss/total": loss.detach(),
             "policy/clipfrac": stats["clipfrac"],
             "policy/approx_kl": stats["approx_kl"],
-            "policy/entropy": masked_mean(entropy, mask),
+            "policy/entropy": entropy_mean.detach(),
             "value/clipfrac": value_stats["clipfrac"],
         }
         return loss, metrics

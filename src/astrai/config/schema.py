@@ -78,6 +78,7 @@ class PPOConfig(StrategyConfig):
     ppo_vf_coef: float = 0.5
     value_clip: float | None = None
     whiten_advantages: bool = True
+    entropy_coef: float = 0.0
 
 
 @dataclass

@@ -40,7 +40,7 @@ def response_logprobs(
 
     Returns:
         ``logprobs [N, R]`` (0 at padding) and, when asked, ``entropy [N, R]`` of the scaled
-        distribution at each response position.
+        distribution at each response position (with grad, for an entropy bonus).
     """
     input_ids, attention_mask = concat_sequences(
         prompt_ids, prompt_mask, response_ids, response_mask
@@ -51,7 +51,7 @@ def response_logprobs(
     logits = scaled_logits(logits[:, p - 1 : p + r - 1].float(), temperature)
     logprobs = logits.log_softmax(-1).gather(-1, response_ids[..., None]).squeeze(-1)
     logprobs = logprobs.masked_fill(~response_mask.bool(), 0.0)
-    entropy = entropy_from_logits(logits).detach() if with_entropy else None
+    entropy = entropy_from_logits(logits) if with_entropy else None
     return logprobs, entropy
 
 
