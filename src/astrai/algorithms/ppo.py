@@ -22,7 +22,6 @@ from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.scoring import response_values
 
-
 # Per-token KL estimates are clamped to this magnitude before entering the rewards (as verl
 # does for its k3 "low_var_kl"): a rarely sampled token with π ≪ π_ref has r = π_ref/π huge and
 # k3 ≈ r, and one such outlier would dominate the whitened advantages of the whole rollout.
