@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig
+from tests.helpers import compose_config
 
 from astrai.algorithms.grpo import GRPOStrategy
 from astrai.algorithms.ppo import PPOStrategy
-from astrai.config.store import register_configs
 from astrai.config.validate import ConfigError, parse_gpu_devices, validate_config
 from astrai.models.llama import LlamaForCausalLM
 from astrai.rollout.sampler import SamplingConfig
@@ -22,9 +21,7 @@ CONF = Path(CONFIG_DIR)
 
 
 def _compose(overrides: list[str] | None = None) -> DictConfig:
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="train", overrides=overrides or [])
+    return compose_config(overrides, validate=False)
 
 
 def _options(group: str) -> list[str]:

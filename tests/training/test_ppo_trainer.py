@@ -8,14 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
+from tests.helpers import compose_config
 
 import astrai.algorithms.ppo as ppo_module
-from astrai.config.store import register_configs
-from astrai.config.validate import validate_config
 from astrai.metrics.names import METRICS_BY_TRAIN_TYPE
-from astrai.train import CONFIG_DIR
 from astrai.training.trainer import Trainer
 
 PPO_QUICK = [
@@ -33,11 +30,7 @@ PPO_QUICK = [
 
 
 def _cfg(overrides: list[str]) -> DictConfig:
-    register_configs()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
-    validate_config(cfg)
-    return cfg
+    return compose_config(overrides)
 
 
 def test_targets_are_computed_once_and_pinned(

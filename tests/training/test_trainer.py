@@ -7,15 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tests.helpers import compose_config
 
-from astrai.config.store import register_configs
-from astrai.config.validate import validate_config
 from astrai.metrics.names import METRICS_BY_TRAIN_TYPE
 from astrai.rollout.minibatch import flatten_rollout
-from astrai.train import CONFIG_DIR
 from astrai.training.trainer import Trainer
 
 METRICS = METRICS_BY_TRAIN_TYPE["online_grpo"]
@@ -36,11 +33,7 @@ QUICK = [
 
 
 def _cfg(overrides: list[str]) -> DictConfig:
-    register_configs()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
-    validate_config(cfg)
-    return cfg
+    return compose_config(overrides)
 
 
 @pytest.fixture(scope="module")
