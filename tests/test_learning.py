@@ -35,4 +35,3 @@ def test_default_job_learns_addition(tmp_path: Path) -> None:
     tb = {e.step: e.value for e in events.Scalars("eval/accuracy")}
     assert tb[0] == pytest.approx(evals[0][1]) and tb[final_step] == pytest.approx(final_accuracy)
     assert f"eval/accuracy {final_accuracy:.3f}" in result.stdout  # the final console line
-
