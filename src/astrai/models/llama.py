@@ -11,6 +11,7 @@ exactly like the same row without padding.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -250,6 +251,16 @@ def _causal_padding_mask(attention_mask: Tensor, t: int) -> Tensor:
     return allowed[:, None]
 
 
+def init_weights(module: nn.Module, std: float) -> None:
+    """normal(0, std) for Linear/Embedding weights, zero biases (as HF Llama). PyTorch's default
+    N(0, 1) embedding init with tied weights makes a fresh model copy its input token, which
+    gives RL no signal."""
+    if isinstance(module, nn.Linear | nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
 class LlamaForCausalLM(nn.Module):
     """Trunk + LM head. ``forward`` returns logits and final hidden states."""
 
@@ -258,17 +269,9 @@ class LlamaForCausalLM(nn.Module):
         self.config = config
         self.model = LlamaModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.apply(self._init_weights)
+        self.apply(partial(init_weights, std=config.initializer_range))
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-
-    def _init_weights(self, module: nn.Module) -> None:
-        # normal(0, 0.02) as in HF Llama: PyTorch's default N(0, 1) embedding init with tied
-        # weights makes a fresh model copy its input token, which gives RL no signal.
-        if isinstance(module, nn.Linear | nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
 
     def forward(
         self,

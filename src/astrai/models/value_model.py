@@ -8,10 +8,12 @@ the first advantages are the discounted rewards themselves.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import Tensor, nn
 
-from astrai.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
+from astrai.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel, init_weights
 
 TRUNK_PREFIX = "model."
 
@@ -23,6 +25,7 @@ class ValueModel(nn.Module):
         super().__init__()
         self.config = config
         self.model = LlamaModel(config)
+        self.model.apply(partial(init_weights, std=config.initializer_range))
         self.value_head = nn.Linear(config.hidden_size, 1)
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
