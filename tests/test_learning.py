@@ -19,7 +19,7 @@ def test_default_job_learns_addition(tmp_path: Path) -> None:
     result = run_train(
         [f"hydra.run.dir={run_dir}", "trainer.progress_bar=false"],
         cwd=tmp_path,
-        timeout=600,
+        timeout=1800,  # ~3 min alone; generous for a loaded CI machine
         threads=None,  # exactly what `make train` runs
     )
     assert result.returncode == 0, result.stderr[-2000:]
