@@ -135,6 +135,7 @@ def test_optimizer_and_scheduler_are_partials() -> None:
         (["infra.gpu.devices=[a]"], "infra.gpu.devices"),
         (["infra.nproc_per_node=0"], "infra.nproc_per_node"),
         (["task.eval_fraction=1.5"], "eval_fraction"),
+        (["task=reverse", "task.max_len=5"], "train_type.sampling.max_new_tokens"),
         (["critic=value_model"], "critic=none"),
         (["train_type=online_ppo", "critic=none"], "critic=value_model"),
         (["train_type=online_ppo", "train_type.ppo_gamma=1.5"], "train_type.ppo_gamma"),

@@ -148,7 +148,13 @@ def _validate_task(cfg: DictConfig, tokenizer: CharTokenizer, model: LlamaConfig
         raise ConfigError(f"task: {cause}") from err
     missing = sorted(set(task.alphabet()) - set(tokenizer.alphabet))
     _require(not missing, f"task uses characters the tokenizer lacks: {missing}")
-    longest = 1 + task.max_prompt_len() + cfg.train_type.sampling.max_new_tokens
+    max_new_tokens = cfg.train_type.sampling.max_new_tokens
+    _require(
+        max_new_tokens >= task.max_answer_len(),
+        f"train_type.sampling.max_new_tokens ({max_new_tokens}) cannot hold the task's longest "
+        f"answer ({task.max_answer_len()} characters; one more for EOS)",
+    )
+    longest = 1 + task.max_prompt_len() + max_new_tokens
     _require(
         longest <= model.max_position_embeddings,
         f"model.max_position_embeddings ({model.max_position_embeddings}) is shorter than "
