@@ -35,7 +35,7 @@ test-all: test test-slow ## every test
 lint: $(STAMP) ## ruff lint + format check, mypy on the typed core
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
-	$(BIN)/mypy src/astrai/algorithms src/astrai/config
+	$(BIN)/mypy src/astrai/algorithms src/astrai/config src/astrai/checkpoints
 
 format: $(STAMP) ## apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix src tests bench

@@ -8,6 +8,10 @@ import torch
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.tokenizer import CharTokenizer
 
+# The tests' models are tiny: one intra-op thread is as fast as two and, on a shared 2-core
+# machine, far faster than two threads contending with another process for one core.
+torch.set_num_threads(1)
+
 
 @pytest.fixture
 def tokenizer() -> CharTokenizer:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = str(REPO / "train.py")
@@ -53,6 +56,10 @@ def run_train(
         ("train_type=online_ppo train_type.ppo_gamma=1.5", "train_type.ppo_gamma"),
         ("train_type=online_ppo train_type.ppo_gae_lambda=-1", "train_type.ppo_gae_lambda"),
         ("train_type=online_ppo train_type.kl_estimator=k7", "train_type.kl_estimator"),
+        ("trainer.max_duration=2weeks", "trainer.max_duration"),
+        ("ckpt.keep_last=0", "ckpt.keep_last"),
+        ("ckpt.every_steps=-1", "ckpt.every_steps"),
+        ("ckpt.resume=/nonexistent/step_3", "ckpt.resume: no checkpoint directory"),
     ],
 )
 def test_bad_override_exits_nonzero_with_one_clear_message(
@@ -62,7 +69,7 @@ def test_bad_override_exits_nonzero_with_one_clear_message(
     assert result.returncode != 0
     assert needle in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
-    if result.stderr.startswith("astrai: config error"):
+    if result.stderr.startswith(("astrai: config error", "astrai: checkpoint error")):
         assert len(result.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []  # nothing written: no outputs/ folder
 
@@ -80,3 +87,77 @@ def test_each_builtin_task_runs(tmp_path: Path, task: str) -> None:
     assert (run_dir / ".hydra" / "config.yaml").is_file()
     assert (run_dir / "config.yaml").is_file()
     assert "done: 2 steps" in result.stdout  # the final console line
+
+
+# --- graceful stop and resume through the real CLI ------------------------------------------
+
+LONG = [
+    "trainer.total_steps=150",
+    "trainer.eval_every=50",
+    "trainer.eval_prompts=8",
+    "trainer.progress_bar=false",
+    "train_type.prompts_per_step=4",
+    "train_type.group_size=2",
+    "ckpt.every_steps=0",
+]
+
+
+def _last_logged_step(run_dir: Path) -> int:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return -1
+    lines = path.read_text().splitlines()
+    try:
+        return json.loads(lines[-1])["step"] if lines else -1
+    except ValueError:
+        return -1  # a line being written
+
+
+def _weights(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+def test_sigterm_checkpoints_exits_0_and_the_resumed_run_matches(tmp_path: Path) -> None:
+    straight = tmp_path / "straight"
+    result = run_train([*LONG, f"hydra.run.dir={straight}"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+    stopped = tmp_path / "stopped"
+    args = [sys.executable, TRAIN, *LONG, f"hydra.run.dir={stopped}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while _last_logged_step(stopped) < 3 and time.monotonic() < deadline:
+        assert proc.poll() is None, "the run ended before it could be stopped"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    summary = json.loads((stopped / "summary.json").read_text())
+    assert summary["stopped"] == "SIGTERM"
+    k = summary["step"]
+    assert 3 <= k < 150
+    assert summary["checkpoint"] == str(stopped / "checkpoints" / f"step_{k}")
+    assert f"stopped (SIGTERM): {k} steps" in out
+
+    resumed = run_train([*LONG, f"hydra.run.dir={stopped}"], cwd=tmp_path)  # ckpt.resume=auto
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((stopped / "summary.json").read_text())["step"] == 150
+    a = _weights(straight / "checkpoints" / "step_150" / "model.safetensors")
+    b = _weights(stopped / "checkpoints" / "step_150" / "model.safetensors")
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    steps = [json.loads(line)["step"] for line in (stopped / "metrics.jsonl").open()]
+    assert steps == list(range(151))
+
+
+def test_time_budget_stops_with_a_checkpoint_and_exit_0(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = run_train([*LONG, "trainer.max_duration=0.001s", f"hydra.run.dir={run_dir}"], tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped"] == "max_duration"
+    assert summary["step"] == 1  # the step in progress is finished, then the run stops
+    assert (run_dir / "checkpoints" / "step_1" / "trainer_state.json").is_file()

@@ -11,6 +11,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from astrai.checkpoints.layout import CheckpointError
 from astrai.config.store import register_configs
 from astrai.config.validate import ConfigError, validate_config
 from astrai.rollout.collect import RewardError
@@ -29,7 +30,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, object]:
     trainer.save_config()
     summary = trainer.fit()
     log.info(
-        "done: %d steps in %.1fs, eval/accuracy %.3f (step 0: %.3f), run dir %s",
+        "%s: %d steps in %.1fs, eval/accuracy %.3f (step 0: %.3f), run dir %s",
+        "done" if summary["stopped"] is None else f"stopped ({summary['stopped']})",
         summary["step"],
         summary["wall_time_s"],
         summary["eval/accuracy"],
@@ -66,6 +68,11 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         sys.exit(2)
     try:
         summary = run(cfg, run_dir)
+    except CheckpointError as err:
+        # raised while restoring, before the run writes anything
+        _discard_run_dir(run_dir)
+        print(f"astrai: checkpoint error: {err}", file=sys.stderr)
+        sys.exit(2)
     except RewardError as err:
         log.error("stopped: %s", err)
         sys.exit(1)

@@ -153,6 +153,14 @@ class TrainerConfig:
     eval_prompts: int = 200  # held-out prompts per evaluation (capped by the task's pool)
     max_grad_norm: float = 1.0
     progress_bar: bool = True
+    max_duration: Any = None  # wall-clock budget ("90m", "2h", seconds); then checkpoint, exit 0
+
+
+@dataclass
+class CheckpointConfig:
+    every_steps: int = 200  # periodic checkpoints (0 = only at the end / on stop)
+    keep_last: int = 2  # complete checkpoints kept; older ones are pruned after a save
+    resume: Any = "auto"  # "auto" (latest in the run dir), a checkpoint path, or null
 
 
 @dataclass
@@ -168,3 +176,4 @@ class TrainConfig:
     seed: int = 0
     optimized_metric: str = "eval/accuracy"
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    ckpt: CheckpointConfig = field(default_factory=CheckpointConfig)

@@ -12,6 +12,7 @@ from astrai.algorithms.kl import KL_ESTIMATORS
 from astrai.algorithms.strategy import Strategy
 from astrai.models.llama import LlamaConfig
 from astrai.models.tokenizer import CharTokenizer
+from astrai.training.stopping import parse_duration
 
 
 class ConfigError(ValueError):
@@ -183,6 +184,15 @@ def _validate_infra(infra: DictConfig) -> None:
     )
 
 
+def _validate_ckpt(ckpt: DictConfig) -> None:
+    _require(ckpt.every_steps >= 0, f"ckpt.every_steps must be >= 0 (got {ckpt.every_steps})")
+    _require(ckpt.keep_last >= 1, f"ckpt.keep_last must be >= 1 (got {ckpt.keep_last})")
+    _require(
+        ckpt.resume is None or (isinstance(ckpt.resume, str) and ckpt.resume.strip() != ""),
+        f"ckpt.resume must be 'auto', a checkpoint path or null (got {ckpt.resume!r})",
+    )
+
+
 def validate_config(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` for the first invalid key of a composed config."""
     t = cfg.trainer
@@ -190,6 +200,12 @@ def validate_config(cfg: DictConfig) -> None:
     _require(t.eval_every >= 1, f"trainer.eval_every must be >= 1 (got {t.eval_every})")
     _require(t.eval_prompts >= 1, f"trainer.eval_prompts must be >= 1 (got {t.eval_prompts})")
     _require(t.max_grad_norm > 0, f"trainer.max_grad_norm must be > 0 (got {t.max_grad_norm})")
+    if t.max_duration is not None:
+        try:
+            parse_duration(t.max_duration)
+        except ValueError as err:
+            raise ConfigError(f"trainer.max_duration: {err}") from err
+    _validate_ckpt(cfg.ckpt)
     _require(cfg.logger.samples_every >= 1, "logger.samples_every must be >= 1")
     _require(cfg.logger.num_samples >= 0, "logger.num_samples must be >= 0")
     _validate_train_type(cfg.train_type, cfg.critic)

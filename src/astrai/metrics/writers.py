@@ -23,18 +23,57 @@ class RunLogger:
     """Writes one JSON object per logged step and the same scalars to TensorBoard.
 
     Keeps the latest value of every metric so ``summary()`` holds the final metrics.
+
+    Args:
+        resume_step: when resuming from a checkpoint at this step, rows logged after it (by a
+            run that went on past its last checkpoint) are dropped from ``metrics.jsonl`` and
+            purged from TensorBoard, so the resumed run's records read as one uninterrupted run.
     """
 
-    def __init__(self, run_dir: str | Path, tensorboard: bool = True, flush_secs: int = 10) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        tensorboard: bool = True,
+        flush_secs: int = 10,
+        resume_step: int | None = None,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.latest: dict[str, float] = {}
+        if resume_step is not None:
+            self._truncate_after(resume_step)
         self._jsonl = open(self.run_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
         self._tb = (
-            SummaryWriter(str(self.run_dir / TENSORBOARD_DIR), flush_secs=flush_secs)
+            SummaryWriter(
+                str(self.run_dir / TENSORBOARD_DIR),
+                flush_secs=flush_secs,
+                purge_step=resume_step + 1 if resume_step is not None else None,
+            )
             if tensorboard
             else None
         )
-        self.latest: dict[str, float] = {}
+
+    def _truncate_after(self, step: int) -> None:
+        """Keep the rows with ``step <= step`` (rewritten atomically) and replay them into
+        ``latest``."""
+        path = self.run_dir / METRICS_FILE
+        if not path.is_file():
+            return
+        kept = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a torn last line from a killed run
+            if not isinstance(record, dict) or record.get("step", step + 1) > step:
+                continue
+            kept.append(line)
+            for name, value in record.items():
+                if name != "step":
+                    self.latest[name] = float("nan") if value is None else float(value)
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        os.replace(tmp, path)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Record ``metrics`` (name -> float) at ``step``."""

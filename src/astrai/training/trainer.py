@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from astrai.algorithms.masked import masked_mean, masked_var
 from astrai.algorithms.strategy import Strategy
+from astrai.checkpoints.io import prune_checkpoints
 from astrai.config.validate import parse_gpu_devices
 from astrai.metrics.aggregate import MetricMeans
 from astrai.metrics.writers import RunLogger, samples_markdown
@@ -28,8 +29,14 @@ from astrai.rollout.collect import collect_rollout
 from astrai.rollout.minibatch import flatten_rollout, iter_minibatches
 from astrai.rollout.rollout import Rollout
 from astrai.tasks.base import Task
+from astrai.training.checkpointing import (
+    resolve_resume,
+    restore_training_checkpoint,
+    save_training_checkpoint,
+)
 from astrai.training.evaluation import EvalResult, evaluate
 from astrai.training.setup import make_generator, resolve_device, seed_everything
+from astrai.training.stopping import StopRequest, parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +70,22 @@ class Trainer:
         self.eval_prompts = self.task.eval_prompts(cfg.trainer.eval_prompts)
         self.policy_version = 0
         self.step = 0
-        self.logger = RunLogger(self.run_dir, cfg.logger.tensorboard, cfg.logger.flush_secs)
+        self.initial_metrics: dict[str, float] = {}  # the step-0 evaluation
+        # restore before anything is written: a bad checkpoint leaves the run dir untouched
+        self.resumed_from = resolve_resume(cfg.ckpt.resume, self.run_dir, self.strategy.name)
+        if self.resumed_from is not None:
+            restore_training_checkpoint(self, self.resumed_from)
+            log.info("resumed from %s at step %d", self.resumed_from, self.step)
+        self.logger = RunLogger(
+            self.run_dir,
+            cfg.logger.tensorboard,
+            cfg.logger.flush_secs,
+            resume_step=self.step if self.resumed_from is not None else None,
+        )
+
+    def generators(self) -> dict[str, torch.Generator]:
+        """The run's dedicated random streams (saved and restored with checkpoints)."""
+        return {"sample": self.sample_generator, "shuffle": self.shuffle_generator}
 
     # --- one RL step ---------------------------------------------------------------------------
 
@@ -165,36 +187,69 @@ class Trainer:
     def _log_samples(self, tag: str, rows: list[tuple[str, str, float]]) -> None:
         self.logger.log_text(self.step, tag, samples_markdown(rows[: self.cfg.logger.num_samples]))
 
-    def fit(self) -> dict[str, object]:
-        """Run ``trainer.total_steps`` RL steps; return the summary written to ``summary.json``."""
+    def fit(self, until: int | None = None) -> dict[str, object]:
+        """Train up to ``trainer.total_steps`` (or ``until``, if smaller), checkpointing on
+        schedule, on SIGTERM/SIGINT, when ``trainer.max_duration`` is spent and at the end.
+
+        Returns the summary also written to ``summary.json``; ``stopped`` says why a run ended
+        before ``total_steps`` (None when it completed).
+        """
         total = self.cfg.trainer.total_steps
+        stop_at = total if until is None else min(until, total)
+        budget = self.cfg.trainer.max_duration
         start = time.perf_counter()
-        initial = self._eval_metrics()
-        self.logger.log(self.step, initial)
-        bar = tqdm(total=total, disable=not self.cfg.trainer.progress_bar, desc="astrai")
-        while self.step < total:
-            metrics = self.train_step()
-            if self.step % self.cfg.trainer.eval_every == 0 or self.step == total:
-                metrics.update(self._eval_metrics())
-            self.logger.log(self.step, metrics)
-            bar.update(1)
-            bar.set_postfix(
-                reward=f"{metrics['rollout/reward_mean']:.3f}",
-                acc=f"{self.logger.latest.get('eval/accuracy', float('nan')):.2f}",
-                step_s=f"{metrics['perf/step_s']:.2f}",
-            )
+        if self.step == 0:
+            self.initial_metrics = self._eval_metrics()
+            self.logger.log(self.step, self.initial_metrics)
+        saved_step = self.step if self.resumed_from is not None else None
+        checkpoint: Path | None = self.resumed_from
+        stopped: str | None = None
+        bar = tqdm(
+            total=total,
+            initial=self.step,
+            disable=not self.cfg.trainer.progress_bar,
+            desc="astrai",
+        )
+        with StopRequest(parse_duration(budget) if budget is not None else None) as stop:
+            while self.step < stop_at:
+                metrics = self.train_step()
+                if self.step % self.cfg.trainer.eval_every == 0 or self.step == total:
+                    metrics.update(self._eval_metrics())
+                self.logger.log(self.step, metrics)
+                bar.update(1)
+                bar.set_postfix(
+                    reward=f"{metrics['rollout/reward_mean']:.3f}",
+                    acc=f"{self.logger.latest.get('eval/accuracy', float('nan')):.2f}",
+                    step_s=f"{metrics['perf/step_s']:.2f}",
+                )
+                stopped = stop.reason
+                every = self.cfg.ckpt.every_steps
+                if stopped is not None or (every > 0 and self.step % every == 0):
+                    checkpoint, saved_step = self.save_checkpoint(), self.step
+                if stopped is not None:
+                    log.warning("stopped (%s) at step %d: %s", stopped, self.step, checkpoint)
+                    break
+            if saved_step != self.step:  # the end of the run (or of ``until``)
+                checkpoint = self.save_checkpoint()
         bar.close()
-        wall = time.perf_counter() - start
-        summary = {
+        summary: dict[str, object] = {
             "step": self.step,
-            "wall_time_s": wall,
-            "initial/eval/accuracy": initial["eval/accuracy"],
+            "wall_time_s": time.perf_counter() - start,
+            "initial/eval/accuracy": self.initial_metrics.get("eval/accuracy"),
             "train_type": self.strategy.name,
             "run_dir": str(self.run_dir),
+            "stopped": stopped,
+            "checkpoint": str(checkpoint) if checkpoint is not None else None,
         }
         self.logger.write_summary(summary)
         self.logger.close()
         return {**self.logger.latest, **summary}
+
+    def save_checkpoint(self) -> Path:
+        """Write ``checkpoints/step_<step>/`` atomically, then prune beyond ``ckpt.keep_last``."""
+        path = save_training_checkpoint(self)
+        prune_checkpoints(path.parent, self.cfg.ckpt.keep_last)
+        return path
 
     def save_config(self) -> None:
         (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(self.cfg, resolve=True))

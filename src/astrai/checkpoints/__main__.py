@@ -1,0 +1,117 @@
+"""``python -m astrai.checkpoints {list,verify,prune} DIR``: inspect and tidy checkpoints.
+
+DIR is a run dir, its ``checkpoints/`` folder or (for ``verify``) one ``step_<N>`` directory.
+Exit status: 0 on success, 1 when ``verify`` finds a problem, 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from astrai.checkpoints.io import prune_checkpoints, remove_stale_temporaries
+from astrai.checkpoints.layout import (
+    CheckpointInfo,
+    checkpoints_root,
+    list_checkpoints,
+    missing_files,
+    parse_step,
+    stale_temporaries,
+)
+from astrai.checkpoints.verify import verify_checkpoint
+
+
+def _size_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20
+
+
+def _targets(directory: Path) -> list[CheckpointInfo]:
+    step = parse_step(directory.name)
+    if step is not None and directory.is_dir():
+        return [CheckpointInfo(step, directory)]
+    return list_checkpoints(checkpoints_root(directory))
+
+
+def cmd_list(directory: Path) -> int:
+    root = checkpoints_root(directory)
+    checkpoints = list_checkpoints(root)
+    if not checkpoints:
+        print(f"no checkpoints under {root}")
+    else:
+        print(f"{'step':>8}  {'train_type':<12} {'size':>11}  status  path")
+    for info in checkpoints:
+        train_type = info.train_type() or "?"
+        missing = missing_files(info.path, train_type) if train_type != "?" else []
+        status = "complete" if not missing else "missing " + ", ".join(missing)
+        size = _size_mb(info.path)
+        print(f"{info.step:>8}  {train_type:<12} {size:8.2f} MB  {status}  {info.path}")
+    for tmp in stale_temporaries(root):
+        print(f"   stale  {tmp}  (unfinished save; ignored, removed by the next save)")
+    return 0
+
+
+def cmd_verify(directory: Path, train_type: str | None) -> int:
+    targets = _targets(directory)
+    if not targets:
+        print(f"no checkpoints under {directory}", file=sys.stderr)
+        return 1
+    failed = 0
+    for info in targets:
+        verdict = verify_checkpoint(info, train_type)
+        label = verdict.train_type or "?"
+        if verdict.ok:
+            print(f"OK    {info.path} ({label})")
+        else:
+            failed += 1
+            for problem in verdict.problems:
+                print(f"FAIL  {info.path} ({label}): {problem}")
+    return 1 if failed else 0
+
+
+def cmd_prune(directory: Path, keep: int, force: bool) -> int:
+    root = checkpoints_root(directory)
+    doomed = prune_checkpoints(root, keep, dry_run=not force)
+    verb = "deleted" if force else "would delete"
+    for path in doomed:
+        print(f"{verb} {path}")
+    stale = remove_stale_temporaries(root) if force else stale_temporaries(root)
+    for path in stale:
+        print(f"{verb} {path} (stale temporary)")
+    if not force and (doomed or stale):
+        print("dry run: pass --force to delete")
+    if not doomed and not stale:
+        print(f"nothing to prune under {root} (keeping {keep})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m astrai.checkpoints", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    p_list = commands.add_parser("list", help="checkpoints of a run, with completeness")
+    p_list.add_argument("dir", type=Path)
+    p_verify = commands.add_parser("verify", help="every file present and readable")
+    p_verify.add_argument("dir", type=Path)
+    p_verify.add_argument(
+        "--train-type", help="check for this train_type instead of the recorded one"
+    )
+    p_prune = commands.add_parser("prune", help="keep the newest N (dry run unless --force)")
+    p_prune.add_argument("dir", type=Path)
+    p_prune.add_argument("--keep", type=int, required=True)
+    p_prune.add_argument("--force", action="store_true")
+    args = parser.parse_args(argv)
+    if not args.dir.exists():
+        print(f"astrai.checkpoints: {args.dir}: no such directory", file=sys.stderr)
+        return 2
+    if args.command == "list":
+        return cmd_list(args.dir)
+    if args.command == "verify":
+        return cmd_verify(args.dir, args.train_type)
+    if args.keep < 1:
+        print("astrai.checkpoints: --keep must be >= 1", file=sys.stderr)
+        return 2
+    return cmd_prune(args.dir, args.keep, args.force)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""Atomic checkpoint directories and reads that name the file when it is unusable."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from astrai.checkpoints.layout import (
+    TMP_MARKER,
+    CheckpointError,
+    list_checkpoints,
+    stale_temporaries,
+    step_dir_name,
+)
+
+FileWriter = Callable[[Path], None]
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_checkpoint(root: str | Path, step: int, writers: Mapping[str, FileWriter]) -> Path:
+    """Write ``root/step_<step>/`` atomically and return it.
+
+    Each ``writers[name](path)`` writes one file into a temporary sibling directory; the files
+    and the directory are fsynced, then the directory is renamed to its final name. A failure
+    (or a kill) before the rename leaves at most a temporary that readers ignore; stale
+    temporaries are removed before each save.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(root)
+    final = root / step_dir_name(step)
+    tmp = root / f".{final.name}{TMP_MARKER}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        for name, write in writers.items():
+            write(tmp / name)
+            _fsync(tmp / name)
+        _fsync(tmp)
+        if final.exists():  # re-saving the same step (e.g. resumed from it): replace it whole
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync(root)
+    return final
+
+
+def write_file_atomic(path: Path, write: FileWriter) -> None:
+    """One file written under a temporary name, fsynced and renamed into place."""
+    tmp = path.with_name(f".{path.name}{TMP_MARKER}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        write(tmp)
+        _fsync(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync(path.parent)
+
+
+def remove_stale_temporaries(root: Path) -> list[Path]:
+    removed = stale_temporaries(root)
+    for path in removed:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return removed
+
+
+def prune_checkpoints(root: str | Path, keep_last: int, dry_run: bool = False) -> list[Path]:
+    """Delete all but the ``keep_last`` highest-step checkpoints; return what was (or would be)
+    deleted. Only complete, final-named directories count."""
+    if keep_last < 1:
+        raise ValueError(f"keep_last must be >= 1 (got {keep_last})")
+    doomed = [info.path for info in list_checkpoints(root)[:-keep_last]]
+    if not dry_run:
+        for path in doomed:
+            shutil.rmtree(path)
+    return doomed
+
+
+# --- writers ---------------------------------------------------------------------------------
+
+
+def module_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """State dict with tied tensors stored once (the first name wins), contiguous, on CPU."""
+    tensors: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in module.state_dict().items():
+        key = tensor.untyped_storage().data_ptr()
+        if key in seen:
+            continue
+        seen.add(key)
+        tensors[name] = tensor.detach().cpu().contiguous()
+    return tensors
+
+
+def save_module(module: nn.Module, path: Path) -> None:
+    save_file(module_tensors(module), str(path))
+
+
+def save_json(payload: Any, path: Path) -> None:
+    path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+
+
+def save_torch(payload: Any, path: Path) -> None:
+    torch.save(payload, path)
+
+
+# --- readers: every failure names the file ---------------------------------------------------
+
+
+def _require_file(path: Path) -> None:
+    if not path.is_file():
+        raise CheckpointError(f"{path}: file is missing")
+
+
+def load_tensors(path: Path) -> dict[str, torch.Tensor]:
+    _require_file(path)
+    try:
+        return load_file(str(path))
+    except Exception as err:
+        raise CheckpointError(f"{path}: unreadable safetensors file ({err})") from err
+
+
+def load_module(module: nn.Module, path: Path) -> None:
+    """Load safetensors weights into ``module`` (tied parameters stored once)."""
+    tensors = load_tensors(path)
+    expected = module_tensors(module)
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{path}: weights do not match the model (missing {missing}, unexpected {unexpected})"
+        )
+    try:
+        module.load_state_dict(tensors, strict=False)
+    except RuntimeError as err:
+        raise CheckpointError(f"{path}: weights do not match the model ({err})") from err
+
+
+def load_json(path: Path) -> Any:
+    _require_file(path)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise CheckpointError(f"{path}: unreadable JSON ({err})") from err
+
+
+def load_torch(path: Path) -> Any:
+    """``torch.load(weights_only=True)``: plain tensors and containers only, never pickled code."""
+    _require_file(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise CheckpointError(f"{path}: unreadable torch file ({err})") from err
+
+
+def load_state_dict_into(target: Any, path: Path) -> None:
+    """``target.load_state_dict(load_torch(path))`` with errors that name the file."""
+    state = load_torch(path)
+    try:
+        target.load_state_dict(state)
+    except (KeyError, ValueError, RuntimeError, TypeError) as err:
+        raise CheckpointError(f"{path}: does not match this run ({err})") from err

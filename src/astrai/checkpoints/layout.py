@@ -1,0 +1,114 @@
+"""Where checkpoint files live and which ones a complete checkpoint must hold."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+CHECKPOINTS_DIR = "checkpoints"
+STEP_PREFIX = "step_"
+TMP_MARKER = ".tmp-"  # temporaries are named ".step_<N>.tmp-<pid>-<random>"
+
+MODEL_FILE = "model.safetensors"  # policy weights
+MODEL_CONFIG_FILE = "config.json"  # policy hyperparameters (Hugging Face LlamaConfig names)
+TOKENIZER_FILE = "tokenizer.json"
+OPTIMIZER_FILE = "optimizer.pt"
+SCHEDULER_FILE = "scheduler.pt"
+TRAINER_STATE_FILE = "trainer_state.json"  # step, samples, data position, version, RNG states
+RUN_CONFIG_FILE = "config.yaml"  # the resolved Hydra config
+VALUE_MODEL_FILE = "value_model.pt"  # online_ppo: critic weights
+VALUE_OPTIMIZER_FILE = "value_optimizer.pt"  # online_ppo: critic optimizer state
+# The frozen reference (the initial policy), stored once per run next to the step directories.
+REFERENCE_FILE = "reference.safetensors"
+
+COMMON_FILES = (
+    MODEL_FILE,
+    MODEL_CONFIG_FILE,
+    TOKENIZER_FILE,
+    OPTIMIZER_FILE,
+    SCHEDULER_FILE,
+    TRAINER_STATE_FILE,
+    RUN_CONFIG_FILE,
+)
+CRITIC_FILES = (VALUE_MODEL_FILE, VALUE_OPTIMIZER_FILE)
+TRAIN_TYPES_WITH_CRITIC = frozenset({"online_ppo"})
+
+_STEP_DIR = re.compile(rf"^{STEP_PREFIX}(\d+)$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used; the message names the directory or file."""
+
+
+def step_dir_name(step: int) -> str:
+    return f"{STEP_PREFIX}{step}"
+
+
+def parse_step(name: str) -> int | None:
+    """``"step_12"`` -> 12; anything else (temporaries included) -> None."""
+    match = _STEP_DIR.match(name)
+    return int(match.group(1)) if match else None
+
+
+def required_files(train_type: str) -> tuple[str, ...]:
+    """Files a complete checkpoint of ``train_type`` holds (PPO adds the critic's two)."""
+    return COMMON_FILES + (CRITIC_FILES if train_type in TRAIN_TYPES_WITH_CRITIC else ())
+
+
+def missing_files(path: Path, train_type: str) -> list[str]:
+    """Names from ``required_files(train_type)`` that are not regular files in ``path``."""
+    return [name for name in required_files(train_type) if not (path / name).is_file()]
+
+
+def checkpoints_root(path: str | Path) -> Path:
+    """A run dir or its ``checkpoints/`` folder -> the ``checkpoints/`` folder."""
+    path = Path(path)
+    if path.name != CHECKPOINTS_DIR and (path / CHECKPOINTS_DIR).is_dir():
+        return path / CHECKPOINTS_DIR
+    return path
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """One ``step_<N>`` directory under a checkpoints root."""
+
+    step: int
+    path: Path
+
+    def train_type(self) -> str | None:
+        """The train_type recorded in ``trainer_state.json``; None when unreadable."""
+        try:
+            state = json.loads((self.path / TRAINER_STATE_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        value = state.get("train_type") if isinstance(state, dict) else None
+        return value if isinstance(value, str) else None
+
+
+def list_checkpoints(root: str | Path) -> list[CheckpointInfo]:
+    """``step_<N>`` directories under ``root`` sorted by step; temporaries are never listed."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        step = parse_step(child.name)
+        if step is not None and child.is_dir():
+            found.append(CheckpointInfo(step, child))
+    return sorted(found, key=lambda info: info.step)
+
+
+def stale_temporaries(root: str | Path) -> list[Path]:
+    """Leftovers of saves that never finished (a crash or a second signal mid-save)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.name.startswith(".") and TMP_MARKER in p.name)
+
+
+def latest_checkpoint(root: str | Path) -> CheckpointInfo | None:
+    """The highest-step checkpoint under ``root`` (a run dir or its checkpoints folder)."""
+    checkpoints = list_checkpoints(checkpoints_root(root))
+    return checkpoints[-1] if checkpoints else None

@@ -1,0 +1,151 @@
+"""Save a trainer's full state as one checkpoint and restore it exactly.
+
+What a checkpoint holds is listed in ``astrai.checkpoints.layout``; this module maps a
+``Trainer``'s attributes onto those files. The frozen reference (the initial policy) is written
+once per run as ``checkpoints/reference.safetensors`` and read back on resume, so the KL anchor
+is the same before and after a restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import OmegaConf
+
+from astrai.checkpoints import io
+from astrai.checkpoints.layout import (
+    CHECKPOINTS_DIR,
+    MODEL_CONFIG_FILE,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    REFERENCE_FILE,
+    RUN_CONFIG_FILE,
+    SCHEDULER_FILE,
+    TOKENIZER_FILE,
+    TRAINER_STATE_FILE,
+    VALUE_MODEL_FILE,
+    VALUE_OPTIMIZER_FILE,
+    CheckpointError,
+    latest_checkpoint,
+    missing_files,
+)
+from astrai.training.setup import capture_rng_state, restore_rng_state
+
+if TYPE_CHECKING:
+    from astrai.training.trainer import Trainer
+
+FORMAT_VERSION = 1
+
+
+def resolve_resume(resume: str | None, run_dir: Path, train_type: str) -> Path | None:
+    """``ckpt.resume`` -> the checkpoint directory to restore, or None to start fresh.
+
+    ``auto`` picks the latest checkpoint of ``run_dir`` (None if there is none), a path must be
+    a checkpoint directory, ``None`` never resumes — and refuses a run dir that already holds
+    checkpoints, whose retention would otherwise prune the new run's checkpoints in favour of
+    the old run's higher steps. The chosen checkpoint must hold every file ``train_type``
+    needs; the error names the missing ones.
+    """
+    if resume is None:
+        existing = latest_checkpoint(run_dir / CHECKPOINTS_DIR)
+        if existing is not None:
+            raise CheckpointError(
+                f"ckpt.resume=null but {run_dir} already holds checkpoints (latest "
+                f"{existing.path.name}); resume with ckpt.resume=auto or use a new hydra.run.dir"
+            )
+        return None
+    if resume == "auto":
+        latest = latest_checkpoint(run_dir / CHECKPOINTS_DIR)
+        if latest is None:
+            return None
+        path = latest.path
+    else:
+        path = Path(resume).expanduser()
+        if not path.is_dir():
+            raise CheckpointError(f"ckpt.resume: no checkpoint directory at {path}")
+    missing = missing_files(path, train_type)
+    if missing:
+        raise CheckpointError(
+            f"{path}: incomplete checkpoint for {train_type}: missing {', '.join(missing)}"
+        )
+    return path
+
+
+def save_training_checkpoint(trainer: Trainer) -> Path:
+    """Write ``<run dir>/checkpoints/step_<trainer.step>/`` atomically; return its path."""
+    root = trainer.run_dir / CHECKPOINTS_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    reference = root / REFERENCE_FILE
+    if not reference.is_file():
+        io.write_file_atomic(reference, lambda p: io.save_module(trainer.reference, p))
+    state = {
+        "format_version": FORMAT_VERSION,
+        "train_type": trainer.strategy.name,
+        "step": trainer.step,
+        # the train prompt stream is indexed by (seed, step): the step is the data position
+        "data_position": trainer.step,
+        "samples_seen": trainer.step
+        * trainer.strategy.prompts_per_step
+        * trainer.strategy.group_size,
+        "policy_version": trainer.policy_version,
+        "initial_metrics": trainer.initial_metrics,
+        "rng": capture_rng_state(trainer.generators()),
+    }
+    writers: dict[str, io.FileWriter] = {
+        MODEL_FILE: lambda p: io.save_module(trainer.policy, p),
+        MODEL_CONFIG_FILE: lambda p: io.save_json(dataclasses.asdict(trainer.policy.config), p),
+        TOKENIZER_FILE: lambda p: _save_tokenizer(trainer, p),
+        OPTIMIZER_FILE: lambda p: io.save_torch(trainer.optimizer.state_dict(), p),
+        SCHEDULER_FILE: lambda p: io.save_torch(trainer.scheduler.state_dict(), p),
+        RUN_CONFIG_FILE: lambda p: _save_run_config(trainer, p),
+    }
+    if trainer.critic is not None and trainer.critic_optimizer is not None:
+        critic, critic_optimizer = trainer.critic, trainer.critic_optimizer
+        writers[VALUE_MODEL_FILE] = lambda p: io.save_torch(critic.state_dict(), p)
+        writers[VALUE_OPTIMIZER_FILE] = lambda p: io.save_torch(critic_optimizer.state_dict(), p)
+    # trainer_state.json last: a reader that sees it knows every other file was written
+    writers[TRAINER_STATE_FILE] = lambda p: io.save_json(state, p)
+    return io.write_checkpoint(root, trainer.step, writers)
+
+
+def _save_run_config(trainer: Trainer, path: Path) -> None:
+    path.write_text(OmegaConf.to_yaml(trainer.cfg, resolve=True))
+
+
+def _save_tokenizer(trainer: Trainer, path: Path) -> None:
+    written = trainer.tokenizer.save(path.parent)
+    if written.name != path.name:
+        written.rename(path)
+
+
+def restore_training_checkpoint(trainer: Trainer, path: Path) -> dict[str, Any]:
+    """Load every piece of trainer state from ``path``; return the parsed trainer state."""
+    state = io.load_json(path / TRAINER_STATE_FILE)
+    _check_state(state, path / TRAINER_STATE_FILE)
+    reference = path.parent / REFERENCE_FILE
+    io.load_module(trainer.reference, reference)
+    io.load_module(trainer.policy, path / MODEL_FILE)
+    io.load_state_dict_into(trainer.optimizer, path / OPTIMIZER_FILE)
+    io.load_state_dict_into(trainer.scheduler, path / SCHEDULER_FILE)
+    if trainer.critic is not None and trainer.critic_optimizer is not None:
+        io.load_state_dict_into(trainer.critic, path / VALUE_MODEL_FILE)
+        io.load_state_dict_into(trainer.critic_optimizer, path / VALUE_OPTIMIZER_FILE)
+    try:
+        restore_rng_state(state["rng"], trainer.generators())
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:
+        raise CheckpointError(f"{path / TRAINER_STATE_FILE}: bad RNG state ({err})") from err
+    trainer.step = state["step"]
+    trainer.policy_version = state["policy_version"]
+    trainer.initial_metrics = dict(state["initial_metrics"])
+    return state
+
+
+def _check_state(state: Any, path: Path) -> None:
+    required = {"step": int, "policy_version": int, "initial_metrics": dict, "rng": dict}
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    for key, kind in required.items():
+        if not isinstance(state.get(key), kind):
+            raise CheckpointError(f"{path}: missing or invalid {key!r}")

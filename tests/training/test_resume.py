@@ -1,0 +1,184 @@
+"""Exact resume: N steps in one go == k steps, stop, resume, N − k steps (bitwise on CPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tests.helpers import compose_config
+
+from astrai.checkpoints import io
+from astrai.checkpoints.layout import CheckpointError
+from astrai.training.trainer import Trainer
+
+QUICK = [
+    "trainer.total_steps=6",
+    "trainer.eval_every=2",
+    "trainer.eval_prompts=8",
+    "trainer.progress_bar=false",
+    "train_type.prompts_per_step=4",
+    "train_type.group_size=4",
+    "train_type.minibatches=2",
+    "train_type.ppo_epochs=2",
+    "logger.samples_every=1",
+    "ckpt.every_steps=0",
+]
+NOISY = ("time/", "perf/")  # wall-clock measurements differ between any two runs
+
+
+def _trainer(run_dir: Path, train_type: str, *extra: str) -> Trainer:
+    return Trainer(compose_config([f"train_type={train_type}", *QUICK, *extra]), run_dir)
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [
+        {k: v for k, v in json.loads(line).items() if not k.startswith(NOISY)} for line in lines
+    ]
+
+
+def _assert_same_tensors(a: Any, b: Any, where: str) -> None:
+    """Recursive bitwise equality of (nested) state dicts."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            _assert_same_tensors(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_same_tensors(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+@pytest.fixture(scope="module", params=["online_grpo", "online_ppo"])
+def straight_and_resumed(request, tmp_path_factory) -> tuple[Trainer, Trainer, Path, Path]:  # noqa: ANN001
+    train_type = request.param
+    straight_dir = tmp_path_factory.mktemp("straight")
+    straight = _trainer(straight_dir, train_type)
+    straight.fit()
+    resumed_dir = tmp_path_factory.mktemp("resumed")
+    first = _trainer(resumed_dir, train_type)
+    first.fit(until=3)
+    assert first.step == 3
+    second = _trainer(resumed_dir, train_type)  # ckpt.resume=auto finds step_3
+    assert second.resumed_from == resumed_dir / "checkpoints" / "step_3"
+    assert second.step == 3
+    second.fit()
+    return straight, second, straight_dir, resumed_dir
+
+
+def test_weights_and_optimizer_states_are_bitwise_equal(straight_and_resumed) -> None:  # noqa: ANN001
+    straight, resumed, _, _ = straight_and_resumed
+    assert resumed.step == straight.step == 6
+    assert resumed.policy_version == straight.policy_version == 6 * 2 * 2
+    _assert_same_tensors(straight.policy.state_dict(), resumed.policy.state_dict(), "policy")
+    _assert_same_tensors(
+        straight.optimizer.state_dict(), resumed.optimizer.state_dict(), "optimizer"
+    )
+    assert straight.scheduler.state_dict() == resumed.scheduler.state_dict()
+    if straight.critic is not None:
+        assert resumed.critic is not None and resumed.critic_optimizer is not None
+        _assert_same_tensors(straight.critic.state_dict(), resumed.critic.state_dict(), "critic")
+        _assert_same_tensors(
+            straight.critic_optimizer.state_dict(),
+            resumed.critic_optimizer.state_dict(),
+            "critic_optimizer",
+        )
+    # the policy moved: the equality above is not about untouched weights
+    pairs = zip(straight.policy.parameters(), straight.reference.parameters(), strict=True)
+    assert any(not torch.equal(p, r) for p, r in pairs)
+
+
+def test_logged_metrics_are_identical(straight_and_resumed) -> None:  # noqa: ANN001
+    _, _, straight_dir, resumed_dir = straight_and_resumed
+    straight, resumed = _records(straight_dir), _records(resumed_dir)
+    assert [r["step"] for r in resumed] == [0, 1, 2, 3, 4, 5, 6]
+    assert resumed == straight
+    summary = json.loads((resumed_dir / "summary.json").read_text())
+    assert summary["initial/eval/accuracy"] == straight[0]["eval/accuracy"]
+
+
+def test_reference_after_resume_is_the_initial_policy(straight_and_resumed, tmp_path) -> None:  # noqa: ANN001
+    straight, resumed, _, _ = straight_and_resumed
+    fresh = Trainer(compose_config([f"train_type={straight.strategy.name}", *QUICK]), tmp_path)
+    _assert_same_tensors(fresh.policy.state_dict(), resumed.reference.state_dict(), "reference")
+
+
+def test_rows_logged_after_the_checkpoint_are_replaced_on_resume(tmp_path: Path) -> None:
+    """A run that crashed after its last checkpoint left rows for steps 3..4; the resumed run
+    rewrites them, so metrics.jsonl reads as one run."""
+    first = _trainer(tmp_path, "online_grpo", "ckpt.every_steps=2")
+    first.fit(until=4)  # checkpoints at 2 and 4
+    (tmp_path / "checkpoints" / "step_4").rename(tmp_path / "gone")  # as if 4 never saved
+    second = _trainer(tmp_path, "online_grpo", "ckpt.every_steps=2")
+    assert second.step == 2
+    second.fit()
+    steps = [r["step"] for r in _records(tmp_path)]
+    assert steps == [0, 1, 2, 3, 4, 5, 6]
+
+
+def test_ppo_refuses_a_checkpoint_without_the_critic_files(tmp_path: Path) -> None:
+    grpo = _trainer(tmp_path / "grpo", "online_grpo")
+    grpo.fit(until=2)
+    step_dir = tmp_path / "grpo" / "checkpoints" / "step_2"
+    before = sorted(p.name for p in (tmp_path / "grpo").rglob("*"))
+    with pytest.raises(CheckpointError) as err:
+        _trainer(tmp_path / "ppo", "online_ppo", f"ckpt.resume={step_dir}")
+    message = str(err.value)
+    assert "value_model.pt" in message and "value_optimizer.pt" in message
+    assert str(step_dir) in message
+    assert sorted(p.name for p in (tmp_path / "grpo").rglob("*")) == before
+    assert not (tmp_path / "ppo").exists()  # nothing written for the refused run
+
+
+def test_resume_null_starts_fresh_and_a_bad_path_is_named(tmp_path: Path) -> None:
+    first = _trainer(tmp_path / "a", "online_grpo", "ckpt.resume=null")
+    assert first.step == 0 and first.resumed_from is None
+    first.fit(until=2)
+    with pytest.raises(CheckpointError, match=r"ckpt.resume=null but .* step_2"):
+        _trainer(tmp_path / "a", "online_grpo", "ckpt.resume=null")
+    with pytest.raises(CheckpointError, match="ckpt.resume: no checkpoint directory at .*nope"):
+        _trainer(tmp_path / "b", "online_grpo", f"ckpt.resume={tmp_path / 'nope'}")
+
+
+def test_corrupt_weights_are_named(tmp_path: Path) -> None:
+    first = _trainer(tmp_path, "online_grpo")
+    first.fit(until=2)
+    model = tmp_path / "checkpoints" / "step_2" / "model.safetensors"
+    model.write_bytes(model.read_bytes()[:100])  # truncated
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: unreadable"):
+        _trainer(tmp_path, "online_grpo")
+
+
+def test_a_failed_save_keeps_the_previous_checkpoint_usable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trainer = _trainer(tmp_path, "online_ppo", "ckpt.every_steps=2")
+    trainer.fit(until=2)
+    calls = []
+
+    def fail_after_first_file(payload: object, path: Path) -> None:
+        calls.append(path.name)
+        if len(calls) > 1:
+            raise OSError("no space left on device")
+        torch.save(payload, path)
+
+    monkeypatch.setattr(io, "save_torch", fail_after_first_file)
+    trainer.step = 3  # pretend one more step ran; its save dies after optimizer.pt
+    with pytest.raises(OSError, match="no space"):
+        trainer.save_checkpoint()
+    assert calls[0] == "optimizer.pt"
+    monkeypatch.undo()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "reference.safetensors",
+        "step_2",
+    ]
+    resumed = _trainer(tmp_path, "online_ppo", "ckpt.every_steps=2")
+    assert resumed.resumed_from == tmp_path / "checkpoints" / "step_2"
+    _assert_same_tensors(trainer.reference.state_dict(), resumed.reference.state_dict(), "ref")

@@ -1,0 +1,75 @@
+"""Graceful stop: duration parsing, signal handling and the time budget."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from astrai.training.stopping import StopRequest, parse_duration
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90m", 5400.0),
+        ("2h", 7200.0),
+        ("1h30m", 5400.0),
+        ("45s", 45.0),
+        ("1d", 86400.0),
+        ("0.5h", 1800.0),
+        (30, 30.0),
+        (2.5, 2.5),
+    ],
+)
+def test_parse_duration(text: str | float, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "90", "2 weeks", "m", "-5m", "0s", "1h-", True, 0])
+def test_parse_duration_rejects(text: object) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)  # type: ignore[arg-type]
+
+
+def test_first_signal_becomes_the_stop_reason_and_handlers_are_restored() -> None:
+    previous = signal.getsignal(signal.SIGTERM)
+    with StopRequest() as stop:
+        assert stop.reason is None
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered to the main thread before the next line
+        assert stop.reason == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_sigint_is_graceful_too() -> None:
+    with StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.reason == "SIGINT"
+
+
+def test_time_budget() -> None:
+    with StopRequest(max_duration_s=3600) as stop:
+        assert stop.reason is None
+    with StopRequest(max_duration_s=1e-9) as stop:
+        assert stop.reason == "max_duration"
+
+
+def test_a_second_signal_exits_at_once() -> None:
+    """In a child process: the first SIGTERM is absorbed, the second kills it by the signal."""
+    script = (
+        "import os, signal\n"
+        "from astrai.training.stopping import StopRequest\n"
+        "with StopRequest() as stop:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    print(stop.reason, flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    print('survived', flush=True)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout.splitlines() == ["SIGTERM"]
+    assert result.returncode == -signal.SIGTERM
