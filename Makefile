@@ -9,17 +9,21 @@ ARGS ?=
 .PHONY: help install train test test-slow test-all lint format bench tensorboard clean
 
 help: ## show this help
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-17s\033[0m %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+LAUNCHER_SOURCES := $(wildcard launchers/pyproject.toml launchers/hydra_plugins/*/*.py)
+
+$(STAMP): pyproject.toml $(LAUNCHER_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first and pinned: the CPU build; an unpinned resolve pulls a multi-GB CUDA build
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e ".[dev]"
+	# the Hydra launcher plugin: a regular install, so discovery finds it from any directory
+	$(BIN)/pip install --quiet --force-reinstall --no-deps ./launchers
 	touch $(STAMP)
 
-install: $(STAMP) ## create .venv and install astrai with dev tools (editable)
+install: $(STAMP) ## create .venv, install astrai (editable) with dev tools and the launcher
 
 train: $(STAMP) ## train the embedded default (GRPO on addition); extra overrides via ARGS="..."
 	$(BIN)/python train.py $(ARGS)
@@ -33,13 +37,13 @@ test-slow: $(STAMP) ## slow tests (full learning runs)
 test-all: test test-slow ## every test
 
 lint: $(STAMP) ## ruff lint + format check, mypy on the typed core
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
-	$(BIN)/mypy src/astrai/algorithms src/astrai/config src/astrai/checkpoints
+	$(BIN)/ruff check src tests bench launchers docker
+	$(BIN)/ruff format --check src tests bench launchers docker
+	$(BIN)/mypy src/astrai/algorithms src/astrai/config src/astrai/checkpoints launchers/hydra_plugins/astrai_docker_launcher
 
 format: $(STAMP) ## apply ruff formatting and safe fixes
-	$(BIN)/ruff check --fix src tests bench
-	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench launchers docker
+	$(BIN)/ruff format src tests bench launchers docker
 
 bench: $(STAMP) ## KV-cache vs full-recompute sampling throughput
 	$(BIN)/python bench/rollout.py
@@ -49,3 +53,5 @@ tensorboard: $(STAMP) ## serve dashboards for everything under outputs/
 
 clean: ## remove caches (keeps .venv and outputs/)
 	rm -rf .pytest_cache .ruff_cache .mypy_cache build src/*.egg-info
+
+include docker/docker.mk

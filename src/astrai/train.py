@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sys
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from astrai.checkpoints.layout import CheckpointError
@@ -57,10 +59,32 @@ def _discard_run_dir(run_dir: Path) -> None:
         parent = parent.parent
 
 
+IN_CONTAINER_VARIABLE = "ASTRAI_IN_CONTAINER"  # set by docker/Dockerfile
+
+
+def check_where_it_runs(cfg: DictConfig) -> None:
+    """Refuse a job that would silently run on the host although Docker was asked for: Hydra
+    ignores ``hydra/launcher`` outside a multirun, and ``infra=docker`` means "in the
+    container"."""
+    hydra_cfg = HydraConfig.get()
+    launcher = str(hydra_cfg.launcher.get("_target_", ""))
+    if launcher.endswith(".DockerLauncher") and hydra_cfg.mode == RunMode.RUN:
+        raise ConfigError(
+            "hydra/launcher=docker only launches multiruns: add -m "
+            "(python train.py -m hydra/launcher=docker infra=docker ...)"
+        )
+    if cfg.infra.name == "docker" and not os.environ.get(IN_CONTAINER_VARIABLE):
+        raise ConfigError(
+            "infra=docker runs in the container through the Docker launcher: "
+            "python train.py -m hydra/launcher=docker infra=docker ... (or make docker-train)"
+        )
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 def _hydra_main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
+        check_where_it_runs(cfg)
         validate_config(cfg)
     except ConfigError as err:
         _discard_run_dir(run_dir)

@@ -131,11 +131,35 @@ class GPUConfig:
 
 
 @dataclass
+class ContainerConfig:
+    """How the Docker launcher's container runs (ignored by ``infra=local``)."""
+
+    image: str = "astrai:latest"  # built only by `make docker-build`; never built by a run
+    shm_size: str = "16gb"  # /dev/shm for DataLoader workers and NCCL
+    ipc: str = "host"  # IPC namespace (NCCL's shared-memory transport wants host)
+    stop_grace_period: str = "300s"  # SIGTERM -> checkpoint -> exit 0 must fit in it
+
+
+@dataclass
+class MountsConfig:
+    """Host folders mounted at /data, /models and /outputs (relative = to the repo root)."""
+
+    data: str = "data"
+    models: str = "models"
+    outputs: str = "outputs"
+
+
+@dataclass
 class InfraConfig:
     name: str = "local"
     device: str = "auto"  # auto | cpu | cuda
     gpu: GPUConfig = field(default_factory=GPUConfig)
     nproc_per_node: Any = "auto"  # "auto" (= selected GPUs, 1 on CPU) or a positive int
+    container: ContainerConfig = field(default_factory=ContainerConfig)
+    mounts: MountsConfig = field(default_factory=MountsConfig)
+    # extra variables for the job's environment (e.g. NCCL_P2P_DISABLE: "1"); forwarded into the
+    # container by the Docker launcher
+    environment: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

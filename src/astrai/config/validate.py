@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -13,6 +14,8 @@ from astrai.algorithms.strategy import Strategy
 from astrai.models.llama import LlamaConfig
 from astrai.models.tokenizer import CharTokenizer
 from astrai.training.stopping import parse_duration
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class ConfigError(ValueError):
@@ -182,6 +185,17 @@ def _validate_infra(infra: DictConfig) -> None:
         nproc in ("auto", 1),
         "infra.nproc_per_node > 1 needs distributed training, which astrai does not have yet",
     )
+    for name in infra.environment:
+        _require(
+            ENV_NAME.fullmatch(str(name)) is not None,
+            f"infra.environment: {name!r} is not a valid environment variable name",
+        )
+    for key in ("data", "models", "outputs"):
+        value = infra.mounts[key]
+        _require(bool(value and str(value).strip()), f"infra.mounts.{key} must be a path")
+    for key in ("image", "shm_size", "ipc", "stop_grace_period"):
+        value = infra.container[key]
+        _require(bool(value and str(value).strip()), f"infra.container.{key} must not be empty")
 
 
 def _validate_ckpt(ckpt: DictConfig) -> None:

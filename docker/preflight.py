@@ -1,0 +1,213 @@
+"""Check that this host can run astrai in Docker, before a run starts (standard library only).
+
+    python docker/preflight.py [--gpus] [--mount PATH ...] [--compose-file docker/compose.yaml]
+
+Checks, in order: the docker CLI is on PATH; the engine answers (``docker info``); Compose v2 is
+installed (``docker compose version``) and renders the compose file; with ``--gpus``, the engine
+has the NVIDIA runtime (or NVIDIA CDI devices); every ``--mount`` path is an existing folder the
+container user can write (nothing is created); the image ``astrai:latest`` exists. The first
+failure prints one line ``preflight: <reason>`` to stderr and exits 1; success prints
+``preflight: ok``. The container user is ``ASTRAI_UID:ASTRAI_GID`` (default: this process's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+IMAGE = "astrai:latest"
+DEFAULT_COMPOSE_FILE = Path(__file__).resolve().parent / "compose.yaml"
+TIMEOUT_S = 30.0
+
+
+class PreflightError(Exception):
+    """One failed check; the message is the reason, on one line."""
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    """The first non-empty line of ``text``, whitespace collapsed, cut at ``limit``."""
+    for line in text.splitlines():
+        line = " ".join(line.split())
+        if line:
+            return line if len(line) <= limit else line[: limit - 3] + "..."
+    return ""
+
+
+def _docker(docker: str, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [docker, *args]
+    try:
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired as err:
+        shown = " ".join(["docker", *args])
+        raise PreflightError(f"`{shown}` did not answer within {TIMEOUT_S:.0f}s") from err
+    except OSError as err:
+        raise PreflightError(f"cannot run {docker}: {err.strerror or err}") from err
+
+
+def _failure(result: subprocess.CompletedProcess[str]) -> str:
+    detail = _one_line(result.stderr) or _one_line(result.stdout)
+    return detail or f"exit status {result.returncode}"
+
+
+def check_cli() -> str:
+    docker = shutil.which("docker")
+    if docker is None:
+        raise PreflightError("docker CLI not found on PATH (install Docker Engine)")
+    return docker
+
+
+def check_engine(docker: str) -> dict:
+    """``docker info`` as a dict; raises when the engine does not answer."""
+    result = _docker(docker, "info", "--format", "{{json .}}")
+    if result.returncode != 0:
+        raise PreflightError(f"Docker engine not reachable: {_failure(result)}")
+    try:
+        info = json.loads(result.stdout)
+    except json.JSONDecodeError as err:
+        raise PreflightError("`docker info` printed no JSON; is this the Docker CLI?") from err
+    if not isinstance(info, dict):
+        raise PreflightError("`docker info` printed no JSON object; is this the Docker CLI?")
+    errors = info.get("ServerErrors")  # older CLIs exit 0 and report a missing daemon here
+    if errors:
+        raise PreflightError(f"Docker engine not reachable: {_one_line(str(errors[0]))}")
+    return info
+
+
+def check_compose(docker: str, compose_file: Path) -> str:
+    """The Compose version; raises unless it is v2 (or later) and renders ``compose_file``."""
+    result = _docker(docker, "compose", "version")
+    if result.returncode != 0:
+        raise PreflightError(
+            f"Docker Compose v2 not found (`docker compose version`: {_failure(result)}); "
+            "install the docker-compose-plugin"
+        )
+    match = re.search(r"v?(\d+)\.(\d+)\.(\d+)", result.stdout)
+    if match is None:
+        raise PreflightError(
+            f"cannot read the Compose version from `docker compose version`: "
+            f"{_one_line(result.stdout) or 'no output'}"
+        )
+    version = ".".join(match.groups())
+    if int(match.group(1)) < 2:
+        raise PreflightError(f"Docker Compose {version} found, v2 needed (docker-compose-plugin)")
+    if not compose_file.is_file():
+        raise PreflightError(f"compose file {compose_file} not found")
+    result = _docker(docker, "compose", "-f", str(compose_file), "config", "--quiet")
+    if result.returncode != 0:
+        raise PreflightError(f"{compose_file} does not render: {_failure(result)}")
+    return version
+
+
+def check_nvidia(info: dict) -> None:
+    runtimes = info.get("Runtimes") or {}
+    if "nvidia" in runtimes:
+        return
+    devices = info.get("DiscoveredDevices") or []  # CDI devices (Docker 28+, CDI enabled)
+    if any(str(device.get("ID", "")).startswith("nvidia.com/gpu") for device in devices):
+        return
+    raise PreflightError(
+        "--gpus: the Docker engine has no NVIDIA runtime (install the NVIDIA Container Toolkit, "
+        "then `sudo nvidia-ctk runtime configure --runtime=docker` and restart Docker)"
+    )
+
+
+def container_ids() -> tuple[int, int]:
+    """``ASTRAI_UID:ASTRAI_GID``, as compose runs the container; default: this process's."""
+    ids = []
+    for name, default in (("ASTRAI_UID", os.getuid()), ("ASTRAI_GID", os.getgid())):
+        value = os.environ.get(name) or str(default)
+        if not value.isdigit():
+            raise PreflightError(f"{name} must be a number, not {value!r}")
+        ids.append(int(value))
+    return ids[0], ids[1]
+
+
+def check_mount(path: Path, uid: int, gid: int) -> None:
+    """``path`` exists, is a folder and ``uid:gid`` may create files in it.
+
+    Mode bits only, as the container sees them: it runs with exactly ``uid:gid`` and no
+    supplementary groups. ACLs are not read.
+    """
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise PreflightError(f"mount {path} does not exist (create it: mkdir -p {path})") from None
+    except OSError as err:
+        raise PreflightError(f"mount {path} cannot be read: {err.strerror or err}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise PreflightError(f"mount {path} is not a folder")
+    if os.statvfs(path).f_flag & os.ST_RDONLY:
+        raise PreflightError(f"mount {path} is on a read-only file system")
+    if uid == 0:
+        return
+    if st.st_uid == uid:
+        needed = stat.S_IWUSR | stat.S_IXUSR
+    elif st.st_gid == gid:
+        needed = stat.S_IWGRP | stat.S_IXGRP
+    else:
+        needed = stat.S_IWOTH | stat.S_IXOTH
+    if st.st_mode & needed != needed:
+        raise PreflightError(
+            f"mount {path} is not writable by the container user {uid}:{gid} "
+            f"(owner {st.st_uid}:{st.st_gid}, mode {stat.filemode(st.st_mode)})"
+        )
+
+
+def check_image(docker: str, image: str) -> None:
+    result = _docker(docker, "image", "inspect", "--format", "{{.Id}}", image)
+    if result.returncode != 0:
+        raise PreflightError(f"image {image} not found; build it with `make docker-build`")
+
+
+def run_checks(gpus: bool, mounts: list[Path], compose_file: Path) -> None:
+    docker = check_cli()
+    info = check_engine(docker)
+    check_compose(docker, compose_file)
+    if gpus:
+        check_nvidia(info)
+    uid, gid = container_ids()
+    for mount in mounts:
+        check_mount(mount, uid, gid)
+    check_image(docker, IMAGE)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python docker/preflight.py", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--gpus", action="store_true", help="require the NVIDIA runtime")
+    parser.add_argument(
+        "--mount",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="PATH",
+        help="host folder the container writes to (repeatable)",
+    )
+    parser.add_argument(
+        "--compose-file",
+        type=Path,
+        default=DEFAULT_COMPOSE_FILE,
+        help="compose file to render (default: compose.yaml next to this script)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        run_checks(args.gpus, args.mount, args.compose_file)
+    except PreflightError as err:
+        print(f"preflight: {err}", file=sys.stderr)
+        return 1
+    print("preflight: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

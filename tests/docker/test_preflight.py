@@ -1,0 +1,285 @@
+"""docker/preflight.py against fake ``docker`` executables: every check, its one-line failure, and
+the order of the checks. Each fake is a bash script first on PATH that logs its arguments."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PREFLIGHT = REPO_ROOT / "docker" / "preflight.py"
+COMPOSE_FILE = REPO_ROOT / "docker" / "compose.yaml"
+
+NO_DOCKER = None  # `fake=NO_DOCKER`: no docker executable on PATH at all
+INFO_NVIDIA = {"ServerVersion": "28.2.2", "Runtimes": {"runc": {}, "nvidia": {"path": "nvidia"}}}
+INFO_RUNC_ONLY = {"ServerVersion": "28.2.2", "Runtimes": {"runc": {}}}
+DAEMON_DOWN = (
+    "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+    "Is the docker daemon running?"
+)
+
+
+@dataclass
+class Reply:
+    """What the fake prints for one command: exit status, stdout, stderr."""
+
+    rc: int = 0
+    out: str = ""
+    err: str = ""
+
+    def shell(self) -> str:
+        return f"reply {self.rc} {shlex.quote(self.out)} {shlex.quote(self.err)}"
+
+
+@dataclass
+class FakeDocker:
+    info: Reply = field(default_factory=lambda: Reply(out=json.dumps(INFO_NVIDIA)))
+    compose_version: Reply = field(
+        default_factory=lambda: Reply(out="Docker Compose version v2.40.3")
+    )
+    compose_config: Reply = field(default_factory=Reply)
+    image_inspect: Reply = field(default_factory=lambda: Reply(out="sha256:0123abcd"))
+
+    def script(self, log: Path) -> str:
+        # the JSON-format arguments arrive literally, e.g. `info --format {{json .}}`
+        return f"""#!/bin/bash
+printf '%s\\n' "$*" >> {shlex.quote(str(log))}
+reply() {{ [ -n "$2" ] && printf '%s\\n' "$2"; [ -n "$3" ] && printf '%s\\n' "$3" >&2; exit "$1"; }}
+case "$*" in
+  "info --format {{{{json .}}}}") {self.info.shell()} ;;
+  "compose version") {self.compose_version.shell()} ;;
+  "compose -f "*" config --quiet") {self.compose_config.shell()} ;;
+  "image inspect --format {{{{.Id}}}} "*) {self.image_inspect.shell()} ;;
+  *) printf 'fake docker: unexpected command: %s\\n' "$*" >&2; exit 99 ;;
+esac
+"""
+
+
+@dataclass
+class Result:
+    rc: int
+    stdout: str
+    stderr: str
+    calls: list[str]
+
+    def failed_with(self, reason: str) -> bool:
+        """Exit 1, nothing on stdout, exactly one stderr line ``preflight: ...reason...``."""
+        lines = self.stderr.splitlines()
+        return (
+            self.rc == 1
+            and self.stdout == ""
+            and len(lines) == 1
+            and lines[0].startswith("preflight: ")
+            and reason in lines[0]
+        )
+
+
+HEALTHY = FakeDocker()  # engine up, Compose v2, NVIDIA runtime, image present (never mutated)
+
+
+@pytest.fixture
+def preflight(tmp_path: Path):
+    """Run preflight.py (stdlib only: ``-I -S``, no site-packages) with a fake docker, or with
+    no docker at all (``fake=NO_DOCKER``)."""
+
+    def _run(
+        *args: str, fake: FakeDocker | None = HEALTHY, env: dict[str, str] | None = None
+    ) -> Result:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        log = tmp_path / "docker-calls.log"
+        log.write_text("")
+        if fake is not None:
+            docker = bin_dir / "docker"
+            docker.write_text(fake.script(log))
+            docker.chmod(0o755)
+            path = f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin"
+        else:
+            path = str(bin_dir)  # an empty folder: no docker anywhere on PATH
+        run_env = {"PATH": path, "HOME": str(tmp_path), **(env or {})}
+        result = subprocess.run(
+            [sys.executable, "-I", "-S", str(PREFLIGHT), *args],
+            env=run_env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return Result(result.returncode, result.stdout, result.stderr, log.read_text().splitlines())
+
+    return _run
+
+
+def test_all_checks_pass_in_order(preflight, tmp_path: Path) -> None:
+    mounts = [tmp_path / "data", tmp_path / "outputs"]
+    for mount in mounts:
+        mount.mkdir()
+    args = ["--gpus", "--compose-file", str(COMPOSE_FILE)]
+    result = preflight(*args, *(f"--mount={m}" for m in mounts))
+    assert (result.rc, result.stdout, result.stderr) == (0, "preflight: ok\n", "")
+    # exactly these commands, in this order: nothing builds, pulls or runs a container
+    assert result.calls == [
+        "info --format {{json .}}",
+        "compose version",
+        f"compose -f {COMPOSE_FILE} config --quiet",
+        "image inspect --format {{.Id}} astrai:latest",
+    ]
+    assert all(not any(m.iterdir()) for m in mounts)  # nothing created in the mounts
+
+
+def test_default_compose_file_is_the_one_next_to_the_script(preflight) -> None:
+    result = preflight()
+    assert result.rc == 0, result.stderr
+    assert f"compose -f {COMPOSE_FILE} config --quiet" in result.calls
+
+
+def test_no_docker_cli(preflight) -> None:
+    result = preflight("--gpus", fake=NO_DOCKER)
+    assert result.failed_with("docker CLI not found on PATH"), result
+    assert result.calls == []
+
+
+@pytest.mark.parametrize(
+    "info",
+    [
+        Reply(rc=1, out='{"ServerVersion":""}', err=DAEMON_DOWN),  # CLI 23+: exit 1
+        Reply(out=json.dumps({"ServerErrors": [DAEMON_DOWN]})),  # older CLIs: exit 0
+    ],
+    ids=["exit-1", "server-errors"],
+)
+def test_engine_down(preflight, info: Reply) -> None:
+    result = preflight("--gpus", fake=FakeDocker(info=info))
+    assert result.failed_with(f"Docker engine not reachable: {DAEMON_DOWN}"), result
+    assert result.calls == ["info --format {{json .}}"]  # stops at the first failure
+
+
+def test_engine_permission_denied_names_the_cause(preflight) -> None:
+    denied = (
+        "permission denied while trying to connect to the Docker daemon socket at "
+        "unix:///var/run/docker.sock: Get ...: dial unix /var/run/docker.sock: connect: "
+        "permission denied"
+    )
+    result = preflight(fake=FakeDocker(info=Reply(rc=1, err=f"{denied}\nmore detail\n")))
+    assert result.failed_with("Docker engine not reachable: permission denied while"), result
+
+
+def test_compose_plugin_missing(preflight) -> None:
+    missing = Reply(rc=1, err="docker: unknown command: docker compose\n\nRun 'docker --help'")
+    result = preflight(fake=FakeDocker(compose_version=missing))
+    assert result.failed_with("Docker Compose v2 not found"), result
+    assert "unknown command: docker compose" in result.stderr
+    assert result.calls == ["info --format {{json .}}", "compose version"]
+
+
+@pytest.mark.parametrize(
+    "output, version",
+    [
+        ("docker-compose version 1.29.2, build 5becea4c", "1.29.2"),
+        ("Docker Compose version 1.0.35", "1.0.35"),
+    ],
+)
+def test_compose_v1_is_refused(preflight, output: str, version: str) -> None:
+    result = preflight(fake=FakeDocker(compose_version=Reply(out=output)))
+    assert result.failed_with(f"Docker Compose {version} found, v2 needed"), result
+
+
+def test_compose_version_unreadable(preflight) -> None:
+    result = preflight(fake=FakeDocker(compose_version=Reply(out="something else")))
+    assert result.failed_with("cannot read the Compose version"), result
+
+
+def test_compose_file_that_does_not_render(preflight) -> None:
+    bad = Reply(rc=1, err="validating compose.yaml: services.trainer additional properties 'x'")
+    result = preflight(fake=FakeDocker(compose_config=bad))
+    assert result.failed_with("does not render: validating compose.yaml"), result
+
+
+def test_missing_compose_file(preflight, tmp_path: Path) -> None:
+    result = preflight("--compose-file", str(tmp_path / "nope.yaml"))
+    assert result.failed_with(f"compose file {tmp_path / 'nope.yaml'} not found"), result
+
+
+def test_gpus_without_nvidia_runtime(preflight) -> None:
+    fake = FakeDocker(info=Reply(out=json.dumps(INFO_RUNC_ONLY)))
+    result = preflight("--gpus", fake=fake)
+    assert result.failed_with("--gpus: the Docker engine has no NVIDIA runtime"), result
+    assert not any(call.startswith("image") for call in result.calls)
+    # the same engine passes when no GPU is asked for
+    assert preflight(fake=fake).rc == 0
+
+
+def test_gpus_through_cdi_devices(preflight) -> None:
+    info = {**INFO_RUNC_ONLY, "DiscoveredDevices": [{"Source": "cdi", "ID": "nvidia.com/gpu=0"}]}
+    result = preflight("--gpus", fake=FakeDocker(info=Reply(out=json.dumps(info))))
+    assert (result.rc, result.stdout) == (0, "preflight: ok\n"), result
+
+
+def test_missing_mount(preflight, tmp_path: Path) -> None:
+    present, missing = tmp_path / "data", tmp_path / "models"
+    present.mkdir()
+    result = preflight("--mount", str(present), "--mount", str(missing))
+    assert result.failed_with(f"mount {missing} does not exist"), result
+    assert not missing.exists()  # preflight creates nothing
+    assert not any(call.startswith("image") for call in result.calls)
+
+
+def test_mount_that_is_a_file(preflight, tmp_path: Path) -> None:
+    (tmp_path / "outputs").write_text("")
+    result = preflight("--mount", str(tmp_path / "outputs"))
+    assert result.failed_with(f"mount {tmp_path / 'outputs'} is not a folder"), result
+
+
+# The container runs as ASTRAI_UID:ASTRAI_GID with no supplementary groups: preflight reads the
+# mode bits for those numbers. 1234 owns none of tmp_path's folders, whoever runs the tests.
+@pytest.mark.parametrize(
+    "mode, same_group, writable",
+    [
+        (0o555, False, False),  # read-only for everyone
+        (0o755, True, False),  # group member, but only the owner may write
+        (0o775, True, True),  # writable through the group
+        (0o775, False, False),  # other users may not write
+        (0o777, False, True),  # world-writable
+        (0o776, False, False),  # others may write but not enter
+    ],
+    ids=lambda v: oct(v) if isinstance(v, int) and not isinstance(v, bool) else str(v),
+)
+def test_mount_writable_by_container_user(
+    preflight, tmp_path: Path, mode: int, same_group: bool, writable: bool
+) -> None:
+    mount = tmp_path / "outputs"
+    mount.mkdir()
+    mount.chmod(mode)
+    st = mount.stat()
+    assert st.st_uid != 1234
+    gid = st.st_gid if same_group else next(g for g in (5678, 5679) if g != st.st_gid)
+    env = {"ASTRAI_UID": "1234", "ASTRAI_GID": str(gid)}
+    result = preflight("--mount", str(mount), env=env)
+    if writable:
+        assert (result.rc, result.stdout) == (0, "preflight: ok\n"), result
+    else:
+        expected = f"mount {mount} is not writable by the container user 1234:{gid}"
+        assert result.failed_with(expected), result
+        assert stat.filemode(stat.S_IFDIR | mode) in result.stderr
+    assert list(mount.iterdir()) == []
+
+
+def test_container_uid_must_be_a_number(preflight, tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    result = preflight("--mount", str(tmp_path / "data"), env={"ASTRAI_UID": "alice"})
+    assert result.failed_with("ASTRAI_UID must be a number, not 'alice'"), result
+
+
+def test_missing_image(preflight) -> None:
+    missing = Reply(rc=1, err="Error response from daemon: No such image: astrai:latest")
+    result = preflight("--gpus", fake=FakeDocker(image_inspect=missing))
+    expected = "image astrai:latest not found; build it with `make docker-build`"
+    assert result.failed_with(expected), result
+    assert result.calls[-1] == "image inspect --format {{.Id}} astrai:latest"

@@ -1,0 +1,219 @@
+"""The Docker launcher through Hydra: discovery, guards, and real multiruns whose jobs a fake
+``docker`` on PATH runs on this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra._internal.callbacks import Callbacks
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobStatus
+from hydra.types import HydraContext, RunMode
+from hydra_plugins.astrai_docker_launcher._core import DockerJobError
+from tests.launcher.helpers import install_fake_docker, read_calls
+
+from astrai.config.store import register_configs
+from astrai.train import CONFIG_DIR
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = str(REPO / "train.py")
+QUICK = [
+    "trainer.total_steps=2",
+    "trainer.eval_every=1",
+    "trainer.eval_prompts=8",
+    "trainer.progress_bar=false",
+    "train_type.prompts_per_step=4",
+    "train_type.group_size=2",
+]
+
+
+def _mounts(tmp_path: Path) -> list[str]:
+    """Host folders for /data /models /outputs (the launcher requires them to exist)."""
+    overrides = []
+    for key in ("data", "models", "outputs"):
+        (tmp_path / "mounts" / key).mkdir(parents=True, exist_ok=True)
+        overrides.append(f"infra.mounts.{key}={tmp_path / 'mounts' / key}")
+    return overrides
+
+
+def _compose_calls(tmp_path: Path) -> list[dict]:
+    return [c for c in read_calls(tmp_path / "docker-config") if c["argv"][:1] == ["compose"]]
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    bin_dir = install_fake_docker(tmp_path / "bin")
+    docker_config = tmp_path / "docker-config"
+    docker_config.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{env['PATH']}",
+        DOCKER_CONFIG=str(docker_config),
+        OMP_NUM_THREADS="1",
+        NCCL_DEBUG="INFO",
+        HF_TOKEN="hf_do_not_leak",
+        **extra,
+    )
+    return env
+
+
+def _train(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, TRAIN, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_plugin_is_discovered_from_any_working_directory(tmp_path: Path) -> None:
+    result = _train(["--info", "plugins"], tmp_path, _env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    launchers = result.stdout.split("Launcher:")[1].split("Sweeper:")[0]
+    assert "DockerLauncher" in launchers and "BasicLauncher" in launchers
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["hydra/launcher=docker", "infra=docker"], "add -m"),
+        (["infra=docker"], "python train.py -m hydra/launcher=docker infra=docker"),
+        (["-m", "hydra/launcher=docker"], "needs infra=docker"),
+        (["-m", "hydra/launcher=docker", "infra=docker", "infra.gpu.devices=[0,0]"], "duplicates"),
+        (["-m", "hydra/launcher=docker", "infra=docker", "infra.gpu.devices=[-1]"], "non-negative"),
+        (["-m", "hydra/launcher=docker", "infra=docker", "infra.gpu.devices=[]"], "non-empty"),
+        (["-m", "hydra/launcher=docker", "infra=docker", "infra.gpu.devices=[a]"], "integers"),
+        (
+            ["-m", "hydra/launcher=docker", "infra=docker", "infra.container.image=missing:latest"],
+            "missing:latest is not available to Docker (run make docker-build)",
+        ),
+        (
+            ["-m", "hydra/launcher=docker", "infra=docker", "infra.mounts.models=/nonexistent/m"],
+            "infra.mounts.models: /nonexistent/m is not a directory",
+        ),
+    ],
+)
+def test_never_a_silent_host_run_and_bad_devices_fail_before_any_container(
+    tmp_path: Path, args: list[str], needle: str
+) -> None:
+    env = _env(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    flags = [a for a in args if a == "-m"]
+    overrides = [a for a in args if a != "-m"]  # last, so they win over the defaults here
+    result = _train([*flags, *_mounts(tmp_path), *QUICK, *overrides], work, env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert _compose_calls(tmp_path) == []  # no container started
+    assert list(work.iterdir()) == []  # nothing written
+
+
+def test_multirun_through_the_cli_runs_each_job_via_docker_compose(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    sweep = tmp_path / "sweep"
+    result = _train(
+        [
+            "-m",
+            "hydra/launcher=docker",
+            "infra=docker",
+            "infra.gpu.devices=[0,2]",
+            f"hydra.sweep.dir={sweep}",
+            "ckpt.resume=null,/nonexistent/step_1",
+            *_mounts(tmp_path),
+            *QUICK,
+        ],
+        tmp_path,
+        env,
+    )
+    # job 1 fails in its container; the sweeper reports it and the multirun exits non-zero
+    assert result.returncode != 0
+    assert "job #1 failed (exit code 2)" in result.stderr
+    assert "no checkpoint directory at /nonexistent/step_1" in result.stderr
+    summary = json.loads((sweep / "0" / "summary.json").read_text())
+    assert summary["step"] == 2 and summary["run_dir"] == str(sweep / "0")
+    assert (sweep / "0" / "docker.log").is_file()
+
+    calls = _compose_calls(tmp_path)
+    assert len(calls) == 2
+    for num, call in enumerate(calls):
+        job = sweep / str(num)
+        argv = call["argv"]
+        assert argv[:7] == [
+            "compose",
+            "-f",
+            str(REPO / "docker" / "compose.yaml"),
+            "run",
+            "--rm",
+            "-T",
+            "-e",
+        ]
+        assert ["--volume", f"{job}:{job}", "trainer"] == argv[argv.index("--volume") :][:3]
+        assert argv[-1] == f"hydra.run.dir={job}"
+        assert "--build" not in argv
+        assert {argv[i + 1] for i, a in enumerate(argv) if a == "-e"} == {
+            "CUDA_VISIBLE_DEVICES",
+            "NCCL_DEBUG",
+        }
+        seen = call["env"]
+        assert seen["CUDA_VISIBLE_DEVICES"] == "0,2"
+        assert seen["NCCL_DEBUG"] == "INFO"
+        assert (seen["ASTRAI_UID"], seen["ASTRAI_GID"]) == (str(os.getuid()), str(os.getgid()))
+        assert seen["ASTRAI_OUTPUTS_DIR"] == str(tmp_path / "mounts" / "outputs")
+        assert "HF_TOKEN" not in seen and "OMP_NUM_THREADS" not in seen
+
+
+def test_launch_returns_each_jobs_summary_and_reports_the_failed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in _env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # an empty inherited value must not pass
+    sweep = tmp_path / "sweep"
+    register_configs()
+    GlobalHydra.instance().clear()
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        hydra_overrides = ["hydra/launcher=docker", f"hydra.sweep.dir={sweep}"]
+        # a sweeper hands each job all of its task overrides
+        task = ["infra=docker", *_mounts(tmp_path), *QUICK]
+        config = loader.load_configuration(
+            "train", [*hydra_overrides, *task], run_mode=RunMode.MULTIRUN
+        )
+        HydraConfig.instance().set_config(config)
+        context = HydraContext(config_loader=loader, callbacks=Callbacks(config))
+        launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=context, task_function=lambda cfg: None, config=config
+        )
+        results = launcher.launch(
+            [[*task, "seed=0"], [*task, "seed=1"], [*task, "ckpt.resume=/nonexistent/step_1"]],
+            initial_job_idx=0,
+        )
+    assert [r.status for r in results] == [
+        JobStatus.COMPLETED,
+        JobStatus.COMPLETED,
+        JobStatus.FAILED,
+    ]
+    for num in (0, 1):
+        summary = json.loads((sweep / str(num) / "summary.json").read_text())
+        assert results[num].return_value == summary
+        assert results[num].working_dir == str(sweep / str(num))
+    assert results[0].return_value["step"] == 2
+    with pytest.raises(DockerJobError, match=r"job #2 failed \(exit code 2\)"):
+        results[2].return_value  # noqa: B018
+    calls = _compose_calls(tmp_path)
+    assert len(calls) == 3
+    assert all("CUDA_VISIBLE_DEVICES" not in call["env"] for call in calls)
+    assert all("CUDA_VISIBLE_DEVICES" not in call["argv"] for call in calls)
