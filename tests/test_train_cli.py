@@ -119,6 +119,7 @@ def _weights(path: Path) -> dict:
     return load_file(str(path))
 
 
+@pytest.mark.slow  # ~20 s: three runs of train.py
 def test_sigterm_checkpoints_exits_0_and_the_resumed_run_matches(tmp_path: Path) -> None:
     straight = tmp_path / "straight"
     result = run_train([*LONG, f"hydra.run.dir={straight}"], cwd=tmp_path)

@@ -26,11 +26,20 @@ log = logging.getLogger(__name__)
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, object]:
     """Train with a composed, validated config; return the run summary."""
-    from astrai.training.trainer import Trainer  # heavy imports after validation
+    from astrai.training.launch import (  # heavy imports after validation
+        launch_workers,
+        needs_launch,
+    )
+    from astrai.training.trainer import Trainer
 
-    trainer = Trainer(cfg, run_dir)
-    trainer.save_config()
-    summary = trainer.fit()
+    if needs_launch(cfg.infra):
+        summary = launch_workers(cfg, Path(run_dir))
+    else:
+        trainer = Trainer(cfg, run_dir)
+        trainer.save_config()
+        summary = trainer.fit()
+    if summary.get("step") is None:  # a worker node without global rank 0
+        return summary
     log.info(
         "%s: %d steps in %.1fs, eval/accuracy %.3f (step 0: %.3f), run dir %s",
         "done" if summary["stopped"] is None else f"stopped ({summary['stopped']})",
@@ -104,7 +113,29 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def _torchrun_arguments(argv: list[str], environ: dict[str, str]) -> list[str] | None:
+    """Under torchrun every rank runs this script and composes its own config: they must share
+    one run dir (``${now:...}`` differs between ranks), and only rank 0 writes ``.hydra/`` and
+    ``train.log``. Returns the argv to use, or None when the run dir is missing."""
+    if int(environ.get("WORLD_SIZE", "1")) <= 1:
+        return argv
+    if not any(arg.startswith("hydra.run.dir=") for arg in argv[1:]):
+        return None
+    if environ.get("RANK", "0") != "0":
+        return [*argv, "hydra.output_subdir=null", "hydra/job_logging=stdout"]
+    return argv
+
+
 def main() -> None:
     """Console entry (``astrai-train`` and ``python train.py``)."""
+    argv = _torchrun_arguments(sys.argv, dict(os.environ))
+    if argv is None:
+        print(
+            "astrai: config error: under torchrun pass one hydra.run.dir=<dir> to every rank "
+            "(each rank would otherwise pick its own timestamped run dir)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    sys.argv = argv
     register_configs()
     _hydra_main()

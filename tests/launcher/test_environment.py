@@ -8,6 +8,7 @@ import pytest
 from hydra_plugins.astrai_docker_launcher._environment import (
     compose_argv,
     compose_environment,
+    container_processes,
     cuda_visible_devices,
     forwarded_names,
 )
@@ -138,3 +139,30 @@ def test_compose_argv_is_a_list_with_the_job_dir_mounted_and_never_build() -> No
         f"hydra.run.dir={job}",
     ]
     assert "--build" not in argv
+
+
+def test_a_multi_gpu_job_runs_torchrun_in_the_container() -> None:
+    job = Path("/repo/multirun/x/0")
+    processes = container_processes(_infra([0, 1]) | {"nproc_per_node": "auto"})
+    assert processes == 2
+    argv = compose_argv(
+        "docker", Path("/repo/docker/compose.yaml"), "trainer", [], job, ["seed=1"], processes
+    )
+    service = argv.index("trainer")
+    assert argv[argv.index("--entrypoint") + 1] == "torchrun"
+    # the in-container command: torchrun --standalone --nproc_per_node=2 train.py overrides
+    assert argv[service + 1 :] == [
+        "--standalone",
+        "--nproc_per_node=2",
+        "/workspace/train.py",
+        "seed=1",
+        f"hydra.run.dir={job}",
+    ]
+
+
+def test_container_processes() -> None:
+    assert container_processes(_infra("all") | {"nproc_per_node": "auto"}) is None
+    assert container_processes(_infra([3]) | {"nproc_per_node": "auto"}) == 1
+    assert container_processes(_infra("all") | {"nproc_per_node": 4}) == 4
+    single = compose_argv("docker", Path("/c.yaml"), "trainer", [], Path("/j"), [], 1)
+    assert "--entrypoint" not in single and "torchrun" not in single

@@ -18,20 +18,10 @@ from hydra.core.utils import JobStatus
 from hydra.types import HydraContext, RunMode
 from hydra_plugins.astrai_docker_launcher._core import DockerJobError
 from tests.launcher.helpers import install_fake_docker, read_calls
+from tests.test_train_cli import QUICK, REPO, TRAIN
 
 from astrai.config.store import register_configs
 from astrai.train import CONFIG_DIR
-
-REPO = Path(__file__).resolve().parents[2]
-TRAIN = str(REPO / "train.py")
-QUICK = [
-    "trainer.total_steps=2",
-    "trainer.eval_every=1",
-    "trainer.eval_prompts=8",
-    "trainer.progress_bar=false",
-    "train_type.prompts_per_step=4",
-    "train_type.group_size=2",
-]
 
 
 def _mounts(tmp_path: Path) -> list[str]:
@@ -127,6 +117,7 @@ def test_multirun_through_the_cli_runs_each_job_via_docker_compose(tmp_path: Pat
             "hydra/launcher=docker",
             "infra=docker",
             "infra.gpu.devices=[0,2]",
+            "infra.nproc_per_node=1",  # one process per container (torchrun: test_environment)
             f"hydra.sweep.dir={sweep}",
             "ckpt.resume=null,/nonexistent/step_1",
             *_mounts(tmp_path),

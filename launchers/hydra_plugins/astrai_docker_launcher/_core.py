@@ -18,6 +18,7 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra_plugins.astrai_docker_launcher._environment import (
     compose_argv,
     compose_environment,
+    container_processes,
     forwarded_names,
 )
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -171,6 +172,7 @@ def _run_job(
         forwarded_names(env, infra),
         job_dir,
         overrides,
+        container_processes(infra),
     )
     log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
     returncode, tail = _stream(argv, env, repo_root, job_dir / JOB_LOG_FILE, launcher.tail_lines)

@@ -82,6 +82,20 @@ def forwarded_names(env: Mapping[str, str], infra: Mapping[str, Any]) -> list[st
     return sorted(names)
 
 
+CONTAINER_TRAIN_SCRIPT = "/workspace/train.py"
+
+
+def container_processes(infra: Mapping[str, Any]) -> int | None:
+    """Processes the job runs in its container: ``infra.nproc_per_node`` when a number, the
+    length of ``infra.gpu.devices`` for ``auto`` with a list, and None for ``auto`` with
+    ``all`` (the host cannot count the container's GPUs: train.py decides inside)."""
+    nproc = infra.get("nproc_per_node", "auto")
+    if nproc != "auto":
+        return int(nproc)
+    devices = infra["gpu"]["devices"]
+    return None if devices == "all" else len(devices)
+
+
 def compose_argv(
     docker: str,
     compose_file: Path,
@@ -89,15 +103,23 @@ def compose_argv(
     forwarded: Sequence[str],
     job_dir: Path,
     overrides: Sequence[str],
+    processes: int | None = None,
 ) -> list[str]:
     """``docker compose -f FILE run --rm -T [-e NAME]... --volume JOB:JOB SERVICE overrides...
     hydra.run.dir=JOB``. The job dir is mounted at the same absolute path, so what the
-    container writes (summary.json, checkpoints) is where Hydra expects it on the host. Never
-    ``--build``: only ``make docker-build`` builds."""
+    container writes (summary.json, checkpoints) is where Hydra expects it on the host. With
+    ``processes`` > 1 the container runs ``torchrun --standalone --nproc_per_node=N
+    /workspace/train.py ...`` instead of the image's entrypoint. Never ``--build``: only
+    ``make docker-build`` builds."""
     argv = [docker, "compose", "-f", str(compose_file), "run", "--rm", "-T"]
+    multi = processes is not None and processes > 1
+    if multi:
+        argv += ["--entrypoint", "torchrun"]
     for name in forwarded:
         argv += ["-e", name]
     argv += ["--volume", f"{job_dir}:{job_dir}", service]
+    if multi:
+        argv += ["--standalone", f"--nproc_per_node={processes}", CONTAINER_TRAIN_SCRIPT]
     argv += [o for o in overrides if not o.startswith("hydra.run.dir=")]
     argv.append(f"hydra.run.dir={job_dir}")
     return argv

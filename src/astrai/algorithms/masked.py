@@ -2,10 +2,16 @@
 
 Masks are bool tensors where True marks a position that counts (a real response token); the
 values at False positions are never read, so padding may hold anything, even ``inf``.
+
+Full reductions (``dim=None``) are over the *global* batch when the run is distributed, so a
+statistic or a token-mean loss is the same as one process would compute over all ranks' tokens
+(see ``masked_mean``). In one process they are plain reductions.
 """
 
 import torch
 from torch import Tensor
+
+from astrai.distributed import all_reduce_sum, world_size
 
 
 def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
@@ -38,7 +44,17 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
         Scalar when ``dim`` is None, else ``x`` with ``dim`` removed.
     """
     count = masked_sum(torch.ones_like(x), mask, dim)
-    return masked_sum(x, mask, dim) / count.clamp(min=1)
+    if dim is not None or world_size() == 1:
+        return masked_sum(x, mask, dim) / count.clamp(min=1)
+    # Distributed, full reduction: divide by the global token count. A value that carries
+    # gradients (a loss) stays this rank's share, scaled by the world size, because DDP
+    # averages gradients over ranks: the mean of the shares' gradients is the gradient of the
+    # global token mean. A value without gradients (a statistic) is summed over ranks.
+    global_count = all_reduce_sum(count).clamp(min=1)
+    local = masked_sum(x, mask)
+    if torch.is_grad_enabled() and local.requires_grad:
+        return local * world_size() / global_count
+    return all_reduce_sum(local) / global_count
 
 
 def masked_var(x: Tensor, mask: Tensor) -> Tensor:

@@ -155,6 +155,10 @@ class InfraConfig:
     device: str = "auto"  # auto | cpu | cuda
     gpu: GPUConfig = field(default_factory=GPUConfig)
     nproc_per_node: Any = "auto"  # "auto" (= selected GPUs, 1 on CPU) or a positive int
+    nnodes: int = 1  # machines in the job (multi-node: torch's c10d rendezvous)
+    node_rank: int = 0  # this machine's index, 0..nnodes-1
+    rdzv_endpoint: str | None = None  # host:port of the rendezvous (node 0), multi-node only
+    rdzv_id: str | None = None  # the job's rendezvous id, the same on every node
     container: ContainerConfig = field(default_factory=ContainerConfig)
     mounts: MountsConfig = field(default_factory=MountsConfig)
     # extra variables for the job's environment (e.g. NCCL_P2P_DISABLE: "1"); forwarded into the

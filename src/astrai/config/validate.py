@@ -181,9 +181,14 @@ def _validate_infra(infra: DictConfig) -> None:
         nproc == "auto" or (isinstance(nproc, int) and nproc >= 1),
         f"infra.nproc_per_node must be 'auto' or a positive integer (got {nproc!r})",
     )
+    _require(infra.nnodes >= 1, f"infra.nnodes must be >= 1 (got {infra.nnodes})")
     _require(
-        nproc in ("auto", 1),
-        "infra.nproc_per_node > 1 needs distributed training, which astrai does not have yet",
+        0 <= infra.node_rank < infra.nnodes,
+        f"infra.node_rank must be in [0, infra.nnodes) (got {infra.node_rank})",
+    )
+    _require(
+        infra.nnodes == 1 or bool(infra.rdzv_endpoint),
+        "infra.rdzv_endpoint (host:port of node 0) is required when infra.nnodes > 1",
     )
     for name in infra.environment:
         _require(
@@ -196,6 +201,22 @@ def _validate_infra(infra: DictConfig) -> None:
     for key in ("image", "shm_size", "ipc", "stop_grace_period"):
         value = infra.container[key]
         _require(bool(value and str(value).strip()), f"infra.container.{key} must not be empty")
+
+
+def check_world_batch(tt: DictConfig, world_size: int) -> None:
+    """Every rank gets ``prompts_per_step / world_size`` whole prompt groups, split into
+    ``minibatches`` equal parts."""
+    _require(
+        tt.prompts_per_step % world_size == 0,
+        f"train_type.prompts_per_step ({tt.prompts_per_step}) must be divisible by the number "
+        f"of processes ({world_size}: infra.nproc_per_node × infra.nnodes)",
+    )
+    per_rank = tt.prompts_per_step // world_size * tt.group_size
+    _require(
+        per_rank % tt.minibatches == 0,
+        f"train_type.minibatches ({tt.minibatches}) must divide each process's "
+        f"{per_rank} sequences (prompts_per_step / processes × group_size)",
+    )
 
 
 def _validate_ckpt(ckpt: DictConfig) -> None:
@@ -227,3 +248,5 @@ def validate_config(cfg: DictConfig) -> None:
     model = _validate_model(cfg.model, tokenizer)
     _validate_task(cfg, tokenizer, model)
     _validate_infra(cfg.infra)
+    if isinstance(cfg.infra.nproc_per_node, int):
+        check_world_batch(cfg.train_type, cfg.infra.nproc_per_node * cfg.infra.nnodes)

@@ -47,6 +47,7 @@ METRICS: dict[str, str] = {
     "time/rollout_s": "seconds sampling and scoring the rollout",
     "time/update_s": "seconds in the update epochs",
     "time/eval_s": "seconds in greedy evaluation",
+    "time/elapsed_s": "wall seconds since the run started (step-0 eval in, summed over resumes)",
 }
 
 PPO_ONLY: frozenset[str] = frozenset(

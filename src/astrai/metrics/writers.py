@@ -7,6 +7,7 @@ import math
 import os
 from pathlib import Path
 
+from tensorboard.compat.proto.summary_pb2 import Summary
 from torch.utils.tensorboard import SummaryWriter
 
 METRICS_FILE = "metrics.jsonl"
@@ -28,6 +29,8 @@ class RunLogger:
         resume_step: when resuming from a checkpoint at this step, rows logged after it (by a
             run that went on past its last checkpoint) are dropped from ``metrics.jsonl`` and
             purged from TensorBoard, so the resumed run's records read as one uninterrupted run.
+        enabled: False on every rank but 0 of a distributed run: nothing is written, only
+            ``latest`` is kept.
     """
 
     def __init__(
@@ -36,22 +39,25 @@ class RunLogger:
         tensorboard: bool = True,
         flush_secs: int = 10,
         resume_step: int | None = None,
+        enabled: bool = True,
     ) -> None:
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.enabled = enabled
         self.latest: dict[str, float] = {}
+        self._jsonl = None
+        self._tb = None
+        if not enabled:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume_step is not None:
             self._truncate_after(resume_step)
         self._jsonl = open(self.run_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
-        self._tb = (
-            SummaryWriter(
+        if tensorboard:
+            self._tb = SummaryWriter(
                 str(self.run_dir / TENSORBOARD_DIR),
                 flush_secs=flush_secs,
                 purge_step=resume_step + 1 if resume_step is not None else None,
             )
-            if tensorboard
-            else None
-        )
 
     def _truncate_after(self, step: int) -> None:
         """Keep the rows with ``step <= step`` (rewritten atomically) and replay them into
@@ -84,25 +90,38 @@ class RunLogger:
             self.latest[name] = value
             if self._tb is not None:
                 self._tb.add_scalar(name, value, step)
-        self._jsonl.write(json.dumps(record) + "\n")
-        self._jsonl.flush()
+        if self._jsonl is not None:
+            self._jsonl.write(json.dumps(record) + "\n")
+            self._jsonl.flush()
 
     def log_text(self, step: int, tag: str, markdown: str) -> None:
         if self._tb is not None:
             self._tb.add_text(tag, markdown, step)
+
+    def log_summaries(self, step: int, summaries: list[Summary]) -> None:
+        """Write prepared summaries (HParams, custom-scalars layout) into the run's own event
+        files; ``SummaryWriter.add_hparams`` would put them into a timestamped sub-run."""
+        if self._tb is None:
+            return
+        for summary in summaries:
+            self._tb._get_file_writer().add_summary(summary, step)
+        self._tb.flush()
 
     def write_summary(self, extra: dict[str, object]) -> Path:
         """Write ``summary.json`` (final value of every metric plus ``extra``) atomically."""
         summary = {name: _json_number(v) for name, v in sorted(self.latest.items())}
         summary.update(extra)
         path = self.run_dir / SUMMARY_FILE
+        if not self.enabled:
+            return path
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(summary, indent=2) + "\n")
         os.replace(tmp, path)
         return path
 
     def close(self) -> None:
-        self._jsonl.close()
+        if self._jsonl is not None:
+            self._jsonl.close()
         if self._tb is not None:
             self._tb.close()
 

@@ -38,6 +38,31 @@ class Rollout:
     advantages: Tensor | None = None
     returns: Tensor | None = None
 
+    def select(self, rows: slice) -> Rollout:
+        """The prompts ``rows`` (whole groups) with their responses and any pinned targets."""
+        tensors = {
+            name: (value[rows] if value is not None else None)
+            for name in (
+                "prompt_ids",
+                "prompt_mask",
+                "response_ids",
+                "response_mask",
+                "logprobs",
+                "rewards",
+                "ref_logprobs",
+                "values",
+                "advantages",
+                "returns",
+            )
+            for value in (getattr(self, name),)
+        }
+        return Rollout(
+            policy_version=self.policy_version,
+            prompts=self.prompts[rows],
+            responses=self.responses[rows],
+            **tensors,  # type: ignore[arg-type]
+        )
+
     @property
     def num_prompts(self) -> int:
         return self.response_ids.shape[0]

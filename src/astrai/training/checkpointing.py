@@ -30,7 +30,9 @@ from astrai.checkpoints.layout import (
     CheckpointError,
     latest_checkpoint,
     missing_files,
+    step_dir_name,
 )
+from astrai.distributed import all_reduce_max, gather_objects
 from astrai.training.setup import capture_rng_state, restore_rng_state
 
 if TYPE_CHECKING:
@@ -74,8 +76,28 @@ def resolve_resume(resume: str | None, run_dir: Path, train_type: str) -> Path |
 
 
 def save_training_checkpoint(trainer: Trainer) -> Path:
-    """Write ``<run dir>/checkpoints/step_<trainer.step>/`` atomically; return its path."""
+    """Write ``<run dir>/checkpoints/step_<trainer.step>/`` atomically; return its path.
+
+    Called on every rank: each rank's RNG streams are gathered, rank 0 alone writes, and all
+    ranks wait until the checkpoint is complete.
+    """
+    rng_per_rank = gather_objects(capture_rng_state(trainer.generators()))
     root = trainer.run_dir / CHECKPOINTS_DIR
+    path = root / step_dir_name(trainer.step)
+    failure: BaseException | None = None
+    if trainer.dist.is_main:
+        try:
+            _write(trainer, root, rng_per_rank)
+        except Exception as err:  # tell the other ranks before raising, so none waits forever
+            failure = err
+    if all_reduce_max(1.0 if failure is not None else 0.0) > 0:
+        if failure is not None:
+            raise failure
+        raise CheckpointError(f"rank 0 failed to write {path}")
+    return path
+
+
+def _write(trainer: Trainer, root: Path, rng_per_rank: list[Any]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     reference = root / REFERENCE_FILE
     if not reference.is_file():
@@ -91,7 +113,9 @@ def save_training_checkpoint(trainer: Trainer) -> Path:
         * trainer.strategy.group_size,
         "policy_version": trainer.policy_version,
         "initial_metrics": trainer.initial_metrics,
-        "rng": capture_rng_state(trainer.generators()),
+        "world_size": len(rng_per_rank),
+        "rng": rng_per_rank[0],
+        "rng_per_rank": rng_per_rank,
     }
     writers: dict[str, io.FileWriter] = {
         MODEL_FILE: lambda p: io.save_module(trainer.policy, p),
@@ -132,9 +156,16 @@ def restore_training_checkpoint(trainer: Trainer, path: Path) -> dict[str, Any]:
     if trainer.critic is not None and trainer.critic_optimizer is not None:
         io.load_state_dict_into(trainer.critic, path / VALUE_MODEL_FILE)
         io.load_state_dict_into(trainer.critic_optimizer, path / VALUE_OPTIMIZER_FILE)
+    world = state.get("world_size", 1)
+    if world != trainer.dist.world_size:
+        raise CheckpointError(
+            f"{path / TRAINER_STATE_FILE}: written by {world} process(es), this run has "
+            f"{trainer.dist.world_size}; exact resume needs the same number (infra.nproc_per_node)"
+        )
     try:
-        restore_rng_state(state["rng"], trainer.generators())
-    except (KeyError, TypeError, ValueError, RuntimeError) as err:
+        rng = state["rng_per_rank"][trainer.dist.rank] if "rng_per_rank" in state else state["rng"]
+        restore_rng_state(rng, trainer.generators())
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as err:
         raise CheckpointError(f"{path / TRAINER_STATE_FILE}: bad RNG state ({err})") from err
     trainer.step = state["step"]
     trainer.policy_version = state["policy_version"]

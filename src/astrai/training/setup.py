@@ -9,14 +9,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from astrai.distributed import DistContext
 
-def resolve_device(device: str, gpu_devices: list[int] | None = None) -> torch.device:
-    """Pick the torch device of a single-process run.
+
+def resolve_device(
+    device: str, gpu_devices: list[int] | None = None, dist: DistContext | None = None
+) -> torch.device:
+    """Pick this process's torch device.
 
     Args:
         device: ``auto`` (CUDA when present, else CPU), ``cpu`` or ``cuda``.
         gpu_devices: physical GPU indices selected by ``infra.gpu.devices`` (None = all); a
             single-process run uses the first one.
+        dist: in a multi-process run, rank ``r`` uses visible GPU ``LOCAL_RANK`` (the launcher
+            has already narrowed ``CUDA_VISIBLE_DEVICES`` to the selected GPUs).
     """
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -24,6 +30,9 @@ def resolve_device(device: str, gpu_devices: list[int] | None = None) -> torch.d
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise RuntimeError("infra.device=cuda but no CUDA device is available")
+    if dist is not None and dist.world_size > 1:
+        torch.cuda.set_device(dist.local_rank)
+        return torch.device("cuda", dist.local_rank)
     index = gpu_devices[0] if gpu_devices else 0
     if index >= torch.cuda.device_count():
         visible = torch.cuda.device_count()

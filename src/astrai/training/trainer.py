@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -19,8 +20,25 @@ from tqdm import tqdm
 from astrai.algorithms.masked import masked_mean, masked_var
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.io import prune_checkpoints
-from astrai.config.validate import parse_gpu_devices
+from astrai.config.validate import check_world_batch, parse_gpu_devices
+from astrai.distributed import (
+    all_reduce_max,
+    all_reduce_sum,
+    env_context,
+    init_distributed,
+    mean_over_ranks,
+    slurm_environment,
+)
 from astrai.metrics.aggregate import MetricMeans
+from astrai.metrics.dashboards import (
+    HPARAM_METRICS,
+    hparams_end_summary,
+    hparams_start_summaries,
+    hydra_job_context,
+    layout_summary,
+    run_hparams,
+)
+from astrai.metrics.names import METRICS_BY_TRAIN_TYPE
 from astrai.metrics.writers import RunLogger, samples_markdown
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import CharTokenizer
@@ -48,7 +66,14 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         seed_everything(cfg.seed)
-        self.device = resolve_device(cfg.infra.device, parse_gpu_devices(cfg.infra.gpu.devices))
+        if cfg.infra.name == "slurm" and "SLURM_PROCID" in os.environ:
+            os.environ.update(slurm_environment(dict(os.environ)))
+        self.dist = env_context()
+        self.device = resolve_device(
+            cfg.infra.device, parse_gpu_devices(cfg.infra.gpu.devices), self.dist
+        )
+        init_distributed(self.device)
+        check_world_batch(cfg.train_type, self.dist.world_size)
         self.tokenizer = CharTokenizer()
         self.task: Task = instantiate(cfg.task)
         self.policy: LlamaForCausalLM = instantiate(cfg.model).to(self.device)
@@ -65,7 +90,8 @@ class Trainer:
             cfg.trainer.total_steps * self.strategy.ppo_epochs * self.strategy.minibatches
         )
         self.scheduler = self.strategy.scheduler(self.optimizer, total_steps=optimizer_steps)
-        self.sample_generator = make_generator(cfg.seed + 1, self.device)
+        # each rank samples its own responses: its own stream (rank 0's is the 1-process one)
+        self.sample_generator = make_generator(cfg.seed + 1 + 7919 * self.dist.rank, self.device)
         self.shuffle_generator = make_generator(cfg.seed + 2, torch.device("cpu"))
         self.eval_prompts = self.task.eval_prompts(cfg.trainer.eval_prompts)
         self.policy_version = 0
@@ -81,7 +107,19 @@ class Trainer:
             cfg.logger.tensorboard,
             cfg.logger.flush_secs,
             resume_step=self.step if self.resumed_from is not None else None,
+            enabled=self.dist.is_main,
         )
+        # data parallel: gradients averaged over ranks (the critic too, so critics never drift)
+        self.train_policy: nn.Module = self._data_parallel(self.policy)
+        self.train_critic: nn.Module | None = (
+            self._data_parallel(self.critic) if self.critic is not None else None
+        )
+
+    def _data_parallel(self, module: nn.Module) -> nn.Module:
+        if self.dist.world_size == 1:
+            return module
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(module, device_ids=ids)
 
     def generators(self) -> dict[str, torch.Generator]:
         """The run's dedicated random streams (saved and restored with checkpoints)."""
@@ -92,6 +130,8 @@ class Trainer:
     def rollout(self) -> Rollout:
         """1. Sample G responses for this step's prompts with the live policy and score them."""
         prompts = self.task.train_prompts(self.cfg.seed, self.step, self.strategy.prompts_per_step)
+        share = len(prompts) // self.dist.world_size  # validated: divides evenly
+        prompts = prompts[self.dist.rank * share : (self.dist.rank + 1) * share]
         return collect_rollout(
             self.policy,
             self.tokenizer,
@@ -112,13 +152,14 @@ class Trainer:
             for minibatch in iter_minibatches(
                 batch, self.strategy.minibatches, self.shuffle_generator
             ):
-                loss, metrics = self.strategy.loss(self.policy, minibatch, self.critic)
+                loss, metrics = self.strategy.loss(self.train_policy, minibatch, self.train_critic)
                 loss.backward()
                 metrics["policy/grad_norm"] = self._step_policy()
                 if self.critic is not None:
                     metrics["value/grad_norm"] = self._step_critic()
                 means.update(metrics)
-        result = means.compute()
+        # token-mean losses are each rank's share (see masked_mean): their average is global
+        result = mean_over_ranks(means.compute())
         result["policy/lr"] = self.scheduler.get_last_lr()[0]
         result["policy/version"] = float(self.policy_version)
         return result
@@ -155,7 +196,7 @@ class Trainer:
         t1 = time.perf_counter()
         metrics.update(self.update(rollout))
         t2 = time.perf_counter()
-        metrics.update(rollout_metrics(rollout, self.tokenizer.eos_id))
+        metrics.update(rollout_metrics(rollout, self.tokenizer.eos_id))  # global over ranks
         metrics["rollout/accuracy"] = rollout_accuracy(rollout, self.task)
         metrics["time/rollout_s"] = t1 - t0
         metrics["time/update_s"] = t2 - t1
@@ -198,6 +239,8 @@ class Trainer:
         stop_at = total if until is None else min(until, total)
         budget = self.cfg.trainer.max_duration
         start = time.perf_counter()
+        elapsed_before = self.logger.latest.get("time/elapsed_s", 0.0)  # earlier segments
+        self._write_dashboards()
         if self.step == 0:
             self.initial_metrics = self._eval_metrics()
             self.logger.log(self.step, self.initial_metrics)
@@ -215,6 +258,7 @@ class Trainer:
                 metrics = self.train_step()
                 if self.step % self.cfg.trainer.eval_every == 0 or self.step == total:
                     metrics.update(self._eval_metrics())
+                metrics["time/elapsed_s"] = elapsed_before + time.perf_counter() - start
                 self.logger.log(self.step, metrics)
                 bar.update(1)
                 bar.set_postfix(
@@ -222,7 +266,7 @@ class Trainer:
                     acc=f"{self.logger.latest.get('eval/accuracy', float('nan')):.2f}",
                     step_s=f"{metrics['perf/step_s']:.2f}",
                 )
-                stopped = stop.reason
+                stopped = agreed_stop_reason(stop.reason)
                 every = self.cfg.ckpt.every_steps
                 if stopped is not None or (every > 0 and self.step % every == 0):
                     checkpoint, saved_step = self.save_checkpoint(), self.step
@@ -241,45 +285,85 @@ class Trainer:
             "stopped": stopped,
             "checkpoint": str(checkpoint) if checkpoint is not None else None,
         }
+        if self.step == total:  # HParams status: complete (a stopped run may be resumed)
+            self.logger.log_summaries(self.step, [hparams_end_summary()])
         self.logger.write_summary(summary)
         self.logger.close()
         return {**self.logger.latest, **summary}
 
+    def _write_dashboards(self) -> None:
+        """Custom-scalars layout and HParams record (the job's overrides and key knobs) into
+        the run's own event files; written at every start, TensorBoard keeps the first."""
+        emitted = METRICS_BY_TRAIN_TYPE[self.strategy.name]
+        hparams = run_hparams(self.cfg, *hydra_job_context())
+        metrics = [name for name in HPARAM_METRICS if name in emitted]
+        summaries = [layout_summary(emitted), *hparams_start_summaries(hparams, metrics)]
+        self.logger.log_summaries(self.step, summaries)
+
     def save_checkpoint(self) -> Path:
         """Write ``checkpoints/step_<step>/`` atomically, then prune beyond ``ckpt.keep_last``."""
         path = save_training_checkpoint(self)
-        prune_checkpoints(path.parent, self.cfg.ckpt.keep_last)
+        if self.dist.is_main:
+            prune_checkpoints(path.parent, self.cfg.ckpt.keep_last)
         return path
 
     def save_config(self) -> None:
+        if not self.dist.is_main:
+            return
         (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
 
 
+STOP_REASONS = ("SIGTERM", "SIGINT", "max_duration")
+
+
+def agreed_stop_reason(reason: str | None) -> str | None:
+    """Every rank stops at the same step: if any rank was signalled (or ran out of time), all
+    stop, with the first reason in ``STOP_REASONS`` order that any rank saw."""
+    code = 0.0 if reason is None else float(len(STOP_REASONS) - STOP_REASONS.index(reason))
+    agreed = int(all_reduce_max(code))
+    return None if agreed == 0 else STOP_REASONS[len(STOP_REASONS) - agreed]
+
+
 def rollout_metrics(rollout: Rollout, eos_id: int) -> dict[str, float]:
-    """Reward, length and advantage statistics of a prepared rollout."""
+    """Reward, length and advantage statistics of a prepared rollout (over all ranks)."""
     mask = rollout.response_mask
     lengths = mask.sum(-1).float()  # [B, G]
     last = (lengths - 1).clamp_min(0).long()[..., None]
     ended_with_eos = rollout.response_ids.gather(-1, last).squeeze(-1)
     assert rollout.advantages is not None
+    rewards = rollout.rewards.double()
+    sums = all_reduce_sum(
+        torch.stack(
+            [
+                rewards.sum(),
+                (rewards**2).sum(),
+                lengths.double().sum(),
+                (ended_with_eos == eos_id).double().sum(),
+                torch.tensor(float(rewards.numel()), dtype=torch.float64),
+            ]
+        ).cpu()
+    )
+    n = sums[4].clamp(min=1)
+    reward_mean = sums[0] / n
     return {
-        "rollout/reward_mean": rollout.rewards.mean().item(),
-        "rollout/reward_std": rollout.rewards.std(unbiased=False).item(),
-        "rollout/response_len": lengths.mean().item(),
-        "rollout/eos_frac": (ended_with_eos == eos_id).float().mean().item(),
+        "rollout/reward_mean": reward_mean.item(),
+        "rollout/reward_std": (sums[1] / n - reward_mean**2).clamp(min=0).sqrt().item(),
+        "rollout/response_len": (sums[2] / n).item(),
+        "rollout/eos_frac": (sums[3] / n).item(),
         "advantages/mean": masked_mean(rollout.advantages, mask).item(),
         "advantages/std": masked_var(rollout.advantages, mask).sqrt().item(),
     }
 
 
 def rollout_accuracy(rollout: Rollout, task: Task) -> float:
-    """Share of sampled responses that are exactly correct."""
+    """Share of sampled responses that are exactly correct (over all ranks)."""
     correct = [
         task.is_correct(prompt, response)
         for prompt, group in zip(rollout.prompts, rollout.responses, strict=True)
         for response in group
     ]
-    return sum(correct) / max(len(correct), 1)
+    counts = all_reduce_sum(torch.tensor([sum(correct), len(correct)], dtype=torch.float64))
+    return (counts[0] / counts[1].clamp(min=1)).item()
 
 
 def rollout_samples(rollout: Rollout) -> list[tuple[str, str, float]]:

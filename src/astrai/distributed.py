@@ -1,0 +1,118 @@
+"""Process-group helpers: one code path for one process and for many (torchrun, elastic).
+
+A run is distributed when ``WORLD_SIZE`` > 1 in the environment (set by torchrun or PyTorch's
+elastic launcher) or a process group was initialised. The reductions below are identity
+functions in a single process, so the algorithms call them unconditionally.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """This process's place in the job."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 alone writes logs, TensorBoard, checkpoints and ``summary.json``."""
+        return self.rank == 0
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """The first host of a Slurm node list: ``"gpu[03-05,9],cpu1"`` -> ``"gpu03"``."""
+    head = nodelist.split(",")[0] if "[" not in nodelist.split(",")[0] else nodelist
+    if "[" not in head:
+        return head.strip()
+    prefix, rest = head.split("[", 1)
+    first = rest.split("]", 1)[0].split(",")[0].split("-")[0]
+    return prefix + first
+
+
+def slurm_environment(environ: dict[str, str], port: int = 29500) -> dict[str, str]:
+    """torch.distributed's variables from a Slurm task's (one process per task, as
+    hydra-submitit-launcher starts them; no torchrun inside Slurm)."""
+    return {
+        "RANK": environ["SLURM_PROCID"],
+        "LOCAL_RANK": environ["SLURM_LOCALID"],
+        "WORLD_SIZE": environ["SLURM_NTASKS"],
+        "MASTER_ADDR": environ.get("MASTER_ADDR")
+        or first_slurm_host(environ["SLURM_JOB_NODELIST"]),
+        "MASTER_PORT": environ.get("MASTER_PORT", str(port)),
+    }
+
+
+def env_context(environ: dict[str, str] | None = None) -> DistContext:
+    """``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` from the environment (torchrun sets them);
+    a plain ``python train.py`` is rank 0 of 1."""
+    env = os.environ if environ is None else environ
+    world = int(env.get("WORLD_SIZE", "1"))
+    rank = int(env.get("RANK", "0"))
+    local = int(env.get("LOCAL_RANK", str(rank)))
+    if world < 1 or not 0 <= rank < world:
+        raise RuntimeError(f"bad distributed environment: RANK={rank} WORLD_SIZE={world}")
+    return DistContext(rank=rank, local_rank=local, world_size=world)
+
+
+def init_distributed(device: torch.device) -> DistContext:
+    """Join the process group described by the environment (``nccl`` on CUDA, ``gloo`` on
+    CPU); a single process joins nothing."""
+    ctx = env_context()
+    if ctx.world_size > 1 and not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, timeout=timedelta(minutes=30))
+    return ctx
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def all_reduce_sum(tensor: Tensor) -> Tensor:
+    """Sum of ``tensor`` over ranks (a detached copy; the input is untouched)."""
+    out = tensor.detach().clone()
+    if world_size() > 1:
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+    return out
+
+
+def all_reduce_max(value: float) -> float:
+    out = torch.tensor([value], dtype=torch.float64)
+    if world_size() > 1:
+        dist.all_reduce(out, op=dist.ReduceOp.MAX)
+    return float(out.item())
+
+
+def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
+    """Average a dict of floats over ranks (every rank passes the same keys)."""
+    if world_size() == 1 or not metrics:
+        return metrics
+    names = sorted(metrics)
+    values = torch.tensor([metrics[n] for n in names], dtype=torch.float64)
+    total = all_reduce_sum(values) / world_size()
+    return dict(zip(names, total.tolist(), strict=True))
+
+
+def gather_objects(obj: object) -> list[object]:
+    """Every rank's ``obj`` (picklable), in rank order, on every rank."""
+    if world_size() == 1:
+        return [obj]
+    gathered: list[object] = [None] * world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
+def barrier() -> None:
+    if world_size() > 1:
+        dist.barrier()

@@ -1,0 +1,35 @@
+"""Worker of the two-process tests (importable by spawned children): one RL update on a rank's
+share of a fixed global rollout."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+
+def one_update(rank: int, world: int, resolved: str, rollout_file: str, out: str) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    # a file rendezvous: no TCP port that another process on the machine could take first
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"file://{Path(out) / 'rendezvous'}", rank=rank, world_size=world
+    )
+    from astrai.training.trainer import Trainer, rollout_metrics
+
+    cfg = OmegaConf.create(resolved)
+    trainer = Trainer(cfg, Path(out) / "run")
+    rollout = torch.load(rollout_file, weights_only=False)
+    share = rollout.num_prompts // world
+    mine = rollout.select(slice(rank * share, (rank + 1) * share))
+    metrics = trainer.strategy.prepare(mine, trainer.reference, trainer.critic)
+    metrics.update(trainer.update(mine))
+    metrics.update(rollout_metrics(mine, trainer.tokenizer.eos_id))
+    critic = trainer.critic.state_dict() if trainer.critic is not None else None
+    torch.save(
+        {"policy": trainer.policy.state_dict(), "critic": critic, "metrics": metrics},
+        Path(out) / f"rank{rank}.pt",
+    )
+    torch.distributed.destroy_process_group()

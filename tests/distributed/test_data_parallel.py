@@ -1,0 +1,104 @@
+"""Data-parallel training on CPU (gloo, 2 processes) equals one process on the same global batch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from omegaconf import OmegaConf
+from tests.distributed.ddp_worker import one_update
+from tests.helpers import compose_config
+from tests.test_train_cli import run_train
+
+from astrai.training.trainer import Trainer, rollout_metrics
+
+QUICK = [
+    "infra.device=cpu",
+    "trainer.eval_prompts=8",
+    "trainer.progress_bar=false",
+    "train_type.prompts_per_step=8",
+    "train_type.group_size=4",
+    "train_type.ppo_epochs=1",
+    "train_type.minibatches=1",
+]
+NOISY = ("time/", "perf/")
+
+
+@pytest.mark.parametrize("train_type", ["online_grpo", "online_ppo"])
+def test_two_processes_make_the_same_update_as_one(tmp_path: Path, train_type: str) -> None:
+    cfg = compose_config([f"train_type={train_type}", *QUICK])
+    single = Trainer(cfg, tmp_path / "single")
+    rollout = single.rollout()  # the global batch: 8 prompts × 4 responses
+    torch.save(rollout, tmp_path / "rollout.pt")
+    metrics = single.strategy.prepare(rollout, single.reference, single.critic)
+    metrics.update(single.update(rollout))
+    metrics.update(rollout_metrics(rollout, single.tokenizer.eos_id))
+
+    resolved = OmegaConf.to_yaml(cfg, resolve=True)
+    args = (2, resolved, str(tmp_path / "rollout.pt"), str(tmp_path))
+    mp.spawn(one_update, args=args, nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+
+    initial = Trainer(cfg, tmp_path / "initial").policy.state_dict()
+    moved = max((single.policy.state_dict()[n] - initial[n]).abs().max() for n in initial)
+    assert moved > 1e-4  # the update is not trivially zero
+    for name, value in single.policy.state_dict().items():
+        for result in ranks:
+            torch.testing.assert_close(result["policy"][name], value, atol=1e-6, rtol=0)
+    if single.critic is not None:
+        for name, value in single.critic.state_dict().items():
+            for result in ranks:
+                torch.testing.assert_close(result["critic"][name], value, atol=1e-6, rtol=0)
+    for result in ranks:
+        assert result["metrics"].keys() == metrics.keys()
+        for name, value in metrics.items():
+            if name.startswith(NOISY):
+                continue
+            assert result["metrics"][name] == pytest.approx(value, abs=1e-6, nan_ok=True), name
+
+
+@pytest.mark.slow  # ~20 s: three interpreter start-ups and two 2-process launches
+def test_two_process_run_writes_one_run_dir_and_resumes(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = [
+        "infra.device=cpu",
+        "infra.nproc_per_node=2",
+        "trainer.total_steps=3",
+        "trainer.eval_every=1",
+        "trainer.eval_prompts=8",
+        "trainer.progress_bar=false",
+        "train_type.prompts_per_step=4",
+        "train_type.group_size=2",
+        f"hydra.run.dir={run_dir}",
+    ]
+    first = run_train([*args, "trainer.max_duration=0.001s"], tmp_path, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped"] == "max_duration" and summary["step"] == 1
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "reference.safetensors",
+        "step_1",
+    ]
+    state = json.loads((run_dir / "checkpoints" / "step_1" / "trainer_state.json").read_text())
+    assert state["world_size"] == 2 and len(state["rng_per_rank"]) == 2
+    assert state["rng_per_rank"][0] != state["rng_per_rank"][1]  # each rank its own stream
+
+    second = run_train(args, tmp_path, timeout=300)  # ckpt.resume=auto
+    assert second.returncode == 0, second.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["step"] == 3 and summary["stopped"] is None
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").open()]
+    assert steps == [0, 1, 2, 3]  # one writer: no duplicated rows
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        ".hydra",
+        "checkpoints",
+        "config.yaml",
+        "metrics.jsonl",
+        "summary.json",
+        "tb",
+        "train.log",
+    ]
+    assert len(list((run_dir / "tb").iterdir())) == 2  # one event file per invocation, rank 0

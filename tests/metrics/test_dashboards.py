@@ -1,0 +1,231 @@
+"""HParams record and custom-scalars layout: what a run writes into its own event files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.plugins.custom_scalar import layout_pb2
+from tensorboard.plugins.hparams import api_pb2, metadata
+from tests.helpers import compose_config
+
+from astrai.metrics.dashboards import (
+    HPARAM_METRICS,
+    LAYOUT_CHARTS,
+    hparam_value,
+    hparams_start_summaries,
+    layout_charts,
+    layout_summary,
+    run_hparams,
+)
+from astrai.metrics.names import METRICS, METRICS_BY_TRAIN_TYPE
+from astrai.training.trainer import Trainer
+
+PPO_QUICK = [
+    "train_type=online_ppo",
+    "trainer.total_steps=4",
+    "trainer.eval_every=2",
+    "trainer.eval_prompts=8",
+    "trainer.progress_bar=false",
+    "train_type.prompts_per_step=4",
+    "train_type.group_size=2",
+    "train_type.minibatches=1",
+    "train_type.ppo_epochs=1",
+    "logger.samples_every=2",
+    "logger.num_samples=3",
+    "ckpt.every_steps=0",
+]
+
+
+def _events(run_dir: Path) -> EventAccumulator:
+    events = EventAccumulator(str(run_dir / "tb"), size_guidance={"tensors": 0, "scalars": 0})
+    events.Reload()
+    return events
+
+
+def _plugin_data(events: EventAccumulator, tag: str) -> bytes:
+    return events.SummaryMetadata(tag).plugin_data.content
+
+
+# --- the hparams definition --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(True, True), (3, 3.0), (0.95, 0.95), ("k3", "k3"), (None, "null"), ([1, 2], "[1, 2]")],
+)
+def test_hparam_values_are_typed_as_tensorboard_requires(value: object, expected: object) -> None:
+    result = hparam_value(value)
+    assert result == expected
+    assert type(result) is type(expected)
+
+
+def test_hparams_are_the_job_overrides_plus_key_knobs() -> None:
+    overrides = [
+        "train_type=online_ppo",
+        "train_type.ppo_gamma=0.95",
+        "+train_type.optimizer.betas=[0.9,0.95]",
+        "trainer.progress_bar=false",
+        "~ckpt.resume",
+        "hydra.run.dir=/tmp/x",
+    ]
+    cfg = compose_config(
+        ["train_type=online_ppo", "train_type.ppo_gamma=0.95", "trainer.progress_bar=false"]
+    )
+    choices = {"train_type": "online_ppo", "model": "tiny", "task": "addition", "hydra/x": "y"}
+    hparams = run_hparams(cfg, overrides, choices)
+    # overrides: typed values from the config; a group override keeps the option's name
+    assert hparams["train_type"] == "online_ppo"
+    assert hparams["train_type.ppo_gamma"] == 0.95
+    assert hparams["train_type.optimizer.betas"] == "[0.9, 0.99]"  # from the composed config
+    assert hparams["trainer.progress_bar"] is False
+    assert "ckpt.resume" not in hparams and "hydra.run.dir" not in hparams
+    # key knobs, whether overridden or not
+    assert hparams["seed"] == 0.0
+    assert hparams["train_type.ppo_gae_lambda"] == 0.95
+    assert hparams["train_type.optimizer.lr"] == 1e-3
+    assert hparams["model"] == "tiny" and hparams["task"] == "addition"
+    assert "critic" not in hparams  # no choice given for it
+    assert all(isinstance(v, bool | float | str) for v in hparams.values())
+
+
+def test_grpo_runs_have_no_ppo_knobs() -> None:
+    hparams = run_hparams(compose_config([]))
+    assert "train_type.ppo_gamma" not in hparams
+    assert hparams["train_type.kl_coef"] == 0.05
+
+
+def test_start_summaries_parse_back_with_the_plugins_own_reader() -> None:
+    hparams = {"train_type.ppo_gamma": 0.99, "train_type": "online_ppo", "flag": True}
+    experiment_pb, start_pb = hparams_start_summaries(hparams, ["eval/accuracy"], 123.0)
+    assert experiment_pb.value[0].tag == metadata.EXPERIMENT_TAG
+    experiment = metadata.parse_experiment_plugin_data(
+        experiment_pb.value[0].metadata.plugin_data.content
+    )
+    types = {info.name: info.type for info in experiment.hparam_infos}
+    assert types == {
+        "flag": api_pb2.DATA_TYPE_BOOL,
+        "train_type": api_pb2.DATA_TYPE_STRING,
+        "train_type.ppo_gamma": api_pb2.DATA_TYPE_FLOAT64,
+    }
+    assert [m.name.tag for m in experiment.metric_infos] == ["eval/accuracy"]
+    start = metadata.parse_session_start_info_plugin_data(
+        start_pb.value[0].metadata.plugin_data.content
+    )
+    assert start.hparams["train_type.ppo_gamma"].number_value == 0.99
+    assert start.hparams["train_type"].string_value == "online_ppo"
+    assert start.hparams["flag"].bool_value is True
+    assert start.start_time_secs == 123.0
+
+
+def test_layout_groups_related_charts_from_documented_metrics_only() -> None:
+    for tags in LAYOUT_CHARTS.values():
+        assert set(tags) <= set(METRICS)
+    assert set(HPARAM_METRICS) <= set(METRICS)
+    grpo = layout_charts(METRICS_BY_TRAIN_TYPE["online_grpo"])
+    assert "value: loss, explained variance" not in grpo  # GRPO has no critic: no empty chart
+    assert len(grpo) == 3
+    assert grpo["KL to reference: k1, k2, k3"] == ["kl/k1", "kl/k2", "kl/k3"]
+    assert layout_charts(["kl/k2"]) == {"KL to reference: k1, k2, k3": ["kl/k2"]}
+
+
+def _layout(summary: Summary) -> layout_pb2.Layout:
+    layout = layout_pb2.Layout()
+    layout.ParseFromString(summary.value[0].tensor.string_val[0])
+    return layout
+
+
+def test_layout_summary_matches_tags_exactly() -> None:
+    layout = _layout(layout_summary(METRICS_BY_TRAIN_TYPE["online_ppo"]))
+    (category,) = layout.category
+    charts = {chart.title: list(chart.multiline.tag) for chart in category.chart}
+    assert charts["policy: loss, clipfrac, approx KL"] == [
+        "^loss/policy$",
+        "^policy/clipfrac$",
+        "^policy/approx_kl$",
+    ]
+    assert charts["value: loss, explained variance"] == [
+        "^loss/value$",
+        "^value/explained_variance$",
+    ]
+
+
+# --- what a run writes -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    run_dir = tmp_path_factory.mktemp("ppo")
+    summary = Trainer(compose_config(PPO_QUICK), run_dir).fit()
+    return run_dir, summary
+
+
+def test_run_writes_hparams_and_layout_into_its_own_run(ppo_run) -> None:  # noqa: ANN001
+    run_dir, summary = ppo_run
+    assert [p.is_file() for p in (run_dir / "tb").iterdir()] == [True]  # one file, no sub-runs
+    events = _events(run_dir)
+    start = metadata.parse_session_start_info_plugin_data(
+        _plugin_data(events, metadata.SESSION_START_INFO_TAG)
+    )
+    assert start.hparams["train_type.ppo_gamma"].number_value == 1.0
+    assert start.hparams["train_type.group_size"].number_value == 2.0
+    experiment = metadata.parse_experiment_plugin_data(
+        _plugin_data(events, metadata.EXPERIMENT_TAG)
+    )
+    assert [m.name.tag for m in experiment.metric_infos] == list(HPARAM_METRICS)
+    end = metadata.parse_session_end_info_plugin_data(
+        _plugin_data(events, metadata.SESSION_END_INFO_TAG)
+    )
+    assert end.status == api_pb2.STATUS_SUCCESS
+    # the HParams tab shows each metric's last scalar: the run's final values
+    for tag in HPARAM_METRICS:
+        assert events.Scalars(tag)[-1].step == 4
+        assert events.Scalars(tag)[-1].value == pytest.approx(summary[tag], abs=1e-6)
+    assert "custom_scalars__config__" in events.Tags()["tensors"]
+
+
+def test_elapsed_time_grows_every_step_and_ends_in_the_summary(ppo_run) -> None:  # noqa: ANN001
+    run_dir, summary = ppo_run
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    elapsed = [r["time/elapsed_s"] for r in rows if "time/elapsed_s" in r]
+    assert len(elapsed) == 4 and all(b > a > 0 for a, b in zip(elapsed, elapsed[1:], strict=False))
+    saved = json.loads((run_dir / "summary.json").read_text())
+    assert saved["time/elapsed_s"] == elapsed[-1]
+    assert saved["time/elapsed_s"] <= saved["wall_time_s"]
+
+
+def test_sample_completions_are_a_text_table_every_n_steps(ppo_run) -> None:  # noqa: ANN001
+    run_dir, _ = ppo_run
+    events = _events(run_dir)
+    rollout = events.Tensors("samples/rollout/text_summary")
+    assert [e.step for e in rollout] == [2, 4]  # logger.samples_every=2
+    table = rollout[-1].tensor_proto.string_val[0].decode()
+    lines = table.splitlines()
+    assert lines[:2] == ["| prompt | response | reward |", "|---|---|---|"]
+    assert len(lines) == 2 + 3  # logger.num_samples=3 rows
+    assert all(line.startswith("| `") and line.count(" | ") == 2 for line in lines[2:])
+    # greedy answers to held-out prompts at every evaluation
+    assert [e.step for e in events.Tensors("samples/eval/text_summary")] == [0, 2, 4]
+
+
+def test_resumed_run_keeps_one_hparams_record_and_counts_time_on(tmp_path: Path) -> None:
+    Trainer(compose_config(PPO_QUICK), tmp_path).fit(until=2)  # checkpoint at step 2
+    first = json.loads((tmp_path / "summary.json").read_text())
+    assert first["step"] == 2
+    events = _events(tmp_path)
+    assert metadata.SESSION_END_INFO_TAG not in events.Tags()["tensors"]  # not complete yet
+    Trainer(compose_config(PPO_QUICK), tmp_path).fit()  # ckpt.resume=auto
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    elapsed = {r["step"]: r["time/elapsed_s"] for r in rows if "time/elapsed_s" in r}
+    assert sorted(elapsed) == [1, 2, 3, 4]
+    assert elapsed[3] > elapsed[2] == first["time/elapsed_s"]  # counted on from the checkpoint
+    events = _events(tmp_path)
+    assert [p.is_file() for p in (tmp_path / "tb").iterdir()] == [True, True]  # no sub-runs
+    end = metadata.parse_session_end_info_plugin_data(
+        _plugin_data(events, metadata.SESSION_END_INFO_TAG)
+    )
+    assert end.status == api_pb2.STATUS_SUCCESS
+    assert [e.step for e in events.Scalars("eval/accuracy")] == [0, 2, 4]

@@ -1,0 +1,175 @@
+"""A real multirun (``python train.py -m``) of the tiny model: the sweep layout, each job's
+HParams record and final metrics in its own event files, and ``python -m astrai.report``."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+from PIL import Image
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import api_pb2, metadata
+from tests.helpers import compose_config
+from tests.test_train_cli import REPO, run_train
+
+from astrai.metrics.dashboards import HPARAM_METRICS
+from astrai.report.__main__ import main as report_main
+
+TINY = [
+    "trainer.total_steps=3",
+    "trainer.eval_every=1",
+    "trainer.eval_prompts=8",
+    "train_type.prompts_per_step=4",
+    "train_type.group_size=2",
+    "trainer.progress_bar=false",
+]
+# the preset's grid (gamma 0.95,0.99,1.0 × lambda 0.9,0.95) with gamma narrowed: 4 jobs
+GRID = [(0.95, 0.9), (0.95, 0.95), (1.0, 0.9), (1.0, 0.95)]
+
+
+def _report(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "astrai.report", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("sweep")
+    args = ["-m", "+experiment=ppo_sweep", "train_type.ppo_gamma=0.95,1.0", *TINY]
+    result = run_train([*args, f"hydra.sweep.dir={root / 'sweep'}"], cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root / "sweep"
+
+
+def test_ppo_sweep_preset_composes_the_grid_for_online_ppo() -> None:
+    from hydra import compose, initialize_config_dir
+
+    from astrai.config.store import register_configs
+    from astrai.train import CONFIG_DIR
+
+    register_configs()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("train", ["+experiment=ppo_sweep"], return_hydra_config=True)
+        seeds = compose("train", ["+experiment=seed_sweep"], return_hydra_config=True)
+    assert cfg.train_type._target_ == "astrai.algorithms.ppo.PPOStrategy"
+    assert cfg.critic.name == "value_model"
+    assert dict(cfg.hydra.sweeper.params) == {
+        "train_type.ppo_gamma": "0.95,0.99,1.0",
+        "train_type.ppo_gae_lambda": "0.9,0.95",
+    }
+    assert dict(seeds.hydra.sweeper.params) == {"seed": "0,1,2"}
+    compose_config(["+experiment=ppo_sweep"])  # and it validates
+
+
+def test_each_job_has_its_own_numbered_dir_config_logs_and_checkpoints(sweep: Path) -> None:
+    assert (sweep / "multirun.yaml").is_file()
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
+    checkpoints = set()
+    for num, (gamma, lam) in enumerate(GRID):
+        job = sweep / str(num)
+        config = OmegaConf.load(job / ".hydra" / "config.yaml")
+        assert (config.train_type.ppo_gamma, config.train_type.ppo_gae_lambda) == (gamma, lam)
+        assert f"train_type.ppo_gamma={gamma}" in OmegaConf.load(job / ".hydra" / "overrides.yaml")
+        steps = [json.loads(line)["step"] for line in (job / "metrics.jsonl").open()]
+        assert steps == [0, 1, 2, 3]
+        assert json.loads((job / "summary.json").read_text())["step"] == 3
+        # no collision: each job's final checkpoint is its own, with its own config
+        checkpoint = job / "checkpoints" / "step_3"
+        saved = OmegaConf.load(checkpoint / "config.yaml")
+        assert saved.train_type.ppo_gamma == gamma and saved.train_type.ppo_gae_lambda == lam
+        checkpoints.add(checkpoint.resolve())
+    assert len(checkpoints) == 4
+
+
+def test_each_jobs_event_files_hold_its_hparams_and_final_metrics(sweep: Path) -> None:
+    for num, (gamma, lam) in enumerate(GRID):
+        job = sweep / str(num)
+        tb = job / "tb"
+        assert all(p.is_file() for p in tb.iterdir())  # one run per job, no sub-runs
+        events = EventAccumulator(str(tb), size_guidance={"tensors": 0, "scalars": 0})
+        events.Reload()
+        start = metadata.parse_session_start_info_plugin_data(
+            events.SummaryMetadata(metadata.SESSION_START_INFO_TAG).plugin_data.content
+        )
+        hparams = {k: getattr(v, v.WhichOneof("kind")) for k, v in start.hparams.items()}
+        assert hparams["train_type.ppo_gamma"] == gamma
+        assert hparams["train_type.ppo_gae_lambda"] == lam
+        assert hparams["train_type"] == "online_ppo" and hparams["experiment"] == "ppo_sweep"
+        assert hparams["trainer.total_steps"] == 3.0 and hparams["trainer.progress_bar"] is False
+        experiment = metadata.parse_experiment_plugin_data(
+            events.SummaryMetadata(metadata.EXPERIMENT_TAG).plugin_data.content
+        )
+        assert [m.name.tag for m in experiment.metric_infos] == list(HPARAM_METRICS)
+        assert {h.name for h in experiment.hparam_infos} == set(hparams)
+        end = metadata.parse_session_end_info_plugin_data(
+            events.SummaryMetadata(metadata.SESSION_END_INFO_TAG).plugin_data.content
+        )
+        assert end.status == api_pb2.STATUS_SUCCESS
+        summary = json.loads((job / "summary.json").read_text())
+        for tag in HPARAM_METRICS:  # the HParams tab shows the last value: the final one
+            last = events.Scalars(tag)[-1]
+            assert last.step == 3
+            assert last.value == pytest.approx(summary[tag], rel=1e-6, abs=1e-6)
+
+
+def test_report_table_csv_markdown_and_png(sweep: Path) -> None:
+    result = _report(str(sweep), "--sort", "value/explained_variance")
+    assert result.returncode == 0, result.stderr
+    summaries = [json.loads((sweep / str(n) / "summary.json").read_text()) for n in range(4)]
+    explained = [s["value/explained_variance"] for s in summaries]
+    order = sorted(range(4), key=lambda n: -explained[n])
+    lines = result.stdout.splitlines()
+    assert lines[1].split()[:3] == ["job", "ppo_gamma", "ppo_gae_lambda"]  # what differs
+    table = [line.split() for line in lines[2:6]]
+    assert [row[0] for row in table] == [str(n) for n in order]
+    for row in table:
+        gamma, lam = GRID[int(row[0])]
+        assert (float(row[1]), float(row[2])) == (gamma, lam)
+        assert row[-3:-2] == ["3/3"] and row[-1] == "done"
+    assert "(rollout/reward_mean: 4, eval/accuracy: 4 curves)" in lines[-1]
+    with (sweep / "report.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(r["job"]) for r in rows] == order
+    for row in rows:
+        summary = summaries[int(row["job"])]
+        for metric in ("eval/accuracy", "rollout/reward_mean", "value/explained_variance"):
+            assert float(row[metric]) == pytest.approx(summary[metric])
+        assert float(row["wall_time_s"]) == pytest.approx(summary["time/elapsed_s"])
+    markdown = (sweep / "report.md").read_text()
+    assert markdown.count("| done |") == 4
+    assert (sweep / "report.png").stat().st_size > 10_000
+    with Image.open(sweep / "report.png") as image:
+        assert image.format == "PNG"
+
+
+def test_report_marks_running_and_failed_jobs(sweep: Path, tmp_path: Path) -> None:
+    # a sweep in progress: job 3 has not written its summary yet
+    running = tmp_path / "running"
+    shutil.copytree(sweep, running)
+    (running / "3" / "summary.json").unlink()
+    # a sweep whose second job fails at start (no such checkpoint: exit 2, its dir removed,
+    # and the sweep stops there)
+    failing = tmp_path / "failing"
+    args = ["-m", "ckpt.resume=null,/nonexistent/step_1", *TINY, "trainer.total_steps=1"]
+    result = run_train([*args, f"hydra.sweep.dir={failing}"], cwd=tmp_path)
+    assert result.returncode == 2
+    assert "ckpt.resume: no checkpoint directory" in result.stderr
+    statuses = {}
+    for sweep_dir in (running, failing):
+        assert report_main([str(sweep_dir)]) == 0  # in-process: the CLI's start-up is tested above
+        rows = list(csv.DictReader((sweep_dir / "report.csv").open()))
+        statuses[sweep_dir.name] = {r["job"]: r["status"] for r in rows}
+        assert (sweep_dir / "report.png").stat().st_size > 0
+    assert statuses["running"] == {"0": "done", "1": "done", "2": "done", "3": "running"}
+    assert statuses["failing"] == {"0": "done", "1": "missing"}
