@@ -1,4 +1,4 @@
-"""The acceptance run: the embedded default (GRPO on addition) learns on a CPU.
+"""The acceptance runs: the embedded default (GRPO on addition) and PPO learn on a CPU.
 
 Slow (a few minutes on 2 cores): ``make test-slow``.
 """
@@ -35,3 +35,23 @@ def test_default_job_learns_addition(tmp_path: Path) -> None:
     tb = {e.step: e.value for e in events.Scalars("eval/accuracy")}
     assert tb[0] == pytest.approx(evals[0][1]) and tb[final_step] == pytest.approx(final_accuracy)
     assert f"eval/accuracy {final_accuracy:.3f}" in result.stdout  # the final console line
+
+
+@pytest.mark.slow
+def test_ppo_learns_addition_with_a_critic_that_learns(tmp_path: Path) -> None:
+    """`python train.py train_type=online_ppo` (the PPO acceptance run, ~4 min on 2 cores)."""
+    run_dir = tmp_path / "run"
+    result = run_train(
+        ["train_type=online_ppo", f"hydra.run.dir={run_dir}", "trainer.progress_bar=false"],
+        cwd=tmp_path,
+        timeout=2400,
+        threads=None,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [(r["step"], r["eval/accuracy"]) for r in records if "eval/accuracy" in r]
+    assert evals[0][0] == 0 and evals[0][1] <= 0.2
+    assert evals[-1][0] == 1200 and evals[-1][1] >= 0.9, evals
+    explained = [r["value/explained_variance"] for r in records if "value/explained_variance" in r]
+    assert len(explained) == 1200  # logged every step
+    assert max(v for v in explained if v is not None) > 0.5  # the critic learns
