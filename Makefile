@@ -29,7 +29,7 @@ train: $(STAMP) ## train the embedded default (GRPO on addition); extra override
 	$(BIN)/python train.py $(ARGS)
 
 test: $(STAMP) ## fast test suite (< 3 min on 2 cores)
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest -m "not slow" -n 2
 
 test-slow: $(STAMP) ## slow tests (full learning runs)
 	$(BIN)/pytest -m slow

@@ -17,6 +17,7 @@ def one_update(rank: int, world: int, resolved: str, rollout_file: str, out: str
     torch.distributed.init_process_group(
         "gloo", init_method=f"file://{Path(out) / 'rendezvous'}", rank=rank, world_size=world
     )
+    from astrai.training.parallel import full_model_state
     from astrai.training.trainer import Trainer, rollout_metrics
 
     cfg = OmegaConf.create(resolved)
@@ -28,8 +29,10 @@ def one_update(rank: int, world: int, resolved: str, rollout_file: str, out: str
     metrics.update(trainer.update(mine))
     metrics.update(rollout_metrics(mine, trainer.tokenizer.eos_id))
     critic = trainer.critic.state_dict() if trainer.critic is not None else None
-    torch.save(
-        {"policy": trainer.policy.state_dict(), "critic": critic, "metrics": metrics},
-        Path(out) / f"rank{rank}.pt",
-    )
+    policy = full_model_state(trainer.policy, trainer.sharded)  # collective under FSDP
+    if rank == 0:
+        torch.save(
+            {"policy": policy, "critic": critic, "metrics": metrics, "sharded": trainer.sharded},
+            Path(out) / f"rank{rank}.pt",
+        )
     torch.distributed.destroy_process_group()

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from omegaconf import OmegaConf
+from safetensors.torch import load_file
 from tests.distributed.ddp_worker import one_update
 from tests.helpers import compose_config
 from tests.test_train_cli import run_train
@@ -27,9 +28,14 @@ QUICK = [
 NOISY = ("time/", "perf/")
 
 
-@pytest.mark.parametrize("train_type", ["online_grpo", "online_ppo"])
-def test_two_processes_make_the_same_update_as_one(tmp_path: Path, train_type: str) -> None:
-    cfg = compose_config([f"train_type={train_type}", *QUICK])
+@pytest.mark.parametrize(
+    ("train_type", "parallel"),
+    [("online_grpo", "ddp"), ("online_ppo", "ddp"), ("online_ppo", "fsdp")],
+)
+def test_two_processes_make_the_same_update_as_one(
+    tmp_path: Path, train_type: str, parallel: str
+) -> None:
+    cfg = compose_config([f"train_type={train_type}", f"infra.parallel={parallel}", *QUICK])
     single = Trainer(cfg, tmp_path / "single")
     rollout = single.rollout()  # the global batch: 8 prompts × 4 responses
     torch.save(rollout, tmp_path / "rollout.pt")
@@ -40,7 +46,8 @@ def test_two_processes_make_the_same_update_as_one(tmp_path: Path, train_type: s
     resolved = OmegaConf.to_yaml(cfg, resolve=True)
     args = (2, resolved, str(tmp_path / "rollout.pt"), str(tmp_path))
     mp.spawn(one_update, args=args, nprocs=2, join=True)
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    ranks = [torch.load(tmp_path / "rank0.pt", weights_only=False)]  # full weights from rank 0
+    assert ranks[0]["sharded"] == (parallel == "fsdp")
 
     initial = Trainer(cfg, tmp_path / "initial").policy.state_dict()
     moved = max((single.policy.state_dict()[n] - initial[n]).abs().max() for n in initial)
@@ -60,21 +67,24 @@ def test_two_processes_make_the_same_update_as_one(tmp_path: Path, train_type: s
             assert result["metrics"][name] == pytest.approx(value, abs=1e-6, nan_ok=True), name
 
 
-@pytest.mark.slow  # ~20 s: three interpreter start-ups and two 2-process launches
-def test_two_process_run_writes_one_run_dir_and_resumes(tmp_path: Path) -> None:
+@pytest.mark.slow  # ~20 s each: three interpreter start-ups and two 2-process launches
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_two_process_run_writes_one_run_dir_and_resumes(tmp_path: Path, parallel: str) -> None:
     run_dir = tmp_path / "run"
     args = [
+        "train_type=online_ppo",
         "infra.device=cpu",
         "infra.nproc_per_node=2",
+        f"infra.parallel={parallel}",
         "trainer.total_steps=3",
         "trainer.eval_every=1",
         "trainer.eval_prompts=8",
         "trainer.progress_bar=false",
         "train_type.prompts_per_step=4",
         "train_type.group_size=2",
-        f"hydra.run.dir={run_dir}",
     ]
-    first = run_train([*args, "trainer.max_duration=0.001s"], tmp_path, timeout=300)
+    in_run_dir = [*args, f"hydra.run.dir={run_dir}"]
+    first = run_train([*in_run_dir, "trainer.max_duration=0.001s"], tmp_path, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stopped"] == "max_duration" and summary["step"] == 1
@@ -84,9 +94,10 @@ def test_two_process_run_writes_one_run_dir_and_resumes(tmp_path: Path) -> None:
     ]
     state = json.loads((run_dir / "checkpoints" / "step_1" / "trainer_state.json").read_text())
     assert state["world_size"] == 2 and len(state["rng_per_rank"]) == 2
+    assert state["parallel"] == parallel
     assert state["rng_per_rank"][0] != state["rng_per_rank"][1]  # each rank its own stream
 
-    second = run_train(args, tmp_path, timeout=300)  # ckpt.resume=auto
+    second = run_train(in_run_dir, tmp_path, timeout=300)  # ckpt.resume=auto
     assert second.returncode == 0, second.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["step"] == 3 and summary["stopped"] is None
@@ -102,3 +113,10 @@ def test_two_process_run_writes_one_run_dir_and_resumes(tmp_path: Path) -> None:
         "train.log",
     ]
     assert len(list((run_dir / "tb").iterdir())) == 2  # one event file per invocation, rank 0
+
+    straight_dir = tmp_path / "straight"
+    straight = run_train([*args, f"hydra.run.dir={straight_dir}"], tmp_path, timeout=300)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    final = "checkpoints/step_3/model.safetensors"
+    a, b = load_file(str(run_dir / final)), load_file(str(straight_dir / final))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # exact resume

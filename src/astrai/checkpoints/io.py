@@ -117,6 +117,10 @@ def save_module(module: nn.Module, path: Path) -> None:
     save_file(module_tensors(module), str(path))
 
 
+def save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
+
+
 def save_json(payload: Any, path: Path) -> None:
     path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
@@ -141,16 +145,21 @@ def load_tensors(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: unreadable safetensors file ({err})") from err
 
 
-def load_module(module: nn.Module, path: Path) -> None:
-    """Load safetensors weights into ``module`` (tied parameters stored once)."""
-    tensors = load_tensors(path)
-    expected = module_tensors(module)
+def check_names(tensors: dict[str, torch.Tensor], like: nn.Module, path: Path) -> None:
+    """The stored names must be exactly ``like``'s (tied parameters once)."""
+    expected = module_tensors(like)
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
     if missing or unexpected:
         raise CheckpointError(
             f"{path}: weights do not match the model (missing {missing}, unexpected {unexpected})"
         )
+
+
+def load_module(module: nn.Module, path: Path) -> None:
+    """Load safetensors weights into ``module`` (tied parameters stored once)."""
+    tensors = load_tensors(path)
+    check_names(tensors, module, path)
     try:
         module.load_state_dict(tensors, strict=False)
     except RuntimeError as err:

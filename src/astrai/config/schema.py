@@ -159,6 +159,7 @@ class InfraConfig:
     node_rank: int = 0  # this machine's index, 0..nnodes-1
     rdzv_endpoint: str | None = None  # host:port of the rendezvous (node 0), multi-node only
     rdzv_id: str | None = None  # the job's rendezvous id, the same on every node
+    parallel: str = "ddp"  # ddp (full replicas) | fsdp (shard the policy over the ranks)
     container: ContainerConfig = field(default_factory=ContainerConfig)
     mounts: MountsConfig = field(default_factory=MountsConfig)
     # extra variables for the job's environment (e.g. NCCL_P2P_DISABLE: "1"); forwarded into the

@@ -181,6 +181,10 @@ def _validate_infra(infra: DictConfig) -> None:
         nproc == "auto" or (isinstance(nproc, int) and nproc >= 1),
         f"infra.nproc_per_node must be 'auto' or a positive integer (got {nproc!r})",
     )
+    _require(
+        infra.parallel in ("ddp", "fsdp"),
+        f"infra.parallel must be ddp or fsdp (got {infra.parallel!r})",
+    )
     _require(infra.nnodes >= 1, f"infra.nnodes must be >= 1 (got {infra.nnodes})")
     _require(
         0 <= infra.node_rank < infra.nnodes,

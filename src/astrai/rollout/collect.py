@@ -69,8 +69,10 @@ def collect_rollout(
     reward_fn: Callable[[str, str], float],
     policy_version: int,
     generator: torch.Generator | None = None,
+    lockstep: bool = False,
 ) -> Rollout:
-    """Sample ``group_size`` responses for each of B prompts and score them."""
+    """Sample ``group_size`` responses for each of B prompts and score them (``lockstep``:
+    see ``generate``)."""
     device = policy.lm_head.weight.device
     prompt_ids, prompt_mask = left_pad(tokenizer, prompts, device)
     was_training = policy.training
@@ -83,6 +85,7 @@ def collect_rollout(
         eos_id=tokenizer.eos_id,
         pad_id=tokenizer.pad_id,
         generator=generator,
+        lockstep=lockstep,
     )
     policy.train(was_training)
     b, g = len(prompts), group_size

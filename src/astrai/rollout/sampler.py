@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from astrai.distributed import all_reduce_max
 from astrai.models.llama import LlamaForCausalLM
 
 
@@ -73,6 +74,7 @@ def generate(
     pad_id: int,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
+    lockstep: bool = False,
 ) -> Generation:
     """Sample up to ``cfg.max_new_tokens`` tokens after left-padded prompts.
 
@@ -80,6 +82,8 @@ def generate(
         prompt_ids: ``[N, P]`` left-padded prompt tokens.
         prompt_mask: ``[N, P]`` bool, True on real prompt tokens.
         use_cache: False recomputes the whole sequence every step (reference/benchmark path).
+        lockstep: stop early only when every rank's rows are finished. A sharded (FSDP) model
+            gathers its weights in every forward, a collective all ranks must join.
 
     Returns:
         A ``Generation``; rows stop at EOS, which is kept in the response.
@@ -107,7 +111,10 @@ def generate(
         logprobs[:, t] = torch.where(finished, 0.0, token_logprob)
         response_mask[:, t] = ~finished
         finished = finished | (next_token == eos_id)
-        if bool(finished.all()):
+        done = bool(finished.all())
+        if lockstep:
+            done = all_reduce_max(0.0 if done else 1.0) == 0.0
+        if done:
             break
         # finished rows keep decoding (batched) but their new tokens are masked out of attention
         attention_mask = torch.cat([attention_mask, ~finished[:, None]], dim=1)

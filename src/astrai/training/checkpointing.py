@@ -33,6 +33,12 @@ from astrai.checkpoints.layout import (
     step_dir_name,
 )
 from astrai.distributed import all_reduce_max, gather_objects
+from astrai.training.parallel import (
+    full_model_state,
+    full_optimizer_state,
+    load_model_state,
+    load_optimizer_state,
+)
 from astrai.training.setup import capture_rng_state, restore_rng_state
 
 if TYPE_CHECKING:
@@ -82,12 +88,18 @@ def save_training_checkpoint(trainer: Trainer) -> Path:
     ranks wait until the checkpoint is complete.
     """
     rng_per_rank = gather_objects(capture_rng_state(trainer.generators()))
+    # collectives under FSDP: every rank joins, rank 0 receives the full tensors
+    policy_state = full_model_state(trainer.policy, trainer.sharded)
+    optimizer_state = full_optimizer_state(trainer.policy, trainer.optimizer, trainer.sharded)
     root = trainer.run_dir / CHECKPOINTS_DIR
     path = root / step_dir_name(trainer.step)
     failure: BaseException | None = None
     if trainer.dist.is_main:
+        # tied parameters once, named as the (unsharded) reference names them
+        kept = set(io.module_tensors(trainer.reference))
+        policy_state = {k: v for k, v in policy_state.items() if k in kept}
         try:
-            _write(trainer, root, rng_per_rank)
+            _write(trainer, root, rng_per_rank, policy_state, optimizer_state)
         except Exception as err:  # tell the other ranks before raising, so none waits forever
             failure = err
     if all_reduce_max(1.0 if failure is not None else 0.0) > 0:
@@ -97,7 +109,13 @@ def save_training_checkpoint(trainer: Trainer) -> Path:
     return path
 
 
-def _write(trainer: Trainer, root: Path, rng_per_rank: list[Any]) -> Path:
+def _write(
+    trainer: Trainer,
+    root: Path,
+    rng_per_rank: list[Any],
+    policy_state: dict[str, Any],
+    optimizer_state: Any,
+) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     reference = root / REFERENCE_FILE
     if not reference.is_file():
@@ -114,14 +132,15 @@ def _write(trainer: Trainer, root: Path, rng_per_rank: list[Any]) -> Path:
         "policy_version": trainer.policy_version,
         "initial_metrics": trainer.initial_metrics,
         "world_size": len(rng_per_rank),
+        "parallel": "fsdp" if trainer.sharded else "ddp",
         "rng": rng_per_rank[0],
         "rng_per_rank": rng_per_rank,
     }
     writers: dict[str, io.FileWriter] = {
-        MODEL_FILE: lambda p: io.save_module(trainer.policy, p),
+        MODEL_FILE: lambda p: io.save_tensors(policy_state, p),
         MODEL_CONFIG_FILE: lambda p: io.save_json(dataclasses.asdict(trainer.policy.config), p),
         TOKENIZER_FILE: lambda p: _save_tokenizer(trainer, p),
-        OPTIMIZER_FILE: lambda p: io.save_torch(trainer.optimizer.state_dict(), p),
+        OPTIMIZER_FILE: lambda p: io.save_torch(optimizer_state, p),
         SCHEDULER_FILE: lambda p: io.save_torch(trainer.scheduler.state_dict(), p),
         RUN_CONFIG_FILE: lambda p: _save_run_config(trainer, p),
     }
@@ -150,8 +169,21 @@ def restore_training_checkpoint(trainer: Trainer, path: Path) -> dict[str, Any]:
     _check_state(state, path / TRAINER_STATE_FILE)
     reference = path.parent / REFERENCE_FILE
     io.load_module(trainer.reference, reference)
-    io.load_module(trainer.policy, path / MODEL_FILE)
-    io.load_state_dict_into(trainer.optimizer, path / OPTIMIZER_FILE)
+    parallel = "fsdp" if trainer.sharded else "ddp"
+    if state.get("parallel", "ddp") != parallel:
+        raise CheckpointError(
+            f"{path / TRAINER_STATE_FILE}: saved with infra.parallel={state.get('parallel')}, "
+            f"this run uses {parallel}; resume with the same setting"
+        )
+    if trainer.sharded:
+        tensors = io.load_tensors(path / MODEL_FILE)
+        io.check_names(tensors, trainer.reference, path / MODEL_FILE)
+        load_model_state(trainer.policy, tensors, sharded=True)
+        optimizer_state = io.load_torch(path / OPTIMIZER_FILE)
+        load_optimizer_state(trainer.policy, trainer.optimizer, optimizer_state, sharded=True)
+    else:
+        io.load_module(trainer.policy, path / MODEL_FILE)
+        io.load_state_dict_into(trainer.optimizer, path / OPTIMIZER_FILE)
     io.load_state_dict_into(trainer.scheduler, path / SCHEDULER_FILE)
     if trainer.critic is not None and trainer.critic_optimizer is not None:
         io.load_state_dict_into(trainer.critic, path / VALUE_MODEL_FILE)

@@ -15,6 +15,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
+from torch.distributed.tensor import DTensor
 from tqdm import tqdm
 
 from astrai.algorithms.masked import masked_mean, masked_var
@@ -53,6 +54,7 @@ from astrai.training.checkpointing import (
     save_training_checkpoint,
 )
 from astrai.training.evaluation import EvalResult, evaluate
+from astrai.training.parallel import shard_policy, wrap_data_parallel
 from astrai.training.setup import make_generator, resolve_device, seed_everything
 from astrai.training.stopping import StopRequest, parse_duration
 
@@ -80,12 +82,15 @@ class Trainer:
         # the reference is the initial policy, frozen
         self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
         self.strategy: Strategy = instantiate(cfg.train_type)
-        self.optimizer = self.strategy.optimizer(self.policy.parameters())
         self.critic: ValueModel | None = None
         self.critic_optimizer: torch.optim.Optimizer | None = None
-        if cfg.critic.name != "none":
+        if cfg.critic.name != "none":  # warm-started from the whole policy, before any sharding
             self.critic = build_value_model(self.policy, cfg.critic.warm_start)
             self.critic_optimizer = instantiate(cfg.critic.optimizer)(self.critic.parameters())
+        self.sharded = cfg.infra.parallel == "fsdp" and self.dist.world_size > 1
+        if self.sharded:  # in place; the optimizer must then see the sharded parameters
+            shard_policy(self.policy)
+        self.optimizer = self.strategy.optimizer(self.policy.parameters())
         optimizer_steps = (
             cfg.trainer.total_steps * self.strategy.ppo_epochs * self.strategy.minibatches
         )
@@ -109,17 +114,17 @@ class Trainer:
             resume_step=self.step if self.resumed_from is not None else None,
             enabled=self.dist.is_main,
         )
-        # data parallel: gradients averaged over ranks (the critic too, so critics never drift)
-        self.train_policy: nn.Module = self._data_parallel(self.policy)
-        self.train_critic: nn.Module | None = (
-            self._data_parallel(self.critic) if self.critic is not None else None
+        # data parallel: gradients averaged over ranks (the critic too, so critics never drift);
+        # a sharded policy averages its own
+        replicate = self.dist.world_size > 1
+        self.train_policy: nn.Module = (
+            wrap_data_parallel(self.policy, self.device)
+            if replicate and not self.sharded
+            else self.policy
         )
-
-    def _data_parallel(self, module: nn.Module) -> nn.Module:
-        if self.dist.world_size == 1:
-            return module
-        ids = [self.device.index] if self.device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(module, device_ids=ids)
+        self.train_critic: nn.Module | None = self.critic
+        if self.critic is not None and replicate:
+            self.train_critic = wrap_data_parallel(self.critic, self.device)
 
     def generators(self) -> dict[str, torch.Generator]:
         """The run's dedicated random streams (saved and restored with checkpoints)."""
@@ -141,6 +146,7 @@ class Trainer:
             self.task.reward,
             self.policy_version,
             self.sample_generator,
+            lockstep=self.sharded,
         )
 
     def update(self, rollout: Rollout) -> dict[str, float]:
@@ -174,6 +180,8 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.policy_version += 1
+        if isinstance(grad_norm, DTensor):  # FSDP: the global norm, as a DTensor
+            grad_norm = grad_norm.full_tensor()
         return grad_norm
 
     def _step_critic(self) -> torch.Tensor:
