@@ -3,6 +3,7 @@ share of a fixed global rollout."""
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -35,4 +36,9 @@ def one_update(rank: int, world: int, resolved: str, rollout_file: str, out: str
             {"policy": policy, "critic": critic, "metrics": metrics, "sharded": trainer.sharded},
             Path(out) / f"rank{rank}.pt",
         )
+    # both ranks done before either tears down; the DDP wrappers (and their reducer threads)
+    # go before the process group, or interpreter shutdown can abort the process
+    torch.distributed.barrier()
+    del trainer
+    gc.collect()
     torch.distributed.destroy_process_group()
