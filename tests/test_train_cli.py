@@ -26,13 +26,19 @@ QUICK = [
 
 
 def run_train(
-    args: list[str], cwd: Path, timeout: int = 120, threads: int | None = 1
+    args: list[str],
+    cwd: Path,
+    timeout: int = 120,
+    threads: int | None = 1,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     """``python train.py args`` in ``cwd``; ``threads=None`` keeps torch's default (as
-    ``make train`` runs), an int pins ``OMP_NUM_THREADS`` (quick runs on a shared machine)."""
+    ``make train`` runs), an int pins ``OMP_NUM_THREADS`` (quick runs on a shared machine);
+    ``extra_env`` is added to (or replaces entries of) this process's environment."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "HYDRA_FULL_ERROR")}
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
+    env.update(extra_env or {})
     return subprocess.run(
         [sys.executable, TRAIN, *args],
         cwd=cwd,

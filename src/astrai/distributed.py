@@ -8,6 +8,7 @@ functions in a single process, so the algorithms call them unconditionally.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -32,12 +33,11 @@ class DistContext:
 
 def first_slurm_host(nodelist: str) -> str:
     """The first host of a Slurm node list: ``"gpu[03-05,9],cpu1"`` -> ``"gpu03"``."""
-    head = nodelist.split(",")[0] if "[" not in nodelist.split(",")[0] else nodelist
-    if "[" not in head:
-        return head.strip()
-    prefix, rest = head.split("[", 1)
-    first = rest.split("]", 1)[0].split(",")[0].split("-")[0]
-    return prefix + first
+    match = re.match(r"([^,\[]+)(?:\[([^\]]*)\])?", nodelist.strip())
+    if match is None:
+        raise ValueError(f"not a Slurm node list: {nodelist!r}")
+    prefix, ranges = match.groups()
+    return prefix if ranges is None else prefix + ranges.split(",")[0].split("-")[0]
 
 
 def slurm_environment(environ: dict[str, str], port: int = 29500) -> dict[str, str]:

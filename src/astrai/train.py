@@ -52,20 +52,23 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, object]:
     return summary
 
 
-def _discard_run_dir(run_dir: Path) -> None:
-    """Remove what Hydra wrote for a run that failed validation (``.hydra/``, the job log) and
-    any parent folders left empty, so a config error leaves nothing behind."""
-    if not run_dir.is_dir():
+def discard_fresh_dir(directory: Path, expected: set[str]) -> None:
+    """Remove ``directory`` if it holds nothing but the ``expected`` names (what Hydra wrote
+    before a failure), then every parent below the working directory left empty by that, so
+    a failed start leaves nothing behind. A directory holding anything else is left alone."""
+    if not directory.is_dir() or {p.name for p in directory.iterdir()} - expected:
         return
-    expected = {".hydra", f"{HydraConfig.get().job.name}.log"}
-    if {p.name for p in run_dir.iterdir()} - expected:
-        return  # not a fresh run dir: leave it alone
-    shutil.rmtree(run_dir)
+    shutil.rmtree(directory)
     cwd = Path.cwd().resolve()
-    parent = run_dir.resolve().parent
+    parent = directory.resolve().parent
     while parent != cwd and cwd in parent.parents and not any(parent.iterdir()):
         parent.rmdir()
         parent = parent.parent
+
+
+def _discard_run_dir(run_dir: Path) -> None:
+    """Undo a fresh run dir (``.hydra/``, the job log) of a run that failed validation."""
+    discard_fresh_dir(run_dir, {".hydra", f"{HydraConfig.get().job.name}.log"})
 
 
 IN_CONTAINER_VARIABLE = "ASTRAI_IN_CONTAINER"  # set by docker/Dockerfile

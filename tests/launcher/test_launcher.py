@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from hydra.core.utils import JobStatus
 from hydra.types import HydraContext, RunMode
 from hydra_plugins.astrai_docker_launcher._core import DockerJobError
 from tests.launcher.helpers import install_fake_docker, read_calls
-from tests.test_train_cli import QUICK, REPO, TRAIN
+from tests.test_train_cli import QUICK, REPO, run_train
 
 from astrai.config.store import register_configs
 from astrai.train import CONFIG_DIR
@@ -37,31 +36,22 @@ def _compose_calls(tmp_path: Path) -> list[dict]:
     return [c for c in read_calls(tmp_path / "docker-config") if c["argv"][:1] == ["compose"]]
 
 
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+def _env(tmp_path: Path) -> dict[str, str]:
+    """What the tests add to the environment: the fake docker first on PATH, its record dir,
+    an NCCL variable to forward and a secret that must not reach the container."""
     bin_dir = install_fake_docker(tmp_path / "bin")
     docker_config = tmp_path / "docker-config"
     docker_config.mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env.update(
-        PATH=f"{bin_dir}{os.pathsep}{env['PATH']}",
-        DOCKER_CONFIG=str(docker_config),
-        OMP_NUM_THREADS="1",
-        NCCL_DEBUG="INFO",
-        HF_TOKEN="hf_do_not_leak",
-        **extra,
-    )
-    return env
+    return {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "DOCKER_CONFIG": str(docker_config),
+        "NCCL_DEBUG": "INFO",
+        "HF_TOKEN": "hf_do_not_leak",
+    }
 
 
 def _train(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, TRAIN, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_train(args, cwd, timeout=300, extra_env=env)
 
 
 def test_plugin_is_discovered_from_any_working_directory(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 from collections import deque
@@ -51,12 +50,9 @@ def _repo_root() -> Path:
 def _fail_before_launch(message: str, sweep_dir: Path) -> None:
     """One line on stderr, exit 2, and no sweep dir left behind that holds nothing but the
     ``multirun.yaml`` Hydra wrote before launching."""
-    if sweep_dir.is_dir() and {p.name for p in sweep_dir.iterdir()} <= {"multirun.yaml"}:
-        shutil.rmtree(sweep_dir)
-        cwd, parent = Path.cwd().resolve(), sweep_dir.resolve().parent
-        while parent != cwd and cwd in parent.parents and not any(parent.iterdir()):
-            parent.rmdir()
-            parent = parent.parent
+    from astrai.train import discard_fresh_dir
+
+    discard_fresh_dir(sweep_dir, {"multirun.yaml"})
     print(f"astrai: config error: {message}", file=sys.stderr)
     sys.exit(2)
 

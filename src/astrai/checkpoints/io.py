@@ -100,17 +100,22 @@ def prune_checkpoints(root: str | Path, keep_last: int, dry_run: bool = False) -
 # --- writers ---------------------------------------------------------------------------------
 
 
-def module_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
-    """State dict with tied tensors stored once (the first name wins), contiguous, on CPU."""
-    tensors: dict[str, torch.Tensor] = {}
+def stored_names(module: nn.Module) -> list[str]:
+    """State-dict names a checkpoint stores: tied tensors once (the first name wins)."""
+    names: list[str] = []
     seen: set[int] = set()
     for name, tensor in module.state_dict().items():
         key = tensor.untyped_storage().data_ptr()
-        if key in seen:
-            continue
-        seen.add(key)
-        tensors[name] = tensor.detach().cpu().contiguous()
-    return tensors
+        if key not in seen:
+            seen.add(key)
+            names.append(name)
+    return names
+
+
+def module_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """State dict with tied tensors stored once (the first name wins), contiguous, on CPU."""
+    state = module.state_dict()
+    return {name: state[name].detach().cpu().contiguous() for name in stored_names(module)}
 
 
 def save_module(module: nn.Module, path: Path) -> None:
@@ -147,7 +152,7 @@ def load_tensors(path: Path) -> dict[str, torch.Tensor]:
 
 def check_names(tensors: dict[str, torch.Tensor], like: nn.Module, path: Path) -> None:
     """The stored names must be exactly ``like``'s (tied parameters once)."""
-    expected = module_tensors(like)
+    expected = stored_names(like)
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
     if missing or unexpected:

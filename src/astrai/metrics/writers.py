@@ -20,6 +20,25 @@ def _json_number(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _json_record(values: dict[str, float]) -> dict[str, float | None]:
+    return {name: _json_number(value) for name, value in values.items()}
+
+
+def read_metrics(path: Path) -> list[dict[str, float]]:
+    """Rows of ``metrics.jsonl``; torn or foreign lines skipped, null read as NaN."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # e.g. a torn last line from a killed run
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            rows.append({k: float("nan") if v is None else float(v) for k, v in record.items()})
+    return rows
+
+
 class RunLogger:
     """Writes one JSON object per logged step and the same scalars to TensorBoard.
 
@@ -65,33 +84,24 @@ class RunLogger:
         path = self.run_dir / METRICS_FILE
         if not path.is_file():
             return
-        kept = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # a torn last line from a killed run
-            if not isinstance(record, dict) or record.get("step", step + 1) > step:
-                continue
-            kept.append(line)
-            for name, value in record.items():
-                if name != "step":
-                    self.latest[name] = float("nan") if value is None else float(value)
+        kept = [row for row in read_metrics(path) if row["step"] <= step]
+        lines = []
+        for row in kept:
+            lines.append(json.dumps({"step": int(row.pop("step")), **_json_record(row)}))
+            self.latest.update(row)
         tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         os.replace(tmp, path)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Record ``metrics`` (name -> float) at ``step``."""
-        record: dict[str, float | int | None] = {"step": step}
-        for name, value in sorted(metrics.items()):
-            value = float(value)
-            record[name] = _json_number(value)
-            self.latest[name] = value
-            if self._tb is not None:
+        values = {name: float(value) for name, value in sorted(metrics.items())}
+        self.latest.update(values)
+        if self._tb is not None:
+            for name, value in values.items():
                 self._tb.add_scalar(name, value, step)
         if self._jsonl is not None:
-            self._jsonl.write(json.dumps(record) + "\n")
+            self._jsonl.write(json.dumps({"step": step, **_json_record(values)}) + "\n")
             self._jsonl.flush()
 
     def log_text(self, step: int, tag: str, markdown: str) -> None:
@@ -109,7 +119,7 @@ class RunLogger:
 
     def write_summary(self, extra: dict[str, object]) -> Path:
         """Write ``summary.json`` (final value of every metric plus ``extra``) atomically."""
-        summary = {name: _json_number(v) for name, v in sorted(self.latest.items())}
+        summary: dict[str, object] = _json_record(dict(sorted(self.latest.items())))
         summary.update(extra)
         path = self.run_dir / SUMMARY_FILE
         if not self.enabled:

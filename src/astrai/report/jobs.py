@@ -18,7 +18,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from astrai.metrics.writers import METRICS_FILE, SUMMARY_FILE
+from astrai.metrics.writers import METRICS_FILE, SUMMARY_FILE, read_metrics
 
 MULTIRUN_FILE = "multirun.yaml"
 LOG_TAIL_BYTES = 64 * 1024
@@ -92,21 +92,6 @@ def parse_overrides(overrides: list[str]) -> dict[str, str]:
     return parsed
 
 
-def read_history(path: Path) -> list[dict[str, float]]:
-    """Rows of ``metrics.jsonl``; torn or foreign lines skipped, null read as NaN."""
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("step"), int):
-            rows.append({k: float("nan") if v is None else float(v) for k, v in record.items()})
-    return rows
-
-
 def _log_has_error(job_dir: Path) -> bool:
     """Whether the job's Hydra log (``<job name>.log``) records an error or a traceback."""
     for log in job_dir.glob("*.log"):
@@ -163,7 +148,7 @@ def load_job(job_dir: Path, stale_after: float = STALE_AFTER_S, now: float | Non
         path=job_dir,
         overrides=parse_overrides(list(overrides)),
         status="",
-        history=read_history(job_dir / METRICS_FILE),
+        history=read_metrics(job_dir / METRICS_FILE),
         summary=summary,
         total_steps=total if isinstance(total, int) else None,
         optimized_metric=OmegaConf.select(config, "optimized_metric", default=None),

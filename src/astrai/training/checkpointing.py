@@ -88,15 +88,18 @@ def save_training_checkpoint(trainer: Trainer) -> Path:
     ranks wait until the checkpoint is complete.
     """
     rng_per_rank = gather_objects(capture_rng_state(trainer.generators()))
-    # collectives under FSDP: every rank joins, rank 0 receives the full tensors
-    policy_state = full_model_state(trainer.policy, trainer.sharded)
-    optimizer_state = full_optimizer_state(trainer.policy, trainer.optimizer, trainer.sharded)
+    policy_state: dict[str, Any] = {}
+    optimizer_state: Any = None
+    # collectives under FSDP, so every rank joins; replicas: only the writer needs them
+    if trainer.sharded or trainer.dist.is_main:
+        policy_state = full_model_state(trainer.policy, trainer.sharded)
+        optimizer_state = full_optimizer_state(trainer.policy, trainer.optimizer, trainer.sharded)
     root = trainer.run_dir / CHECKPOINTS_DIR
     path = root / step_dir_name(trainer.step)
     failure: BaseException | None = None
     if trainer.dist.is_main:
         # tied parameters once, named as the (unsharded) reference names them
-        kept = set(io.module_tensors(trainer.reference))
+        kept = set(io.stored_names(trainer.reference))
         policy_state = {k: v for k, v in policy_state.items() if k in kept}
         try:
             _write(trainer, root, rng_per_rank, policy_state, optimizer_state)
