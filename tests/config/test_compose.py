@@ -57,11 +57,31 @@ def test_every_task_composes(option: str) -> None:
     assert task.name == option
 
 
-@pytest.mark.parametrize("option", _options("model"))
-def test_every_model_composes(option: str) -> None:
+PRETRAINED_MODELS = ("hf", "smollm2")  # read from a model directory
+
+
+@pytest.mark.parametrize("option", [o for o in _options("model") if o not in PRETRAINED_MODELS])
+def test_every_random_init_model_composes(option: str) -> None:
     cfg = _compose([f"model={option}"])
     validate_config(cfg)
     assert instantiate(cfg.model).config.vocab_size == 48
+
+
+@pytest.mark.parametrize("option", PRETRAINED_MODELS)
+def test_pretrained_models_compose_and_load_from_their_directory(
+    option: str, tmp_path: Path
+) -> None:
+    from tests.hf_models import save_tiny_hf_model
+
+    cfg = _compose([f"model={option}"])
+    assert cfg.model._target_ == "astrai.models.pretrained.load_pretrained_policy"
+    assert cfg.model.chat_template is True
+    if option == "smollm2":
+        assert cfg.model.path == "models/smollm2"  # where `make smollm2` writes it
+    hf_dir = save_tiny_hf_model(tmp_path / "model")
+    cfg = _compose([f"model={option}", f"model.path={hf_dir}"])
+    validate_config(cfg)
+    assert instantiate(cfg.model).config.hidden_size == 64
 
 
 @pytest.mark.parametrize(

@@ -89,6 +89,15 @@ class ModelConfig(LlamaConfig):
 
 
 @dataclass
+class HFModelConfig:
+    """``model=hf model.path=<dir>``: a local Hugging Face model directory (Llama family)."""
+
+    _target_: str = "astrai.models.pretrained.load_pretrained_policy"
+    path: str = MISSING  # config.json, model.safetensors, tokenizer.json, tokenizer_config.json
+    chat_template: bool = True  # render task prompts through the model's chat template
+
+
+@dataclass
 class CriticConfig:
     """``critic=none``: no value model (GRPO needs none)."""
 

@@ -8,7 +8,7 @@ from astrai.config import schema
 
 _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
     "train_type": {"base_online_grpo": schema.GRPOConfig, "base_online_ppo": schema.PPOConfig},
-    "model": {"base_llama": schema.ModelConfig},
+    "model": {"base_llama": schema.ModelConfig, "base_hf": schema.HFModelConfig},
     "critic": {"base_critic": schema.CriticConfig, "base_value_model": schema.ValueModelConfig},
     "task": {
         "base_addition": schema.AdditionTaskConfig,

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from astrai.algorithms.kl import KL_ESTIMATORS
 from astrai.algorithms.strategy import Strategy
 from astrai.models.llama import LlamaConfig
-from astrai.models.tokenizer import CharTokenizer
+from astrai.models.tokenizer import CharTokenizer, Tokenizer
 from astrai.training.stopping import parse_duration
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -128,6 +128,37 @@ def _validate_train_type(tt: DictConfig, critic: DictConfig) -> None:
     _require(tt.scheduler.warmup_steps >= 0, "train_type.scheduler.warmup_steps must be >= 0")
 
 
+def _validate_pretrained(model: DictConfig) -> tuple[LlamaConfig, Tokenizer]:
+    """``model=hf``: the directory, its config and its tokenizer files are checked (the
+    weights are read by the trainer)."""
+    from astrai.models.hf_tokenizer import TokenizerFileError
+    from astrai.models.pretrained import (
+        ModelDirError,
+        read_hf_config,
+        tokenizer_for,
+        weight_files,
+    )
+
+    path = None if OmegaConf.is_missing(model, "path") else model.path
+    _require(
+        isinstance(path, str) and path.strip() != "",
+        "model.path must name a local Hugging Face model directory (model=hf model.path=<dir>)",
+    )
+    assert isinstance(path, str)
+    try:
+        config = read_hf_config(path)
+        weight_files(path)
+        tokenizer = tokenizer_for(model)
+    except (ModelDirError, TokenizerFileError) as err:
+        raise ConfigError(f"model.path: {err}") from err
+    _require(
+        tokenizer.vocab_size <= config.vocab_size,
+        f"model.path: the tokenizer has {tokenizer.vocab_size} ids but the model only "
+        f"{config.vocab_size} embeddings",
+    )
+    return config, tokenizer
+
+
 def _validate_model(model: DictConfig, tokenizer: CharTokenizer) -> LlamaConfig:
     container = OmegaConf.to_container(model)
     assert isinstance(container, dict)
@@ -144,15 +175,20 @@ def _validate_model(model: DictConfig, tokenizer: CharTokenizer) -> LlamaConfig:
     return config
 
 
-def _validate_task(cfg: DictConfig, tokenizer: CharTokenizer, model: LlamaConfig) -> None:
+def _validate_task(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) -> None:
     try:
         task = instantiate(cfg.task)
     except Exception as err:  # Hydra wraps the constructor's ValueError
         cause = err.__cause__ or err
         raise ConfigError(f"task: {cause}") from err
+    max_new_tokens = cfg.train_type.sampling.max_new_tokens
+    if not isinstance(tokenizer, CharTokenizer):
+        # subword tokenizers: an answer takes at most one token per character; positions of
+        # pretrained models reach far beyond these prompts
+        _require(max_new_tokens >= 1, "train_type.sampling.max_new_tokens must be >= 1")
+        return
     missing = sorted(set(task.alphabet()) - set(tokenizer.alphabet))
     _require(not missing, f"task uses characters the tokenizer lacks: {missing}")
-    max_new_tokens = cfg.train_type.sampling.max_new_tokens
     _require(
         max_new_tokens >= task.max_answer_len(),
         f"train_type.sampling.max_new_tokens ({max_new_tokens}) cannot hold the task's longest "
@@ -248,8 +284,12 @@ def validate_config(cfg: DictConfig) -> None:
     _require(cfg.logger.samples_every >= 1, "logger.samples_every must be >= 1")
     _require(cfg.logger.num_samples >= 0, "logger.num_samples must be >= 0")
     _validate_train_type(cfg.train_type, cfg.critic)
-    tokenizer = CharTokenizer()
-    model = _validate_model(cfg.model, tokenizer)
+    tokenizer: Tokenizer
+    if "path" in cfg.model.keys():  # model=hf (``in`` alone is False while path is ???)
+        model, tokenizer = _validate_pretrained(cfg.model)
+    else:
+        tokenizer = CharTokenizer()
+        model = _validate_model(cfg.model, tokenizer)
     _validate_task(cfg, tokenizer, model)
     _validate_infra(cfg.infra)
     if isinstance(cfg.infra.nproc_per_node, int):

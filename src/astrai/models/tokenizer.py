@@ -1,6 +1,9 @@
-"""A character-level tokenizer with ``<pad>``, ``<bos>`` and ``<eos>``, saved as one JSON file.
+"""The tokenizer interface astrai's rollout needs, and the character-level tokenizer of the
+embedded tasks (``<pad>``, ``<bos>``, ``<eos>``, saved as one JSON file).
 
 Padding is expressed by masks everywhere in astrai; the pad id only fills unused slots.
+Pretrained models bring their own tokenizer (``astrai.models.hf_tokenizer.HFTokenizer``);
+``load_tokenizer`` tells the two apart by the saved file.
 """
 
 from __future__ import annotations
@@ -8,11 +11,35 @@ from __future__ import annotations
 import json
 import string
 from pathlib import Path
+from typing import Protocol
 
 TOKENIZER_FILE = "tokenizer.json"
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 # digits, lowercase letters and a few symbols: 45 characters + 3 specials = 48 ids.
 DEFAULT_ALPHABET = string.digits + string.ascii_lowercase + " +-*=:,.?"
+
+
+class Tokenizer(Protocol):
+    """What sampling, scoring and evaluation use from a tokenizer."""
+
+    pad_id: int
+    bos_id: int
+    eos_id: int
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """A task prompt -> the ids the policy is conditioned on (BOS / chat template included)."""
+        ...
+
+    def decode(self, ids: list[int]) -> str:
+        """Response ids -> the text a reward function sees (special tokens dropped)."""
+        ...
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the tokenizer file(s) into ``directory``; return the ``tokenizer.json`` path."""
+        ...
 
 
 class CharTokenizer:
@@ -43,6 +70,10 @@ class CharTokenizer:
             ids.append(self._char_to_id[char])
         return ids
 
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """``<bos>`` + the prompt's characters."""
+        return self.encode(prompt, add_bos=True)
+
     def decode(self, ids: list[int]) -> str:
         """ids -> text; special tokens are dropped, decoding stops at nothing (masks decide)."""
         return "".join(self._id_to_char.get(i, "") for i in ids)
@@ -69,3 +100,23 @@ class CharTokenizer:
             return cls(payload["alphabet"])
         except (json.JSONDecodeError, KeyError, ValueError) as err:
             raise ValueError(f"invalid tokenizer file {path}: {err}") from err
+
+
+def load_tokenizer(directory: str | Path, chat_template: bool = True) -> Tokenizer:
+    """The tokenizer saved in ``directory``: astrai's character tokenizer (``"type": "char"``)
+    or a Hugging Face ``tokenizer.json`` (with ``tokenizer_config.json`` and chat template).
+
+    ``chat_template``: render prompts through the Hugging Face chat template when there is one.
+    """
+    path = Path(directory) / TOKENIZER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"tokenizer file not found: {path}")
+    try:
+        kind = json.loads(path.read_text()).get("type")
+    except (json.JSONDecodeError, AttributeError) as err:
+        raise ValueError(f"invalid tokenizer file {path}: {err}") from err
+    if kind == "char":
+        return CharTokenizer.load(directory)
+    from astrai.models.hf_tokenizer import HFTokenizer
+
+    return HFTokenizer.load(directory, chat_template=chat_template)

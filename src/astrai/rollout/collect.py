@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from astrai.models.llama import LlamaForCausalLM
-from astrai.models.tokenizer import CharTokenizer
+from astrai.models.tokenizer import Tokenizer
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig, generate
 
@@ -19,10 +19,10 @@ class RewardError(RuntimeError):
 
 
 def left_pad(
-    tokenizer: CharTokenizer, texts: list[str], device: torch.device | str = "cpu"
+    tokenizer: Tokenizer, texts: list[str], device: torch.device | str = "cpu"
 ) -> tuple[Tensor, Tensor]:
     """Encode ``texts`` (with BOS) into left-padded ``[N, P]`` ids and a bool mask."""
-    encoded = [tokenizer.encode(t) for t in texts]
+    encoded = [tokenizer.encode_prompt(t) for t in texts]
     width = max(len(e) for e in encoded)
     ids = torch.full((len(texts), width), tokenizer.pad_id, dtype=torch.long)
     mask = torch.zeros(len(texts), width, dtype=torch.bool)
@@ -33,7 +33,7 @@ def left_pad(
 
 
 def decode_responses(
-    tokenizer: CharTokenizer, response_ids: Tensor, response_mask: Tensor
+    tokenizer: Tokenizer, response_ids: Tensor, response_mask: Tensor
 ) -> list[str]:
     """``[N, R]`` responses -> texts without specials (EOS dropped, padding ignored)."""
     rows = response_ids.tolist()
@@ -62,7 +62,7 @@ def score_responses(
 
 def collect_rollout(
     policy: LlamaForCausalLM,
-    tokenizer: CharTokenizer,
+    tokenizer: Tokenizer,
     prompts: list[str],
     group_size: int,
     sampling: SamplingConfig,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from astrai.models.llama import LlamaForCausalLM
-from astrai.models.tokenizer import CharTokenizer
+from astrai.models.tokenizer import Tokenizer
 from astrai.rollout.collect import decode_responses, left_pad
 from astrai.rollout.sampler import SamplingConfig, generate
 from astrai.tasks.base import Task
@@ -31,7 +31,7 @@ class EvalResult:
 @torch.no_grad()
 def evaluate(
     policy: LlamaForCausalLM,
-    tokenizer: CharTokenizer,
+    tokenizer: Tokenizer,
     task: Task,
     prompts: list[str],
     max_new_tokens: int,

@@ -42,7 +42,8 @@ from astrai.metrics.dashboards import (
 from astrai.metrics.names import METRICS_BY_TRAIN_TYPE
 from astrai.metrics.writers import RunLogger, samples_markdown
 from astrai.models.llama import LlamaForCausalLM
-from astrai.models.tokenizer import CharTokenizer
+from astrai.models.pretrained import tokenizer_for
+from astrai.models.tokenizer import Tokenizer
 from astrai.models.value_model import ValueModel, build_value_model
 from astrai.rollout.collect import collect_rollout
 from astrai.rollout.minibatch import flatten_rollout, iter_minibatches
@@ -76,7 +77,7 @@ class Trainer:
         )
         init_distributed(self.device)
         check_world_batch(cfg.train_type, self.dist.world_size)
-        self.tokenizer = CharTokenizer()
+        self.tokenizer: Tokenizer = tokenizer_for(cfg.model)
         self.task: Task = instantiate(cfg.task)
         self.policy: LlamaForCausalLM = instantiate(cfg.model).to(self.device)
         # the reference is the initial policy, frozen

@@ -1,0 +1,96 @@
+"""``python -m astrai.export CHECKPOINT OUT``: a training checkpoint -> a Hugging Face directory.
+
+CHECKPOINT is a ``step_<N>`` directory or a run dir (its latest checkpoint). OUT receives
+``config.json``, ``generation_config.json``, ``model.safetensors`` and the tokenizer files, and
+loads as-is with ``transformers.AutoModelForCausalLM`` / ``AutoTokenizer`` and vLLM. A PPO
+checkpoint's critic goes to ``OUT/critic`` (``--critic-out`` to change) as a one-label
+``*ForTokenClassification`` model: ``logits[..., 0]`` is V at every position.
+
+Nothing is half-written: each directory is built in a temporary sibling and renamed into
+place; an existing OUT is refused. Exit status 0, or 2 with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from astrai.checkpoints.layout import CheckpointError
+from astrai.checkpoints.policy import load_checkpoint_policy
+from astrai.models.hf_tokenizer import TokenizerFileError
+from astrai.models.pretrained import DTYPES, ModelDirError, save_critic_dir, save_policy_dir
+
+CRITIC_SUBDIR = "critic"
+
+
+def _write_dir(out: Path, write: Callable[[Path], None]) -> None:
+    """Run ``write(tmp)`` in a temporary sibling of ``out``, then rename it to ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; an export is meant to be shared
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def export_checkpoint(
+    checkpoint: str | Path,
+    out: str | Path,
+    dtype: str = "float32",
+    critic_out: str | Path | None = None,
+) -> list[Path]:
+    """Export the policy (and a PPO critic) of ``checkpoint``; return the directories written."""
+    out = Path(out)
+    if dtype not in DTYPES:
+        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)} (got {dtype!r})")
+    loaded = load_checkpoint_policy(checkpoint)
+    critic_dir = Path(critic_out) if critic_out is not None else out / CRITIC_SUBDIR
+    for target in (out, critic_dir) if loaded.critic is not None else (out,):
+        if target.exists():
+            raise FileExistsError(f"{target} already exists; choose a new output directory")
+    written = [out]
+    critic = loaded.critic
+
+    def write_all(tmp: Path) -> None:
+        save_policy_dir(loaded.policy, loaded.tokenizer, tmp, dtype)
+        if critic is not None and critic_out is None:  # inside OUT: part of the same rename
+            (tmp / CRITIC_SUBDIR).mkdir()
+            save_critic_dir(critic, loaded.tokenizer, tmp / CRITIC_SUBDIR, dtype)
+
+    _write_dir(out, write_all)
+    if critic is not None:
+        if critic_out is not None:
+            _write_dir(
+                critic_dir, lambda tmp: save_critic_dir(critic, loaded.tokenizer, tmp, dtype)
+            )
+        written.append(critic_dir)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m astrai.export", description=__doc__)
+    parser.add_argument("checkpoint", type=Path, help="a step_<N> checkpoint dir or a run dir")
+    parser.add_argument("out", type=Path, help="new Hugging Face model directory")
+    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    parser.add_argument("--critic-out", type=Path, default=None, help="default: OUT/critic")
+    args = parser.parse_args(argv)
+    try:
+        written = export_checkpoint(args.checkpoint, args.out, args.dtype, args.critic_out)
+    except (CheckpointError, ModelDirError, TokenizerFileError, FileExistsError, ValueError) as err:
+        print(f"astrai.export: {err}", file=sys.stderr)
+        return 2
+    for directory in written:
+        print(f"wrote {directory}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

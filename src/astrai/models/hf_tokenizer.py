@@ -1,0 +1,202 @@
+"""A Hugging Face tokenizer directory, read with the ``tokenizers`` library and ``jinja2`` only.
+
+Reads ``tokenizer.json`` (the fast-tokenizer file every modern checkpoint ships),
+``tokenizer_config.json`` (special tokens) and the chat template (``chat_template.jinja``, as
+transformers 5 writes it, or the ``chat_template`` key of ``tokenizer_config.json``, as 4.x
+did). ``transformers`` is not needed. Task prompts go through the chat template as one user
+message with the generation prompt appended, like ``apply_chat_template(...,
+add_generation_prompt=True)``; the rendered text already holds its special tokens, so it is
+encoded without the post-processor's (as transformers does).
+
+Also builds the Hugging Face form of astrai's character tokenizer, so an exported tiny policy
+loads in ``transformers`` and vLLM with the same ids.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from astrai.models.tokenizer import SPECIAL_TOKENS, TOKENIZER_FILE, CharTokenizer
+
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
+
+
+class TokenizerFileError(ValueError):
+    """A tokenizer directory that cannot be used; the message names the file."""
+
+
+def _token_text(value: Any) -> str | None:
+    """A special-token entry (a string, or an AddedToken dict with ``content``) -> its text."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def render_chat_template(template: str, messages: list[dict[str, str]], **context: Any) -> str:
+    """Render a Hugging Face chat template (the same jinja2 settings as transformers: sandboxed,
+    ``trim_blocks``, ``lstrip_blocks``, ``raise_exception``, ``strftime_now``)."""
+    from jinja2.exceptions import TemplateError
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise TemplateError(message)
+
+    def tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, **_: Any) -> str:
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent)
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
+    )
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(template).render(messages=messages, **context)
+
+
+class HFTokenizer:
+    """A ``tokenizers.Tokenizer`` plus special tokens and an optional chat template.
+
+    Attributes:
+        bos_id / eos_id / pad_id: from ``tokenizer_config.json``; ``eos`` ends a response (for
+            chat models the end-of-turn token, e.g. ``<|im_end|>``); ``pad`` falls back to EOS
+            (masks decide what is padding); ``bos`` falls back to EOS too (only a fill value).
+        chat_template: the template text, or None when the model has none or it is switched off.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        config: dict[str, Any],
+        chat_template: str | None,
+        files: dict[str, bytes],
+    ) -> None:
+        self._tokenizer = tokenizer
+        self.config = config
+        self.chat_template = chat_template
+        self._files = files  # the source files, written back verbatim by ``save``
+        self.special_tokens = {
+            key: text for key in SPECIAL_TOKEN_KEYS if (text := _token_text(config.get(key)))
+        }
+        ids = {key: tokenizer.token_to_id(text) for key, text in self.special_tokens.items()}
+        if ids.get("eos_token") is None:
+            raise TokenizerFileError(
+                f"{TOKENIZER_CONFIG_FILE}: eos_token {self.special_tokens.get('eos_token')!r} "
+                "is missing or not in the vocabulary (a response could never end)"
+            )
+        self.eos_id: int = ids["eos_token"]
+        pad, bos = ids.get("pad_token"), ids.get("bos_token")
+        self.pad_id: int = pad if pad is not None else self.eos_id
+        self.bos_id: int = bos if bos is not None else self.eos_id
+
+    @classmethod
+    def load(cls, directory: str | Path, chat_template: bool = True) -> HFTokenizer:
+        """Read a tokenizer directory; every problem names the file."""
+        from tokenizers import Tokenizer
+
+        directory = Path(directory)
+        files: dict[str, bytes] = {}
+        for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, CHAT_TEMPLATE_FILE):
+            if (directory / name).is_file():
+                files[name] = (directory / name).read_bytes()
+        for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE):
+            if name not in files:
+                raise TokenizerFileError(f"tokenizer file not found: {directory / name}")
+        try:
+            tokenizer = Tokenizer.from_str(files[TOKENIZER_FILE].decode())
+        except Exception as err:
+            raise TokenizerFileError(f"invalid tokenizer file {directory / TOKENIZER_FILE}: {err}")
+        try:
+            config = json.loads(files[TOKENIZER_CONFIG_FILE])
+            if not isinstance(config, dict):
+                raise ValueError("expected a JSON object")
+        except ValueError as err:
+            raise TokenizerFileError(f"invalid {directory / TOKENIZER_CONFIG_FILE}: {err}")
+        template = None
+        if CHAT_TEMPLATE_FILE in files:
+            template = files[CHAT_TEMPLATE_FILE].decode()
+        elif isinstance(config.get("chat_template"), str):
+            template = config["chat_template"]
+        elif isinstance(config.get("chat_template"), list):  # named templates (4.x)
+            named = {t.get("name"): t.get("template") for t in config["chat_template"]}
+            template = named.get("default")
+        try:
+            return cls(tokenizer, config, template if chat_template else None, files)
+        except TokenizerFileError as err:
+            raise TokenizerFileError(f"{directory}/{err}") from err
+
+    @property
+    def vocab_size(self) -> int:
+        """Ids the tokenizer can produce (the model's embedding may have more rows)."""
+        return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
+
+    def render_prompt(self, prompt: str) -> str:
+        """The text the policy sees: the chat template around one user turn, or the prompt."""
+        if self.chat_template is None:
+            return prompt
+        return render_chat_template(
+            self.chat_template,
+            [{"role": "user", "content": prompt}],
+            add_generation_prompt=True,
+            **self.special_tokens,
+        )
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        if self.chat_template is None:  # the post-processor adds BOS where the model wants it
+            return self.encode(prompt)
+        return self.encode(self.render_prompt(prompt), add_special_tokens=False)
+
+    def decode(self, ids: list[int]) -> str:
+        """Special tokens dropped and surrounding whitespace stripped: a byte-level BPE answer
+        often starts with a space (``" 7"``) that no task's reference has."""
+        return str(self._tokenizer.decode(ids, skip_special_tokens=True)).strip()
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the source files back byte for byte; return the ``tokenizer.json`` path."""
+        directory = Path(directory)
+        for name, payload in self._files.items():
+            (directory / name).write_bytes(payload)
+        if self.chat_template is not None and CHAT_TEMPLATE_FILE not in self._files:
+            (directory / CHAT_TEMPLATE_FILE).write_text(self.chat_template)
+        return directory / TOKENIZER_FILE
+
+
+def save_char_tokenizer_as_hf(tokenizer: CharTokenizer, directory: str | Path) -> Path:
+    """Write astrai's character tokenizer as a Hugging Face tokenizer with the same ids.
+
+    A BPE model without merges splits text into single characters; ``<bos>`` is prepended by a
+    template post-processor (as ``CharTokenizer.encode`` does); the ``Fuse`` decoder joins
+    characters without spaces.
+    """
+    from tokenizers import Tokenizer, decoders, processors
+    from tokenizers.models import BPE
+
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
+    vocab.update({c: i + len(SPECIAL_TOKENS) for i, c in enumerate(tokenizer.alphabet)})
+    hf = Tokenizer(BPE(vocab=vocab, merges=[]))
+    hf.add_special_tokens(list(SPECIAL_TOKENS))
+    hf.decoder = decoders.Fuse()
+    hf.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", pair="<bos> $A $B", special_tokens=[("<bos>", tokenizer.bos_id)]
+    )
+    directory = Path(directory)
+    hf.save(str(directory / TOKENIZER_FILE))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<bos>",
+        "eos_token": "<eos>",
+        "pad_token": "<pad>",
+        "add_bos_token": True,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 1_000_000,
+    }
+    (directory / TOKENIZER_CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+    return directory / TOKENIZER_FILE

@@ -1,0 +1,228 @@
+"""Hugging Face model directories in and out, without ``transformers``.
+
+A model directory holds ``config.json``, ``model.safetensors`` (or shards listed in
+``model.safetensors.index.json``) and the tokenizer files. astrai's parameter names are Hugging
+Face's, so weights map one to one; a tied ``lm_head.weight`` is not stored (as
+``save_pretrained`` does). Everything is read from local disk; a missing file is an error that
+names it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from astrai.checkpoints.io import stored_names
+from astrai.models.hf_config import UnsupportedModelError, hf_config_from_llama, llama_config_from_hf
+from astrai.models.hf_tokenizer import HFTokenizer, save_char_tokenizer_as_hf
+from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+from astrai.models.tokenizer import CharTokenizer, Tokenizer
+from astrai.models.value_model import ValueModel
+
+CONFIG_FILE = "config.json"
+GENERATION_CONFIG_FILE = "generation_config.json"
+WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
+VALUE_HEAD_PREFIX = "value_head."
+SCORE_PREFIX = "score."  # transformers' *ForTokenClassification head
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# buffers some older checkpoints store; recomputed from the config here
+_IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
+
+
+class ModelDirError(ValueError):
+    """A model directory that cannot be loaded; the message names the directory or file."""
+
+
+def is_hf_model_dir(path: str | Path) -> bool:
+    """True when ``path/config.json`` is a Hugging Face config (it has a ``model_type``)."""
+    config = Path(path) / CONFIG_FILE
+    try:
+        return config.is_file() and "model_type" in json.loads(config.read_text())
+    except ValueError:
+        return False
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ModelDirError(f"{path}: file is missing")
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ModelDirError(f"{path}: unreadable JSON ({err})") from err
+    if not isinstance(payload, dict):
+        raise ModelDirError(f"{path}: expected a JSON object")
+    return payload
+
+
+def read_hf_config(path: str | Path) -> LlamaConfig:
+    """``<path>/config.json`` -> ``LlamaConfig``; refuses what astrai cannot compute exactly."""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise ModelDirError(f"no model directory at {directory}")
+    config_path = directory / CONFIG_FILE
+    try:
+        return llama_config_from_hf(_read_json(config_path))
+    except (UnsupportedModelError, ValueError) as err:
+        if isinstance(err, ModelDirError):
+            raise
+        raise ModelDirError(f"{config_path}: {err}") from err
+
+
+def weight_files(path: str | Path) -> list[Path]:
+    """The safetensors file(s) of a model directory (one file, or the shards of the index)."""
+    directory = Path(path)
+    single = directory / WEIGHTS_FILE
+    if single.is_file():
+        return [single]
+    index = directory / WEIGHTS_INDEX_FILE
+    if index.is_file():
+        weight_map = _read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise ModelDirError(f"{index}: no weight_map")
+        shards = [directory / name for name in sorted(set(weight_map.values()))]
+        for shard in shards:
+            if not shard.is_file():
+                raise ModelDirError(f"{shard}: file is missing (listed in {index.name})")
+        return shards
+    hint = " (PyTorch .bin weights are not read: convert them to safetensors)"
+    has_bin = any(directory.glob("pytorch_model*.bin"))
+    raise ModelDirError(f"{single}: file is missing{hint if has_bin else ''}")
+
+
+def read_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        try:
+            tensors.update(load_file(str(file)))
+        except Exception as err:
+            raise ModelDirError(f"{file}: unreadable safetensors file ({err})") from err
+    return tensors
+
+
+def load_weights(module: nn.Module, tensors: dict[str, torch.Tensor], source: Path) -> None:
+    """Copy ``tensors`` (Hugging Face names) into ``module``: names must match exactly, except a
+    tied ``lm_head.weight`` (dropped) and recomputed RoPE buffers; dtypes are cast."""
+    names = set(stored_names(module))
+    tensors = {k: v for k, v in tensors.items() if not k.endswith(_IGNORED_SUFFIXES)}
+    if "lm_head.weight" in tensors and "lm_head.weight" not in names:
+        tensors.pop("lm_head.weight")  # tied: embed_tokens is the one stored
+    missing, unexpected = sorted(names - set(tensors)), sorted(set(tensors) - names)
+    if missing or unexpected:
+        raise ModelDirError(
+            f"{source}: weights do not match the config (missing {missing[:8]}, "
+            f"unexpected {unexpected[:8]})"
+        )
+    state = module.state_dict()
+    for name, tensor in tensors.items():
+        if tuple(tensor.shape) != tuple(state[name].shape):
+            raise ModelDirError(
+                f"{source}: {name} has shape {tuple(tensor.shape)}, the config says "
+                f"{tuple(state[name].shape)}"
+            )
+    with torch.no_grad():
+        for name, tensor in tensors.items():
+            state[name].copy_(tensor)
+
+
+def load_pretrained_policy(path: str, chat_template: bool = True) -> LlamaForCausalLM:
+    """Hydra target of ``model=hf``: the policy of a Hugging Face model directory, in float32.
+
+    ``chat_template`` belongs to the tokenizer (see ``tokenizer_for``); accepted here because
+    Hydra passes every ``model.*`` key.
+    """
+    del chat_template
+    directory = Path(path)
+    config = read_hf_config(directory)
+    model = LlamaForCausalLM(config)
+    files = weight_files(directory)
+    load_weights(model, read_tensors(files), files[0] if len(files) == 1 else directory)
+    return model
+
+
+def tokenizer_for(model_cfg: Any) -> Tokenizer:
+    """The tokenizer of a ``model`` config: the model directory's, or the character tokenizer
+    of the random-init presets."""
+    path = model_cfg.get("path") if hasattr(model_cfg, "get") else None
+    if path is None:
+        return CharTokenizer()
+    return HFTokenizer.load(path, chat_template=bool(model_cfg.get("chat_template", True)))
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+def special_token_ids(tokenizer: Tokenizer) -> dict[str, int | None]:
+    return {
+        "bos_token_id": tokenizer.bos_id,
+        "eos_token_id": tokenizer.eos_id,
+        "pad_token_id": tokenizer.pad_id,
+    }
+
+
+def save_tokenizer_files(tokenizer: Tokenizer, directory: Path) -> None:
+    """Hugging Face tokenizer files: the model's own, or the character tokenizer's HF form."""
+    if isinstance(tokenizer, CharTokenizer):
+        save_char_tokenizer_as_hf(tokenizer, directory)
+    else:
+        tokenizer.save(directory)
+
+
+def _cast(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Tensor]:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)} (got {dtype!r})")
+    return {k: v.detach().to("cpu", DTYPES[dtype]).contiguous() for k, v in tensors.items()}
+
+
+def save_policy_dir(
+    model: LlamaForCausalLM, tokenizer: Tokenizer, directory: Path, dtype: str = "float32"
+) -> None:
+    """Write ``model`` + ``tokenizer`` as a Hugging Face directory into (existing) ``directory``."""
+    state = model.state_dict()
+    tensors = _cast({name: state[name] for name in stored_names(model)}, dtype)
+    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    ids = special_token_ids(tokenizer)
+    config = hf_config_from_llama(model.config, "causal_lm", dtype, ids)
+    _write_json(directory / CONFIG_FILE, config)
+    _write_json(directory / GENERATION_CONFIG_FILE, {k: v for k, v in ids.items() if v is not None})
+    save_tokenizer_files(tokenizer, directory)
+
+
+def save_critic_dir(
+    critic: ValueModel, tokenizer: Tokenizer, directory: Path, dtype: str = "float32"
+) -> None:
+    """Write the critic as ``*ForTokenClassification`` (one label): ``value_head`` -> ``score``."""
+    tensors = {
+        (SCORE_PREFIX + k[len(VALUE_HEAD_PREFIX) :] if k.startswith(VALUE_HEAD_PREFIX) else k): v
+        for k, v in critic.state_dict().items()
+    }
+    save_file(_cast(tensors, dtype), str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    config = hf_config_from_llama(critic.config, "value", dtype, special_token_ids(tokenizer))
+    _write_json(directory / CONFIG_FILE, config)
+    save_tokenizer_files(tokenizer, directory)
+
+
+def load_critic_dir(path: str | Path) -> ValueModel:
+    """A critic exported by ``save_critic_dir`` (or any one-label Llama/Qwen2 token classifier)."""
+    directory = Path(path)
+    hf = _read_json(directory / CONFIG_FILE)
+    labels = hf.get("id2label") or {}
+    if len(labels) != 1:
+        raise ModelDirError(f"{directory / CONFIG_FILE}: a value model has 1 label (got {labels})")
+    critic = ValueModel(read_hf_config(directory))
+    files = weight_files(directory)
+    tensors = {
+        (VALUE_HEAD_PREFIX + k[len(SCORE_PREFIX) :] if k.startswith(SCORE_PREFIX) else k): v
+        for k, v in read_tensors(files).items()
+    }
+    load_weights(critic, tensors, files[0])
+    return critic
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    path.write_text(json.dumps(payload, indent=2) + "\n")

@@ -1,0 +1,124 @@
+"""Hugging Face tokenizers and chat templates read without transformers, checked against it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import transformers  # the hf extra; `make test` installs it
+from tokenizers import Tokenizer, decoders, pre_tokenizers
+from tokenizers.models import BPE
+
+from astrai.models.hf_tokenizer import (
+    HFTokenizer,
+    TokenizerFileError,
+    save_char_tokenizer_as_hf,
+)
+from astrai.models.tokenizer import CharTokenizer, load_tokenizer
+
+CHATML = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are helpful.<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+# uses bos_token, whitespace control and raise_exception like Llama 3 / Mistral templates
+BOS_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}\n"
+    "  {% if m['role'] not in ['user', 'assistant'] %}{{ raise_exception('bad role') }}{% endif %}\n"
+    "  [{{ m['role'] | upper }}] {{ m['content'] | trim }}\n"
+    "{% endfor %}{% if add_generation_prompt %}[ASSISTANT]{% endif %}"
+)
+
+
+def _byte_level_tokenizer(directory: Path, template: str | None, in_config: bool) -> Path:
+    """A small byte-level BPE tokenizer directory with ChatML specials (like SmolLM2's)."""
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2}
+    vocab.update({c: i + 3 for i, c in enumerate(sorted(alphabet))})
+    tokenizer = Tokenizer(BPE(vocab=vocab, merges=[]))
+    tokenizer.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(directory / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|im_start|>",
+        "eos_token": "<|im_end|>",
+        "unk_token": "<|endoftext|>",
+    }
+    if template is not None and in_config:
+        config["chat_template"] = template  # transformers 4.x kept it here
+    elif template is not None:
+        (directory / "chat_template.jinja").write_text(template)  # transformers 5
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    return directory
+
+
+@pytest.mark.parametrize("template", [CHATML, BOS_TEMPLATE])
+@pytest.mark.parametrize("in_config", [False, True])
+def test_chat_template_renders_and_encodes_like_transformers(
+    tmp_path: Path, template: str, in_config: bool
+) -> None:
+    directory = _byte_level_tokenizer(tmp_path, template, in_config)
+    ours = load_tokenizer(directory)
+    assert isinstance(ours, HFTokenizer)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(directory))
+    prompt = "What is 12+9? "
+    messages = [{"role": "user", "content": prompt}]
+    text = theirs.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert ours.render_prompt(prompt) == text
+    ids = theirs(text, add_special_tokens=False).input_ids
+    assert ours.encode_prompt(prompt) == ids
+    assert ids.count(1) >= 1  # <|im_start|> (ChatML) or bos_token is a special id, not bytes
+
+
+def test_decode_drops_specials_and_surrounding_space(tmp_path: Path) -> None:
+    ours = load_tokenizer(_byte_level_tokenizer(tmp_path, CHATML, False))
+    ids = ours.encode(" 21 ", add_special_tokens=False) + [ours.eos_id]
+    assert ours.decode(ids) == "21"
+    assert (ours.bos_id, ours.eos_id, ours.pad_id) == (1, 2, 2)  # no pad token: EOS fills
+
+
+def test_without_chat_template_the_prompt_is_encoded_as_is(tmp_path: Path) -> None:
+    directory = _byte_level_tokenizer(tmp_path, CHATML, False)
+    ours = load_tokenizer(directory, chat_template=False)
+    assert ours.render_prompt("1+1=") == "1+1="
+    assert ours.encode_prompt("1+1=") == ours.encode("1+1=")
+
+
+def test_char_tokenizer_hf_form_has_the_same_ids(tmp_path: Path) -> None:
+    char = CharTokenizer()
+    save_char_tokenizer_as_hf(char, tmp_path)
+    ours = load_tokenizer(tmp_path)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    for text in ["12+34=", "reverse: ab c=", "sort: zyx="]:
+        assert ours.encode_prompt(text) == char.encode_prompt(text)
+        assert theirs(text).input_ids == char.encode(text)
+        assert ours.decode(char.encode(text)[1:] + [char.eos_id]) == text.strip()
+    assert (ours.pad_id, ours.bos_id, ours.eos_id) == (0, 1, 2)
+    assert ours.vocab_size == char.vocab_size == 48
+
+
+def test_save_writes_the_source_files_back(tmp_path: Path) -> None:
+    source = _byte_level_tokenizer(tmp_path / "src", CHATML, False)
+    out = tmp_path / "out"
+    out.mkdir()
+    load_tokenizer(source).save(out)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        assert (out / name).read_bytes() == (source / name).read_bytes()
+
+
+def test_missing_or_broken_files_are_named(tmp_path: Path) -> None:
+    directory = _byte_level_tokenizer(tmp_path, None, False)
+    (directory / "tokenizer_config.json").unlink()
+    with pytest.raises(TokenizerFileError, match="tokenizer_config.json"):
+        load_tokenizer(directory)
+    (directory / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<nope>"}))
+    with pytest.raises(TokenizerFileError, match="eos_token '<nope>'.*vocabulary"):
+        load_tokenizer(directory)
+    (directory / "tokenizer.json").write_text('{"model": 3}')
+    with pytest.raises(TokenizerFileError, match="invalid tokenizer file .*tokenizer.json"):
+        load_tokenizer(directory)

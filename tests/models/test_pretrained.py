@@ -1,0 +1,189 @@
+"""Hugging Face checkpoints in and out, checked against ``transformers`` itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import transformers  # the hf extra; `make test` installs it
+
+from astrai.models.pretrained import (
+    ModelDirError,
+    load_critic_dir,
+    load_pretrained_policy,
+    save_critic_dir,
+    save_policy_dir,
+)
+from astrai.models.tokenizer import CharTokenizer, load_tokenizer
+from astrai.models.value_model import build_value_model
+from astrai.rollout.collect import left_pad
+from astrai.rollout.sampler import SamplingConfig, generate
+from tests.hf_models import save_tiny_hf_model
+
+PROMPTS = ["3+4=", "12+9=", "reverse: abc=", "7+7="]  # different lengths: left padding
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2", "llama-untied"])
+def hf_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    family, _, untied = request.param.partition("-")
+    return save_tiny_hf_model(tmp_path_factory.mktemp(request.param), family, tied=not untied)
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    return left_pad(CharTokenizer(), PROMPTS)
+
+
+def _hf_logits(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask.long()).logits
+
+
+def test_loaded_model_matches_transformers_logits(hf_dir: Path) -> None:
+    ours = load_pretrained_policy(str(hf_dir)).eval()
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(hf_dir)).eval()
+    ids, mask = _batch()
+    with torch.no_grad():
+        logits = ours(ids, mask).logits
+    reference = _hf_logits(theirs, ids, mask)
+    assert reference[mask].abs().max() > 1.0  # far from zero: a wrong weight would show
+    assert torch.allclose(logits[mask], reference[mask], atol=1e-4, rtol=0)
+
+
+def test_biases_of_qwen2_are_loaded(tmp_path: Path) -> None:
+    hf_dir = save_tiny_hf_model(tmp_path, "qwen2")
+    ours = load_pretrained_policy(str(hf_dir))
+    assert ours.config.attention_bias
+    bias = ours.model.layers[1].self_attn.k_proj.bias
+    assert bias is not None and bias.abs().max() > 0.1
+    assert ours.model.layers[0].self_attn.o_proj.bias is None  # Qwen2 has none either
+
+
+def test_greedy_generations_are_identical(hf_dir: Path) -> None:
+    ours = load_pretrained_policy(str(hf_dir)).eval()
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(hf_dir)).eval()
+    ids, mask = _batch()
+    new = 12
+    out = generate(ours, ids, mask, SamplingConfig(max_new_tokens=new, temperature=0.0), -1, 0)
+    with torch.no_grad():
+        reference = theirs.generate(
+            input_ids=ids,
+            attention_mask=mask.long(),
+            max_new_tokens=new,
+            min_new_tokens=new,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+    assert out.response_ids.shape == (len(PROMPTS), new)
+    assert torch.equal(out.response_ids, reference[:, ids.shape[1] :])
+
+
+def test_export_loads_back_into_transformers(hf_dir: Path, tmp_path: Path) -> None:
+    ours = load_pretrained_policy(str(hf_dir)).eval()
+    with torch.no_grad():  # move away from the source weights: the export must carry ours
+        ours.model.norm.weight.mul_(1.5)
+    tokenizer = load_tokenizer(hf_dir)
+    save_policy_dir(ours, tokenizer, tmp_path)
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
+    ids, mask = _batch()
+    with torch.no_grad():
+        logits = ours(ids, mask).logits
+    assert torch.allclose(_hf_logits(theirs, ids, mask)[mask], logits[mask], atol=1e-4, rtol=0)
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    assert hf_tokenizer("12+9=").input_ids == CharTokenizer().encode("12+9=")
+    assert hf_tokenizer.eos_token_id == 2 and hf_tokenizer.pad_token_id == 0
+    # and astrai reads its own export: the same logits
+    again = load_pretrained_policy(str(tmp_path)).eval()
+    with torch.no_grad():
+        assert torch.equal(again(ids, mask).logits, logits)
+
+
+def test_export_in_bfloat16_halves_the_weights(tmp_path: Path) -> None:
+    hf_dir = save_tiny_hf_model(tmp_path / "src")
+    ours = load_pretrained_policy(str(hf_dir))
+    for name in ("f32", "bf16"):
+        (tmp_path / name).mkdir()
+    save_policy_dir(ours, CharTokenizer(), tmp_path / "f32", "float32")
+    save_policy_dir(ours, CharTokenizer(), tmp_path / "bf16", "bfloat16")
+    f32 = (tmp_path / "f32" / "model.safetensors").stat().st_size
+    bf16 = (tmp_path / "bf16" / "model.safetensors").stat().st_size
+    assert bf16 < 0.55 * f32
+    config = json.loads((tmp_path / "bf16" / "config.json").read_text())
+    assert config["torch_dtype"] == "bfloat16"
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "bf16"))
+    assert theirs.model.embed_tokens.weight.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_critic_export_round_trips(family: str, tmp_path: Path) -> None:
+    policy = load_pretrained_policy(str(save_tiny_hf_model(tmp_path / "src", family)))
+    critic = build_value_model(policy).eval()
+    with torch.no_grad():  # a trained head: non-zero weight and bias
+        critic.value_head.weight.normal_(0.0, 1.0)
+        critic.value_head.bias.fill_(0.25)
+    out = tmp_path / "critic"
+    out.mkdir()
+    save_critic_dir(critic, CharTokenizer(), out)
+    ids, mask = _batch()
+    with torch.no_grad():
+        values = critic(ids, mask)
+    theirs = transformers.AutoModelForTokenClassification.from_pretrained(str(out)).eval()
+    assert type(theirs).__name__ == f"{'Qwen2' if family == 'qwen2' else 'Llama'}ForTokenClassification"
+    reference = _hf_logits(theirs, ids, mask)
+    assert reference.shape == (*ids.shape, 1)
+    assert torch.allclose(reference[..., 0][mask], values[mask], atol=1e-4, rtol=0)
+    again = load_critic_dir(out).eval()
+    with torch.no_grad():
+        assert torch.equal(again(ids, mask), values)
+
+
+def _edit_config(directory: Path, **changes: object) -> None:
+    path = directory / "config.json"
+    config = json.loads(path.read_text())
+    config.update(changes)
+    path.write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize(
+    ("changes", "needle"),
+    [
+        ({"model_type": "gemma"}, "model_type 'gemma' is not supported"),
+        ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
+        ({"attention_bias": True}, "attention_bias=true on a llama model"),
+        ({"head_dim": 32}, "head_dim 32 differs"),
+        (
+            {"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}},
+            "rope_type 'llama3'",
+        ),
+        ({"intermediate_size": 96}, "model.layers.0.mlp.down_proj.weight has shape"),
+    ],
+)
+def test_unsupported_or_inconsistent_checkpoints_are_refused(
+    tmp_path: Path, changes: dict[str, object], needle: str
+) -> None:
+    hf_dir = save_tiny_hf_model(tmp_path)
+    _edit_config(hf_dir, **changes)
+    with pytest.raises(ModelDirError, match=needle) as err:
+        load_pretrained_policy(str(hf_dir))
+    assert str(hf_dir) in str(err.value)
+
+
+def test_missing_weights_name_the_file(tmp_path: Path) -> None:
+    hf_dir = save_tiny_hf_model(tmp_path)
+    (hf_dir / "model.safetensors").rename(hf_dir / "pytorch_model.bin")
+    with pytest.raises(ModelDirError, match="model.safetensors: file is missing.*convert"):
+        load_pretrained_policy(str(hf_dir))
+
+
+def test_sharded_weights_load(tmp_path: Path) -> None:
+    src = save_tiny_hf_model(tmp_path / "src")
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(src))
+    model.save_pretrained(str(tmp_path / "sharded"), max_shard_size="60KB")
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").is_file()
+    ours, reference = load_pretrained_policy(str(src)), load_pretrained_policy(
+        str(tmp_path / "sharded")
+    )
+    for name, tensor in ours.state_dict().items():
+        assert torch.equal(tensor, reference.state_dict()[name]), name
