@@ -13,32 +13,16 @@ place; an existing OUT is refused. Exit status 0, or 2 with one line on stderr.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
+from astrai.checkpoints.io import write_dir_atomic
 from astrai.checkpoints.layout import CheckpointError
 from astrai.checkpoints.policy import load_checkpoint_policy
 from astrai.models.hf_tokenizer import TokenizerFileError
 from astrai.models.pretrained import DTYPES, ModelDirError, save_critic_dir, save_policy_dir
 
 CRITIC_SUBDIR = "critic"
-
-
-def _write_dir(out: Path, write: Callable[[Path], None]) -> None:
-    """Run ``write(tmp)`` in a temporary sibling of ``out``, then rename it to ``out``."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; an export is meant to be shared
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def export_checkpoint(
@@ -54,7 +38,7 @@ def export_checkpoint(
     loaded = load_checkpoint_policy(checkpoint)
     critic_dir = Path(critic_out) if critic_out is not None else out / CRITIC_SUBDIR
     for target in (out, critic_dir) if loaded.critic is not None else (out,):
-        if target.exists():
+        if target.exists():  # checked before anything is written
             raise FileExistsError(f"{target} already exists; choose a new output directory")
     written = [out]
     critic = loaded.critic
@@ -65,10 +49,10 @@ def export_checkpoint(
             (tmp / CRITIC_SUBDIR).mkdir()
             save_critic_dir(critic, loaded.tokenizer, tmp / CRITIC_SUBDIR, dtype)
 
-    _write_dir(out, write_all)
+    write_dir_atomic(out, write_all)
     if critic is not None:
         if critic_out is not None:
-            _write_dir(
+            write_dir_atomic(
                 critic_dir, lambda tmp: save_critic_dir(critic, loaded.tokenizer, tmp, dtype)
             )
         written.append(critic_dir)

@@ -26,7 +26,8 @@ CHATML = (
 # uses bos_token, whitespace control and raise_exception like Llama 3 / Mistral templates
 BOS_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}\n"
-    "  {% if m['role'] not in ['user', 'assistant'] %}{{ raise_exception('bad role') }}{% endif %}\n"
+    "  {% if m['role'] not in ['user', 'assistant'] %}"
+    "{{ raise_exception('bad role') }}{% endif %}\n"
     "  [{{ m['role'] | upper }}] {{ m['content'] | trim }}\n"
     "{% endfor %}{% if add_generation_prompt %}[ASSISTANT]{% endif %}"
 )

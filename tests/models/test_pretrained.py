@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers  # the hf extra; `make test` installs it
+from tests.hf_models import save_tiny_hf_model
 
 from astrai.models.pretrained import (
     ModelDirError,
@@ -20,7 +21,6 @@ from astrai.models.tokenizer import CharTokenizer, load_tokenizer
 from astrai.models.value_model import build_value_model
 from astrai.rollout.collect import left_pad
 from astrai.rollout.sampler import SamplingConfig, generate
-from tests.hf_models import save_tiny_hf_model
 
 PROMPTS = ["3+4=", "12+9=", "reverse: abc=", "7+7="]  # different lengths: left padding
 
@@ -130,7 +130,8 @@ def test_critic_export_round_trips(family: str, tmp_path: Path) -> None:
     with torch.no_grad():
         values = critic(ids, mask)
     theirs = transformers.AutoModelForTokenClassification.from_pretrained(str(out)).eval()
-    assert type(theirs).__name__ == f"{'Qwen2' if family == 'qwen2' else 'Llama'}ForTokenClassification"
+    prefix = "Qwen2" if family == "qwen2" else "Llama"
+    assert type(theirs).__name__ == f"{prefix}ForTokenClassification"
     reference = _hf_logits(theirs, ids, mask)
     assert reference.shape == (*ids.shape, 1)
     assert torch.allclose(reference[..., 0][mask], values[mask], atol=1e-4, rtol=0)
@@ -182,8 +183,9 @@ def test_sharded_weights_load(tmp_path: Path) -> None:
     model = transformers.AutoModelForCausalLM.from_pretrained(str(src))
     model.save_pretrained(str(tmp_path / "sharded"), max_shard_size="60KB")
     assert (tmp_path / "sharded" / "model.safetensors.index.json").is_file()
-    ours, reference = load_pretrained_policy(str(src)), load_pretrained_policy(
-        str(tmp_path / "sharded")
+    ours, reference = (
+        load_pretrained_policy(str(src)),
+        load_pretrained_policy(str(tmp_path / "sharded")),
     )
     for name, tensor in ours.state_dict().items():
         assert torch.equal(tensor, reference.state_dict()[name]), name

