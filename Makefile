@@ -9,7 +9,7 @@ ARGS ?=
 .PHONY: help install train test test-slow test-all lint format bench tensorboard clean smollm2
 
 help: ## show this help
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-17s\033[0m %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-17s\033[0m %s\n", $$1, $$2}'
 
 LAUNCHER_SOURCES := $(wildcard launchers/pyproject.toml launchers/hydra_plugins/*/*.py)
 
