@@ -1,11 +1,20 @@
-"""The Llama-style policy: HF parameter names, padding invariance, KV-cache parity, init."""
+"""The Llama-style policy: HF parameter names, padding invariance, KV-cache parity (generic and
+fast decode path), init."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from astrai.models.llama import LlamaConfig, LlamaForCausalLM, position_ids_from_mask
+from astrai.models.llama import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    _causal_padding_mask,
+    _decode_bias,
+    _packed_qkv,
+    _rope_table_lookup,
+    position_ids_from_mask,
+)
 
 
 def test_parameter_names_follow_hugging_face_llama(tiny_model: LlamaForCausalLM) -> None:
@@ -125,3 +134,82 @@ def test_cache_overflow_is_an_error(tiny_model: LlamaForCausalLM) -> None:
     cache = tiny_model.new_cache(1, 2)
     with pytest.raises(ValueError, match="KV cache overflow"):
         tiny_model(torch.tensor([[1, 2, 3]]), cache=cache)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"num_key_value_heads": 4}, {"attention_bias": True}], ids=["gqa", "mha", "bias"]
+)
+def test_decode_step_matches_full_forward(kwargs: dict) -> None:
+    # the fast one-token path (inference, CPU, float32) step by step against one full forward:
+    # a left-padded row, and a row whose tokens stop counting midway (as the sampler masks the
+    # rows that finished); the buffer is longer than the sequence, so both the filled-slice and
+    # the whole-buffer attention run, the latter with unfilled slots
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(initializer_range=0.2, **kwargs)).eval()
+    if kwargs.get("attention_bias"):
+        with torch.no_grad():
+            for layer in model.model.layers:
+                for name in ("q_proj", "k_proj", "v_proj"):
+                    getattr(layer.self_attn, name).bias.normal_(std=0.5)
+    ids = torch.randint(3, 48, (3, 12))
+    mask = torch.ones(3, 12, dtype=torch.bool)
+    mask[0, :3] = False
+    mask[1, 8:] = False
+    full = model(ids, attention_mask=mask).logits
+    with torch.inference_mode():
+        cache = model.new_cache(3, 16)
+        steps = [model(ids[:, :4], attention_mask=mask[:, :4], cache=cache).logits]
+        for t in range(4, 12):
+            assert model.model.can_decode_step(ids[:, t : t + 1], cache)
+            out = model(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], cache=cache)
+            steps.append(out.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+    assert cache.length == 12
+    # with autograd on, the same call takes the generic path (its cache works the same way)
+    assert not model.model.can_decode_step(ids[:, :1], cache)
+
+
+def test_decode_step_checks_the_mask_against_the_cache(tiny_model: LlamaForCausalLM) -> None:
+    with torch.inference_mode():
+        cache = tiny_model.new_cache(1, 3)
+        tiny_model(torch.tensor([[1, 2, 3]]), cache=cache)
+        with pytest.raises(ValueError, match="attention_mask covers"):
+            tiny_model(torch.tensor([[4]]), attention_mask=torch.ones(1, 3, dtype=torch.bool),
+                       cache=cache)  # fmt: skip
+        with pytest.raises(ValueError, match="KV cache overflow"):
+            tiny_model(torch.tensor([[4]]), cache=cache)
+
+
+def test_decode_bias_is_the_one_query_causal_padding_mask() -> None:
+    # row 0: left padding; row 1: a masked token before the query; row 2: the query itself is
+    # masked (a finished row) and still attends to itself; slots past S = 4 are unfilled
+    mask = torch.tensor(
+        [[False, True, True, True], [True, False, True, True], [True, True, False, False]]
+    )
+    bias = _decode_bias(mask, width=6)
+    assert bias.shape == (3, 1, 1, 6)
+    assert torch.equal(bias[..., :4] == 0, _causal_padding_mask(mask, 1))
+    assert torch.isneginf(bias[bias != 0]).all() and torch.isneginf(bias[..., 4:]).all()
+
+
+def test_rope_table_gives_the_rotary_values(tiny_model: LlamaForCausalLM) -> None:
+    rotary = tiny_model.model.rotary_emb
+    cache = tiny_model.new_cache(3, 40)
+    positions = torch.tensor([[0], [17], [39]])
+    cos, signed_sin = _rope_table_lookup(rotary, positions, cache)
+    expected_cos, sin = rotary(positions)
+    assert torch.equal(cos, expected_cos)
+    assert torch.equal(signed_sin, torch.cat((-sin[..., :8], sin[..., 8:]), dim=-1))
+
+
+def test_packed_projections_follow_weight_updates(tiny_model: LlamaForCausalLM) -> None:
+    attn = tiny_model.model.layers[0].self_attn
+    cache = tiny_model.new_cache(1, 4)
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        weight, bias = _packed_qkv(attn, cache)
+        assert bias is None and _packed_qkv(attn, cache)[0] is weight  # built once per cache
+        expected = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], dim=-1)
+        torch.testing.assert_close(x @ weight.T, expected)
+        attn.q_proj.weight.mul_(2.0)  # an in-place update (as an optimizer step makes)
+        torch.testing.assert_close(x @ _packed_qkv(attn, cache)[0][:64].T, attn.q_proj(x))

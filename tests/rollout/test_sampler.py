@@ -7,8 +7,9 @@ import torch
 
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.tokenizer import CharTokenizer
+from astrai.rollout import sampler
 from astrai.rollout.collect import left_pad
-from astrai.rollout.sampler import SamplingConfig, _filter_logits, generate
+from astrai.rollout.sampler import SamplingConfig, _choose, _filter_logits, generate
 from astrai.rollout.scoring import response_logprobs
 
 PROMPTS = ["3+5=", "12+7=", "rev 123=", "9+9="]
@@ -105,3 +106,66 @@ def test_top_k_and_top_p_filtering() -> None:
     assert torch.isfinite(nucleus[0, :2]).all() and torch.isinf(nucleus[0, 2:]).all()
     # nucleus 0.5: the first token alone reaches it
     assert torch.isfinite(_filter_logits(logits, 0, 0.5)[0]).sum().item() == 1
+
+
+@pytest.mark.parametrize("top_k", [0, 5])
+def test_sampling_draws_what_torch_multinomial_draws(top_k: int) -> None:
+    # _choose skips torch.multinomial's per-call checks but must draw the same tokens from the
+    # same generator state, and leave the generator in the same state
+    logits = torch.randn(256, 48, generator=torch.Generator().manual_seed(1)) * 3
+    cfg = SamplingConfig(temperature=1.0, top_k=top_k)
+    ours, theirs = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    for _ in range(3):
+        drawn = _choose(logits, cfg, ours)
+        probs = _filter_logits(logits, top_k, 1.0).softmax(-1)
+        expected = torch.multinomial(probs, 1, generator=theirs).squeeze(-1)
+        assert torch.equal(drawn, expected)
+    assert len(set(drawn.tolist())) > 10  # really sampled, not argmax
+
+
+def test_generation_is_ordinary_tensors_for_autograd(
+    tiny_model: LlamaForCausalLM, tokenizer: CharTokenizer
+) -> None:
+    # sampling runs under inference mode; what it returns must still enter the trainer's graph
+    ids, mask = _prompts(tokenizer)
+    gen = generate(tiny_model, ids, mask, SamplingConfig(max_new_tokens=4), tokenizer.eos_id,
+                   tokenizer.pad_id, generator=torch.Generator().manual_seed(0))  # fmt: skip
+    assert not any(t.is_inference() for t in (gen.response_ids, gen.response_mask, gen.logprobs))
+    scale = torch.ones((), requires_grad=True)
+    (gen.logprobs * scale * gen.response_mask).sum().backward()  # mul saves its operands
+    assert scale.grad is not None
+
+
+def test_sampling_runs_without_autograd(
+    tiny_model: LlamaForCausalLM, tokenizer: CharTokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (grad mode, inference mode) at each forward: inference mode unless FSDP shards the model
+    modes: list[tuple[bool, bool]] = []
+    tiny_model.register_forward_pre_hook(
+        lambda *_: modes.append((torch.is_grad_enabled(), torch.is_inference_mode_enabled()))
+    )
+    ids, mask = _prompts(tokenizer)
+    cfg = SamplingConfig(max_new_tokens=3, temperature=0.0)
+    generate(tiny_model, ids, mask, cfg, eos_id=-1, pad_id=tokenizer.pad_id)
+    assert modes == [(False, True)] * 3
+    monkeypatch.setattr(sampler, "_is_fsdp", lambda model: True)
+    modes.clear()
+    generate(tiny_model, ids, mask, cfg, eos_id=-1, pad_id=tokenizer.pad_id)
+    assert modes == [(False, False)] * 3
+
+
+def test_non_finite_logits_fail_loudly_when_sampling(tokenizer: CharTokenizer) -> None:
+    model = LlamaForCausalLM(LlamaConfig()).eval()
+    with torch.no_grad():
+        model.model.norm.weight.fill_(float("nan"))
+    ids, mask = left_pad(tokenizer, ["1+1="])
+    with pytest.raises(RuntimeError, match="NaN"):
+        generate(model, ids, mask, SamplingConfig(max_new_tokens=2), tokenizer.eos_id,
+                 tokenizer.pad_id)  # fmt: skip
+
+
+def test_zero_new_tokens(tiny_model: LlamaForCausalLM, tokenizer: CharTokenizer) -> None:
+    ids, mask = _prompts(tokenizer)
+    gen = generate(tiny_model, ids, mask, SamplingConfig(max_new_tokens=0), 1, 0)
+    assert gen.response_ids.shape == gen.response_mask.shape == gen.logprobs.shape == (4, 0)
+    assert gen.response_ids.dtype == torch.long and gen.response_mask.dtype == torch.bool

@@ -29,15 +29,27 @@ class KVCache:
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.max_length = max_length
         self.length = 0
+        # tensors the model derives from its weights for this generation (projections packed
+        # for one-token decoding, a RoPE table), each with a key saying what it was derived from
+        self.derived: dict[int | str, tuple] = {}
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store ``k, v [N, kv_heads, T, D]`` after the cached ones; return all cached so far."""
+        end = self.write(layer, k, v)
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+    def write(self, layer: int, k: Tensor, v: Tensor) -> int:
+        """Store ``k, v [N, kv_heads, T, D]`` after the cached ones; return the filled length.
+
+        Slots past it hold zeros (or stale keys/values) that an attention over the whole
+        ``keys[layer]`` / ``values[layer]`` buffers must mask out.
+        """
         end = self.length + k.shape[2]
         if end > self.max_length:
             raise ValueError(f"KV cache overflow: {end} tokens > max_length {self.max_length}")
         self.keys[layer][:, :, self.length : end] = k
         self.values[layer][:, :, self.length : end] = v
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+        return end
 
     def advance(self, t: int) -> None:
         self.length += t
