@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from astrai.models.hf_config import hf_config_from_llama
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.rollout.sampler import SamplingConfig, generate
 
@@ -44,23 +45,11 @@ def build_models(config: LlamaConfig) -> tuple[LlamaForCausalLM, torch.nn.Module
     import transformers
 
     ours = LlamaForCausalLM(config).eval()
-    hf_config = transformers.LlamaConfig(
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        num_key_value_heads=config.num_key_value_heads,
-        max_position_embeddings=config.max_position_embeddings,
-        rope_theta=config.rope_theta,
-        rms_norm_eps=config.rms_norm_eps,
-        tie_word_embeddings=config.tie_word_embeddings,
-        initializer_range=config.initializer_range,
-        attention_bias=config.attention_bias,
-        pad_token_id=PAD_ID,
-        bos_token_id=None,
-        eos_token_id=None,
+    # the config astrai's export writes; no BOS/EOS: every row generates every new token
+    hf_config = transformers.LlamaConfig.from_dict(
+        hf_config_from_llama(config, special_ids={"pad_token_id": PAD_ID})
     )
+    hf_config.bos_token_id = hf_config.eos_token_id = None
     theirs = transformers.LlamaForCausalLM(hf_config).eval()
     missing, unexpected = theirs.load_state_dict(ours.state_dict(), strict=False)
     # HF may not list the tied lm_head among its state-dict keys; nothing else may differ
