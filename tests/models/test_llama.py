@@ -6,13 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from astrai.models.decode import can_decode_step, decode_bias, packed_qkv, rope_table_lookup
 from astrai.models.llama import (
     LlamaConfig,
     LlamaForCausalLM,
     _causal_padding_mask,
-    _decode_bias,
-    _packed_qkv,
-    _rope_table_lookup,
     position_ids_from_mask,
 )
 
@@ -160,13 +158,13 @@ def test_decode_step_matches_full_forward(kwargs: dict) -> None:
         cache = model.new_cache(3, 16)
         steps = [model(ids[:, :4], attention_mask=mask[:, :4], cache=cache).logits]
         for t in range(4, 12):
-            assert model.model.can_decode_step(ids[:, t : t + 1], cache)
+            assert can_decode_step(model.model, ids[:, t : t + 1], cache)
             out = model(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], cache=cache)
             steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
     assert cache.length == 12
     # with autograd on, the same call takes the generic path (its cache works the same way)
-    assert not model.model.can_decode_step(ids[:, :1], cache)
+    assert not can_decode_step(model.model, ids[:, :1], cache)
 
 
 def test_decode_step_checks_the_mask_against_the_cache(tiny_model: LlamaForCausalLM) -> None:
@@ -186,7 +184,7 @@ def test_decode_bias_is_the_one_query_causal_padding_mask() -> None:
     mask = torch.tensor(
         [[False, True, True, True], [True, False, True, True], [True, True, False, False]]
     )
-    bias = _decode_bias(mask, width=6)
+    bias = decode_bias(mask, width=6)
     assert bias.shape == (3, 1, 1, 6)
     assert torch.equal(bias[..., :4] == 0, _causal_padding_mask(mask, 1))
     assert torch.isneginf(bias[bias != 0]).all() and torch.isneginf(bias[..., 4:]).all()
@@ -196,7 +194,7 @@ def test_rope_table_gives_the_rotary_values(tiny_model: LlamaForCausalLM) -> Non
     rotary = tiny_model.model.rotary_emb
     cache = tiny_model.new_cache(3, 40)
     positions = torch.tensor([[0], [17], [39]])
-    cos, signed_sin = _rope_table_lookup(rotary, positions, cache)
+    cos, signed_sin = rope_table_lookup(rotary, positions, cache)
     expected_cos, sin = rotary(positions)
     assert torch.equal(cos, expected_cos)
     assert torch.equal(signed_sin, torch.cat((-sin[..., :8], sin[..., 8:]), dim=-1))
@@ -207,9 +205,9 @@ def test_packed_projections_follow_weight_updates(tiny_model: LlamaForCausalLM) 
     cache = tiny_model.new_cache(1, 4)
     x = torch.randn(2, 64)
     with torch.no_grad():
-        weight, bias = _packed_qkv(attn, cache)
-        assert bias is None and _packed_qkv(attn, cache)[0] is weight  # built once per cache
+        weight, bias = packed_qkv(attn, cache)
+        assert bias is None and packed_qkv(attn, cache)[0] is weight  # built once per cache
         expected = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], dim=-1)
         torch.testing.assert_close(x @ weight.T, expected)
         attn.q_proj.weight.mul_(2.0)  # an in-place update (as an optimizer step makes)
-        torch.testing.assert_close(x @ _packed_qkv(attn, cache)[0][:64].T, attn.q_proj(x))
+        torch.testing.assert_close(x @ packed_qkv(attn, cache)[0][:64].T, attn.q_proj(x))

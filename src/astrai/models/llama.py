@@ -8,7 +8,7 @@ Position ids come from the attention mask (``cumsum(mask) - 1``), so a left-padd
 exactly like the same row without padding.
 
 Sampling runs one-token steps with a KV cache; on CPU in float32 without autograd these take a
-fast path (``LlamaModel.decode_step``): the same math in fewer, cheaper ops, because at small model
+fast path (``astrai.models.decode``): the same math in fewer, cheaper ops, because at small model
 sizes a decoding step costs mostly per-op overhead. ``forward`` is the reference it is tested
 against.
 """
@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from astrai.models import decode
 from astrai.models.kv_cache import KVCache
 
 
@@ -169,59 +170,6 @@ class LlamaAttention(nn.Module):
         )
         return self.o_proj(out.transpose(1, 2).reshape(n, t, -1))
 
-    def decode_step(
-        self, x: Tensor, cos: Tensor, signed_sin: Tensor, attn_bias: Tensor, cache: KVCache
-    ) -> Tensor:
-        """``forward`` for one new token per row (``x [N, 1, H]``) on the fast decode path.
-
-        Args:
-            cos, signed_sin: ``[N, 1, 1, head_dim]``, ``signed_sin`` = ``sin`` with its first
-                half negated (see ``_rope_table_lookup``).
-            attn_bias: ``[N, 1, 1, W]`` float, 0 = may attend, -inf = masked; ``W`` is the filled
-                cache length or, unfilled slots masked, the whole cache buffer.
-
-        One matmul for q, k and v (``_packed_qkv``), RoPE on all query and key heads at once, and
-        attention as two batched matmuls over the key/value head groups (at one query per row,
-        cheaper on CPU than SDPA's kernel).
-        """
-        n = x.shape[0]
-        heads, kv_heads, d = self.num_heads, self.num_kv_heads, self.head_dim
-        weight, bias = _packed_qkv(self, cache)
-        qk, v = F.linear(x, weight, bias).split([(heads + kv_heads) * d, kv_heads * d], dim=-1)
-        # apply_rotary: rotate_half(x) * sin = cat(x2, x1) * signed_sin, bit for bit
-        qk = qk.view(n, 1, heads + kv_heads, d)
-        swapped = torch.cat((qk[..., d // 2 :], qk[..., : d // 2]), dim=-1)
-        qk = qk * cos
-        qk += swapped * signed_sin
-        q = qk[:, 0, :heads].reshape(n, kv_heads, heads // kv_heads, d)
-        k, v = qk[:, 0, heads:, None], v.view(n, kv_heads, 1, d)
-        if attn_bias.shape[-1] == cache.max_length:
-            cache.write(self.layer_idx, k, v)
-            k, v = cache.keys[self.layer_idx], cache.values[self.layer_idx]
-        else:
-            k, v = cache.update(self.layer_idx, k, v)
-        # the query heads sharing a key/value head are the rows of one [H/KV, D] @ [D, W] product
-        scores = torch.matmul(q, k.transpose(-1, -2))
-        probs = scores.mul_(d**-0.5).add_(attn_bias).softmax(-1)
-        return F.linear(torch.matmul(probs, v).view(n, 1, heads * d), self.o_proj.weight)
-
-
-def _packed_qkv(attn: LlamaAttention, cache: KVCache) -> tuple[Tensor, Tensor | None]:
-    """The ``[q; k; v]`` projection weight (and bias) of ``attn``: one matmul instead of three.
-
-    Kept in the cache (one generation, during which the weights are fixed) and rebuilt if a
-    source weight has been replaced or updated in place since.
-    """
-    linears = (attn.q_proj, attn.k_proj, attn.v_proj)
-    key = tuple((m.weight.data_ptr(), m.weight._version) for m in linears)
-    packed = cache.derived.get(attn.layer_idx)
-    if packed is None or packed[0] != key:
-        weight = torch.cat([m.weight for m in linears])
-        bias = None if linears[0].bias is None else torch.cat([m.bias for m in linears])
-        packed = (key, weight, bias)
-        cache.derived[attn.layer_idx] = packed
-    return packed[1], packed[2]
-
 
 class LlamaMLP(nn.Module):
     """SwiGLU feed-forward (Shazeer 2020): ``down(silu(gate(x)) * up(x))``."""
@@ -248,27 +196,12 @@ class LlamaDecoderLayer(nn.Module):
         self, x: Tensor, cos: Tensor, sin: Tensor, attn_mask: Tensor, cache: KVCache | None
     ) -> Tensor:
         """``attn_mask``: bool ``[N, 1, T, S]``; or, on the fast decode path, a float bias, with
-        ``sin`` in its signed form (see ``LlamaAttention.decode_step``)."""
+        ``sin`` in its signed form (see ``astrai.models.decode``)."""
         if attn_mask.dtype != torch.bool:
             assert cache is not None
-            return self._decode_step(x, cos, sin, attn_mask, cache)
+            return decode.layer_step(self, x, cos, sin, attn_mask, cache)
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, attn_mask, cache)
         return x + self.mlp(self.post_attention_layernorm(x))
-
-    def _decode_step(
-        self, x: Tensor, cos: Tensor, signed_sin: Tensor, attn_bias: Tensor, cache: KVCache
-    ) -> Tensor:
-        """``forward`` on the fast decode path: the sublayers' weights are used directly (their
-        module calls cost more than their math at decode sizes) and, without autograd,
-        intermediates are overwritten in place. ``h + x`` and ``x + h`` are the same float sum;
-        ``F.rms_norm`` is ``RMSNorm`` in float32, bit for bit."""
-        norm1, norm2, mlp = self.input_layernorm, self.post_attention_layernorm, self.mlp
-        h = F.rms_norm(x, norm1.weight.shape, norm1.weight, norm1.eps)
-        x = self.self_attn.decode_step(h, cos, signed_sin, attn_bias, cache).add_(x)
-        h = F.rms_norm(x, norm2.weight.shape, norm2.weight, norm2.eps)
-        gate = F.silu(F.linear(h, mlp.gate_proj.weight), inplace=True)
-        h = gate.mul_(F.linear(h, mlp.up_proj.weight))
-        return F.linear(h, mlp.down_proj.weight).add_(x)
 
 
 class LlamaModel(nn.Module):
@@ -315,73 +248,6 @@ class LlamaModel(nn.Module):
             cache.advance(t)
         return self.norm(x)
 
-    def can_decode_step(self, input_ids: Tensor, cache: KVCache | None) -> bool:
-        """Whether ``decode_step`` may run this forward: one new token per row with a cache, no
-        autograd (its packed weights live across steps), CPU (on GPU, SDPA's fused kernels are
-        the fast path) and float32 (its attention would accumulate in a lower precision)."""
-        return (
-            input_ids.shape[1] == 1
-            and cache is not None
-            and not torch.is_grad_enabled()
-            and input_ids.device.type == "cpu"
-            and self.norm.weight.dtype == torch.float32
-        )
-
-    def decode_step(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor,
-        position_ids: Tensor | None,
-        cache: KVCache,
-    ) -> Tensor:
-        """``forward`` where ``can_decode_step`` (``input_ids [N, 1]``): the same result up to
-        float rounding in the attention, in fewer and cheaper ops."""
-        s = attention_mask.shape[1]
-        if s != cache.length + 1:
-            raise ValueError(f"attention_mask covers {s} tokens, the cache {cache.length} + 1")
-        if s > cache.max_length:
-            raise ValueError(f"KV cache overflow: {s} tokens > max_length {cache.max_length}")
-        if position_ids is None:
-            # the last column of position_ids_from_mask, without its cumsum over all of S; the
-            # positions are below S <= the cache length, so they index the cache's RoPE table
-            position_ids = (attention_mask.sum(-1, keepdim=True) - 1).clamp_min(0)
-            cos, signed_sin = _rope_table_lookup(self.rotary_emb, position_ids, cache)
-        else:
-            cos, sin = self.rotary_emb(position_ids)
-            signed_sin = _signed_sin(sin)
-        # Reading a cache slice with gaps between rows is 2-3x slower on CPU than reading the
-        # whole (contiguous) buffer; once the filled part is at least half of it, attend over the
-        # whole buffer and mask the unfilled slots.
-        width = cache.max_length if 2 * s >= cache.max_length else s
-        attn_bias = _decode_bias(attention_mask, width)
-        x = F.embedding(input_ids, self.embed_tokens.weight)
-        for layer in self.layers:
-            x = layer(x, cos, signed_sin, attn_bias, cache)
-        cache.advance(1)
-        return F.rms_norm(x, self.norm.weight.shape, self.norm.weight, self.norm.eps)
-
-
-def _rope_table_lookup(
-    rotary: RotaryEmbedding, position_ids: Tensor, cache: KVCache
-) -> tuple[Tensor, Tensor]:
-    """``rotary(position_ids)`` for positions below ``cache.max_length`` as ``(cos, signed_sin)``,
-    ``sin`` with its first half negated, gathered from a per-cache table (the same values; one op
-    per step instead of five)."""
-    key = (rotary.inv_freq.data_ptr(), rotary.inv_freq._version)
-    table = cache.derived.get("rope")
-    if table is None or table[0] != key:
-        cos, sin = rotary(torch.arange(cache.max_length, device=position_ids.device)[:, None])
-        table = (key, torch.cat((cos, _signed_sin(sin)), dim=-1)[:, 0, 0])  # [max_length, 2D]
-        cache.derived["rope"] = table
-    cos_sin = F.embedding(position_ids, table[1])[:, None]  # [N, 1, T, 2 * head_dim]
-    return cos_sin.chunk(2, dim=-1)
-
-
-def _signed_sin(sin: Tensor) -> Tensor:
-    """``sin`` with its first half negated: ``rotate_half(x) * sin == swap_halves(x) * this``."""
-    half = sin.shape[-1] // 2
-    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-
 
 def _causal_padding_mask(attention_mask: Tensor, t: int) -> Tensor:
     """``[N, S]`` key mask -> ``[N, 1, T, S]``: query i (at absolute ``S - T + i``) sees valid keys
@@ -394,20 +260,6 @@ def _causal_padding_mask(attention_mask: Tensor, t: int) -> Tensor:
     allowed = causal[None] & attention_mask[:, None, :]  # [N, T, S]
     allowed = allowed | (k_abs[None, :] == q_abs[:, None])[None]
     return allowed[:, None]
-
-
-def _decode_bias(attention_mask: Tensor, width: int) -> Tensor:
-    """``_causal_padding_mask(attention_mask, 1)`` as an additive ``[N, 1, 1, width]`` float bias
-    (0 = may attend, -inf = masked), keys past ``S`` (unfilled cache slots) masked.
-
-    One query (the last position) may causally see every key, so this is the key mask with the
-    query's own key always allowed; built once per step and shared by every layer.
-    """
-    n, s = attention_mask.shape
-    bias = torch.full((n, width), float("-inf"), device=attention_mask.device)
-    bias[:, :s].masked_fill_(attention_mask, 0.0)
-    bias[:, s - 1] = 0.0
-    return bias[:, None, None, :]
 
 
 def init_weights(module: nn.Module, std: float) -> None:
@@ -448,9 +300,9 @@ class LlamaForCausalLM(nn.Module):
                 dtype=torch.bool,
                 device=input_ids.device,
             )
-        if self.model.can_decode_step(input_ids, cache):
+        if decode.can_decode_step(self.model, input_ids, cache):
             assert cache is not None
-            hidden = self.model.decode_step(input_ids, attention_mask, position_ids, cache)
+            hidden = decode.decode_step(self.model, input_ids, attention_mask, position_ids, cache)
             logits = F.linear(hidden, self.lm_head.weight)
         else:
             hidden = self.model(input_ids, attention_mask, position_ids, cache)
