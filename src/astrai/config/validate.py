@@ -181,14 +181,13 @@ def _validate_task(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) ->
     except Exception as err:  # Hydra wraps the constructor's ValueError
         cause = err.__cause__ or err
         raise ConfigError(f"task: {cause}") from err
-    max_new_tokens = cfg.train_type.sampling.max_new_tokens
     if not isinstance(tokenizer, CharTokenizer):
-        # subword tokenizers: an answer takes at most one token per character; positions of
-        # pretrained models reach far beyond these prompts
-        _require(max_new_tokens >= 1, "train_type.sampling.max_new_tokens must be >= 1")
+        # subword tokenizers: the alphabet and length checks below count characters; an answer
+        # takes at most one token per character and pretrained positions reach far beyond
         return
     missing = sorted(set(task.alphabet()) - set(tokenizer.alphabet))
     _require(not missing, f"task uses characters the tokenizer lacks: {missing}")
+    max_new_tokens = cfg.train_type.sampling.max_new_tokens
     _require(
         max_new_tokens >= task.max_answer_len(),
         f"train_type.sampling.max_new_tokens ({max_new_tokens}) cannot hold the task's longest "

@@ -37,9 +37,10 @@ def _token_text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def render_chat_template(template: str, messages: list[dict[str, str]], **context: Any) -> str:
-    """Render a Hugging Face chat template (the same jinja2 settings as transformers: sandboxed,
-    ``trim_blocks``, ``lstrip_blocks``, ``raise_exception``, ``strftime_now``)."""
+def compile_chat_template(template: str) -> Any:
+    """A Hugging Face chat template as a ``jinja2.Template`` with transformers' settings:
+    sandboxed, ``trim_blocks``, ``lstrip_blocks``, ``raise_exception``, ``strftime_now``,
+    ``tojson``. Compiled once per tokenizer: rendering is on the rollout path."""
     from jinja2.exceptions import TemplateError
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -56,7 +57,7 @@ def render_chat_template(template: str, messages: list[dict[str, str]], **contex
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    return env.from_string(template).render(messages=messages, **context)
+    return env.from_string(template)
 
 
 class HFTokenizer:
@@ -79,6 +80,14 @@ class HFTokenizer:
         self._tokenizer = tokenizer
         self.config = config
         self.chat_template = chat_template
+        self._template = None
+        if chat_template is not None:
+            from jinja2.exceptions import TemplateError
+
+            try:
+                self._template = compile_chat_template(chat_template)
+            except TemplateError as err:
+                raise TokenizerFileError(f"chat template does not compile: {err}") from err
         self._files = files  # the source files, written back verbatim by ``save``
         self.special_tokens = {
             key: text for key in SPECIAL_TOKEN_KEYS if (text := _token_text(config.get(key)))
@@ -139,13 +148,14 @@ class HFTokenizer:
 
     def render_prompt(self, prompt: str) -> str:
         """The text the policy sees: the chat template around one user turn, or the prompt."""
-        if self.chat_template is None:
+        if self._template is None:
             return prompt
-        return render_chat_template(
-            self.chat_template,
-            [{"role": "user", "content": prompt}],
-            add_generation_prompt=True,
-            **self.special_tokens,
+        return str(
+            self._template.render(
+                messages=[{"role": "user", "content": prompt}],
+                add_generation_prompt=True,
+                **self.special_tokens,
+            )
         )
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
