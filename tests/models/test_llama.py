@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from astrai.models.decode import can_decode_step, decode_bias, packed_qkv, rope_table_lookup
+from astrai.models.decode import Decoder, packed_qkv, rope_table
 from astrai.models.llama import (
     LlamaConfig,
     LlamaForCausalLM,
-    _causal_padding_mask,
     position_ids_from_mask,
 )
 
@@ -137,11 +137,12 @@ def test_cache_overflow_is_an_error(tiny_model: LlamaForCausalLM) -> None:
 @pytest.mark.parametrize(
     "kwargs", [{}, {"num_key_value_heads": 4}, {"attention_bias": True}], ids=["gqa", "mha", "bias"]
 )
-def test_decode_step_matches_full_forward(kwargs: dict) -> None:
+def test_decoder_steps_match_full_forward(kwargs: dict) -> None:
     # the fast one-token path (inference, CPU, float32) step by step against one full forward:
-    # a left-padded row, and a row whose tokens stop counting midway (as the sampler masks the
-    # rows that finished); the buffer is longer than the sequence, so both the filled-slice and
-    # the whole-buffer attention run, the latter with unfilled slots
+    # a left-padded row, a row whose tokens stop counting midway (as the sampler masks the rows
+    # that finished) and a row that pads a masked token between real ones; the buffer is longer
+    # than the sequence, so both the filled-slice and the whole-buffer attention run, the latter
+    # with unwritten slots
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(initializer_range=0.2, **kwargs)).eval()
     if kwargs.get("attention_bias"):
@@ -153,61 +154,54 @@ def test_decode_step_matches_full_forward(kwargs: dict) -> None:
     mask = torch.ones(3, 12, dtype=torch.bool)
     mask[0, :3] = False
     mask[1, 8:] = False
+    mask[2, 6] = False
     full = model(ids, attention_mask=mask).logits
     with torch.inference_mode():
         cache = model.new_cache(3, 16)
-        steps = [model(ids[:, :4], attention_mask=mask[:, :4], cache=cache).logits]
+        buffer = torch.zeros(3, 16, dtype=torch.bool)
+        buffer[:, :4] = mask[:, :4]
+        steps = [model(ids[:, :4], attention_mask=buffer[:, :4], cache=cache).logits]
+        assert Decoder.applies(model, cache)
+        decoder = Decoder(model, cache, buffer)
         for t in range(4, 12):
-            assert can_decode_step(model.model, ids[:, t : t + 1], cache)
-            out = model(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], cache=cache)
-            steps.append(out.logits)
+            buffer[:, t] = mask[:, t]  # the column of the token fed next, as the sampler does
+            steps.append(decoder.step(ids[:, t : t + 1])[:, None])
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
     assert cache.length == 12
-    # with autograd on, the same call takes the generic path (its cache works the same way)
-    assert not can_decode_step(model.model, ids[:, :1], cache)
+    # with autograd on, the fast path does not apply
+    assert not Decoder.applies(model, cache)
 
 
-def test_decode_step_checks_the_mask_against_the_cache(tiny_model: LlamaForCausalLM) -> None:
+def test_decoder_checks_its_mask_and_the_cache(tiny_model: LlamaForCausalLM) -> None:
     with torch.inference_mode():
         cache = tiny_model.new_cache(1, 3)
-        tiny_model(torch.tensor([[1, 2, 3]]), cache=cache)
-        with pytest.raises(ValueError, match="attention_mask covers"):
-            tiny_model(torch.tensor([[4]]), attention_mask=torch.ones(1, 3, dtype=torch.bool),
-                       cache=cache)  # fmt: skip
+        tiny_model(torch.tensor([[1, 2]]), cache=cache)
+        with pytest.raises(ValueError, match=r"attention_mask is \(1, 2\), not \(1, 3\)"):
+            Decoder(tiny_model, cache, torch.ones(1, 2, dtype=torch.bool))
+        decoder = Decoder(tiny_model, cache, torch.ones(1, 3, dtype=torch.bool))
+        decoder.step(torch.tensor([[3]]))
         with pytest.raises(ValueError, match="KV cache overflow"):
-            tiny_model(torch.tensor([[4]]), cache=cache)
+            decoder.step(torch.tensor([[4]]))
+    with pytest.raises(ValueError, match="needs a CPU float32 model without autograd"):
+        Decoder(tiny_model, cache, torch.ones(1, 3, dtype=torch.bool))
 
 
-def test_decode_bias_is_the_one_query_causal_padding_mask() -> None:
-    # row 0: left padding; row 1: a masked token before the query; row 2: the query itself is
-    # masked (a finished row) and still attends to itself; slots past S = 4 are unfilled
-    mask = torch.tensor(
-        [[False, True, True, True], [True, False, True, True], [True, True, False, False]]
-    )
-    bias = decode_bias(mask, width=6)
-    assert bias.shape == (3, 1, 1, 6)
-    assert torch.equal(bias[..., :4] == 0, _causal_padding_mask(mask, 1))
-    assert torch.isneginf(bias[bias != 0]).all() and torch.isneginf(bias[..., 4:]).all()
-
-
-def test_rope_table_gives_the_rotary_values(tiny_model: LlamaForCausalLM) -> None:
+def test_rope_table_rows_are_counts_of_attended_tokens(tiny_model: LlamaForCausalLM) -> None:
+    # row i holds position max(i - 1, 0): i tokens attended so far, the last at position i - 1
     rotary = tiny_model.model.rotary_emb
-    cache = tiny_model.new_cache(3, 40)
-    positions = torch.tensor([[0], [17], [39]])
-    cos, signed_sin = rope_table_lookup(rotary, positions, cache)
-    expected_cos, sin = rotary(positions)
-    assert torch.equal(cos, expected_cos)
-    assert torch.equal(signed_sin, torch.cat((-sin[..., :8], sin[..., 8:]), dim=-1))
+    table = rope_table(tiny_model, 41)
+    cos, sin = rotary(torch.tensor([[0], [0], [17], [39]]))
+    expected = torch.cat((cos, torch.cat((-sin[..., :8], sin[..., 8:]), dim=-1)), dim=-1)
+    assert torch.equal(table[[0, 1, 18, 40]], expected[:, 0, 0])
 
 
-def test_packed_projections_follow_weight_updates(tiny_model: LlamaForCausalLM) -> None:
-    attn = tiny_model.model.layers[0].self_attn
-    cache = tiny_model.new_cache(1, 4)
-    x = torch.randn(2, 64)
+def test_packed_projections_are_q_k_v_with_scaled_queries() -> None:
+    torch.manual_seed(0)
+    attn = LlamaForCausalLM(LlamaConfig(attention_bias=True)).model.layers[0].self_attn
     with torch.no_grad():
-        weight, bias = packed_qkv(attn, cache)
-        assert bias is None and packed_qkv(attn, cache)[0] is weight  # built once per cache
-        expected = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], dim=-1)
-        torch.testing.assert_close(x @ weight.T, expected)
-        attn.q_proj.weight.mul_(2.0)  # an in-place update (as an optimizer step makes)
-        torch.testing.assert_close(x @ packed_qkv(attn, cache)[0][:64].T, attn.q_proj(x))
+        for name in ("q_proj", "k_proj", "v_proj"):
+            getattr(attn, name).bias.normal_()
+        weight, bias = packed_qkv(attn)
+        x = torch.randn(2, 64)
+        expected = torch.cat([attn.q_proj(x) / 4.0, attn.k_proj(x), attn.v_proj(x)], dim=-1)
+        torch.testing.assert_close(F.linear(x, weight, bias), expected)

@@ -143,19 +143,24 @@ def test_generation_is_ordinary_tensors_for_autograd(
 def test_sampling_runs_without_autograd(
     tiny_model: LlamaForCausalLM, tokenizer: CharTokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # (grad mode, inference mode) at each forward: inference mode unless FSDP shards the model
-    modes: list[tuple[bool, bool]] = []
-    tiny_model.register_forward_pre_hook(
-        lambda *_: modes.append((torch.is_grad_enabled(), torch.is_inference_mode_enabled()))
-    )
+    # (grad mode, inference mode) at each forward and fast decoding step: inference mode unless
+    # FSDP shards the model, which also keeps every step on the module forward
+    modes: list[tuple[str, bool, bool]] = []
+
+    def record(kind: str) -> None:
+        modes.append((kind, torch.is_grad_enabled(), torch.is_inference_mode_enabled()))
+
+    tiny_model.register_forward_pre_hook(lambda *_: record("forward"))
+    step = sampler.Decoder.step
+    monkeypatch.setattr(sampler.Decoder, "step", lambda *a: record("fast") or step(*a))
     ids, mask = _prompts(tokenizer)
     cfg = SamplingConfig(max_new_tokens=3, temperature=0.0)
     generate(tiny_model, ids, mask, cfg, eos_id=-1, pad_id=tokenizer.pad_id)
-    assert modes == [(False, True)] * 3
+    assert modes == [("forward", False, True)] + [("fast", False, True)] * 2
     monkeypatch.setattr(sampler, "_is_fsdp", lambda model: True)
     modes.clear()
     generate(tiny_model, ids, mask, cfg, eos_id=-1, pad_id=tokenizer.pad_id)
-    assert modes == [(False, False)] * 3
+    assert modes == [("forward", False, False)] * 3
 
 
 def test_non_finite_logits_fail_loudly_when_sampling(tokenizer: CharTokenizer) -> None:

@@ -1,11 +1,15 @@
-"""The fast path for one-token decoding steps: ``LlamaModel.forward`` with a KV cache, on CPU
-in float32 without autograd, in fewer and cheaper ops.
+"""The fast path for one-token decoding steps on CPU in float32 without autograd: the sampler's
+steps after the prompt, the same math as ``LlamaForCausalLM.forward`` with a KV cache, in fewer
+and cheaper ops.
 
-At small model sizes a decoding step costs mostly per-op overhead, so this path packs the q/k/v
-projections into one matmul, looks RoPE up in a per-cache table, computes attention as two
-batched matmuls over the key/value head groups (cheaper on CPU than SDPA at one query per row),
-builds one additive mask per step for every layer and overwrites intermediates in place. The
-same math as ``forward`` up to float rounding in the attention; tests compare the two.
+At small model sizes a decoding step costs mostly per-op overhead, so ``Decoder`` keeps what the
+steps of one generation share instead of rebuilding it every step: the additive attention bias
+over the whole cache (one column changes per step), each row's position (a running count of its
+attended tokens), a RoPE table, and q/k/v packed into one projection with the queries
+pre-scaled. Layers are run from their weights directly (module calls cost more than their math
+at decode sizes), attention is two batched matmuls over the key/value head groups (at one query
+per row, cheaper on CPU than SDPA's kernel) and intermediates are overwritten in place. Tests
+compare every step with one full ``forward``.
 """
 
 from __future__ import annotations
@@ -19,76 +23,95 @@ from torch import Tensor
 from astrai.models.kv_cache import KVCache
 
 if TYPE_CHECKING:
-    from astrai.models.llama import (
-        LlamaAttention,
-        LlamaDecoderLayer,
-        LlamaModel,
-        RotaryEmbedding,
-    )
+    from astrai.models.llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM
 
 
-def can_decode_step(model: LlamaModel, input_ids: Tensor, cache: KVCache | None) -> bool:
-    """Whether ``decode_step`` may run this forward: one new token per row with a cache, no
-    autograd (its packed weights live across steps), CPU (on GPU, SDPA's fused kernels are
-    the fast path) and float32 (its attention would accumulate in a lower precision)."""
-    return (
-        input_ids.shape[1] == 1
-        and cache is not None
-        and not torch.is_grad_enabled()
-        and input_ids.device.type == "cpu"
-        and model.norm.weight.dtype == torch.float32
-    )
+class Decoder:
+    """One generation's one-token decoding steps after its prompt, on the CPU fast path.
 
+    The caller owns ``attention_mask``, the generation's ``[N, max_length]`` bool key mask
+    (True = a real token): before each ``step`` it sets the column of the tokens it feeds
+    (``cache.length``), and it never changes the column of a token already fed. Each step reads
+    that one column, which is what makes the step cheap.
+    """
 
-def decode_step(
-    model: LlamaModel,
-    input_ids: Tensor,
-    attention_mask: Tensor,
-    position_ids: Tensor | None,
-    cache: KVCache,
-) -> Tensor:
-    """``LlamaModel.forward`` where ``can_decode_step`` (``input_ids [N, 1]``): the same result
-    up to float rounding in the attention, in fewer and cheaper ops."""
-    s = attention_mask.shape[1]
-    if s != cache.length + 1:
-        raise ValueError(f"attention_mask covers {s} tokens, the cache {cache.length} + 1")
-    if s > cache.max_length:
-        raise ValueError(f"KV cache overflow: {s} tokens > max_length {cache.max_length}")
-    if position_ids is None:
-        # the last column of position_ids_from_mask, without its cumsum over all of S; the
-        # positions are below S <= the cache length, so they index the cache's RoPE table
-        position_ids = (attention_mask.sum(-1, keepdim=True) - 1).clamp_min(0)
-        cos, signed_sin = rope_table_lookup(model.rotary_emb, position_ids, cache)
-    else:
-        cos, sin = model.rotary_emb(position_ids)
-        signed_sin = signed_sin_of(sin)
-    # Reading a cache slice with gaps between rows is 2-3x slower on CPU than reading the
-    # whole (contiguous) buffer; once the filled part is at least half of it, attend over the
-    # whole buffer and mask the unfilled slots.
-    width = cache.max_length if 2 * s >= cache.max_length else s
-    attn_bias = decode_bias(attention_mask, width)
-    x = F.embedding(input_ids, model.embed_tokens.weight)
-    for layer in model.layers:
-        x = layer(x, cos, signed_sin, attn_bias, cache)
-    cache.advance(1)
-    return F.rms_norm(x, model.norm.weight.shape, model.norm.weight, model.norm.eps)
+    def __init__(self, model: LlamaForCausalLM, cache: KVCache, attention_mask: Tensor) -> None:
+        """``cache`` holds the prompt (``cache.length`` tokens, the columns of
+        ``attention_mask`` before it); ``attention_mask [N, cache.max_length]``."""
+        if not self.applies(model, cache):
+            raise ValueError("the fast decode path needs a CPU float32 model without autograd")
+        expected = (cache.keys[0].shape[0], cache.max_length)
+        if tuple(attention_mask.shape) != expected:
+            raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not {expected}")
+        self.model, self.cache, self.mask = model, cache, attention_mask
+        filled = attention_mask[:, : cache.length]
+        # the tokens each row attends to so far: the next token's position (its count minus
+        # one, ``position_ids_from_mask``) indexes ``rope_rows`` as count, rows shifted by one
+        self.count = filled.sum(-1, keepdim=True)  # [N, 1]
+        self.rope_rows = rope_table(model, cache.max_length + 1)
+        # additive attention bias over the whole cache buffer: 0 = may attend, -inf = masked or
+        # not yet written
+        bias = torch.full(attention_mask.shape, float("-inf"), device=attention_mask.device)
+        bias[:, : cache.length].masked_fill_(filled, 0.0)
+        self.bias = bias[:, None, None]  # [N, 1, 1, max_length]
+        self.qkv = [packed_qkv(layer.self_attn) for layer in model.model.layers]
+
+    @staticmethod
+    def applies(model: LlamaForCausalLM, cache: KVCache) -> bool:
+        """Whether this path may decode for ``model``: no autograd (its packed weights are
+        copies), CPU (on GPU, SDPA's fused kernels are the fast path) and float32 (its attention
+        would accumulate in a lower precision)."""
+        weight = model.lm_head.weight
+        return (
+            not torch.is_grad_enabled()
+            and weight.device.type == "cpu"
+            and weight.dtype == torch.float32
+            and cache.keys[0].dtype == torch.float32
+        )
+
+    def step(self, input_ids: Tensor) -> Tensor:
+        """Feed one token per row (``input_ids [N, 1]``) -> the next-token logits ``[N, V]``."""
+        cache = self.cache
+        col = cache.length
+        if col >= cache.max_length:
+            raise ValueError(f"KV cache overflow: {col + 1} tokens > max_length {cache.max_length}")
+        if col > 0:
+            # the previous token was let attend to itself whatever its mask (see below)
+            self.bias[:, 0, 0, col - 1].masked_fill_(~self.mask[:, col - 1], float("-inf"))
+        # every query sees its own key: a row none of whose tokens count (a finished row, its
+        # output discarded) stays finite, as in ``forward``'s causal padding mask
+        self.bias[:, 0, 0, col] = 0.0
+        self.count += self.mask[:, col : col + 1]
+        cos, signed_sin = F.embedding(self.count, self.rope_rows).chunk(2, dim=-1)  # [N, 1, D]
+        # Reading a cache slice with gaps between rows is 2-3x slower on CPU than reading the
+        # whole (contiguous) buffer; once the filled part is at least half of it, attend over
+        # the whole buffer (unwritten slots are masked).
+        width = cache.max_length if 2 * (col + 1) >= cache.max_length else col + 1
+        bias = self.bias[..., :width]
+        trunk = self.model.model
+        x = F.embedding(input_ids[:, 0], trunk.embed_tokens.weight)  # [N, H]
+        for layer, qkv in zip(trunk.layers, self.qkv, strict=True):
+            x = layer_step(layer, qkv, x, cos, signed_sin, bias, cache)
+        cache.advance(1)
+        x = F.rms_norm(x, trunk.norm.weight.shape, trunk.norm.weight, trunk.norm.eps)
+        return F.linear(x, self.model.lm_head.weight)
 
 
 def layer_step(
     layer: LlamaDecoderLayer,
+    qkv: tuple[Tensor, Tensor | None],
     x: Tensor,
     cos: Tensor,
     signed_sin: Tensor,
     attn_bias: Tensor,
     cache: KVCache,
 ) -> Tensor:
-    """``LlamaDecoderLayer.forward`` on the fast decode path: the sublayers' weights are used
-    directly (their module calls cost more than their math at decode sizes) and, without
-    autograd, intermediates are overwritten in place. ``h + x`` and ``x + h`` are the same
-    float sum; ``F.rms_norm`` is ``RMSNorm`` in float32, bit for bit."""
+    """``LlamaDecoderLayer.forward`` for one token per row (``x [N, H]``) from the layer's
+    weights. ``h + x`` and ``x + h`` are the same float sum; ``F.rms_norm`` is ``RMSNorm`` in
+    float32, bit for bit."""
     norm1, norm2, mlp = layer.input_layernorm, layer.post_attention_layernorm, layer.mlp
     h = F.rms_norm(x, norm1.weight.shape, norm1.weight, norm1.eps)
-    x = attention_step(layer.self_attn, h, cos, signed_sin, attn_bias, cache).add_(x)
+    x = attention_step(layer.self_attn, qkv, h, cos, signed_sin, attn_bias, cache).add_(x)
     h = F.rms_norm(x, norm2.weight.shape, norm2.weight, norm2.eps)
     gate = F.silu(F.linear(h, mlp.gate_proj.weight), inplace=True)
     h = gate.mul_(F.linear(h, mlp.up_proj.weight))
@@ -97,94 +120,65 @@ def layer_step(
 
 def attention_step(
     attn: LlamaAttention,
+    qkv: tuple[Tensor, Tensor | None],
     x: Tensor,
     cos: Tensor,
     signed_sin: Tensor,
     attn_bias: Tensor,
     cache: KVCache,
 ) -> Tensor:
-    """``LlamaAttention.forward`` for one new token per row (``x [N, 1, H]``), fast path.
+    """``LlamaAttention.forward`` for one token per row (``x [N, H]``).
 
     Args:
-        cos, signed_sin: ``[N, 1, 1, head_dim]``, ``signed_sin`` = ``sin`` with its first
-            half negated (see ``rope_table_lookup``).
+        qkv: ``packed_qkv(attn)``.
+        cos, signed_sin: ``[N, 1, head_dim]``, ``signed_sin`` = ``sin`` with its first half
+            negated (see ``rope_table``).
         attn_bias: ``[N, 1, 1, W]`` float, 0 = may attend, -inf = masked; ``W`` is the filled
             cache length or, unfilled slots masked, the whole cache buffer.
-
-    One matmul for q, k and v (``packed_qkv``), RoPE on all query and key heads at once, and
-    attention as two batched matmuls over the key/value head groups (at one query per row,
-    cheaper on CPU than SDPA's kernel).
     """
     n = x.shape[0]
     heads, kv_heads, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
-    weight, bias = packed_qkv(attn, cache)
-    qk, v = F.linear(x, weight, bias).split([(heads + kv_heads) * d, kv_heads * d], dim=-1)
-    # apply_rotary: rotate_half(x) * sin = cat(x2, x1) * signed_sin, bit for bit
-    qk = qk.view(n, 1, heads + kv_heads, d)
+    qk, v = F.linear(x, *qkv).split([(heads + kv_heads) * d, kv_heads * d], dim=-1)
+    # apply_rotary on every query and key head at once: rotate_half(x) * sin is
+    # cat(x2, x1) * signed_sin, bit for bit
+    qk = qk.view(n, heads + kv_heads, d)
     swapped = torch.cat((qk[..., d // 2 :], qk[..., : d // 2]), dim=-1)
     qk = qk * cos
     qk += swapped * signed_sin
-    q = qk[:, 0, :heads].reshape(n, kv_heads, heads // kv_heads, d)
-    k, v = qk[:, 0, heads:, None], v.view(n, kv_heads, 1, d)
+    q = qk[:, :heads].reshape(n, kv_heads, heads // kv_heads, d)
+    k, v = qk[:, heads:, None], v.view(n, kv_heads, 1, d)
     if attn_bias.shape[-1] == cache.max_length:
         cache.write(attn.layer_idx, k, v)
         k, v = cache.keys[attn.layer_idx], cache.values[attn.layer_idx]
     else:
         k, v = cache.update(attn.layer_idx, k, v)
-    # the query heads sharing a key/value head are the rows of one [H/KV, D] @ [D, W] product
-    scores = torch.matmul(q, k.transpose(-1, -2))
-    probs = scores.mul_(d**-0.5).add_(attn_bias).softmax(-1)
-    return F.linear(torch.matmul(probs, v).view(n, 1, heads * d), attn.o_proj.weight)
+    # the query heads sharing a key/value head are the rows of one [H/KV, D] @ [D, W] product;
+    # the queries come pre-scaled by 1 / sqrt(head_dim)
+    probs = torch.matmul(q, k.transpose(-1, -2)).add_(attn_bias).softmax(-1)
+    return F.linear(torch.matmul(probs, v).view(n, heads * d), attn.o_proj.weight)
 
 
-def packed_qkv(attn: LlamaAttention, cache: KVCache) -> tuple[Tensor, Tensor | None]:
-    """The ``[q; k; v]`` projection weight (and bias) of ``attn``: one matmul instead of three.
-
-    Kept in the cache (one generation, during which the weights are fixed) and rebuilt if a
-    source weight has been replaced or updated in place since.
-    """
-    linears = (attn.q_proj, attn.k_proj, attn.v_proj)
-    key = tuple((m.weight.data_ptr(), m.weight._version) for m in linears)
-    packed = cache.derived.get(attn.layer_idx)
-    if packed is None or packed[0] != key:
-        weight = torch.cat([m.weight for m in linears])
-        bias = None if linears[0].bias is None else torch.cat([m.bias for m in linears])
-        packed = (key, weight, bias)
-        cache.derived[attn.layer_idx] = packed
-    return packed[1], packed[2]
+def packed_qkv(attn: LlamaAttention) -> tuple[Tensor, Tensor | None]:
+    """The ``[q / sqrt(head_dim); k; v]`` projection weight (and bias) of ``attn``: one matmul
+    instead of three, and scores that need no scaling (RoPE is linear: scaling the queries before
+    it is scaling them after)."""
+    q, k, v = attn.q_proj, attn.k_proj, attn.v_proj
+    scale = attn.head_dim**-0.5
+    weight = torch.cat([q.weight * scale, k.weight, v.weight])
+    bias = None if q.bias is None else torch.cat([q.bias * scale, k.bias, v.bias])
+    return weight, bias
 
 
-def rope_table_lookup(
-    rotary: RotaryEmbedding, position_ids: Tensor, cache: KVCache
-) -> tuple[Tensor, Tensor]:
-    """``rotary(position_ids)`` for positions below ``cache.max_length`` as ``(cos, signed_sin)``,
-    ``sin`` with its first half negated, gathered from a per-cache table (the same values; one op
-    per step instead of five)."""
-    key = (rotary.inv_freq.data_ptr(), rotary.inv_freq._version)
-    table = cache.derived.get("rope")
-    if table is None or table[0] != key:
-        cos, sin = rotary(torch.arange(cache.max_length, device=position_ids.device)[:, None])
-        table = (key, torch.cat((cos, signed_sin_of(sin)), dim=-1)[:, 0, 0])  # [max_length, 2D]
-        cache.derived["rope"] = table
-    cos_sin = F.embedding(position_ids, table[1])[:, None]  # [N, 1, T, 2 * head_dim]
-    return cos_sin.chunk(2, dim=-1)
+def rope_table(model: LlamaForCausalLM, rows: int) -> Tensor:
+    """``[rows, 2 * head_dim]``: row ``i`` is ``cat(cos, signed_sin)`` of ``model``'s rotary
+    embedding at position ``max(i - 1, 0)`` (row = a count of attended tokens, see ``Decoder``);
+    ``signed_sin`` is ``sin`` with its first half negated."""
+    positions = (torch.arange(rows, device=model.lm_head.weight.device) - 1).clamp_min(0)
+    cos, sin = model.model.rotary_emb(positions[:, None])  # [rows, 1, 1, D]
+    return torch.cat((cos, signed_sin_of(sin)), dim=-1)[:, 0, 0]
 
 
 def signed_sin_of(sin: Tensor) -> Tensor:
     """``sin`` with its first half negated: ``rotate_half(x) * sin == swap_halves(x) * this``."""
     half = sin.shape[-1] // 2
     return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-
-
-def decode_bias(attention_mask: Tensor, width: int) -> Tensor:
-    """``llama._causal_padding_mask(attention_mask, 1)`` as an additive ``[N, 1, 1, width]``
-    float bias (0 = may attend, -inf = masked), keys past ``S`` (unfilled cache slots) masked.
-
-    One query (the last position) may causally see every key, so this is the key mask with the
-    query's own key always allowed; built once per step and shared by every layer.
-    """
-    n, s = attention_mask.shape
-    bias = torch.full((n, width), float("-inf"), device=attention_mask.device)
-    bias[:, :s].masked_fill_(attention_mask, 0.0)
-    bias[:, s - 1] = 0.0
-    return bias[:, None, None, :]

@@ -29,9 +29,6 @@ class KVCache:
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.max_length = max_length
         self.length = 0
-        # tensors the model derives from its weights for this generation (projections packed
-        # for one-token decoding, a RoPE table), each with a key saying what it was derived from
-        self.derived: dict[int | str, tuple] = {}
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store ``k, v [N, kv_heads, T, D]`` after the cached ones; return all cached so far."""

@@ -7,10 +7,10 @@ Hugging Face's ``LlamaForCausalLM`` (``model.embed_tokens``, ``model.layers.N.se
 Position ids come from the attention mask (``cumsum(mask) - 1``), so a left-padded row scores
 exactly like the same row without padding.
 
-Sampling runs one-token steps with a KV cache; on CPU in float32 without autograd these take a
-fast path (``astrai.models.decode``): the same math in fewer, cheaper ops, because at small model
-sizes a decoding step costs mostly per-op overhead. ``forward`` is the reference it is tested
-against.
+Sampling runs one-token steps with a KV cache; on CPU in float32 without autograd the sampler
+takes a fast path for them (``astrai.models.decode``): the same math in fewer, cheaper ops,
+because at small model sizes a decoding step costs mostly per-op overhead. ``forward`` is the
+reference it is tested against.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from astrai.models import decode
 from astrai.models.kv_cache import KVCache
 
 
@@ -195,11 +194,7 @@ class LlamaDecoderLayer(nn.Module):
     def forward(
         self, x: Tensor, cos: Tensor, sin: Tensor, attn_mask: Tensor, cache: KVCache | None
     ) -> Tensor:
-        """``attn_mask``: bool ``[N, 1, T, S]``; or, on the fast decode path, a float bias, with
-        ``sin`` in its signed form (see ``astrai.models.decode``)."""
-        if attn_mask.dtype != torch.bool:
-            assert cache is not None
-            return decode.layer_step(self, x, cos, sin, attn_mask, cache)
+        """``attn_mask``: bool ``[N, 1, T, S]``."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, attn_mask, cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -300,13 +295,8 @@ class LlamaForCausalLM(nn.Module):
                 dtype=torch.bool,
                 device=input_ids.device,
             )
-        if decode.can_decode_step(self.model, input_ids, cache):
-            assert cache is not None
-            hidden = decode.decode_step(self.model, input_ids, attention_mask, position_ids, cache)
-            logits = F.linear(hidden, self.lm_head.weight)
-        else:
-            hidden = self.model(input_ids, attention_mask, position_ids, cache)
-            logits = self.lm_head(hidden)
+        hidden = self.model(input_ids, attention_mask, position_ids, cache)
+        logits = self.lm_head(hidden)
         return CausalLMOutput(logits=logits, hidden_states=hidden, cache=cache)
 
     def new_cache(self, batch_size: int, max_length: int) -> KVCache:

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from astrai.distributed import all_reduce_max
+from astrai.models.decode import Decoder
 from astrai.models.llama import LlamaForCausalLM
 
 
@@ -98,11 +99,16 @@ def generate(
     # inference mode skips autograd's per-op bookkeeping that no_grad still pays (up to ~10% of
     # a CPU decoding step at small sizes), but FSDP must not allocate its unsharded weights as
     # inference tensors (and inference_mode(False) would turn grad mode back on)
-    mode = contextlib.nullcontext() if _is_fsdp(model) else torch.inference_mode()
+    fsdp = _is_fsdp(model)
+    mode = contextlib.nullcontext() if fsdp else torch.inference_mode()
     with mode:
+        # a sharded model gathers its weights only inside its modules' calls, which the fast
+        # decode path skips
+        fast = use_cache and not fsdp
         gen = _sample(
-            model, prompt_ids, prompt_mask, cfg, eos_id, pad_id, generator, use_cache, lockstep
-        )
+            model, prompt_ids, prompt_mask, cfg, eos_id, pad_id, generator, use_cache, fast,
+            lockstep,
+        )  # fmt: skip
     # clones made outside inference mode are ordinary tensors, fit for the trainer's autograd
     return Generation(gen.response_ids.clone(), gen.response_mask.clone(), gen.logprobs.clone())
 
@@ -124,9 +130,11 @@ def _sample(
     pad_id: int,
     generator: torch.Generator | None,
     use_cache: bool,
+    fast_decode: bool,
     lockstep: bool,
 ) -> Generation:
-    """The decoding loop of ``generate``."""
+    """The decoding loop of ``generate``; ``fast_decode``: the steps after the prompt may take
+    the fast path (``Decoder``) where it applies."""
     n, p = prompt_ids.shape
     max_new = cfg.max_new_tokens
     device = prompt_ids.device
@@ -135,17 +143,22 @@ def _sample(
     attention_mask[:, :p] = prompt_mask
     seq = None if use_cache else torch.cat([prompt_ids, prompt_ids.new_zeros(n, max_new)], 1)
     cache = model.new_cache(n, p + max_new) if use_cache else None
+    decoder: Decoder | None = None
     finished = torch.zeros(n, dtype=torch.bool, device=device)
     token_steps: list[Tensor] = []  # [N] per step
     logprob_steps: list[Tensor] = []  # [N, 1] per step
-    step_input = prompt_ids
+    step_input = prompt_ids  # the prompt, then one token per step
     for t in range(max_new):
         width = p + t
-        if seq is None:
-            out = model(step_input, attention_mask=attention_mask[:, :width], cache=cache)
+        if decoder is not None:  # after the prompt, where the fast path applies
+            logits = decoder.step(step_input)
         else:
-            out = model(seq[:, :width], attention_mask=attention_mask[:, :width])
-        logits = scaled_logits(out.logits[:, -1].float(), cfg.temperature)
+            inputs = step_input if seq is None else seq[:, :width]
+            out = model(inputs, attention_mask=attention_mask[:, :width], cache=cache)
+            logits = out.logits[:, -1]
+            if cache is not None and fast_decode and Decoder.applies(model, cache):
+                decoder = Decoder(model, cache, attention_mask)
+        logits = scaled_logits(logits.float(), cfg.temperature)
         next_token = _choose(logits, cfg, generator)
         token_steps.append(next_token)
         logprob_steps.append(logits.log_softmax(-1).gather(-1, next_token[:, None]))
