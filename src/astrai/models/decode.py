@@ -14,6 +14,7 @@ compare every step with one full ``forward``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -43,7 +44,7 @@ class Decoder:
         expected = (cache.keys[0].shape[0], cache.max_length)
         if tuple(attention_mask.shape) != expected:
             raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not {expected}")
-        self.model, self.cache, self.mask = model, cache, attention_mask
+        self.cache, self.mask = cache, attention_mask
         filled = attention_mask[:, : cache.length]
         # the tokens each row attends to so far: the next token's position (its count minus
         # one, ``position_ids_from_mask``) indexes ``rope_rows`` as count, rows shifted by one
@@ -51,10 +52,15 @@ class Decoder:
         self.rope_rows = rope_table(model, cache.max_length + 1)
         # additive attention bias over the whole cache buffer: 0 = may attend, -inf = masked or
         # not yet written
-        bias = torch.full(attention_mask.shape, float("-inf"), device=attention_mask.device)
-        bias[:, : cache.length].masked_fill_(filled, 0.0)
-        self.bias = bias[:, None, None]  # [N, 1, 1, max_length]
-        self.qkv = [packed_qkv(layer.self_attn) for layer in model.model.layers]
+        self.key_bias = torch.full(
+            attention_mask.shape, float("-inf"), device=attention_mask.device
+        )
+        self.key_bias[:, : cache.length].masked_fill_(filled, 0.0)
+        self.attn_bias = self.key_bias[:, None, None]  # [N, 1, 1, max_length], the same memory
+        trunk = model.model
+        self.layers = [LayerWeights.of(layer) for layer in trunk.layers]
+        self.embed_tokens, self.lm_head = trunk.embed_tokens.weight, model.lm_head.weight
+        self.norm, self.norm_eps = trunk.norm.weight, trunk.norm.eps
 
     @staticmethod
     def applies(model: LlamaForCausalLM, cache: KVCache) -> bool:
@@ -77,68 +83,93 @@ class Decoder:
             raise ValueError(f"KV cache overflow: {col + 1} tokens > max_length {cache.max_length}")
         if col > 0:
             # the previous token was let attend to itself whatever its mask (see below)
-            self.bias[:, 0, 0, col - 1].masked_fill_(~self.mask[:, col - 1], float("-inf"))
+            self.key_bias[:, col - 1].masked_fill_(~self.mask[:, col - 1], float("-inf"))
         # every query sees its own key: a row none of whose tokens count (a finished row, its
         # output discarded) stays finite, as in ``forward``'s causal padding mask
-        self.bias[:, 0, 0, col] = 0.0
+        self.key_bias[:, col] = 0.0
         self.count += self.mask[:, col : col + 1]
         cos, signed_sin = F.embedding(self.count, self.rope_rows).chunk(2, dim=-1)  # [N, 1, D]
         # Reading a cache slice with gaps between rows is 2-3x slower on CPU than reading the
         # whole (contiguous) buffer; once the filled part is at least half of it, attend over
         # the whole buffer (unwritten slots are masked).
         width = cache.max_length if 2 * (col + 1) >= cache.max_length else col + 1
-        bias = self.bias[..., :width]
-        trunk = self.model.model
-        x = F.embedding(input_ids[:, 0], trunk.embed_tokens.weight)  # [N, H]
-        for layer, qkv in zip(trunk.layers, self.qkv, strict=True):
-            x = layer_step(layer, qkv, x, cos, signed_sin, bias, cache)
+        bias = self.attn_bias[..., :width]
+        x = F.embedding(input_ids[:, 0], self.embed_tokens)  # [N, H]
+        for layer in self.layers:
+            x = layer_step(layer, x, cos, signed_sin, bias, cache)
         cache.advance(1)
-        x = F.rms_norm(x, trunk.norm.weight.shape, trunk.norm.weight, trunk.norm.eps)
-        return F.linear(x, self.model.lm_head.weight)
+        return F.linear(F.rms_norm(x, self.norm.shape, self.norm, self.norm_eps), self.lm_head)
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """One decoder layer's weights as the fast path uses them (attribute lookups on modules cost
+    more than their math at decode sizes). ``qkv`` / ``qkv_bias``: ``packed_qkv``."""
+
+    index: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    input_norm: Tensor
+    input_norm_eps: float
+    qkv: Tensor
+    qkv_bias: Tensor | None
+    o_proj: Tensor
+    post_norm: Tensor
+    post_norm_eps: float
+    gate_proj: Tensor
+    up_proj: Tensor
+    down_proj: Tensor
+
+    @classmethod
+    def of(cls, layer: LlamaDecoderLayer) -> LayerWeights:
+        attn, mlp = layer.self_attn, layer.mlp
+        norm1, norm2 = layer.input_layernorm, layer.post_attention_layernorm
+        qkv, qkv_bias = packed_qkv(attn)
+        return cls(
+            index=attn.layer_idx,
+            heads=attn.num_heads,
+            kv_heads=attn.num_kv_heads,
+            head_dim=attn.head_dim,
+            input_norm=norm1.weight,
+            input_norm_eps=norm1.eps,
+            qkv=qkv,
+            qkv_bias=qkv_bias,
+            o_proj=attn.o_proj.weight,
+            post_norm=norm2.weight,
+            post_norm_eps=norm2.eps,
+            gate_proj=mlp.gate_proj.weight,
+            up_proj=mlp.up_proj.weight,
+            down_proj=mlp.down_proj.weight,
+        )
 
 
 def layer_step(
-    layer: LlamaDecoderLayer,
-    qkv: tuple[Tensor, Tensor | None],
-    x: Tensor,
-    cos: Tensor,
-    signed_sin: Tensor,
-    attn_bias: Tensor,
-    cache: KVCache,
+    w: LayerWeights, x: Tensor, cos: Tensor, signed_sin: Tensor, attn_bias: Tensor, cache: KVCache
 ) -> Tensor:
-    """``LlamaDecoderLayer.forward`` for one token per row (``x [N, H]``) from the layer's
-    weights. ``h + x`` and ``x + h`` are the same float sum; ``F.rms_norm`` is ``RMSNorm`` in
-    float32, bit for bit."""
-    norm1, norm2, mlp = layer.input_layernorm, layer.post_attention_layernorm, layer.mlp
-    h = F.rms_norm(x, norm1.weight.shape, norm1.weight, norm1.eps)
-    x = attention_step(layer.self_attn, qkv, h, cos, signed_sin, attn_bias, cache).add_(x)
-    h = F.rms_norm(x, norm2.weight.shape, norm2.weight, norm2.eps)
-    gate = F.silu(F.linear(h, mlp.gate_proj.weight), inplace=True)
-    h = gate.mul_(F.linear(h, mlp.up_proj.weight))
-    return F.linear(h, mlp.down_proj.weight).add_(x)
+    """``LlamaDecoderLayer.forward`` for one token per row (``x [N, H]``). ``h + x`` and
+    ``x + h`` are the same float sum; ``F.rms_norm`` is ``RMSNorm`` in float32, bit for bit."""
+    h = F.rms_norm(x, w.input_norm.shape, w.input_norm, w.input_norm_eps)
+    x = attention_step(w, h, cos, signed_sin, attn_bias, cache).add_(x)
+    h = F.rms_norm(x, w.post_norm.shape, w.post_norm, w.post_norm_eps)
+    gate = F.silu(F.linear(h, w.gate_proj), inplace=True)
+    return F.linear(gate.mul_(F.linear(h, w.up_proj)), w.down_proj).add_(x)
 
 
 def attention_step(
-    attn: LlamaAttention,
-    qkv: tuple[Tensor, Tensor | None],
-    x: Tensor,
-    cos: Tensor,
-    signed_sin: Tensor,
-    attn_bias: Tensor,
-    cache: KVCache,
+    w: LayerWeights, x: Tensor, cos: Tensor, signed_sin: Tensor, attn_bias: Tensor, cache: KVCache
 ) -> Tensor:
     """``LlamaAttention.forward`` for one token per row (``x [N, H]``).
 
     Args:
-        qkv: ``packed_qkv(attn)``.
         cos, signed_sin: ``[N, 1, head_dim]``, ``signed_sin`` = ``sin`` with its first half
             negated (see ``rope_table``).
         attn_bias: ``[N, 1, 1, W]`` float, 0 = may attend, -inf = masked; ``W`` is the filled
             cache length or, unfilled slots masked, the whole cache buffer.
     """
     n = x.shape[0]
-    heads, kv_heads, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
-    qk, v = F.linear(x, *qkv).split([(heads + kv_heads) * d, kv_heads * d], dim=-1)
+    heads, kv_heads, d = w.heads, w.kv_heads, w.head_dim
+    qk, v = F.linear(x, w.qkv, w.qkv_bias).split([(heads + kv_heads) * d, kv_heads * d], dim=-1)
     # apply_rotary on every query and key head at once: rotate_half(x) * sin is
     # cat(x2, x1) * signed_sin, bit for bit
     qk = qk.view(n, heads + kv_heads, d)
@@ -148,14 +179,14 @@ def attention_step(
     q = qk[:, :heads].reshape(n, kv_heads, heads // kv_heads, d)
     k, v = qk[:, heads:, None], v.view(n, kv_heads, 1, d)
     if attn_bias.shape[-1] == cache.max_length:
-        cache.write(attn.layer_idx, k, v)
-        k, v = cache.keys[attn.layer_idx], cache.values[attn.layer_idx]
+        cache.write(w.index, k, v)
+        k, v = cache.keys[w.index], cache.values[w.index]
     else:
-        k, v = cache.update(attn.layer_idx, k, v)
+        k, v = cache.update(w.index, k, v)
     # the query heads sharing a key/value head are the rows of one [H/KV, D] @ [D, W] product;
     # the queries come pre-scaled by 1 / sqrt(head_dim)
     probs = torch.matmul(q, k.transpose(-1, -2)).add_(attn_bias).softmax(-1)
-    return F.linear(torch.matmul(probs, v).view(n, heads * d), attn.o_proj.weight)
+    return F.linear(torch.matmul(probs, v).view(n, heads * d), w.o_proj)
 
 
 def packed_qkv(attn: LlamaAttention) -> tuple[Tensor, Tensor | None]:

@@ -63,13 +63,19 @@ def _choose(logits: Tensor, cfg: SamplingConfig, generator: torch.Generator | No
     if cfg.temperature <= 0:
         return logits.argmax(-1)
     probs = _filter_logits(logits, cfg.top_k, cfg.top_p).softmax(-1)
-    # One draw from each row of ``probs``: argmax of p / E with E ~ Exp(1) i.i.d. (the
-    # exponential race; torch.multinomial draws this way too). E = -log U for U ~ U[0, 1), so
-    # argmax p / E = argmin p / log U. Uniforms + log cost a quarter of ``exponential_`` on
-    # CPU (a decoding step's largest single op at small sizes), and no validity checks are run:
-    # probabilities from a softmax can only be invalid as NaN, which the logprobs then carry.
-    uniform = torch.rand(probs.shape, generator=generator, device=probs.device)
-    return probs.div_(uniform.log_()).argmin(-1)
+    # One draw from each row by inverting its CDF: the first token whose cumulative probability
+    # exceeds u * total for one uniform u per row (torch.multinomial draws one per token, a
+    # decoding step's largest single op on CPU at small sizes and a cost that grows with the
+    # vocabulary). In float64, u * total < total, so a token of probability 0 (filtered out)
+    # is never drawn: its cumulative value equals the one before it. Probabilities from a
+    # softmax can only be invalid as NaN, whose rows the clamp keeps in range and the
+    # logprobs then carry.
+    cdf = probs.cumsum(-1, dtype=torch.float64)
+    uniform = torch.rand(
+        (probs.shape[0], 1), dtype=torch.float64, generator=generator, device=probs.device
+    )
+    drawn = torch.searchsorted(cdf, uniform.mul_(cdf[:, -1:]), right=True)
+    return drawn.squeeze_(-1).clamp_max_(probs.shape[-1] - 1)
 
 
 @torch.no_grad()
