@@ -167,7 +167,7 @@ class LlamaAttention(nn.Module):
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, enable_gqa=self.num_heads != self.num_kv_heads
         )
-        return self.o_proj(out.transpose(1, 2).reshape(n, t, -1))
+        return self.o_proj(out.transpose(1, 2).reshape(n, t, self.num_heads * self.head_dim))
 
 
 class LlamaMLP(nn.Module):
