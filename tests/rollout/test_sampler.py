@@ -178,3 +178,9 @@ def test_zero_new_tokens(tiny_model: LlamaForCausalLM, tokenizer: CharTokenizer)
     gen = generate(tiny_model, ids, mask, SamplingConfig(max_new_tokens=0), 1, 0)
     assert gen.response_ids.shape == gen.response_mask.shape == gen.logprobs.shape == (4, 0)
     assert gen.response_ids.dtype == torch.long and gen.response_mask.dtype == torch.bool
+
+
+def test_zero_rows(tiny_model: LlamaForCausalLM) -> None:
+    ids, mask = torch.zeros(0, 5, dtype=torch.long), torch.ones(0, 5, dtype=torch.bool)
+    gen = generate(tiny_model, ids, mask, SamplingConfig(max_new_tokens=3), 1, 0)
+    assert gen.response_ids.shape == gen.response_mask.shape == gen.logprobs.shape == (0, 0)
