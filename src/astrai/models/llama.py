@@ -296,8 +296,7 @@ class LlamaForCausalLM(nn.Module):
                 device=input_ids.device,
             )
         hidden = self.model(input_ids, attention_mask, position_ids, cache)
-        logits = self.lm_head(hidden)
-        return CausalLMOutput(logits=logits, hidden_states=hidden, cache=cache)
+        return CausalLMOutput(logits=self.lm_head(hidden), hidden_states=hidden, cache=cache)
 
     def new_cache(self, batch_size: int, max_length: int) -> KVCache:
         """An empty KV cache for ``batch_size`` rows of up to ``max_length`` tokens."""
