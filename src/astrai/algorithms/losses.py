@@ -11,7 +11,6 @@ References:
 """
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from astrai.algorithms.kl import kl_estimate
@@ -97,19 +96,3 @@ def clipped_value_loss(
         with torch.no_grad():
             clipfrac = masked_mean((clipped > unclipped).to(values.dtype), mask)
     return 0.5 * masked_mean(per_token, mask), {"clipfrac": clipfrac.detach()}
-
-
-def entropy_from_logits(logits: Tensor) -> Tensor:
-    """Entropy of ``softmax(logits)`` over the last dimension.
-
-    Args:
-        logits: ``[..., V]`` unnormalised scores; ``-inf`` entries (masked vocabulary) allowed.
-
-    Returns:
-        ``[...]`` entropy in nats.
-    """
-    log_probs = F.log_softmax(logits, dim=-1)
-    # A -inf logit has p = 0 and log p = -inf; 0 * -inf is NaN, so floor log p at a finite value
-    # (p * log p is then exactly 0 there, and so is its gradient).
-    log_probs = log_probs.clamp(min=torch.finfo(log_probs.dtype).min)
-    return -(log_probs.exp() * log_probs).sum(dim=-1)

@@ -7,9 +7,9 @@ logprobs are computed one way.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from astrai.algorithms.losses import entropy_from_logits
 from astrai.rollout.sampler import scaled_logits
 
 
@@ -21,6 +21,22 @@ def concat_sequences(
         torch.cat([prompt_ids, response_ids], dim=1),
         torch.cat([prompt_mask.bool(), response_mask.bool()], dim=1),
     )
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Entropy of ``softmax(logits)`` over the last dimension.
+
+    Args:
+        logits: ``[..., V]`` unnormalised scores; ``-inf`` entries (masked vocabulary) allowed.
+
+    Returns:
+        ``[...]`` entropy in nats.
+    """
+    log_probs = F.log_softmax(logits, dim=-1)
+    # A -inf logit has p = 0 and log p = -inf; 0 * -inf is NaN, so floor log p at a finite value
+    # (p * log p is then exactly 0 there, and so is its gradient).
+    log_probs = log_probs.clamp(min=torch.finfo(log_probs.dtype).min)
+    return -(log_probs.exp() * log_probs).sum(dim=-1)
 
 
 def response_logprobs(
