@@ -51,10 +51,12 @@ test-slow: $(STAMP) $(SMOLLM2_PACKAGE) ## slow tests (full learning runs, the Sm
 
 test-all: test test-slow ## every test
 
-lint: $(STAMP) ## ruff lint + format check, mypy on the typed core
+lint: $(STAMP) ## ruff lint + format check, mypy on the typed core, the import layers
 	$(BIN)/ruff check src tests bench launchers docker
 	$(BIN)/ruff format --check src tests bench launchers docker
 	$(BIN)/mypy src/astrai/algorithms src/astrai/config src/astrai/checkpoints launchers/hydra_plugins/astrai_docker_launcher
+	# the layers of docs/architecture.md; PYTHONPATH: the launcher of this checkout, not .venv's copy
+	PYTHONPATH=launchers $(BIN)/lint-imports
 
 format: $(STAMP) ## apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix src tests bench launchers docker
@@ -68,6 +70,6 @@ tensorboard: $(STAMP) ## serve dashboards for everything under outputs/
 	$(BIN)/tensorboard --logdir outputs --host 127.0.0.1
 
 clean: ## remove caches (keeps .venv and outputs/)
-	rm -rf .pytest_cache .ruff_cache .mypy_cache build src/*.egg-info
+	rm -rf .pytest_cache .ruff_cache .mypy_cache .import_linter_cache build src/*.egg-info
 
 include docker/docker.mk

@@ -16,6 +16,7 @@ import torch
 from omegaconf import OmegaConf
 
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+from astrai.paths import CONFIG_DIR
 from astrai.rollout.sampler import SamplingConfig, generate
 
 
@@ -42,7 +43,7 @@ def tokens_per_second(
 
 def load_model_preset(name: str) -> LlamaConfig:
     """``conf/model/<name>.yaml`` -> ``LlamaConfig`` (the keys are HF ``LlamaConfig`` names)."""
-    path = Path(__file__).resolve().parents[1] / "conf" / "model" / f"{name}.yaml"
+    path = Path(CONFIG_DIR) / "model" / f"{name}.yaml"
     keys = OmegaConf.to_container(OmegaConf.load(path))
     assert isinstance(keys, dict)
     return LlamaConfig(**{k: v for k, v in keys.items() if k not in ("defaults", "_target_")})

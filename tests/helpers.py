@@ -7,7 +7,7 @@ from omegaconf import DictConfig
 
 from astrai.config.store import register_configs
 from astrai.config.validate import validate_config
-from astrai.train import CONFIG_DIR
+from astrai.paths import CONFIG_DIR
 
 
 def compose_config(overrides: list[str] | None = None, validate: bool = True) -> DictConfig:

@@ -56,7 +56,7 @@ def test_ppo_sweep_preset_composes_the_grid_for_online_ppo() -> None:
     from hydra import compose, initialize_config_dir
 
     from astrai.config.store import register_configs
-    from astrai.train import CONFIG_DIR
+    from astrai.paths import CONFIG_DIR
 
     register_configs()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):

@@ -16,9 +16,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from astrai.checkpoints.io import write_dir_atomic
 from astrai.checkpoints.layout import CheckpointError
 from astrai.checkpoints.policy import load_checkpoint_policy
+from astrai.files import write_dir_atomic
 from astrai.models.hf_tokenizer import TokenizerFileError
 from astrai.models.pretrained import DTYPES, ModelDirError, save_critic_dir, save_policy_dir
 

@@ -32,7 +32,7 @@ def compose_task(name: str) -> Task:
     from hydra.utils import instantiate
 
     from astrai.config.store import register_configs
-    from astrai.train import CONFIG_DIR
+    from astrai.paths import CONFIG_DIR
 
     register_configs()
     try:

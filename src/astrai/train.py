@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -16,10 +15,9 @@ from omegaconf import DictConfig
 from astrai.checkpoints.layout import CheckpointError
 from astrai.config.store import register_configs
 from astrai.config.validate import ConfigError, validate_config
+from astrai.files import discard_fresh_dir
+from astrai.paths import CONFIG_DIR
 from astrai.rollout.collect import RewardError
-
-# conf/ lives at the repository root (the package is installed in editable mode)
-CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
 log = logging.getLogger(__name__)
 
@@ -50,20 +48,6 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, object]:
         run_dir,
     )
     return summary
-
-
-def discard_fresh_dir(directory: Path, expected: set[str]) -> None:
-    """Remove ``directory`` if it holds nothing but the ``expected`` names (what Hydra wrote
-    before a failure), then every parent below the working directory left empty by that, so
-    a failed start leaves nothing behind. A directory holding anything else is left alone."""
-    if not directory.is_dir() or {p.name for p in directory.iterdir()} - expected:
-        return
-    shutil.rmtree(directory)
-    cwd = Path.cwd().resolve()
-    parent = directory.resolve().parent
-    while parent != cwd and cwd in parent.parents and not any(parent.iterdir()):
-        parent.rmdir()
-        parent = parent.parent
 
 
 def _discard_run_dir(run_dir: Path) -> None:

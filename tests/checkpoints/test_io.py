@@ -17,9 +17,10 @@ from astrai.checkpoints.layout import (
     list_checkpoints,
     stale_temporaries,
 )
+from astrai.files import FileWriter
 
 
-def _writers(value: str) -> dict[str, io.FileWriter]:
+def _writers(value: str) -> dict[str, FileWriter]:
     return {
         "a.txt": lambda p: p.write_text(value),
         "b.txt": lambda p: p.write_text(value * 2),

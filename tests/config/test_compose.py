@@ -13,9 +13,9 @@ from astrai.algorithms.grpo import GRPOStrategy
 from astrai.algorithms.ppo import PPOStrategy
 from astrai.config.validate import ConfigError, parse_gpu_devices, validate_config
 from astrai.models.llama import LlamaForCausalLM
+from astrai.paths import CONFIG_DIR
 from astrai.rollout.sampler import SamplingConfig
 from astrai.tasks import AdditionTask, ReverseTask, SortTask
-from astrai.train import CONFIG_DIR
 
 CONF = Path(CONFIG_DIR)
 

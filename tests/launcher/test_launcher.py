@@ -20,7 +20,7 @@ from tests.launcher.helpers import install_fake_docker, read_calls
 from tests.test_train_cli import QUICK, REPO, run_train
 
 from astrai.config.store import register_configs
-from astrai.train import CONFIG_DIR
+from astrai.paths import CONFIG_DIR
 
 
 def _mounts(tmp_path: Path) -> list[str]:

@@ -42,15 +42,15 @@ class DockerJobError(RuntimeError):
 
 def _repo_root() -> Path:
     """The astrai checkout the jobs run from (``conf/`` sits at its root)."""
-    from astrai.train import CONFIG_DIR
+    from astrai.paths import REPO_ROOT
 
-    return Path(CONFIG_DIR).parent
+    return REPO_ROOT
 
 
 def _fail_before_launch(message: str, sweep_dir: Path) -> None:
     """One line on stderr, exit 2, and no sweep dir left behind that holds nothing but the
     ``multirun.yaml`` Hydra wrote before launching."""
-    from astrai.train import discard_fresh_dir
+    from astrai.files import discard_fresh_dir
 
     discard_fresh_dir(sweep_dir, {"multirun.yaml"})
     print(f"astrai: config error: {message}", file=sys.stderr)

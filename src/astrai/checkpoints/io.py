@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,22 +13,13 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from astrai.checkpoints.layout import (
-    TMP_MARKER,
     CheckpointError,
     list_checkpoints,
     stale_temporaries,
     step_dir_name,
 )
-
-FileWriter = Callable[[Path], None]
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+from astrai.files import FileWriter, write_files_atomic
+from astrai.models.weights import stored_names
 
 
 def write_checkpoint(root: str | Path, step: int, writers: Mapping[str, FileWriter]) -> Path:
@@ -44,54 +33,7 @@ def write_checkpoint(root: str | Path, step: int, writers: Mapping[str, FileWrit
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(root)
-    final = root / step_dir_name(step)
-    tmp = root / f".{final.name}{TMP_MARKER}{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
-        for name, write in writers.items():
-            write(tmp / name)
-            _fsync(tmp / name)
-        _fsync(tmp)
-        if final.exists():  # re-saving the same step (e.g. resumed from it): replace it whole
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _fsync(root)
-    return final
-
-
-def write_file_atomic(path: Path, write: FileWriter) -> None:
-    """One file written under a temporary name, fsynced and renamed into place."""
-    tmp = path.with_name(f".{path.name}{TMP_MARKER}{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
-        write(tmp)
-        _fsync(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync(path.parent)
-
-
-def write_dir_atomic(out: Path, write: FileWriter) -> None:
-    """A new directory ``out`` (which must not exist) filled by ``write(tmp)`` in a temporary
-    sibling, then renamed into place: readable by all (0755 / 0644), never half-written."""
-    if out.exists():
-        raise FileExistsError(f"{out} already exists; choose a new output directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}{TMP_MARKER}{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir()
-    try:
-        write(tmp)
-        for path in tmp.rglob("*"):
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        tmp.chmod(0o755)
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    return write_files_atomic(root / step_dir_name(step), writers)
 
 
 def remove_stale_temporaries(root: Path) -> list[Path]:
@@ -117,18 +59,6 @@ def prune_checkpoints(root: str | Path, keep_last: int, dry_run: bool = False) -
 
 
 # --- writers ---------------------------------------------------------------------------------
-
-
-def stored_names(module: nn.Module) -> list[str]:
-    """State-dict names a checkpoint stores: tied tensors once (the first name wins)."""
-    names: list[str] = []
-    seen: set[int] = set()
-    for name, tensor in module.state_dict().items():
-        key = tensor.untyped_storage().data_ptr()
-        if key not in seen:
-            seen.add(key)
-            names.append(name)
-    return names
 
 
 def module_tensors(module: nn.Module) -> dict[str, torch.Tensor]:

@@ -7,9 +7,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from astrai.files import TMP_MARKER  # temporaries are named ".step_<N>.tmp-<pid>-<random>"
+
 CHECKPOINTS_DIR = "checkpoints"
 STEP_PREFIX = "step_"
-TMP_MARKER = ".tmp-"  # temporaries are named ".step_<N>.tmp-<pid>-<random>"
 
 MODEL_FILE = "model.safetensors"  # policy weights
 MODEL_CONFIG_FILE = "config.json"  # policy hyperparameters (Hugging Face LlamaConfig names)

@@ -11,9 +11,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from astrai.algorithms.kl import KL_ESTIMATORS
 from astrai.algorithms.strategy import Strategy
+from astrai.config.duration import parse_duration
 from astrai.models.llama import LlamaConfig
 from astrai.models.tokenizer import CharTokenizer, Tokenizer
-from astrai.training.stopping import parse_duration
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

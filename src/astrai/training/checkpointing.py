@@ -33,6 +33,8 @@ from astrai.checkpoints.layout import (
     step_dir_name,
 )
 from astrai.distributed import all_reduce_max, gather_objects
+from astrai.files import FileWriter, write_file_atomic
+from astrai.models.weights import stored_names
 from astrai.training.parallel import (
     full_model_state,
     full_optimizer_state,
@@ -99,7 +101,7 @@ def save_training_checkpoint(trainer: Trainer) -> Path:
     failure: BaseException | None = None
     if trainer.dist.is_main:
         # tied parameters once, named as the (unsharded) reference names them
-        kept = set(io.stored_names(trainer.reference))
+        kept = set(stored_names(trainer.reference))
         policy_state = {k: v for k, v in policy_state.items() if k in kept}
         try:
             _write(trainer, root, rng_per_rank, policy_state, optimizer_state)
@@ -122,7 +124,7 @@ def _write(
     root.mkdir(parents=True, exist_ok=True)
     reference = root / REFERENCE_FILE
     if not reference.is_file():
-        io.write_file_atomic(reference, lambda p: io.save_module(trainer.reference, p))
+        write_file_atomic(reference, lambda p: io.save_module(trainer.reference, p))
     state = {
         "format_version": FORMAT_VERSION,
         "train_type": trainer.strategy.name,
@@ -139,7 +141,7 @@ def _write(
         "rng": rng_per_rank[0],
         "rng_per_rank": rng_per_rank,
     }
-    writers: dict[str, io.FileWriter] = {
+    writers: dict[str, FileWriter] = {
         MODEL_FILE: lambda p: io.save_tensors(policy_state, p),
         MODEL_CONFIG_FILE: lambda p: io.save_json(dataclasses.asdict(trainer.policy.config), p),
         TOKENIZER_FILE: lambda p: _save_tokenizer(trainer, p),

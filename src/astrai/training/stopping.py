@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import threading
 import time
@@ -19,27 +18,6 @@ from types import FrameType, TracebackType
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-
-
-def parse_duration(text: str | int | float) -> float:
-    """``"90m"``, ``"2h"``, ``"1h30m"``, ``"45s"``, ``"1d"`` or a number of seconds -> seconds.
-
-    Raises ValueError for anything else (empty, negative, unknown unit, zero).
-    """
-    if isinstance(text, bool):
-        raise ValueError(f"not a duration: {text!r}")
-    if isinstance(text, int | float):
-        seconds = float(text)
-    else:
-        compact = text.strip().lower().replace(" ", "")
-        if not compact or _DURATION_PART.sub("", compact):
-            raise ValueError(f"not a duration: {text!r} (use e.g. 90m, 2h, 1h30m, 45s)")
-        seconds = sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(compact))
-    if not seconds > 0:
-        raise ValueError(f"duration must be > 0 (got {text!r})")
-    return seconds
 
 
 class StopRequest:

@@ -21,6 +21,7 @@ from tqdm import tqdm
 from astrai.algorithms.masked import masked_mean, masked_var
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.io import prune_checkpoints
+from astrai.config.duration import parse_duration
 from astrai.config.validate import check_world_batch, parse_gpu_devices
 from astrai.distributed import (
     all_reduce_max,
@@ -57,7 +58,7 @@ from astrai.training.checkpointing import (
 from astrai.training.evaluation import EvalResult, evaluate
 from astrai.training.parallel import shard_policy, wrap_data_parallel
 from astrai.training.setup import make_generator, resolve_device, seed_everything
-from astrai.training.stopping import StopRequest, parse_duration
+from astrai.training.stopping import StopRequest
 
 log = logging.getLogger(__name__)
 
