@@ -217,6 +217,9 @@ def test_resumed_run_keeps_one_hparams_record_and_counts_time_on(tmp_path: Path)
     assert first["step"] == 2
     events = _events(tmp_path)
     assert metadata.SESSION_END_INFO_TAG not in events.Tags()["tensors"]  # not complete yet
+    hparams_tags = events.PluginTagToContent(metadata.PLUGIN_NAME)  # tensor or not
+    assert metadata.SESSION_START_INFO_TAG in hparams_tags
+    assert metadata.SESSION_END_INFO_TAG not in hparams_tags
     Trainer(compose_config(PPO_QUICK), tmp_path).fit()  # ckpt.resume=auto
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     elapsed = {r["step"]: r["time/elapsed_s"] for r in rows if "time/elapsed_s" in r}

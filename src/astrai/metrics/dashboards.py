@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from tensorboard.compat.proto.summary_pb2 import Summary
-from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
-from torch.utils.tensorboard.summary import custom_scalars
+from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+from torch.utils.tensorboard import summary as tb_summary
 
 HParamValue = bool | float | str
 
@@ -129,8 +130,8 @@ def run_hparams(
         node = OmegaConf.select(cfg, key.replace("/", "."), default=None, throw_on_missing=False)
         # a group override (also a `# @package _global_` one such as +experiment=...) records
         # the chosen option's name
-        group = key in choices or isinstance(node, DictConfig)
-        hparams[key.replace("/", ".")] = raw if group else hparam_value(node)
+        is_group = key in choices or isinstance(node, DictConfig)
+        hparams[key.replace("/", ".")] = raw if is_group else hparam_value(node)
     return hparams
 
 
@@ -146,64 +147,48 @@ def hydra_job_context() -> tuple[list[str], dict[str, object]]:
     return overrides, choices
 
 
-def _hparams_summary(tag: str, data: plugin_data_pb2.HParamsPluginData) -> Summary:
-    """A summary that carries HParams plugin data in its metadata (as TensorBoard's own
-    ``hparams_pb`` builds it, without TensorFlow)."""
-    value = Summary.Value(
-        tag=tag, metadata=metadata.create_summary_metadata(data), tensor=metadata.NULL_TENSOR
-    )
-    return Summary(value=[value])
-
-
-def _data_type(value: HParamValue) -> int:
-    if isinstance(value, bool):
-        return api_pb2.DATA_TYPE_BOOL
-    return api_pb2.DATA_TYPE_STRING if isinstance(value, str) else api_pb2.DATA_TYPE_FLOAT64
+@contextmanager
+def _plugin_data(summary: Summary) -> Iterator[plugin_data_pb2.HParamsPluginData]:
+    """Edit the HParams plugin data that ``summary`` carries in its metadata."""
+    plugin_data = summary.value[0].metadata.plugin_data
+    data = plugin_data_pb2.HParamsPluginData.FromString(plugin_data.content)
+    yield data
+    plugin_data.content = data.SerializeToString()
 
 
 def hparams_start_summaries(
     hparams: Mapping[str, HParamValue], metrics: Iterable[str], start_time_s: float | None = None
 ) -> list[Summary]:
     """The HParams experiment (the columns: hparams and metrics) and the session start (this
-    run's values), as summaries to write into the run's own event files."""
+    run's values), as summaries to write into the run's own event files.
+
+    Built by ``torch.utils.tensorboard.summary.hparams``, plus what it leaves out: bools (it
+    tests ``int`` first, so it records them as numbers) and the start time.
+    """
     start = time.time() if start_time_s is None else start_time_s
-    experiment = api_pb2.Experiment(
-        time_created_secs=start,
-        hparam_infos=[
-            api_pb2.HParamInfo(name=name, type=_data_type(value))
-            for name, value in sorted(hparams.items())
-        ],
-        metric_infos=[
-            api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag), display_name=tag)
-            for tag in metrics
-        ],
+    experiment, session_start, _ = tb_summary.hparams(
+        dict(sorted(hparams.items())), dict.fromkeys(metrics)
     )
-    session = plugin_data_pb2.SessionStartInfo(start_time_secs=start)
-    for name, value in sorted(hparams.items()):
-        if isinstance(value, bool):
-            session.hparams[name].bool_value = value
-        elif isinstance(value, str):
-            session.hparams[name].string_value = value
-        else:
-            session.hparams[name].number_value = float(value)
-    return [
-        _hparams_summary(
-            metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment)
-        ),
-        _hparams_summary(
-            metadata.SESSION_START_INFO_TAG,
-            plugin_data_pb2.HParamsPluginData(session_start_info=session),
-        ),
-    ]
+    bools = {name: value for name, value in hparams.items() if isinstance(value, bool)}
+    with _plugin_data(experiment) as data:
+        data.experiment.time_created_secs = start
+        for info in data.experiment.hparam_infos:
+            if info.name in bools:
+                info.type = api_pb2.DATA_TYPE_BOOL
+    with _plugin_data(session_start) as data:
+        data.session_start_info.start_time_secs = start
+        for name, value in bools.items():
+            data.session_start_info.hparams[name].bool_value = value
+    return [experiment, session_start]
 
 
 def hparams_end_summary() -> Summary:
     """The session end of a complete run: the HParams tab's status column says success (a
     stopped run writes none: it may be resumed, and TensorBoard keeps the first record)."""
-    end = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS, end_time_secs=time.time())
-    return _hparams_summary(
-        metadata.SESSION_END_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_end_info=end)
-    )
+    end = tb_summary.hparams({}, {})[2]  # torch's session end: STATUS_SUCCESS
+    with _plugin_data(end) as data:
+        data.session_end_info.end_time_secs = time.time()
+    return end
 
 
 def layout_charts(emitted: Iterable[str]) -> dict[str, list[str]]:
@@ -221,4 +206,4 @@ def layout_summary(emitted: Iterable[str]) -> Summary:
         title: ["Multiline", [f"^{re.escape(tag)}$" for tag in tags]]
         for title, tags in layout_charts(emitted).items()
     }
-    return custom_scalars({LAYOUT_CATEGORY: charts})
+    return tb_summary.custom_scalars({LAYOUT_CATEGORY: charts})

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
+from typing import cast
 
 from tensorboard.compat.proto.summary_pb2 import Summary
 from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.writer import FileWriter
+
+from astrai.files import write_file_atomic
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -89,9 +92,8 @@ class RunLogger:
         for row in kept:
             lines.append(json.dumps({"step": int(row.pop("step")), **_json_record(row)}))
             self.latest.update(row)
-        tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        os.replace(tmp, path)
+        text = "".join(line + "\n" for line in lines)
+        write_file_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Record ``metrics`` (name -> float) at ``step``."""
@@ -113,20 +115,21 @@ class RunLogger:
         files; ``SummaryWriter.add_hparams`` would put them into a timestamped sub-run."""
         if self._tb is None:
             return
+        # torch types ``file_writer`` as None (its __init__ assigns None before creating it)
+        file_writer = cast(FileWriter, self._tb.file_writer)
         for summary in summaries:
-            self._tb._get_file_writer().add_summary(summary, step)
+            file_writer.add_summary(summary, step)
         self._tb.flush()
 
     def write_summary(self, extra: dict[str, object]) -> Path:
         """Write ``summary.json`` (final value of every metric plus ``extra``) atomically."""
-        summary: dict[str, object] = _json_record(dict(sorted(self.latest.items())))
+        summary: dict[str, object] = {**_json_record(dict(sorted(self.latest.items())))}
         summary.update(extra)
         path = self.run_dir / SUMMARY_FILE
         if not self.enabled:
             return path
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(summary, indent=2) + "\n")
-        os.replace(tmp, path)
+        text = json.dumps(summary, indent=2) + "\n"
+        write_file_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
         return path
 
     def close(self) -> None:
