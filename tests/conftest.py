@@ -21,6 +21,7 @@ def tokenizer() -> CharTokenizer:
 @pytest.fixture
 def tiny_model() -> LlamaForCausalLM:
     torch.manual_seed(0)
-    # larger init than training uses, so logits are far from uniform and bugs show
-    config = LlamaConfig(initializer_range=0.2)
+    # larger init than training uses, so logits are far from uniform and bugs show; two layers,
+    # so every per-layer path (KV cache, decoder) is crossed from one layer to the next
+    config = LlamaConfig(num_hidden_layers=2, initializer_range=0.2)
     return LlamaForCausalLM(config).eval()

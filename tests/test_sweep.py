@@ -22,12 +22,9 @@ from astrai.metrics.dashboards import HPARAM_METRICS
 from astrai.report.__main__ import main as report_main
 
 TINY = [
+    "+debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
     "trainer.total_steps=3",
-    "trainer.eval_every=1",
-    "trainer.eval_prompts=8",
-    "train_type.prompts_per_step=4",
-    "train_type.group_size=2",
-    "trainer.progress_bar=false",
+    "trainer.progress_bar=false",  # also the preset's: an override, so HParams records a bool
 ]
 # the preset's grid (gamma 0.95,0.99,1.0 × lambda 0.9,0.95) with gamma narrowed: 4 jobs
 GRID = [(0.95, 0.9), (0.95, 0.95), (1.0, 0.9), (1.0, 0.95)]

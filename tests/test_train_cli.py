@@ -16,12 +16,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = str(REPO / "train.py")
 QUICK = [
-    "trainer.total_steps=2",
-    "trainer.eval_every=1",
-    "trainer.eval_prompts=8",
-    "trainer.progress_bar=false",
-    "train_type.prompts_per_step=4",
-    "train_type.group_size=2",
+    "+debug=quick",  # conf/debug/quick.yaml
 ]
 
 
@@ -98,12 +93,9 @@ def test_each_builtin_task_runs(tmp_path: Path, task: str) -> None:
 # --- graceful stop and resume through the real CLI ------------------------------------------
 
 LONG = [
+    "+debug=quick",
     "trainer.total_steps=150",
     "trainer.eval_every=50",
-    "trainer.eval_prompts=8",
-    "trainer.progress_bar=false",
-    "train_type.prompts_per_step=4",
-    "train_type.group_size=2",
     "ckpt.every_steps=0",
 ]
 

@@ -12,11 +12,8 @@ from tests.helpers import compose_config
 from astrai.training.trainer import Trainer
 
 QUICK = [
+    "+debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
     "trainer.total_steps=3",
-    "trainer.eval_prompts=8",
-    "trainer.progress_bar=false",
-    "train_type.prompts_per_step=4",
-    "train_type.group_size=2",
     "ckpt.every_steps=1",
     "ckpt.keep_last=3",
 ]

@@ -26,12 +26,9 @@ from astrai.training.trainer import Trainer
 
 PPO_QUICK = [
     "train_type=online_ppo",
+    "+debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
     "trainer.total_steps=4",
     "trainer.eval_every=2",
-    "trainer.eval_prompts=8",
-    "trainer.progress_bar=false",
-    "train_type.prompts_per_step=4",
-    "train_type.group_size=2",
     "train_type.minibatches=1",
     "train_type.ppo_epochs=1",
     "logger.samples_every=2",

@@ -15,11 +15,9 @@ from astrai.checkpoints.layout import CheckpointError
 from astrai.training.trainer import Trainer
 
 QUICK = [
+    "+debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
     "trainer.total_steps=6",
     "trainer.eval_every=2",
-    "trainer.eval_prompts=8",
-    "trainer.progress_bar=false",
-    "train_type.prompts_per_step=4",
     "train_type.group_size=4",
     "train_type.minibatches=2",
     "train_type.ppo_epochs=2",

@@ -1,13 +1,14 @@
 """Dataclass schemas for every config group, so typos and wrong types fail at compose time.
 
 Each YAML option in ``conf/<group>/`` starts from one of these (``defaults: [base_<name>]``).
-Fields OmegaConf cannot type (``"all"`` or a list of ints) are ``Any`` and checked in
-``validate.py``.
+The schemas hold types only: every value, with its comment, lives in the YAML (one home per
+knob; ``tests/config/test_one_home.py`` walks every option to keep it so). Fields OmegaConf
+cannot type (``"all"`` or a list of ints) are ``Any`` and checked in ``validate.py``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any
 
 from omegaconf import MISSING
@@ -16,189 +17,184 @@ from astrai.models.llama import LlamaConfig
 from astrai.rollout.sampler import SamplingConfig
 
 
-@dataclass
-class SamplingConfigSchema(SamplingConfig):
-    """``train_type.sampling``: the sampler's own dataclass plus its Hydra target."""
+def types_only(cls: type, name: str) -> type:
+    """A schema with ``cls``'s field names and types, every value ``MISSING``, plus a
+    ``_target_``: the class's own defaults never compete with the YAML's values."""
+    typed = [(f.name, f.type, field(default=MISSING)) for f in fields(cls)]
+    schema = make_dataclass(name, [("_target_", str, field(default=MISSING)), *typed])
+    schema.__module__ = __name__
+    return schema
 
-    _target_: str = "astrai.rollout.sampler.SamplingConfig"
 
-
-def _adamw(weight_decay: float) -> dict[str, Any]:
-    """Default optimizer node. Untyped on purpose: any ``torch.optim`` class with its own
-    keyword arguments may replace it (``validate.py`` checks ``lr``)."""
-    return {
-        "_target_": "torch.optim.AdamW",
-        "_partial_": True,
-        "lr": 1e-3,
-        "betas": [0.9, 0.99],
-        "weight_decay": weight_decay,
-    }
+SamplingConfigSchema = types_only(SamplingConfig, "SamplingConfigSchema")
+ModelConfig = types_only(LlamaConfig, "ModelConfig")  # ``model=<preset>``: HF key names
 
 
 @dataclass
-class SchedulerConfig:
-    _target_: str = "astrai.training.optim.warmup_cosine"
-    _partial_: bool = True
-    warmup_steps: int = 0
-    min_lr_ratio: float = 0.0
+class WarmupConstantConfig:
+    """``scheduler=warmup_constant``."""
+
+    _target_: str = MISSING
+    _partial_: bool = MISSING
+    warmup_steps: int = MISSING
+
+
+@dataclass
+class WarmupCosineConfig(WarmupConstantConfig):
+    """``scheduler=warmup_cosine``."""
+
+    min_lr_ratio: float = MISSING
 
 
 @dataclass
 class StrategyConfig:
-    """Knobs every ``train_type`` shares: rollout shape, update shape, clipping, KL, optimizer."""
+    """Knobs every ``train_type`` shares: rollout shape, update shape, clipping, KL, optimizer.
+
+    ``optimizer`` is untyped on purpose: any ``torch.optim`` class with its own keyword
+    arguments may replace AdamW (``validate.py`` checks ``lr``); ``scheduler`` is either
+    scheduler option.
+    """
 
     _target_: str = MISSING
-    group_size: int = 8
-    prompts_per_step: int = 64
-    ppo_epochs: int = 2
-    minibatches: int = 4
-    clip_eps: float = 0.2
-    kl_coef: float = 0.05
-    kl_estimator: str = "k3"
-    sampling: SamplingConfigSchema = field(default_factory=SamplingConfigSchema)
-    optimizer: Any = field(default_factory=lambda: _adamw(weight_decay=0.1))
-    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    group_size: int = MISSING
+    prompts_per_step: int = MISSING
+    ppo_epochs: int = MISSING
+    minibatches: int = MISSING
+    clip_eps: float = MISSING
+    kl_coef: float = MISSING
+    kl_estimator: str = MISSING
+    sampling: SamplingConfigSchema = field(default_factory=SamplingConfigSchema)  # type: ignore[valid-type]
+    optimizer: Any = MISSING
+    scheduler: Any = MISSING
 
 
 @dataclass
 class GRPOConfig(StrategyConfig):
     """``train_type=online_grpo``: group-normalised advantages, KL in the loss."""
 
-    _target_: str = "astrai.algorithms.grpo.GRPOStrategy"
-    adv_eps: float = 1e-6
+    adv_eps: float = MISSING
 
 
 @dataclass
 class PPOConfig(StrategyConfig):
     """``train_type=online_ppo``: GAE over KL-penalised token rewards with a critic."""
 
-    _target_: str = "astrai.algorithms.ppo.PPOStrategy"
-    ppo_gamma: float = 1.0
-    ppo_gae_lambda: float = 0.95
-    ppo_vf_coef: float = 0.5
-    value_clip: float | None = None
-    whiten_advantages: bool = True
-    entropy_coef: float = 0.0
-
-
-@dataclass
-class ModelConfig(LlamaConfig):
-    """``model=<preset>``: Hugging Face ``LlamaConfig`` key names."""
-
-    _target_: str = "astrai.models.llama.build_llama"
+    ppo_gamma: float = MISSING
+    ppo_gae_lambda: float = MISSING
+    ppo_vf_coef: float = MISSING
+    value_clip: float | None = MISSING
+    whiten_advantages: bool = MISSING
+    entropy_coef: float = MISSING
 
 
 @dataclass
 class HFModelConfig:
     """``model=hf model.path=<dir>``: a local Hugging Face model directory (Llama family)."""
 
-    _target_: str = "astrai.models.pretrained.load_pretrained_policy"
+    _target_: str = MISSING
     path: str = MISSING  # config.json, model.safetensors, tokenizer.json, tokenizer_config.json
-    chat_template: bool = True  # render task prompts through the model's chat template
+    chat_template: bool = MISSING
 
 
 @dataclass
 class CriticConfig:
     """``critic=none``: no value model (GRPO needs none)."""
 
-    name: str = "none"
+    name: str = MISSING
 
 
 @dataclass
 class ValueModelConfig(CriticConfig):
     """``critic=value_model``: the policy's trunk + a zero-initialised scalar head."""
 
-    name: str = "value_model"
-    warm_start: bool = True  # copy the policy's trunk weights at the start
-    optimizer: Any = field(default_factory=lambda: _adamw(weight_decay=0.0))
+    warm_start: bool = MISSING
+    optimizer: Any = MISSING
 
 
 @dataclass
 class AdditionTaskConfig:
-    _target_: str = "astrai.tasks.arithmetic.AdditionTask"
-    num_digits: int = 1
-    num_digits_b: int | None = None  # digits of the second operand; None = num_digits
-    eval_fraction: float = 0.2
+    _target_: str = MISSING
+    num_digits: int = MISSING
+    num_digits_b: int | None = MISSING
+    eval_fraction: float = MISSING
 
 
 @dataclass
 class ReverseTaskConfig:
-    _target_: str = "astrai.tasks.strings.ReverseTask"
-    min_len: int = 3
-    max_len: int = 4
-    eval_fraction: float = 0.1
+    _target_: str = MISSING
+    min_len: int = MISSING
+    max_len: int = MISSING
+    eval_fraction: float = MISSING
 
 
 @dataclass
 class SortTaskConfig(ReverseTaskConfig):
-    _target_: str = "astrai.tasks.strings.SortTask"
+    pass
 
 
 @dataclass
 class GPUConfig:
-    devices: Any = "all"  # "all" or a list of distinct non-negative physical GPU indices
+    devices: Any = MISSING  # "all" or a list of distinct non-negative physical GPU indices
 
 
 @dataclass
 class ContainerConfig:
     """How the Docker launcher's container runs (ignored by ``infra=local``)."""
 
-    image: str = "astrai:latest"  # built only by `make docker-build`; never built by a run
-    shm_size: str = "16gb"  # /dev/shm for DataLoader workers and NCCL
-    ipc: str = "host"  # IPC namespace (NCCL's shared-memory transport wants host)
-    stop_grace_period: str = "300s"  # SIGTERM -> checkpoint -> exit 0 must fit in it
+    image: str = MISSING
+    shm_size: str = MISSING
+    ipc: str = MISSING
+    stop_grace_period: str = MISSING
 
 
 @dataclass
 class MountsConfig:
     """Host folders mounted at /data, /models and /outputs (relative = to the repo root)."""
 
-    data: str = "data"
-    models: str = "models"
-    outputs: str = "outputs"
+    data: str = MISSING
+    models: str = MISSING
+    outputs: str = MISSING
 
 
 @dataclass
 class InfraConfig:
-    name: str = "local"
-    device: str = "auto"  # auto | cpu | cuda
+    name: str = MISSING
+    device: str = MISSING
     gpu: GPUConfig = field(default_factory=GPUConfig)
-    nproc_per_node: Any = "auto"  # "auto" (= selected GPUs, 1 on CPU) or a positive int
-    nnodes: int = 1  # machines in the job (multi-node: torch's c10d rendezvous)
-    node_rank: int = 0  # this machine's index, 0..nnodes-1
-    rdzv_endpoint: str | None = None  # host:port of the rendezvous (node 0), multi-node only
-    rdzv_id: str | None = None  # the job's rendezvous id, the same on every node
-    parallel: str = "ddp"  # ddp (full replicas) | fsdp (shard the policy over the ranks)
+    nproc_per_node: Any = MISSING  # "auto" or a positive int
+    nnodes: int = MISSING
+    node_rank: int = MISSING
+    rdzv_endpoint: str | None = MISSING
+    rdzv_id: str | None = MISSING
+    parallel: str = MISSING
     container: ContainerConfig = field(default_factory=ContainerConfig)
     mounts: MountsConfig = field(default_factory=MountsConfig)
-    # extra variables for the job's environment (e.g. NCCL_P2P_DISABLE: "1"); forwarded into the
-    # container by the Docker launcher
-    environment: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, str] = MISSING
 
 
 @dataclass
 class LoggerConfig:
-    tensorboard: bool = True
-    samples_every: int = 10  # steps between text panels of sample completions
-    num_samples: int = 8  # completions shown per panel
-    flush_secs: int = 10
+    tensorboard: bool = MISSING
+    samples_every: int = MISSING
+    num_samples: int = MISSING
+    flush_secs: int = MISSING
 
 
 @dataclass
 class TrainerConfig:
-    total_steps: int = 1200
-    eval_every: int = 50
-    eval_prompts: int = 200  # held-out prompts per evaluation (capped by the task's pool)
-    max_grad_norm: float = 1.0
-    progress_bar: bool = True
-    max_duration: Any = None  # wall-clock budget ("90m", "2h", seconds); then checkpoint, exit 0
+    total_steps: int = MISSING
+    eval_every: int = MISSING
+    eval_prompts: int = MISSING
+    max_grad_norm: float = MISSING
+    progress_bar: bool = MISSING
+    max_duration: Any = MISSING  # "90m", "2h", seconds, or null
 
 
 @dataclass
 class CheckpointConfig:
-    every_steps: int = 200  # periodic checkpoints (0 = only at the end / on stop)
-    keep_last: int = 2  # complete checkpoints kept; older ones are pruned after a save
-    resume: Any = "auto"  # "auto" (latest in the run dir), a checkpoint path, or null
+    every_steps: int = MISSING
+    keep_last: int = MISSING
+    resume: Any = MISSING  # "auto", a checkpoint path, or null
 
 
 @dataclass
@@ -211,7 +207,7 @@ class TrainConfig:
     task: Any = MISSING
     infra: Any = MISSING
     logger: Any = MISSING
-    seed: int = 0
-    optimized_metric: str = "eval/accuracy"
+    seed: int = MISSING
+    optimized_metric: str = MISSING
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ckpt: CheckpointConfig = field(default_factory=CheckpointConfig)

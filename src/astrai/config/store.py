@@ -6,7 +6,7 @@ from hydra.core.config_store import ConfigStore
 
 from astrai.config import schema
 
-_GROUP_SCHEMAS: dict[str, dict[str, type]] = {
+GROUP_SCHEMAS: dict[str, dict[str, type]] = {
     "train_type": {"base_online_grpo": schema.GRPOConfig, "base_online_ppo": schema.PPOConfig},
     "model": {"base_llama": schema.ModelConfig, "base_hf": schema.HFModelConfig},
     "critic": {"base_critic": schema.CriticConfig, "base_value_model": schema.ValueModelConfig},
@@ -16,6 +16,11 @@ _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
         "base_sort": schema.SortTaskConfig,
     },
     "infra": {"base_infra": schema.InfraConfig},
+    "sampling": {"base_sampling": schema.SamplingConfigSchema},
+    "scheduler": {
+        "base_warmup_constant": schema.WarmupConstantConfig,
+        "base_warmup_cosine": schema.WarmupCosineConfig,
+    },
     "logger": {"base_logger": schema.LoggerConfig},
 }
 
@@ -24,6 +29,6 @@ def register_configs() -> None:
     """Store the root schema as ``train_schema`` and each group's schema as ``base_<name>``."""
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=schema.TrainConfig)
-    for group, nodes in _GROUP_SCHEMAS.items():
+    for group, nodes in GROUP_SCHEMAS.items():
         for name, node in nodes.items():
             cs.store(group=group, name=name, node=node)

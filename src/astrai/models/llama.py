@@ -27,12 +27,14 @@ from astrai.models.kv_cache import KVCache
 
 @dataclass
 class LlamaConfig:
-    """Model hyperparameters, named like Hugging Face ``LlamaConfig``."""
+    """Model hyperparameters, named like Hugging Face ``LlamaConfig``. The defaults are the
+    ``model=tiny`` preset (``conf/model/tiny.yaml``; a test keeps them equal); every preset
+    sets every field, so in a composed job no default applies."""
 
     vocab_size: int = 48
     hidden_size: int = 64
     intermediate_size: int = 256
-    num_hidden_layers: int = 2
+    num_hidden_layers: int = 1
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     max_position_embeddings: int = 64

@@ -20,9 +20,13 @@ from astrai.models.llama import LlamaForCausalLM
 
 @dataclass
 class SamplingConfig:
-    """How responses are drawn. ``temperature == 0`` means greedy."""
+    """How responses are drawn. ``temperature == 0`` means greedy.
 
-    max_new_tokens: int = 8
+    ``max_new_tokens`` has no default; the others default to "plain sampling", the values
+    ``conf/sampling/default.yaml`` sets (a test keeps them equal).
+    """
+
+    max_new_tokens: int
     temperature: float = 1.0
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off

@@ -1,7 +1,8 @@
 """Learning-rate schedules (Hydra ``_partial_`` targets).
 
 Each receives the optimizer and the run's total number of optimizer steps
-(``trainer.total_steps × ppo_epochs × minibatches``) from the trainer.
+(``trainer.total_steps × ppo_epochs × minibatches``) from the trainer; the other arguments
+come from ``conf/scheduler/`` and have no defaults here (one home per knob).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ def _check(warmup_steps: int, min_lr_ratio: float = 0.0) -> None:
 
 
 def warmup_constant(
-    optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0
+    optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int
 ) -> LambdaLR:
     """Linear warmup over ``warmup_steps`` optimizer steps, then the base learning rate."""
     _check(warmup_steps)
@@ -34,8 +35,8 @@ def warmup_constant(
 def warmup_cosine(
     optimizer: torch.optim.Optimizer,
     total_steps: int,
-    warmup_steps: int = 0,
-    min_lr_ratio: float = 0.1,
+    warmup_steps: int,
+    min_lr_ratio: float,
 ) -> LambdaLR:
     """Linear warmup, then cosine decay to ``min_lr_ratio × lr`` at ``total_steps``."""
     _check(warmup_steps, min_lr_ratio)
