@@ -17,9 +17,13 @@ from astrai.rollout.sampler import SamplingConfig
 
 
 def _ppo(**kwargs: object) -> PPOStrategy:
+    # every knob explicit (the strategy has no defaults): the values the hand-worked losses below
+    # assume, not the shipped conf/train_type/online_ppo.yaml
     defaults: dict[str, object] = dict(
         group_size=2, prompts_per_step=2, clip_eps=0.2, kl_coef=0.1, kl_estimator="k3",
-        ppo_epochs=1, minibatches=1, sampling=SamplingConfig(), optimizer=torch.optim.SGD,
+        ppo_epochs=1, minibatches=1, sampling=SamplingConfig(max_new_tokens=8),
+        optimizer=torch.optim.SGD, scheduler=None, ppo_gamma=1.0, ppo_gae_lambda=0.95,
+        ppo_vf_coef=0.5, value_clip=None, whiten_advantages=True, entropy_coef=0.0,
     )  # fmt: skip
     return PPOStrategy(**{**defaults, **kwargs})
 

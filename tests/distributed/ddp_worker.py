@@ -26,7 +26,7 @@ def one_update(rank: int, world: int, resolved: str, rollout_file: str, out: str
     rollout = torch.load(rollout_file, weights_only=False)
     share = rollout.num_prompts // world
     mine = rollout.select(slice(rank * share, (rank + 1) * share))
-    metrics = trainer.strategy.prepare(mine, trainer.reference, trainer.critic)
+    metrics = trainer.prepare(mine)
     metrics.update(trainer.update(mine))
     metrics.update(rollout_metrics(mine, trainer.tokenizer.eos_id))
     critic = trainer.critic.state_dict() if trainer.critic is not None else None

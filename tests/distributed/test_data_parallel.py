@@ -17,9 +17,8 @@ from tests.test_train_cli import run_train
 from astrai.training.trainer import Trainer, rollout_metrics
 
 QUICK = [
+    "+debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
     "infra.device=cpu",
-    "trainer.eval_prompts=8",
-    "trainer.progress_bar=false",
     "train_type.prompts_per_step=8",
     "train_type.group_size=4",
     "train_type.ppo_epochs=1",
@@ -39,7 +38,7 @@ def test_two_processes_make_the_same_update_as_one(
     single = Trainer(cfg, tmp_path / "single")
     rollout = single.rollout()  # the global batch: 8 prompts × 4 responses
     torch.save(rollout, tmp_path / "rollout.pt")
-    metrics = single.strategy.prepare(rollout, single.reference, single.critic)
+    metrics = single.prepare(rollout)
     metrics.update(single.update(rollout))
     metrics.update(rollout_metrics(rollout, single.tokenizer.eos_id))
 
@@ -76,12 +75,8 @@ def test_two_process_run_writes_one_run_dir_and_resumes(tmp_path: Path, parallel
         "infra.device=cpu",
         "infra.nproc_per_node=2",
         f"infra.parallel={parallel}",
+        "+debug=quick",
         "trainer.total_steps=3",
-        "trainer.eval_every=1",
-        "trainer.eval_prompts=8",
-        "trainer.progress_bar=false",
-        "train_type.prompts_per_step=4",
-        "train_type.group_size=2",
     ]
     in_run_dir = [*args, f"hydra.run.dir={run_dir}"]
     first = run_train([*in_run_dir, "trainer.max_duration=0.001s"], tmp_path, timeout=300)

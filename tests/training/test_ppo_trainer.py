@@ -17,11 +17,7 @@ from astrai.training.trainer import Trainer
 
 PPO_QUICK = [
     "train_type=online_ppo",
-    "trainer.total_steps=2",
-    "trainer.eval_every=1",
-    "trainer.eval_prompts=8",
-    "trainer.progress_bar=false",
-    "train_type.prompts_per_step=4",
+    "+debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
     "train_type.group_size=4",
     "train_type.ppo_epochs=2",
     "train_type.minibatches=2",
@@ -49,7 +45,7 @@ def test_targets_are_computed_once_and_pinned(
     monkeypatch.setattr(ppo_module, "compute_gae", counting_gae)
     trainer = Trainer(_cfg(PPO_QUICK), tmp_path)
     rollout = trainer.rollout()
-    trainer.strategy.prepare(rollout, trainer.reference, trainer.critic)
+    trainer.prepare(rollout)
     pinned = {name: getattr(rollout, name) for name in ("values", "advantages", "returns")}
     copies = {name: t.clone() for name, t in pinned.items()}
     trainer.update(rollout)  # 2 epochs × 2 minibatches = 4 replayed gradient steps
@@ -77,7 +73,7 @@ def test_critic_steps_after_the_policy_and_outside_the_version_guard(tmp_path: P
     trainer.optimizer.step = record_policy
     trainer.critic_optimizer.step = record_critic
     rollout = trainer.rollout()
-    trainer.strategy.prepare(rollout, trainer.reference, trainer.critic)
+    trainer.prepare(rollout)
     trainer.update(rollout)
     # the policy step bumps the version; the critic step that follows sees it and leaves it
     assert events == [
@@ -104,7 +100,7 @@ def test_critic_gradients_are_clipped_with_max_grad_norm(tmp_path: Path) -> None
         trainer.critic.value_head.bias.fill_(1.0)
     before = torch.cat([p.detach().flatten().clone() for p in trainer.critic.parameters()])
     rollout = trainer.rollout()
-    trainer.strategy.prepare(rollout, trainer.reference, trainer.critic)
+    trainer.prepare(rollout)
     metrics = trainer.update(rollout)
     after = torch.cat([p.detach().flatten() for p in trainer.critic.parameters()])
     # SGD(lr=1) moves by exactly the clipped gradient: at most 1e-6 per step, 4 steps

@@ -18,11 +18,9 @@ from astrai.training.trainer import Trainer
 METRICS = METRICS_BY_TRAIN_TYPE["online_grpo"]
 
 QUICK = [
+    "+debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
     "trainer.total_steps=3",
     "trainer.eval_every=2",
-    "trainer.eval_prompts=8",
-    "trainer.progress_bar=false",
-    "train_type.prompts_per_step=4",
     "train_type.group_size=4",
     "train_type.minibatches=2",
     "train_type.ppo_epochs=1",
@@ -84,7 +82,7 @@ def test_first_grpo_loss_is_minus_mean_advantage(tmp_path: Path) -> None:
     # KL = 0, so loss = -token_mean(A) and the logprobs re-scored by the trainer match.
     trainer = Trainer(_cfg(QUICK), tmp_path)
     rollout = trainer.rollout()
-    trainer.strategy.prepare(rollout, trainer.reference)
+    trainer.prepare(rollout)
     batch = flatten_rollout(rollout)
     loss, metrics = trainer.strategy.loss(trainer.policy, batch)
     mask = batch.response_mask
@@ -99,7 +97,7 @@ def test_first_grpo_loss_is_minus_mean_advantage(tmp_path: Path) -> None:
 def test_update_counts_optimizer_steps_and_pins_targets(tmp_path: Path) -> None:
     trainer = Trainer(_cfg([*QUICK, "train_type.ppo_epochs=3"]), tmp_path)
     rollout = trainer.rollout()
-    trainer.strategy.prepare(rollout, trainer.reference)
+    trainer.prepare(rollout)
     pinned = rollout.advantages
     advantages = pinned.clone()
     metrics = trainer.update(rollout)

@@ -7,7 +7,7 @@ from torch import Tensor, nn
 
 from astrai.algorithms.advantages import group_advantages
 from astrai.algorithms.losses import clipped_policy_loss, kl_penalty_loss
-from astrai.algorithms.masked import masked_mean
+from astrai.algorithms.masked import SumFn, local_sum, masked_mean
 from astrai.algorithms.strategy import Strategy
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
@@ -18,27 +18,37 @@ class GRPOStrategy(Strategy):
 
     name = "online_grpo"
 
-    def __init__(self, adv_eps: float = 1e-6, **kwargs: object) -> None:
+    def __init__(self, *, adv_eps: float, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.adv_eps = adv_eps
 
     def prepare(
-        self, rollout: Rollout, reference: nn.Module, critic: nn.Module | None = None
+        self,
+        rollout: Rollout,
+        reference: nn.Module,
+        critic: nn.Module | None = None,
+        sum_over_ranks: SumFn = local_sum,
     ) -> dict[str, float]:
-        metrics = self.score_reference(rollout, reference)
+        metrics = self.score_reference(rollout, reference, sum_over_ranks)
         advantages = group_advantages(rollout.rewards, eps=self.adv_eps)  # [B, G]
         rollout.advantages = advantages[..., None] * rollout.response_mask  # [B, G, R]
         return metrics
 
     def loss(
-        self, policy: nn.Module, batch: Minibatch, critic: nn.Module | None = None
+        self,
+        policy: nn.Module,
+        batch: Minibatch,
+        critic: nn.Module | None = None,
+        token_count: float | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         logprobs, entropy = self.policy_logprobs(policy, batch)
         mask = batch.response_mask
         policy_loss, stats = clipped_policy_loss(
-            logprobs, batch.old_logprobs, batch.advantages, mask, self.clip_eps
+            logprobs, batch.old_logprobs, batch.advantages, mask, self.clip_eps, token_count
         )
-        kl_loss = kl_penalty_loss(logprobs, batch.ref_logprobs, mask, self.kl_estimator)
+        kl_loss = kl_penalty_loss(
+            logprobs, batch.ref_logprobs, mask, self.kl_estimator, token_count
+        )
         loss = policy_loss + self.kl_coef * kl_loss
         metrics = {
             "loss/policy": policy_loss.detach(),
@@ -46,6 +56,6 @@ class GRPOStrategy(Strategy):
             "loss/total": loss.detach(),
             "policy/clipfrac": stats["clipfrac"],
             "policy/approx_kl": stats["approx_kl"],
-            "policy/entropy": masked_mean(entropy.detach(), mask),
+            "policy/entropy": masked_mean(entropy.detach(), mask, token_count=token_count),
         }
         return loss, metrics

@@ -3,15 +3,29 @@
 Masks are bool tensors where True marks a position that counts (a real response token); the
 values at False positions are never read, so padding may hold anything, even ``inf``.
 
-Full reductions (``dim=None``) are over the *global* batch when the run is distributed, so a
-statistic or a token-mean loss is the same as one process would compute over all ranks' tokens
-(see ``masked_mean``). In one process they are plain reductions.
+Everything here computes on what it is given and talks to no other process. Two hooks let a
+data-parallel caller get the global quantity without this module knowing about ranks:
+
+- ``token_count``: the divisor of a full-reduction mean. A trainer with ``W`` ranks passes
+  ``global_tokens / W``; each rank's result is then its share of the global token mean, and
+  the average over ranks (what DDP does to gradients, and what the trainer does once to the
+  logged values) is exactly the global token mean.
+- ``sum_over_ranks``: a function that sums a tensor over the ranks (``local_sum``, the default,
+  is the identity). Statistics that need the whole batch at once (variance, whitening) sum
+  their moments with it. Its results carry no gradient in a distributed run.
 """
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from astrai.distributed import all_reduce_sum, world_size
+SumFn = Callable[[Tensor], Tensor]
+
+
+def local_sum(x: Tensor) -> Tensor:
+    """The ``sum_over_ranks`` of a single process: the tensor itself."""
+    return x
 
 
 def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
@@ -30,7 +44,9 @@ def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     return kept.sum() if dim is None else kept.sum(dim)
 
 
-def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+def masked_mean(
+    x: Tensor, mask: Tensor, dim: int | None = None, token_count: float | None = None
+) -> Tensor:
     """Mean of ``x`` over positions where ``mask`` is True.
 
     A slice without any valid position has mean 0 (not NaN), so an all-padding row is harmless.
@@ -39,39 +55,60 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
         x: values, any shape ``[...]``.
         mask: bool, broadcastable to ``x``; True = counts.
         dim: dimension to reduce; ``None`` reduces over all elements.
+        token_count: divisor of a full reduction (``dim=None``) instead of the number of valid
+            elements: a data-parallel caller's ``global_tokens / world_size`` (module docstring).
 
     Returns:
         Scalar when ``dim`` is None, else ``x`` with ``dim`` removed.
     """
+    if token_count is not None:
+        if dim is not None:
+            raise ValueError("token_count applies to a full reduction (dim=None) only")
+        return masked_sum(x, mask) / token_count
     count = masked_sum(torch.ones_like(x), mask, dim)
-    if dim is not None or world_size() == 1:
-        return masked_sum(x, mask, dim) / count.clamp(min=1)
-    # Distributed, full reduction: divide by the global token count. A value that carries
-    # gradients (a loss) stays this rank's share, scaled by the world size, because DDP
-    # averages gradients over ranks: the mean of the shares' gradients is the gradient of the
-    # global token mean. A value without gradients (a statistic) is summed over ranks.
-    global_count = all_reduce_sum(count).clamp(min=1)
-    local = masked_sum(x, mask)
-    if torch.is_grad_enabled() and local.requires_grad:
-        return local * world_size() / global_count
-    return all_reduce_sum(local) / global_count
+    return masked_sum(x, mask, dim) / count.clamp(min=1)
 
 
-def masked_var(x: Tensor, mask: Tensor) -> Tensor:
+def masked_global_mean(x: Tensor, mask: Tensor, sum_over_ranks: SumFn = local_sum) -> Tensor:
+    """Mean of the valid elements of ``x`` over every rank's ``x`` (0 when none is valid).
+
+    Args:
+        x: values, any shape ``[...]``; this rank's part.
+        mask: bool, broadcastable to ``x``; True = counts.
+        sum_over_ranks: sums a tensor over the ranks (module docstring).
+
+    Returns:
+        Scalar mean; in one process exactly ``masked_mean(x, mask)``.
+    """
+    count = masked_sum(torch.ones_like(x), mask)
+    totals = sum_over_ranks(torch.stack([masked_sum(x, mask), count]))  # one collective
+    return totals[0] / totals[1].clamp(min=1)
+
+
+def masked_var(x: Tensor, mask: Tensor, sum_over_ranks: SumFn = local_sum) -> Tensor:
     """Population variance (divide by the count, not count - 1) of the valid elements of ``x``.
+
+    Two passes (mean first, then the mean squared deviation), over every rank's ``x``.
 
     Args:
         x: values, any shape ``[...]``.
         mask: bool, broadcastable to ``x``; True = counts.
+        sum_over_ranks: sums a tensor over the ranks (module docstring).
 
     Returns:
         Scalar variance; 0 when no element is valid.
     """
-    mean = masked_mean(x, mask)
-    return masked_mean((x - mean) ** 2, mask)
+    mean = masked_global_mean(x, mask, sum_over_ranks)
+    return masked_global_mean((x - mean) ** 2, mask, sum_over_ranks)
 
 
-def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
+def masked_whiten(
+    x: Tensor,
+    mask: Tensor,
+    shift_mean: bool = True,
+    eps: float = 1e-8,
+    sum_over_ranks: SumFn = local_sum,
+) -> Tensor:
     """Normalise the valid elements of ``x`` to zero mean and unit variance.
 
     Args:
@@ -79,13 +116,15 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float =
         mask: bool, same shape as ``x``; True = counts.
         shift_mean: if False, add the mean back so only the scale changes.
         eps: added to the variance before the square root.
+        sum_over_ranks: sums a tensor over the ranks: the mean and variance are those of every
+            rank's ``x`` (module docstring).
 
     Returns:
         ``(x - mean) / sqrt(var + eps)`` (plus ``mean`` if not ``shift_mean``), shape of ``x``,
         with 0 at invalid positions.
     """
-    mean = masked_mean(x, mask)
-    whitened = (x - mean) * torch.rsqrt(masked_var(x, mask) + eps)
+    mean = masked_global_mean(x, mask, sum_over_ranks)
+    whitened = (x - mean) * torch.rsqrt(masked_var(x, mask, sum_over_ranks) + eps)
     if not shift_mean:
         whitened = whitened + mean
     return torch.where(mask, whitened, torch.zeros((), dtype=x.dtype, device=x.device))

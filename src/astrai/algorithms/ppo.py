@@ -14,7 +14,13 @@ from torch import Tensor, nn
 from astrai.algorithms.advantages import compute_gae
 from astrai.algorithms.kl import kl_estimate
 from astrai.algorithms.losses import clipped_policy_loss, clipped_value_loss
-from astrai.algorithms.masked import masked_mean, masked_whiten
+from astrai.algorithms.masked import (
+    SumFn,
+    local_sum,
+    masked_global_mean,
+    masked_mean,
+    masked_whiten,
+)
 from astrai.algorithms.rewards import token_rewards
 from astrai.algorithms.stats import explained_variance
 from astrai.algorithms.strategy import Strategy
@@ -50,12 +56,13 @@ class PPOStrategy(Strategy):
 
     def __init__(
         self,
-        ppo_gamma: float = 1.0,
-        ppo_gae_lambda: float = 0.95,
-        ppo_vf_coef: float = 0.5,
-        value_clip: float | None = None,
-        whiten_advantages: bool = True,
-        entropy_coef: float = 0.0,
+        *,
+        ppo_gamma: float,
+        ppo_gae_lambda: float,
+        ppo_vf_coef: float,
+        value_clip: float | None,
+        whiten_advantages: bool,
+        entropy_coef: float,
         **kwargs: object,
     ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -68,11 +75,15 @@ class PPOStrategy(Strategy):
 
     @torch.no_grad()
     def prepare(
-        self, rollout: Rollout, reference: nn.Module, critic: nn.Module | None = None
+        self,
+        rollout: Rollout,
+        reference: nn.Module,
+        critic: nn.Module | None = None,
+        sum_over_ranks: SumFn = local_sum,
     ) -> dict[str, float]:
         if critic is None:
             raise ValueError("online_ppo needs a critic (critic=value_model)")
-        metrics = self.score_reference(rollout, reference)
+        metrics = self.score_reference(rollout, reference, sum_over_ranks)
         assert rollout.ref_logprobs is not None
         mask = rollout.response_mask
         kl = kl_estimate(rollout.logprobs, rollout.ref_logprobs, self.kl_estimator).clamp(
@@ -90,37 +101,47 @@ class PPOStrategy(Strategy):
         advantages, returns = compute_gae(
             rewards, values, mask, self.ppo_gamma, self.ppo_gae_lambda
         )
-        if self.whiten_advantages:
-            advantages = masked_whiten(advantages, mask)
+        if self.whiten_advantages:  # over every rank's rollout, as one process would
+            advantages = masked_whiten(advantages, mask, sum_over_ranks=sum_over_ranks)
         rollout.values, rollout.returns, rollout.advantages = values, returns, advantages
+
+        def mean(x: Tensor) -> float:
+            return masked_global_mean(x, mask, sum_over_ranks).item()
+
         metrics.update(
             {
                 # over the whole rollout, never averaged over minibatches
-                "value/explained_variance": explained_variance(values, returns, mask),
-                "value/mean": masked_mean(values, mask).item(),
-                "returns/mean": masked_mean(returns, mask).item(),
-                "rollout/token_reward_mean": masked_mean(rewards, mask).item(),
+                "value/explained_variance": explained_variance(
+                    values, returns, mask, sum_over_ranks
+                ),
+                "value/mean": mean(values),
+                "returns/mean": mean(returns),
+                "rollout/token_reward_mean": mean(rewards),
             }
         )
         return metrics
 
     def loss(
-        self, policy: nn.Module, batch: Minibatch, critic: nn.Module | None = None
+        self,
+        policy: nn.Module,
+        batch: Minibatch,
+        critic: nn.Module | None = None,
+        token_count: float | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         if critic is None or batch.values is None or batch.returns is None:
             raise ValueError("online_ppo needs a critic and a prepared rollout")
         mask = batch.response_mask
         logprobs, entropy = self.policy_logprobs(policy, batch)
         policy_loss, stats = clipped_policy_loss(
-            logprobs, batch.old_logprobs, batch.advantages, mask, self.clip_eps
+            logprobs, batch.old_logprobs, batch.advantages, mask, self.clip_eps, token_count
         )
         values = response_values(
             critic, batch.prompt_ids, batch.prompt_mask, batch.response_ids, mask
         )
         value_loss, value_stats = clipped_value_loss(
-            values, batch.values, batch.returns, mask, self.value_clip
+            values, batch.values, batch.returns, mask, self.value_clip, token_count
         )
-        entropy_mean = masked_mean(entropy, mask)
+        entropy_mean = masked_mean(entropy, mask, token_count=token_count)
         loss = policy_loss + self.ppo_vf_coef * value_loss - self.entropy_coef * entropy_mean
         metrics = {
             "loss/policy": policy_loss.detach(),

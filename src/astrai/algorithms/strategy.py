@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from astrai.algorithms.kl import KL_ESTIMATORS, kl_estimate
-from astrai.algorithms.masked import masked_mean
+from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig
@@ -22,6 +22,11 @@ class Strategy(ABC):
 
     Built by ``hydra.utils.instantiate(cfg.train_type)``; ``optimizer`` and ``scheduler`` arrive
     as partials (``_partial_: true``) and receive parameters / the optimizer in the trainer.
+    Every argument is required: the values live in ``conf/train_type/`` (one home per knob).
+
+    Data parallelism reaches a strategy only as two explicit arguments: ``prepare`` gets the
+    trainer's ``sum_over_ranks`` for statistics of the whole rollout, ``loss`` gets the
+    ``token_count`` that divides the token means (see ``algorithms.masked``).
     """
 
     name: str = "strategy"
@@ -29,6 +34,7 @@ class Strategy(ABC):
 
     def __init__(
         self,
+        *,
         group_size: int,
         prompts_per_step: int,
         clip_eps: float,
@@ -38,7 +44,7 @@ class Strategy(ABC):
         minibatches: int,
         sampling: SamplingConfig | dict,
         optimizer: Callable[..., torch.optim.Optimizer],
-        scheduler: Callable[..., Any] | None = None,
+        scheduler: Callable[..., Any],
     ) -> None:
         if kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"train_type.kl_estimator must be one of {KL_ESTIMATORS}")
@@ -56,8 +62,11 @@ class Strategy(ABC):
         self.scheduler = scheduler
 
     @torch.no_grad()
-    def score_reference(self, rollout: Rollout, reference: nn.Module) -> dict[str, float]:
-        """Pin ``rollout.ref_logprobs`` and return k1/k2/k3 of behaviour vs reference."""
+    def score_reference(
+        self, rollout: Rollout, reference: nn.Module, sum_over_ranks: SumFn = local_sum
+    ) -> dict[str, float]:
+        """Pin ``rollout.ref_logprobs`` and return k1/k2/k3 of behaviour vs reference (token
+        means over every rank's rollout)."""
         prompt_ids, prompt_mask = rollout.flat_prompts()
         ref, _ = response_logprobs(
             reference,
@@ -70,23 +79,39 @@ class Strategy(ABC):
         rollout.ref_logprobs = ref.view_as(rollout.logprobs)
         mask = rollout.response_mask
         return {
-            f"kl/{kind}": masked_mean(
-                kl_estimate(rollout.logprobs, rollout.ref_logprobs, kind), mask
+            f"kl/{kind}": masked_global_mean(
+                kl_estimate(rollout.logprobs, rollout.ref_logprobs, kind), mask, sum_over_ranks
             ).item()
             for kind in KL_ESTIMATORS
         }
 
     @abstractmethod
     def prepare(
-        self, rollout: Rollout, reference: nn.Module, critic: nn.Module | None = None
+        self,
+        rollout: Rollout,
+        reference: nn.Module,
+        critic: nn.Module | None = None,
+        sum_over_ranks: SumFn = local_sum,
     ) -> dict[str, float]:
-        """Compute and pin every target the replayed gradient steps optimise; return metrics."""
+        """Compute and pin every target the replayed gradient steps optimise; return metrics.
+
+        ``sum_over_ranks`` sums a tensor over the data-parallel ranks, so statistics of the
+        whole rollout (advantage whitening, logged means) cover every rank's share.
+        """
 
     @abstractmethod
     def loss(
-        self, policy: nn.Module, batch: Minibatch, critic: nn.Module | None = None
+        self,
+        policy: nn.Module,
+        batch: Minibatch,
+        critic: nn.Module | None = None,
+        token_count: float | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Token-mean loss over the whole minibatch and detached scalar metrics."""
+        """Token-mean loss over the whole minibatch and detached scalar metrics.
+
+        ``token_count`` divides every token mean (None: the minibatch's own valid tokens); a
+        data-parallel trainer passes ``global_tokens / world_size``.
+        """
 
     def policy_logprobs(self, policy: nn.Module, batch: Minibatch) -> tuple[Tensor, Tensor]:
         """Current policy logprobs and entropies ``[M, R]`` of the minibatch's responses."""

@@ -18,7 +18,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from tqdm import tqdm
 
-from astrai.algorithms.masked import masked_mean, masked_var
+from astrai.algorithms.masked import masked_global_mean, masked_var
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.io import prune_checkpoints
 from astrai.config.duration import parse_duration
@@ -47,7 +47,7 @@ from astrai.models.pretrained import tokenizer_for
 from astrai.models.tokenizer import Tokenizer
 from astrai.models.value_model import ValueModel, build_value_model
 from astrai.rollout.collect import collect_rollout
-from astrai.rollout.minibatch import flatten_rollout, iter_minibatches
+from astrai.rollout.minibatch import Minibatch, flatten_rollout, iter_minibatches
 from astrai.rollout.rollout import Rollout
 from astrai.tasks.base import Task
 from astrai.training.checkpointing import (
@@ -151,6 +151,23 @@ class Trainer:
             lockstep=self.sharded,
         )
 
+    def prepare(self, rollout: Rollout) -> dict[str, float]:
+        """2. Reference logprobs, (critic values,) advantages, pinned on the rollout; statistics
+        of the whole rollout are summed over the ranks."""
+        return self.strategy.prepare(
+            rollout, self.reference, self.critic, sum_over_ranks=all_reduce_sum
+        )
+
+    def loss_token_count(self, minibatch: Minibatch) -> float | None:
+        """The divisor of the token-mean losses: the minibatch's tokens over every rank divided
+        by the world size, so that the ranks' losses (and the gradients DDP averages) average to
+        the global token mean. None in one process (the minibatch's own count). One collective
+        per minibatch."""
+        if self.dist.world_size == 1:
+            return None
+        tokens = all_reduce_sum(minibatch.response_mask.sum().double())
+        return max(tokens.item(), 1.0) / self.dist.world_size
+
     def update(self, rollout: Rollout) -> dict[str, float]:
         """3. ``ppo_epochs × minibatches`` optimizer steps on the pinned targets."""
         self.policy.train()
@@ -160,13 +177,19 @@ class Trainer:
             for minibatch in iter_minibatches(
                 batch, self.strategy.minibatches, self.shuffle_generator
             ):
-                loss, metrics = self.strategy.loss(self.train_policy, minibatch, self.train_critic)
+                loss, metrics = self.strategy.loss(
+                    self.train_policy,
+                    minibatch,
+                    self.train_critic,
+                    token_count=self.loss_token_count(minibatch),
+                )
                 loss.backward()
                 metrics["policy/grad_norm"] = self._step_policy()
                 if self.critic is not None:
                     metrics["value/grad_norm"] = self._step_critic()
                 means.update(metrics)
-        # token-mean losses are each rank's share (see masked_mean): their average is global
+        # each rank's losses and stats are its share of the global token mean (token_count):
+        # their average over ranks, taken once per update, is the global value
         result = mean_over_ranks(means.compute())
         result["policy/lr"] = self.scheduler.get_last_lr()[0]
         result["policy/version"] = float(self.policy_version)
@@ -201,8 +224,7 @@ class Trainer:
         """One RL step; returns its metrics."""
         t0 = time.perf_counter()
         rollout = self.rollout()
-        # 2. reference logprobs, (critic values,) advantages: pinned on the rollout
-        metrics = self.strategy.prepare(rollout, self.reference, self.critic)
+        metrics = self.prepare(rollout)
         t1 = time.perf_counter()
         metrics.update(self.update(rollout))
         t2 = time.perf_counter()
@@ -360,8 +382,8 @@ def rollout_metrics(rollout: Rollout, eos_id: int) -> dict[str, float]:
         "rollout/reward_std": (sums[1] / n - reward_mean**2).clamp(min=0).sqrt().item(),
         "rollout/response_len": (sums[2] / n).item(),
         "rollout/eos_frac": (sums[3] / n).item(),
-        "advantages/mean": masked_mean(rollout.advantages, mask).item(),
-        "advantages/std": masked_var(rollout.advantages, mask).sqrt().item(),
+        "advantages/mean": masked_global_mean(rollout.advantages, mask, all_reduce_sum).item(),
+        "advantages/std": masked_var(rollout.advantages, mask, all_reduce_sum).sqrt().item(),
     }
 
 
