@@ -1,0 +1,130 @@
+"""The README and docs/ stay navigable: a short README, relative links (and their #anchors) that
+resolve, every docs page reachable from the README, no scratch paths in docs/."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+README_MAX_LINES = 200
+
+FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.MULTILINE | re.DOTALL)
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+INLINE_LINK = re.compile(r"\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REFERENCE_LINK = re.compile(r"^\s*\[[^\]\n]+\]:\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$", re.MULTILINE)
+HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+
+
+def doc_pages() -> list[Path]:
+    return sorted(DOCS.rglob("*.md"))
+
+
+def markdown_files() -> list[Path]:
+    return [README, *doc_pages()]
+
+
+def prose(text: str) -> str:
+    """The text without fenced code blocks and inline code, where brackets are not links."""
+    return INLINE_CODE.sub("", FENCE.sub("", text))
+
+
+def links(text: str) -> list[str]:
+    body = prose(text)
+    return INLINE_LINK.findall(body) + REFERENCE_LINK.findall(body)
+
+
+def is_external(target: str) -> bool:
+    return re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target) is not None  # http:, https:, mailto:
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link in a heading: its text
+    text = text.replace("`", "").strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """Every anchor GitHub renders for the headings of a markdown file (repeats get -1, -2, ...)."""
+    seen: dict[str, int] = {}
+    result = set()
+    for heading in HEADING.findall(FENCE.sub("", path.read_text(encoding="utf-8"))):
+        base = slug(heading)
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        result.add(base if count == 0 else f"{base}-{count}")
+    return result
+
+
+def broken_links(path: Path) -> list[str]:
+    """Relative links of one markdown file whose file (or #anchor in a markdown file) is missing."""
+    problems = []
+    for target in links(path.read_text(encoding="utf-8")):
+        if is_external(target):
+            continue
+        file_part, _, anchor = target.partition("#")
+        resolved = (path.parent / file_part).resolve() if file_part else path
+        if not resolved.exists():
+            problems.append(f"{path.relative_to(ROOT)}: {target} (no such file)")
+        elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+            problems.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
+    return problems
+
+
+def test_readme_fits_on_a_screen() -> None:
+    n_lines = len(README.read_text(encoding="utf-8").splitlines())
+    assert n_lines <= README_MAX_LINES, f"README.md has {n_lines} lines"
+
+
+def test_readme_documents_make_test() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert re.search(r"^make test\b", text, re.MULTILINE), "README.md lost `make test`"
+
+
+@pytest.mark.parametrize("path", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(path: Path) -> None:
+    assert broken_links(path) == []
+
+
+def test_every_docs_page_is_linked_from_readme() -> None:
+    pages = doc_pages()
+    assert pages, "docs/ has no pages"
+    linked = {
+        (ROOT / target.partition("#")[0]).resolve()
+        for target in links(README.read_text(encoding="utf-8"))
+        if not is_external(target)
+    }
+    unlinked = [str(p.relative_to(ROOT)) for p in pages if p.resolve() not in linked]
+    assert unlinked == []
+
+
+def test_docs_name_no_scratch_paths() -> None:
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in sorted(DOCS.rglob("*"))
+        if p.is_file() and "/tmp/" in p.read_text(encoding="utf-8", errors="replace")
+    ]
+    assert offenders == []
+
+
+def test_checker_catches_broken_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the checks above must be able to fail: a missing file and a missing heading are reported,
+    # links in code and external links are not
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)  # paths in messages relative to tmp_path
+    (tmp_path / "other.md").write_text("# Some `code` heading\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "[ok](other.md#some-code-heading) [web](https://example.com/x.md)\n"
+        "[gone](missing.md) [bad anchor](other.md#nope) `[in code](nowhere.md)`\n"
+        "```\n[in a block](nowhere.md)\n```\n"
+    )
+    problems = broken_links(page)
+    assert problems == [
+        "page.md: missing.md (no such file)",
+        "page.md: other.md#nope (no such heading)",
+    ]
