@@ -68,6 +68,7 @@ docker-clean: $(STAMP) ## keep only the newest KEEP=N checkpoints of every run i
 	done
 
 # No $(STAMP) and no preflight: it needs no Python and no astrai image, only vLLM's pinned one.
+# An empty CUDA_VISIBLE_DEVICES (it would hide every GPU) is unset; a non-empty one selects GPUs.
 docker-serve: ## serve an exported model with vLLM on 127.0.0.1: MODEL=<dir> [PORT=8000 NAME=astrai]
 	@model='$(MODEL)'; \
 	if [ -z "$$model" ]; then \
@@ -83,6 +84,7 @@ docker-serve: ## serve an exported model with vLLM on 127.0.0.1: MODEL=<dir> [PO
 	fi; \
 	ASTRAI_SERVE_MODEL="$$(CDPATH= cd -- "$$model" && pwd -P)" || exit 2; \
 	export ASTRAI_SERVE_MODEL; \
+	[ -n "$${CUDA_VISIBLE_DEVICES:-}" ] || unset CUDA_VISIBLE_DEVICES; \
 	$(if $(PORT),export ASTRAI_SERVE_PORT='$(PORT)';) \
 	$(if $(NAME),export ASTRAI_SERVE_NAME='$(NAME)';) \
 	echo "docker-serve: $$ASTRAI_SERVE_MODEL on http://127.0.0.1:$${ASTRAI_SERVE_PORT:-8000}/v1"; \

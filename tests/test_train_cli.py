@@ -53,6 +53,7 @@ def run_train(
         ("train_type.clip_eps=abc", "train_type.clip_eps"),
         ("trainer.total_steps=ten", "trainer.total_steps"),
         ("infra.gpu.devices=[1,1]", "infra.gpu.devices"),
+        ("+infra.environment={PATH:/nonexistent}", "infra.environment.PATH cannot be set"),
         ("train_type=online_ppo critic=none", "critic=value_model"),
         ("train_type=online_ppo train_type.ppo_gamma=1.5", "train_type.ppo_gamma"),
         ("train_type=online_ppo train_type.ppo_gae_lambda=-1", "train_type.ppo_gae_lambda"),

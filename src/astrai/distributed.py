@@ -65,12 +65,22 @@ def env_context(environ: dict[str, str] | None = None) -> DistContext:
     return DistContext(rank=rank, local_rank=local, world_size=world)
 
 
+def process_group_backend(device_type: str) -> str:
+    """The process group's backend for a run on ``device_type``.
+
+    On CUDA, NCCL serves CUDA tensors and gloo the CPU ones: the trainer reduces small CPU
+    tensors too (the stop vote, logged metrics, object gathers), and a group registered for
+    CUDA only fails them with "No backend type associated with device type cpu".
+    """
+    return "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
+
+
 def init_distributed(device: torch.device) -> DistContext:
-    """Join the process group described by the environment (``nccl`` on CUDA, ``gloo`` on
-    CPU); a single process joins nothing."""
+    """Join the process group described by the environment (``process_group_backend``); a
+    single process joins nothing."""
     ctx = env_context()
     if ctx.world_size > 1 and not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
+        backend = process_group_backend(device.type)
         dist.init_process_group(backend=backend, timeout=timedelta(minutes=30))
     return ctx
 

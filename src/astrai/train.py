@@ -88,6 +88,10 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         sys.exit(2)
     try:
         summary = run(cfg, run_dir)
+    except ConfigError as err:  # found once the run starts (e.g. the launch's grace period)
+        _discard_run_dir(run_dir)
+        print(f"astrai: config error: {err}", file=sys.stderr)
+        sys.exit(2)
     except CheckpointError as err:
         # raised while restoring, before the run writes anything
         _discard_run_dir(run_dir)

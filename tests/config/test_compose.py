@@ -11,7 +11,8 @@ from tests.helpers import compose_config
 
 from astrai.algorithms.grpo import GRPOStrategy
 from astrai.algorithms.ppo import PPOStrategy
-from astrai.config.validate import ConfigError, parse_gpu_devices, validate_config
+from astrai.config.devices import parse_gpu_devices
+from astrai.config.validate import ConfigError, validate_config
 from astrai.models.llama import LlamaForCausalLM
 from astrai.paths import CONFIG_DIR
 from astrai.rollout.sampler import SamplingConfig
@@ -154,6 +155,10 @@ def test_optimizer_and_scheduler_are_partials() -> None:
         (["infra.gpu.devices=[]"], "infra.gpu.devices"),
         (["infra.gpu.devices=[a]"], "infra.gpu.devices"),
         (["infra.nproc_per_node=0"], "infra.nproc_per_node"),
+        (["+infra.environment={PATH:/tmp/bin}"], "infra.environment.PATH"),
+        (["+infra.environment.CUDA_VISIBLE_DEVICES="], "infra.environment.CUDA_VISIBLE_DEVICES"),
+        (["+infra.environment.DOCKER_HOST=tcp://x:2375"], "infra.environment.DOCKER_HOST"),
+        (["+infra.environment.ASTRAI_IMAGE=other:1"], "infra.environment.ASTRAI_IMAGE"),
         (["task.eval_fraction=1.5"], "eval_fraction"),
         (["task=reverse", "task.max_len=5"], "train_type.sampling.max_new_tokens"),
         (["critic=value_model"], "critic=none"),

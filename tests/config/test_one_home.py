@@ -84,12 +84,18 @@ def _parameters(target: str) -> dict[str, Any]:
     """Name -> default (``inspect.Parameter.empty`` when none) of what ``target`` takes from
     the config, following ``**kwargs`` up the class hierarchy (the strategies) or into the
     config class it builds (``build_llama``)."""
-    if target in KWARGS_CLASSES:
-        return {
-            f.name: f.default if f.default is not dataclasses.MISSING else inspect.Parameter.empty
-            for f in dataclasses.fields(KWARGS_CLASSES[target])
-        }
     obj = get_object(target)
+    if target in KWARGS_CLASSES:
+        own = inspect.signature(obj).parameters.values()
+        return {
+            **{p.name: p.default for p in own if p.kind is not p.VAR_KEYWORD},
+            **{
+                f.name: f.default
+                if f.default is not dataclasses.MISSING
+                else inspect.Parameter.empty
+                for f in dataclasses.fields(KWARGS_CLASSES[target])
+            },
+        }
     owners = obj.__mro__ if isinstance(obj, type) else (obj,)
     params: dict[str, Any] = {}
     for owner in owners:

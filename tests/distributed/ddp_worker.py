@@ -42,3 +42,40 @@ def one_update(rank: int, world: int, resolved: str, rollout_file: str, out: str
     del trainer
     gc.collect()
     torch.distributed.destroy_process_group()
+
+
+def collectives_under(rank: int, world: int, backend: str, resolved: str, out: str) -> None:
+    """One RL step, the stop vote and a checkpoint on CPU under a process group with the given
+    ``backend`` spec: every collective the trainer makes must find a backend for its tensors."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group(
+        backend, init_method=f"file://{Path(out) / 'rendezvous'}", rank=rank, world_size=world
+    )
+    from astrai.training.trainer import Trainer, agreed_stop_reason
+
+    trainer = Trainer(OmegaConf.create(resolved), Path(out) / "run")
+    metrics = trainer.train_step()  # rollout, prepare, update, rollout metrics and accuracy
+    stopped = agreed_stop_reason("SIGTERM" if rank == 1 else None)
+    checkpoint = trainer.save_checkpoint()  # gathers every rank's random state
+    if rank == 0:
+        torch.save({"metrics": metrics, "stopped": stopped, "checkpoint": str(checkpoint)},
+                   Path(out) / "result.pt")  # fmt: skip
+    torch.distributed.barrier()
+    del trainer
+    gc.collect()
+    torch.distributed.destroy_process_group()
+
+
+def reduce_a_cpu_tensor(rank: int, world: int, backend: str, out: str) -> None:
+    """``all_reduce_max`` (the stop vote, a CPU tensor) under ``backend``; raises if no backend
+    serves CPU tensors."""
+    torch.distributed.init_process_group(
+        backend, init_method=f"file://{Path(out) / 'rendezvous'}", rank=rank, world_size=world
+    )
+    from astrai.distributed import all_reduce_max
+
+    try:
+        assert all_reduce_max(float(rank)) == world - 1
+    finally:
+        torch.distributed.destroy_process_group()

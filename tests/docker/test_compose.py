@@ -33,6 +33,8 @@ NCCL_PASSTHROUGH = {
     "NCCL_ASYNC_ERROR_HANDLING",
 }
 PASSTHROUGH = {"CUDA_VISIBLE_DEVICES"} | NCCL_PASSTHROUGH
+# what compose.yaml's CUDA_VISIBLE_DEVICES entry names when the host's value is empty or unset
+NO_CVD = "ASTRAI_CUDA_VISIBLE_DEVICES_UNSET"
 VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
 
 # what the launcher sets, plus host variables that must not reach the container
@@ -154,11 +156,14 @@ def test_environment_is_only_the_pass_through_list(launched: dict) -> None:
     assert set(launched["services"]["server"]["environment"]) == SERVER_ENVIRONMENT
 
 
-def test_unset_cuda_visible_devices_stays_unset(bare: dict) -> None:
-    # A value-less entry of an unset variable renders as null (no value, no empty string: an
-    # empty CUDA_VISIBLE_DEVICES would hide every GPU).
-    environment = bare["services"]["trainer"]["environment"]
-    assert set(environment) == PASSTHROUGH
+@pytest.mark.parametrize("host", [{}, {"CUDA_VISIBLE_DEVICES": ""}])
+def test_empty_or_unset_cuda_visible_devices_stays_unset(render, host: dict) -> None:  # noqa: ANN001
+    # Unset or empty on the host: no CUDA_VISIBLE_DEVICES at all in the container (a value-less
+    # entry would pass an empty value on, and an empty CUDA_VISIBLE_DEVICES hides every GPU).
+    # The entry then names a variable nobody sets, which renders as null: left out.
+    environment = render(host)["services"]["trainer"]["environment"]
+    assert "CUDA_VISIBLE_DEVICES" not in environment
+    assert set(environment) == NCCL_PASSTHROUGH | {NO_CVD}
     assert all(value is None for value in environment.values())
 
 
@@ -298,9 +303,11 @@ def test_server_environment_is_cuda_visible_devices_only(render, served: dict) -
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
     }
-    unset = render({"ASTRAI_SERVE_MODEL": "/srv/m"}, "serve")["services"]["server"]
-    # unset on the host: no value (not the empty string, which would hide every GPU)
-    assert unset["environment"]["CUDA_VISIBLE_DEVICES"] is None
+    for host in ({}, {"CUDA_VISIBLE_DEVICES": ""}):
+        unset = render({"ASTRAI_SERVE_MODEL": "/srv/m", **host}, "serve")["services"]["server"]
+        # unset or empty on the host: none at all (the empty string would hide every GPU)
+        assert "CUDA_VISIBLE_DEVICES" not in unset["environment"]
+        assert unset["environment"][NO_CVD] is None
     assert "xyz" not in json.dumps(served) and "abc" not in json.dumps(served)
 
 

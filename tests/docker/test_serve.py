@@ -155,3 +155,19 @@ def test_serve_port_and_name(make_serve, export_dir: Path) -> None:  # noqa: ANN
     assert (server["ports"][0]["host_ip"], server["ports"][0]["published"]) == ("127.0.0.1", "9001")
     assert server["command"][-2:] == ["--served-model-name", "policy-a"]
     assert "http://127.0.0.1:9001/v1" in result.stdout
+
+
+@pytest.mark.parametrize(("host", "expected"), [("", None), ("1,0", "1,0")])
+def test_serve_never_passes_an_empty_cuda_visible_devices(
+    make_serve,  # noqa: ANN001
+    export_dir: Path,
+    host: str,
+    expected: str | None,
+) -> None:
+    """An empty CUDA_VISIBLE_DEVICES (it hides every GPU) is unset before compose runs, and
+    compose.yaml would not pass one either; a non-empty one selects the server's GPUs."""
+    result, calls, rendered = make_serve(f"MODEL={export_dir}", env={"CUDA_VISIBLE_DEVICES": host})
+    assert result.returncode == 0, result.stderr
+    (call,) = calls
+    assert call["env"].get("CUDA_VISIBLE_DEVICES") == expected
+    assert rendered["services"]["server"]["environment"].get("CUDA_VISIBLE_DEVICES") == expected

@@ -8,8 +8,8 @@ import pytest
 from hydra_plugins.astrai_docker_launcher._environment import (
     compose_argv,
     compose_environment,
-    container_processes,
-    cuda_visible_devices,
+    container_overrides,
+    container_plan,
     forwarded_names,
 )
 
@@ -29,6 +29,8 @@ HOST = {
 
 def _infra(devices: object = "all", environment: dict | None = None, **mounts: str) -> dict:
     return {
+        "device": "auto",
+        "nproc_per_node": "auto",
         "gpu": {"devices": devices},
         "container": {
             "image": "astrai:latest",
@@ -48,12 +50,18 @@ def test_all_devices_leaves_cuda_visible_devices_unset() -> None:
     assert "CUDA_VISIBLE_DEVICES" not in env  # infra.gpu.devices is the one selector
 
 
-def test_a_device_list_becomes_a_comma_separated_value() -> None:
-    env = compose_environment(_infra([0, 2]), HOST, 1000, 1000, REPO)
-    assert env["CUDA_VISIBLE_DEVICES"] == "0,2"
-    assert cuda_visible_devices([3]) == "3"
-    with pytest.raises(ValueError):
-        cuda_visible_devices([])
+@pytest.mark.parametrize(("devices", "value"), [([0, 2], "0,2"), ([1, 0], "1,0"), ([3], "3")])
+def test_a_device_list_becomes_a_comma_separated_value(devices: list[int], value: str) -> None:
+    env = compose_environment(_infra(devices), HOST, 1000, 1000, REPO)
+    assert env["CUDA_VISIBLE_DEVICES"] == value  # in order: the container's GPU 0 comes first
+    env = compose_environment(_infra(devices), {**HOST, "CUDA_VISIBLE_DEVICES": "7"}, 1, 1, REPO)
+    assert env["CUDA_VISIBLE_DEVICES"] == value  # the host's value never counts
+
+
+def test_a_cpu_job_selects_no_gpu() -> None:
+    infra = _infra([1, 0]) | {"device": "cpu"}
+    assert "CUDA_VISIBLE_DEVICES" not in compose_environment(infra, HOST, 1, 1, REPO)
+    assert container_plan(infra).processes == 1
 
 
 def test_uid_gid_and_container_settings() -> None:
@@ -109,6 +117,33 @@ def test_infra_environment_is_forwarded_and_wins_over_the_host() -> None:
     ]
 
 
+def test_launcher_owned_variables_win_over_infra_environment() -> None:
+    # validate_config refuses these names in infra.environment; should one get through, the
+    # Docker CLI still runs with the host's PATH and the launcher's ASTRAI_* and GPU selection
+    hostile = {"PATH": "/evil", "DOCKER_HOST": "tcp://evil:2375", "ASTRAI_IMAGE": "evil:1"}
+    env = compose_environment(_infra([1], hostile | {"CUDA_VISIBLE_DEVICES": ""}), HOST, 1, 1, REPO)
+    assert env["PATH"] == "/usr/bin" and env["DOCKER_HOST"] == "unix:///run/docker.sock"
+    assert env["ASTRAI_IMAGE"] == "astrai:latest"
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+    env = compose_environment(_infra("all", {"CUDA_VISIBLE_DEVICES": ""}), HOST, 1, 1, REPO)
+    assert "CUDA_VISIBLE_DEVICES" not in env
+
+
+def test_the_container_is_told_all_when_its_gpus_are_narrowed() -> None:
+    overrides = ["seed=1", "infra.gpu.devices=[1,0]", "+infra.environment.X=1"]
+    plan = container_plan(_infra([1, 0]))
+    assert (plan.cuda_visible_devices, plan.gpu_devices) == ("1,0", "all")
+    assert container_overrides(overrides, plan) == [
+        "seed=1",
+        "+infra.environment.X=1",
+        "infra.gpu.devices=all",
+    ]
+    # nothing narrowed (all GPUs, or a CPU job): the overrides go in as given
+    assert container_overrides(overrides, container_plan(_infra("all"))) == overrides
+    cpu = container_plan(_infra([1, 0]) | {"device": "cpu"})
+    assert container_overrides(overrides, cpu) == overrides
+
+
 def test_compose_argv_is_a_list_with_the_job_dir_mounted_and_never_build() -> None:
     job = Path("/repo/multirun/2026-11-30/10-00-00/3")
     argv = compose_argv(
@@ -141,28 +176,23 @@ def test_compose_argv_is_a_list_with_the_job_dir_mounted_and_never_build() -> No
     assert "--build" not in argv
 
 
-def test_a_multi_gpu_job_runs_torchrun_in_the_container() -> None:
+def test_a_multi_gpu_job_runs_train_py_which_starts_its_workers() -> None:
+    # no torchrun in the container: train.py's own launch forwards docker stop's SIGTERM to its
+    # workers and exits 0; the narrowed GPUs and `all` make its `auto` count 2 processes
     job = Path("/repo/multirun/x/0")
-    processes = container_processes(_infra([0, 1]) | {"nproc_per_node": "auto"})
-    assert processes == 2
-    argv = compose_argv(
-        "docker", Path("/repo/docker/compose.yaml"), "trainer", [], job, ["seed=1"], processes
-    )
-    service = argv.index("trainer")
-    assert argv[argv.index("--entrypoint") + 1] == "torchrun"
-    # the in-container command: torchrun --standalone --nproc_per_node=2 train.py overrides
-    assert argv[service + 1 :] == [
-        "--standalone",
-        "--nproc_per_node=2",
-        "/workspace/train.py",
+    plan = container_plan(_infra([0, 1]))
+    assert plan.processes == 2 and plan.cuda_visible_devices == "0,1"
+    overrides = container_overrides(["seed=1", "infra.gpu.devices=[0,1]"], plan)
+    argv = compose_argv("docker", Path("/repo/docker/compose.yaml"), "trainer", [], job, overrides)
+    assert "--entrypoint" not in argv and "torchrun" not in argv
+    assert argv[argv.index("trainer") + 1 :] == [
         "seed=1",
+        "infra.gpu.devices=all",
         f"hydra.run.dir={job}",
     ]
 
 
 def test_container_processes() -> None:
-    assert container_processes(_infra("all") | {"nproc_per_node": "auto"}) is None
-    assert container_processes(_infra([3]) | {"nproc_per_node": "auto"}) == 1
-    assert container_processes(_infra("all") | {"nproc_per_node": 4}) == 4
-    single = compose_argv("docker", Path("/c.yaml"), "trainer", [], Path("/j"), [], 1)
-    assert "--entrypoint" not in single and "torchrun" not in single
+    assert container_plan(_infra("all")).processes is None  # the container counts its GPUs
+    assert container_plan(_infra([3])).processes == 1
+    assert container_plan(_infra("all") | {"nproc_per_node": 4}).processes == 4

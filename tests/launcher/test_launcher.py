@@ -71,6 +71,24 @@ def test_plugin_is_discovered_from_any_working_directory(tmp_path: Path) -> None
         (["-m", "hydra/launcher=docker", "infra=docker", "infra.gpu.devices=[-1]"], "non-negative"),
         (["-m", "hydra/launcher=docker", "infra=docker", "infra.gpu.devices=[]"], "non-empty"),
         (["-m", "hydra/launcher=docker", "infra=docker", "infra.gpu.devices=[a]"], "integers"),
+        # infra.environment cannot reach the Docker CLI's own variables, nor the GPU selection
+        (
+            ["-m", "hydra/launcher=docker", "infra=docker", "+infra.environment={PATH:/nowhere}"],
+            "infra.environment.PATH cannot be set per job",
+        ),
+        (
+            ["-m", "hydra/launcher=docker", "infra=docker", "+infra.environment.DOCKER_HOST=x"],
+            "infra.environment.DOCKER_HOST cannot be set per job",
+        ),
+        (
+            [
+                "-m",
+                "hydra/launcher=docker",
+                "infra=docker",
+                "+infra.environment.CUDA_VISIBLE_DEVICES=",
+            ],
+            "infra.environment.CUDA_VISIBLE_DEVICES cannot be set per job",
+        ),
         (
             ["-m", "hydra/launcher=docker", "infra=docker", "infra.container.image=missing:latest"],
             "missing:latest is not available to Docker (run make docker-build)",
@@ -151,6 +169,44 @@ def test_multirun_through_the_cli_runs_each_job_via_docker_compose(tmp_path: Pat
         assert (seen["ASTRAI_UID"], seen["ASTRAI_GID"]) == (str(os.getuid()), str(os.getgid()))
         assert seen["ASTRAI_OUTPUTS_DIR"] == str(tmp_path / "mounts" / "outputs")
         assert "HF_TOKEN" not in seen and "OMP_NUM_THREADS" not in seen
+
+
+def test_narrowed_gpus_are_not_selected_again_in_the_container(tmp_path: Path) -> None:
+    """Each job's GPUs reach its container as CUDA_VISIBLE_DEVICES, in order, and the container
+    is told infra.gpu.devices=all (whoever narrows says "all"); an empty host value never
+    reaches a job."""
+    env = _env(tmp_path) | {"CUDA_VISIBLE_DEVICES": ""}
+    sweep = tmp_path / "sweep"
+    result = _train(
+        [
+            "-m",
+            "hydra/launcher=docker",
+            "infra=docker",
+            "infra.gpu.devices=[1],[1,0],all",
+            "infra.nproc_per_node=1",  # one process per container (torchrun: test_environment)
+            "+infra.environment.MY_FLAG=on",
+            f"hydra.sweep.dir={sweep}",
+            *_mounts(tmp_path),
+            *QUICK,
+        ],
+        tmp_path,
+        env,
+    )
+    assert result.returncode == 0, result.stderr
+    calls = _compose_calls(tmp_path)
+    assert len(calls) == 3
+    for num, (call, visible) in enumerate(zip(calls, ["1", "1,0", None], strict=True)):
+        argv, seen = call["argv"], call["env"]
+        assert seen.get("CUDA_VISIBLE_DEVICES") == visible
+        forwarded = {argv[i + 1] for i, a in enumerate(argv) if a == "-e"}
+        assert ("CUDA_VISIBLE_DEVICES" in forwarded) == (visible is not None)
+        assert seen["MY_FLAG"] == "on" and "MY_FLAG" in forwarded
+        service = argv.index("trainer")
+        devices = [a for a in argv[service:] if a.startswith("infra.gpu.devices=")]
+        assert devices == ["infra.gpu.devices=all"]
+        job_config = (sweep / str(num) / ".hydra" / "config.yaml").read_text()
+        assert "devices: all" in job_config  # what the container's train.py composed
+        assert json.loads((sweep / str(num) / "summary.json").read_text())["step"] == 2
 
 
 def test_launch_returns_each_jobs_summary_and_reports_the_failed_one(

@@ -5,7 +5,7 @@ import math
 import torch
 from torch.testing import assert_close
 
-from astrai.rollout.scoring import entropy_from_logits
+from astrai.rollout.scoring import entropy_from_logits, split_rows
 
 
 def test_entropy_from_logits_hand_values():
@@ -24,3 +24,11 @@ def test_entropy_from_logits_hand_values():
 
 def test_entropy_from_logits_keeps_leading_shape():
     assert entropy_from_logits(torch.randn(2, 3, 5)).shape == (2, 3)
+
+
+def test_split_rows_covers_every_row_once_in_order():
+    a, b = torch.arange(14).view(7, 2), torch.arange(7)
+    parts = split_rows(3, a, b)
+    assert [p[1].tolist() for p in parts] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert torch.equal(torch.cat([p[0] for p in parts]), a)
+    assert split_rows(None, a, b) == [(a, b)] and split_rows(7, a, b) == [(a, b)]

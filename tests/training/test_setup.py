@@ -7,22 +7,78 @@ import random
 import numpy as np
 import pytest
 import torch
+from omegaconf import DictConfig, OmegaConf
 
+from astrai.config.errors import ConfigError
+from astrai.distributed import DistContext
 from astrai.training.setup import make_generator, resolve_device, seed_everything
 
 
-def test_cpu_and_auto_devices() -> None:
-    assert resolve_device("cpu") == torch.device("cpu")
-    assert resolve_device("cpu", [1, 2]) == torch.device("cpu")
+def _infra(device: str = "auto", devices: object = "all", nproc: object = "auto") -> DictConfig:
+    return OmegaConf.create(
+        {"device": device, "gpu": {"devices": devices}, "nproc_per_node": nproc}
+    )
+
+
+@pytest.fixture
+def set_devices(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """``torch.cuda.set_device`` recorded instead of called (no GPU here); no inherited
+    ``CUDA_VISIBLE_DEVICES``."""
+    calls: list[int] = []
+    monkeypatch.setattr(torch.cuda, "set_device", calls.append)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return calls
+
+
+def test_cpu_and_auto_devices(set_devices: list[int]) -> None:
+    assert resolve_device(_infra("cpu"), cuda_count=4) == torch.device("cpu")
+    assert resolve_device(_infra("cpu", [1, 2]), cuda_count=4) == torch.device("cpu")
+    assert resolve_device(_infra("auto", [1, 2]), cuda_count=0) == torch.device("cpu")
     expected = "cuda" if torch.cuda.is_available() else "cpu"
-    assert resolve_device("auto").type == expected
+    assert resolve_device(_infra("auto")).type == expected
+    assert set_devices == []
 
 
-def test_cuda_without_gpu_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert resolve_device("auto") == torch.device("cpu")
-    with pytest.raises(RuntimeError, match="infra.device=cuda"):
-        resolve_device("cuda")
+def test_cuda_without_gpu_is_an_error(set_devices: list[int]) -> None:
+    with pytest.raises(ConfigError, match="infra.device=cuda but no CUDA device is visible"):
+        resolve_device(_infra("cuda"), cuda_count=0)
+
+
+@pytest.mark.parametrize(
+    ("devices", "local_rank", "cuda_count", "index"),
+    [
+        ("all", 0, 2, 0),
+        ([1], 0, 2, 1),  # one process on the host: the listed GPU itself, nothing narrowed
+        ([1, 0], 0, 2, 1),
+        ([1, 0], 1, 2, 0),  # a torchrun rank with a list: the r-th listed GPU
+        ("all", 1, 2, 1),  # an elastic worker told "all" after narrowing: visible GPU r
+    ],
+)
+def test_each_local_rank_takes_its_gpu(
+    set_devices: list[int], devices: object, local_rank: int, cuda_count: int, index: int
+) -> None:
+    dist = DistContext(rank=local_rank, local_rank=local_rank, world_size=2)
+    device = resolve_device(_infra("auto", devices), dist, cuda_count=cuda_count)
+    assert device == torch.device("cuda", index)
+    assert set_devices == [index]
+
+
+def test_a_container_told_all_uses_its_first_visible_gpu(
+    set_devices: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the Docker launcher narrowed CUDA_VISIBLE_DEVICES to "1" and told the container "all";
+    # the container then sees one GPU, its cuda:0 (before, it was told [1] and asked for cuda:1:
+    # "selects GPU 1; only 1 are visible")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert resolve_device(_infra("auto", "all"), cuda_count=1) == torch.device("cuda", 0)
+    with pytest.raises(ConfigError, match=r"infra\.gpu\.devices=\[1\] selects GPU 1"):
+        resolve_device(_infra("auto", [1]), cuda_count=1)
+
+
+def test_more_ranks_than_selected_gpus_is_an_error(set_devices: list[int]) -> None:
+    dist = DistContext(rank=2, local_rank=2, world_size=3)
+    with pytest.raises(ConfigError, match="infra.gpu.devices selects 2 GPU"):
+        resolve_device(_infra("cuda", [1, 0]), dist, cuda_count=2)
 
 
 def test_seed_everything_repeats_every_stream() -> None:

@@ -17,7 +17,8 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra_plugins.astrai_docker_launcher._environment import (
     compose_argv,
     compose_environment,
-    container_processes,
+    container_overrides,
+    container_plan,
     forwarded_names,
 )
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -58,7 +59,8 @@ def _fail_before_launch(message: str, sweep_dir: Path) -> None:
 
 
 def _check_job(job_config: DictConfig) -> str | None:
-    """Validate a job's config on the host before any container starts; the error or None."""
+    """Validate a job's config on the host before any container starts (for the container:
+    its GPUs are not this machine's to count); the error or None."""
     from astrai.config.validate import ConfigError, validate_config
 
     if job_config.infra.name != "docker":
@@ -67,7 +69,7 @@ def _check_job(job_config: DictConfig) -> str | None:
             "add infra=docker to the command line"
         )
     try:
-        validate_config(job_config)
+        validate_config(job_config, where="container")
     except ConfigError as err:
         return str(err)
     return None
@@ -161,14 +163,14 @@ def _run_job(
     infra = OmegaConf.to_container(job_config.infra, resolve=True)
     assert isinstance(infra, dict)
     env = compose_environment(infra, os.environ, os.getuid(), os.getgid(), repo_root)
+    plan = container_plan(infra)
     argv = compose_argv(
         launcher.docker,
         compose_file,
         launcher.service,
         forwarded_names(env, infra),
         job_dir,
-        overrides,
-        container_processes(infra),
+        container_overrides(overrides, plan),
     )
     log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
     returncode, tail = _stream(argv, env, repo_root, job_dir / JOB_LOG_FILE, launcher.tail_lines)

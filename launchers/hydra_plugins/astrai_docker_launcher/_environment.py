@@ -6,30 +6,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-# What the Docker CLI itself needs to reach the engine; none of it is passed into the container
-# (compose only passes the names compose.yaml lists and the -e flags below).
-DOCKER_CLI_VARIABLES = (
-    "PATH",
-    "HOME",
-    "DOCKER_HOST",
-    "DOCKER_CONFIG",
-    "DOCKER_CONTEXT",
-    "DOCKER_CERT_PATH",
-    "DOCKER_TLS_VERIFY",
-    "XDG_RUNTIME_DIR",
-)
+from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan, infra_plan
+from astrai.config.environment import DOCKER_CLI_VARIABLES
+
+# DOCKER_CLI_VARIABLES: what the Docker CLI itself needs to reach the engine, from the host
+# only (validate_config refuses them in infra.environment); none of it is passed into the
+# container (compose only passes the names compose.yaml lists and the -e flags below).
+
 FORWARDED_PREFIX = "NCCL_"
+GPU_DEVICES_KEY = "infra.gpu.devices"
 
 
-def cuda_visible_devices(devices: Any) -> str | None:
-    """``"all"`` -> None (leave the variable unset: every reserved GPU is visible);
-    ``[0, 2]`` -> ``"0,2"``. Never the empty string, which would hide every GPU."""
-    if devices == "all":
-        return None
-    indices = [int(i) for i in devices]
-    if not indices:
-        raise ValueError("infra.gpu.devices must be 'all' or a non-empty list")
-    return ",".join(str(i) for i in indices)
+def container_plan(infra: Mapping[str, Any]) -> DevicePlan:
+    """The job's device plan as seen from the host (``astrai.config.devices``,
+    ``where="container"``): the ``CUDA_VISIBLE_DEVICES`` of the container, what it is told
+    about ``infra.gpu.devices`` and how many processes it runs."""
+    return infra_plan(infra, "container")
 
 
 def resolve_host_path(path: str, repo_root: Path) -> str:
@@ -46,11 +38,15 @@ def compose_environment(
     repo_root: Path,
 ) -> dict[str, str]:
     """The environment ``docker compose`` runs with, built from scratch (nothing inherited
-    implicitly): the Docker CLI's own variables, ``ASTRAI_UID``/``ASTRAI_GID``, the container
-    settings and mounts as ``ASTRAI_*`` interpolation variables, ``CUDA_VISIBLE_DEVICES`` from
-    ``infra.gpu.devices`` (absent for ``all``; an inherited value, empty or not, is never
-    used), ``NCCL_*`` from the host, then ``infra.environment`` (which wins)."""
-    env = {name: host_env[name] for name in DOCKER_CLI_VARIABLES if name in host_env}
+    implicitly): ``NCCL_*`` from the host, ``infra.environment`` over them, then what the
+    launcher owns: the Docker CLI's own variables from the host, ``ASTRAI_UID``/``ASTRAI_GID``,
+    the container settings and mounts as ``ASTRAI_*`` interpolation variables and
+    ``CUDA_VISIBLE_DEVICES`` from the device plan (absent for ``all``; an inherited value,
+    empty or not, is never used). ``validate_config`` has refused every launcher-owned name in
+    ``infra.environment``."""
+    env = {k: v for k, v in host_env.items() if k.startswith(FORWARDED_PREFIX)}
+    env.update({str(k): str(v) for k, v in (infra.get("environment") or {}).items()})
+    env.update({name: host_env[name] for name in DOCKER_CLI_VARIABLES if name in host_env})
     container, mounts = infra["container"], infra["mounts"]
     env.update(
         {
@@ -65,11 +61,10 @@ def compose_environment(
             "ASTRAI_OUTPUTS_DIR": resolve_host_path(mounts["outputs"], repo_root),
         }
     )
-    visible = cuda_visible_devices(infra["gpu"]["devices"])
-    if visible is not None:
-        env["CUDA_VISIBLE_DEVICES"] = visible
-    env.update({k: v for k, v in host_env.items() if k.startswith(FORWARDED_PREFIX)})
-    env.update({str(k): str(v) for k, v in (infra.get("environment") or {}).items()})
+    env.pop(CUDA_VISIBLE_DEVICES, None)  # the plan's alone
+    visible = container_plan(infra).cuda_visible_devices
+    if visible:  # never the empty string, which would hide every GPU
+        env[CUDA_VISIBLE_DEVICES] = visible
     return env
 
 
@@ -77,23 +72,20 @@ def forwarded_names(env: Mapping[str, str], infra: Mapping[str, Any]) -> list[st
     """Variables passed into the container with value-less ``-e NAME`` flags."""
     names = {k for k in env if k.startswith(FORWARDED_PREFIX)}
     names |= {str(k) for k in (infra.get("environment") or {})}
-    if "CUDA_VISIBLE_DEVICES" in env:
-        names.add("CUDA_VISIBLE_DEVICES")
+    if CUDA_VISIBLE_DEVICES in env:
+        names.add(CUDA_VISIBLE_DEVICES)
     return sorted(names)
 
 
-CONTAINER_TRAIN_SCRIPT = "/workspace/train.py"
-
-
-def container_processes(infra: Mapping[str, Any]) -> int | None:
-    """Processes the job runs in its container: ``infra.nproc_per_node`` when a number, the
-    length of ``infra.gpu.devices`` for ``auto`` with a list, and None for ``auto`` with
-    ``all`` (the host cannot count the container's GPUs: train.py decides inside)."""
-    nproc = infra.get("nproc_per_node", "auto")
-    if nproc != "auto":
-        return int(nproc)
-    devices = infra["gpu"]["devices"]
-    return None if devices == "all" else len(devices)
+def container_overrides(overrides: Sequence[str], plan: DevicePlan) -> list[str]:
+    """The job's overrides as the container gets them: when the plan narrows
+    ``CUDA_VISIBLE_DEVICES``, ``infra.gpu.devices=all`` replaces the job's own
+    ``infra.gpu.devices`` (the container's GPU 0 is then the first selected one; passing the
+    list again would select twice)."""
+    if not plan.narrows:
+        return list(overrides)
+    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != GPU_DEVICES_KEY]
+    return [*kept, f"{GPU_DEVICES_KEY}={plan.gpu_devices}"]
 
 
 def compose_argv(
@@ -103,23 +95,19 @@ def compose_argv(
     forwarded: Sequence[str],
     job_dir: Path,
     overrides: Sequence[str],
-    processes: int | None = None,
 ) -> list[str]:
     """``docker compose -f FILE run --rm -T [-e NAME]... --volume JOB:JOB SERVICE overrides...
     hydra.run.dir=JOB``. The job dir is mounted at the same absolute path, so what the
-    container writes (summary.json, checkpoints) is where Hydra expects it on the host. With
-    ``processes`` > 1 the container runs ``torchrun --standalone --nproc_per_node=N
-    /workspace/train.py ...`` instead of the image's entrypoint. Never ``--build``: only
+    container writes (summary.json, checkpoints) is where Hydra expects it on the host. The
+    container always runs the image's ``train.py``: a job of several processes starts its own
+    workers there (``infra.nproc_per_node``, ``auto`` = the GPUs it sees), so ``docker stop``
+    reaches the parent that forwards SIGTERM and exits 0 after the checkpoint — torchrun's
+    agent would kill the workers after 30 s and exit 1. Never ``--build``: only
     ``make docker-build`` builds."""
     argv = [docker, "compose", "-f", str(compose_file), "run", "--rm", "-T"]
-    multi = processes is not None and processes > 1
-    if multi:
-        argv += ["--entrypoint", "torchrun"]
     for name in forwarded:
         argv += ["-e", name]
     argv += ["--volume", f"{job_dir}:{job_dir}", service]
-    if multi:
-        argv += ["--standalone", f"--nproc_per_node={processes}", CONTAINER_TRAIN_SCRIPT]
     argv += [o for o in overrides if not o.startswith("hydra.run.dir=")]
     argv.append(f"hydra.run.dir={job_dir}")
     return argv

@@ -26,7 +26,7 @@ from astrai.algorithms.stats import explained_variance
 from astrai.algorithms.strategy import Strategy
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
-from astrai.rollout.scoring import response_values
+from astrai.rollout.scoring import response_values, split_rows
 
 # Per-token KL estimates are clamped to this magnitude before entering the rewards (as verl
 # does for its k3 "low_var_kl"): a rarely sampled token with π ≪ π_ref has r = π_ref/π huge and
@@ -91,13 +91,14 @@ class PPOStrategy(Strategy):
         )
         rewards = token_rewards(rollout.rewards, kl, mask, self.kl_coef)  # [B, G, R]
         prompt_ids, prompt_mask = rollout.flat_prompts()
-        values = response_values(
-            critic,
+        parts = split_rows(
+            self.micro_batch_size,
             prompt_ids,
             prompt_mask,
             rollout.flat("response_ids"),
             rollout.flat("response_mask"),
-        ).view_as(rewards)
+        )
+        values = torch.cat([response_values(critic, *part) for part in parts]).view_as(rewards)
         advantages, returns = compute_gae(
             rewards, values, mask, self.ppo_gamma, self.ppo_gae_lambda
         )

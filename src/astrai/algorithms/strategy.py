@@ -14,7 +14,7 @@ from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig
-from astrai.rollout.scoring import response_logprobs
+from astrai.rollout.scoring import response_logprobs, split_rows
 
 
 class Strategy(ABC):
@@ -42,6 +42,7 @@ class Strategy(ABC):
         kl_estimator: str,
         ppo_epochs: int,
         minibatches: int,
+        micro_batch_size: int | None,
         sampling: SamplingConfig | dict,
         optimizer: Callable[..., torch.optim.Optimizer],
         scheduler: Callable[..., Any],
@@ -55,6 +56,7 @@ class Strategy(ABC):
         self.kl_estimator = kl_estimator
         self.ppo_epochs = ppo_epochs
         self.minibatches = minibatches
+        self.micro_batch_size = micro_batch_size  # the trainer's gradient accumulation
         self.sampling = (
             sampling if isinstance(sampling, SamplingConfig) else SamplingConfig(**dict(sampling))
         )
@@ -68,13 +70,15 @@ class Strategy(ABC):
         """Pin ``rollout.ref_logprobs`` and return k1/k2/k3 of behaviour vs reference (token
         means over every rank's rollout)."""
         prompt_ids, prompt_mask = rollout.flat_prompts()
-        ref, _ = response_logprobs(
-            reference,
+        parts = split_rows(
+            self.micro_batch_size,  # the memory bound of the update holds here too
             prompt_ids,
             prompt_mask,
             rollout.flat("response_ids"),
             rollout.flat("response_mask"),
-            self.sampling.temperature,
+        )
+        ref = torch.cat(
+            [response_logprobs(reference, *part, self.sampling.temperature)[0] for part in parts]
         )
         rollout.ref_logprobs = ref.view_as(rollout.logprobs)
         mask = rollout.response_mask

@@ -17,17 +17,19 @@ from astrai.models.llama import LlamaConfig
 from astrai.rollout.sampler import SamplingConfig
 
 
-def types_only(cls: type, name: str) -> type:
-    """A schema with ``cls``'s field names and types, every value ``MISSING``, plus a
-    ``_target_``: the class's own defaults never compete with the YAML's values."""
+def types_only(cls: type, name: str, **extra: type) -> type:
+    """A schema with ``cls``'s field names and types (and ``extra`` ones), every value
+    ``MISSING``, plus a ``_target_``: the class's own defaults never compete with the YAML's."""
     typed = [(f.name, f.type, field(default=MISSING)) for f in fields(cls)]
+    typed += [(key, kind, field(default=MISSING)) for key, kind in extra.items()]
     schema = make_dataclass(name, [("_target_", str, field(default=MISSING)), *typed])
     schema.__module__ = __name__
     return schema
 
 
 SamplingConfigSchema = types_only(SamplingConfig, "SamplingConfigSchema")
-ModelConfig = types_only(LlamaConfig, "ModelConfig")  # ``model=<preset>``: HF key names
+# ``model=<preset>``: HF key names, plus build_llama's gradient_checkpointing
+ModelConfig = types_only(LlamaConfig, "ModelConfig", gradient_checkpointing=bool)
 
 
 @dataclass
@@ -60,6 +62,7 @@ class StrategyConfig:
     prompts_per_step: int = MISSING
     ppo_epochs: int = MISSING
     minibatches: int = MISSING
+    micro_batch_size: int | None = MISSING
     clip_eps: float = MISSING
     kl_coef: float = MISSING
     kl_estimator: str = MISSING
@@ -94,6 +97,7 @@ class HFModelConfig:
     _target_: str = MISSING
     path: str = MISSING  # config.json, model.safetensors, tokenizer.json, tokenizer_config.json
     chat_template: bool = MISSING
+    gradient_checkpointing: bool = MISSING
 
 
 @dataclass
@@ -134,12 +138,13 @@ class SortTaskConfig(ReverseTaskConfig):
 
 @dataclass
 class GPUConfig:
-    devices: Any = MISSING  # "all" or a list of distinct non-negative physical GPU indices
+    devices: Any = MISSING  # "all" or a list of GPU indices (astrai.config.devices)
 
 
 @dataclass
 class ContainerConfig:
-    """How the Docker launcher's container runs (ignored by ``infra=local``)."""
+    """How the Docker launcher's container runs; ``stop_grace_period`` is also how long a
+    multi-process run's workers get to checkpoint after SIGTERM on the host."""
 
     image: str = MISSING
     shm_size: str = MISSING
@@ -167,6 +172,8 @@ class InfraConfig:
     rdzv_endpoint: str | None = MISSING
     rdzv_id: str | None = MISSING
     parallel: str = MISSING
+    precision: str = MISSING  # fp32 | bf16
+    offload_reference: bool = MISSING
     container: ContainerConfig = field(default_factory=ContainerConfig)
     mounts: MountsConfig = field(default_factory=MountsConfig)
     environment: dict[str, str] = MISSING

@@ -2,48 +2,28 @@
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Any
 
 import torch
 from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from astrai.algorithms.kl import KL_ESTIMATORS
 from astrai.algorithms.strategy import Strategy
+from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan, Where, infra_plan
 from astrai.config.duration import parse_duration
+from astrai.config.environment import reserved_reason
+from astrai.config.errors import ConfigError
 from astrai.models.llama import LlamaConfig
 from astrai.models.tokenizer import CharTokenizer, Tokenizer
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-class ConfigError(ValueError):
-    """Invalid configuration; the message names the offending key."""
-
-
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
-
-
-def parse_gpu_devices(devices: Any) -> list[int] | None:
-    """``"all"`` -> None; a list of distinct non-negative ints -> that list; else ConfigError."""
-    if isinstance(devices, str) and devices == "all":
-        return None
-    if isinstance(devices, ListConfig):
-        devices = OmegaConf.to_container(devices)
-    _require(
-        isinstance(devices, list) and len(devices) > 0,
-        f"infra.gpu.devices must be 'all' or a non-empty list of GPU indices (got {devices!r})",
-    )
-    for index in devices:
-        _require(
-            isinstance(index, int) and not isinstance(index, bool) and index >= 0,
-            f"infra.gpu.devices entries must be non-negative integers (got {index!r})",
-        )
-    _require(len(set(devices)) == len(devices), f"infra.gpu.devices has duplicates: {devices}")
-    return list(devices)
 
 
 def _check_optimizer(node: DictConfig, key: str) -> None:
@@ -106,6 +86,10 @@ def _validate_train_type(tt: DictConfig, critic: DictConfig) -> None:
     _require(tt.prompts_per_step >= 1, "train_type.prompts_per_step must be >= 1")
     _require(tt.ppo_epochs >= 1, f"train_type.ppo_epochs must be >= 1 (got {tt.ppo_epochs})")
     _require(tt.minibatches >= 1, f"train_type.minibatches must be >= 1 (got {tt.minibatches})")
+    _require(
+        tt.micro_batch_size is None or tt.micro_batch_size >= 1,
+        f"train_type.micro_batch_size must be null or >= 1 (got {tt.micro_batch_size})",
+    )
     rollout_size = tt.prompts_per_step * tt.group_size
     _require(
         rollout_size % tt.minibatches == 0,
@@ -162,7 +146,8 @@ def _validate_pretrained(model: DictConfig) -> tuple[LlamaConfig, Tokenizer]:
 def _validate_model(model: DictConfig, tokenizer: CharTokenizer) -> LlamaConfig:
     container = OmegaConf.to_container(model)
     assert isinstance(container, dict)
-    kwargs = {str(k): v for k, v in container.items() if k != "_target_"}
+    runtime = ("_target_", "gradient_checkpointing")  # build_llama's own, not the architecture
+    kwargs = {str(k): v for k, v in container.items() if k not in runtime}
     try:
         config = LlamaConfig(**kwargs)
     except (TypeError, ValueError) as err:
@@ -201,24 +186,44 @@ def _validate_task(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) ->
     )
 
 
-def _validate_infra(infra: DictConfig) -> None:
-    _require(
-        infra.device in ("auto", "cpu", "cuda"),
-        f"infra.device must be auto, cpu or cuda (got {infra.device!r})",
+def plan_here(
+    infra: DictConfig, where: Where = "host", cuda_count: int | None = None
+) -> DevicePlan:
+    """``astrai.config.devices.plan_devices`` for a job planned by this process: with its
+    ``CUDA_VISIBLE_DEVICES`` and GPU count (``cuda_count``, default
+    ``torch.cuda.device_count()``), neither of which applies to ``where="container"``."""
+    if where == "container":
+        return infra_plan(infra, where)
+    return infra_plan(
+        infra,
+        where,
+        cuda_visible_devices=os.environ.get(CUDA_VISIBLE_DEVICES),
+        cuda_count=torch.cuda.device_count() if cuda_count is None else cuda_count,
     )
-    _require(
-        infra.device != "cuda" or torch.cuda.is_available(),
-        "infra.device=cuda but no CUDA device is available (use infra.device=auto or cpu)",
-    )
-    parse_gpu_devices(infra.gpu.devices)
-    nproc = infra.nproc_per_node
-    _require(
-        nproc == "auto" or (isinstance(nproc, int) and nproc >= 1),
-        f"infra.nproc_per_node must be 'auto' or a positive integer (got {nproc!r})",
-    )
+
+
+def _validate_environment(environment: DictConfig) -> None:
+    """``infra.environment`` names: valid, and none the Docker CLI, compose, the image, the
+    launcher or the trainer rely on (``astrai.config.environment``)."""
+    for key in environment:
+        name = str(key)
+        _require(
+            ENV_NAME.fullmatch(name) is not None,
+            f"infra.environment: {name!r} is not a valid environment variable name",
+        )
+        reason = reserved_reason(name)
+        _require(reason is None, f"infra.environment.{name} cannot be set per job: {reason}")
+
+
+def _validate_infra(infra: DictConfig, where: Where) -> None:
+    plan_here(infra, where)  # device, GPU indices and process count
     _require(
         infra.parallel in ("ddp", "fsdp"),
         f"infra.parallel must be ddp or fsdp (got {infra.parallel!r})",
+    )
+    _require(
+        infra.precision in ("fp32", "bf16"),
+        f"infra.precision must be fp32 or bf16 (got {infra.precision!r})",
     )
     _require(infra.nnodes >= 1, f"infra.nnodes must be >= 1 (got {infra.nnodes})")
     _require(
@@ -229,17 +234,17 @@ def _validate_infra(infra: DictConfig) -> None:
         infra.nnodes == 1 or bool(infra.rdzv_endpoint),
         "infra.rdzv_endpoint (host:port of node 0) is required when infra.nnodes > 1",
     )
-    for name in infra.environment:
-        _require(
-            ENV_NAME.fullmatch(str(name)) is not None,
-            f"infra.environment: {name!r} is not a valid environment variable name",
-        )
+    _validate_environment(infra.environment)
     for key in ("data", "models", "outputs"):
         value = infra.mounts[key]
         _require(bool(value and str(value).strip()), f"infra.mounts.{key} must be a path")
     for key in ("image", "shm_size", "ipc", "stop_grace_period"):
         value = infra.container[key]
         _require(bool(value and str(value).strip()), f"infra.container.{key} must not be empty")
+    try:  # also the grace period of a multi-process run's workers on the host
+        parse_duration(infra.container.stop_grace_period)
+    except ValueError as err:
+        raise ConfigError(f"infra.container.stop_grace_period: {err}") from None
 
 
 def check_world_batch(tt: DictConfig, world_size: int) -> None:
@@ -267,8 +272,14 @@ def _validate_ckpt(ckpt: DictConfig) -> None:
     )
 
 
-def validate_config(cfg: DictConfig) -> None:
-    """Raise ``ConfigError`` for the first invalid key of a composed config."""
+def validate_config(cfg: DictConfig, where: Where = "host") -> None:
+    """Raise ``ConfigError`` for the first invalid key of a composed config.
+
+    Args:
+        where: ``host`` for a job that runs here (its GPU indices are checked against what
+            this process sees); ``container`` when the Docker launcher checks a job on the host
+            before its container starts (the container's GPUs cannot be counted from here).
+    """
     t = cfg.trainer
     _require(t.total_steps >= 1, f"trainer.total_steps must be >= 1 (got {t.total_steps})")
     _require(t.eval_every >= 1, f"trainer.eval_every must be >= 1 (got {t.eval_every})")
@@ -290,6 +301,6 @@ def validate_config(cfg: DictConfig) -> None:
         tokenizer = CharTokenizer()
         model = _validate_model(cfg.model, tokenizer)
     _validate_task(cfg, tokenizer, model)
-    _validate_infra(cfg.infra)
-    if isinstance(cfg.infra.nproc_per_node, int):
+    _validate_infra(cfg.infra, where)
+    if isinstance(cfg.infra.nproc_per_node, int):  # auto: the trainer checks the real count
         check_world_batch(cfg.train_type, cfg.infra.nproc_per_node * cfg.infra.nnodes)

@@ -66,10 +66,11 @@ class Decoder:
     def applies(model: LlamaForCausalLM, cache: KVCache) -> bool:
         """Whether this path may decode for ``model``: no autograd (its packed weights are
         copies), CPU (on GPU, SDPA's fused kernels are the fast path) and float32 (its attention
-        would accumulate in a lower precision)."""
+        would accumulate in a lower precision; so no bf16 autocast either)."""
         weight = model.lm_head.weight
         return (
             not torch.is_grad_enabled()
+            and not torch.is_autocast_enabled("cpu")
             and weight.device.type == "cpu"
             and weight.dtype == torch.float32
             and cache.keys[0].dtype == torch.float32

@@ -21,6 +21,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from astrai.models.kv_cache import KVCache
 
@@ -202,7 +203,14 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    """The trunk: embeddings, decoder layers, final norm (no LM head)."""
+    """The trunk: embeddings, decoder layers, final norm (no LM head).
+
+    ``gradient_checkpointing`` (off by default; ``set_gradient_checkpointing``): in training mode
+    with autograd on, each decoder layer keeps only its input and recomputes its activations in
+    the backward pass — activation memory of one layer instead of all, for a second forward.
+    """
+
+    gradient_checkpointing: bool = False
 
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
@@ -239,8 +247,12 @@ class LlamaModel(nn.Module):
         cos, sin = self.rotary_emb(position_ids)
         attn_mask = _causal_padding_mask(attention_mask, t)
         x = self.embed_tokens(input_ids)
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for layer in self.layers:
-            x = layer(x, cos, sin, attn_mask, cache)
+            if recompute and cache is None:
+                x = checkpoint(layer, x, cos, sin, attn_mask, None, use_reentrant=False)
+            else:
+                x = layer(x, cos, sin, attn_mask, cache)
         if cache is not None:
             cache.advance(t)
         return self.norm(x)
@@ -317,6 +329,16 @@ class LlamaForCausalLM(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def build_llama(**kwargs: object) -> LlamaForCausalLM:
-    """Hydra target: ``model`` config keys (HF ``LlamaConfig`` names) -> a fresh model."""
-    return LlamaForCausalLM(LlamaConfig(**kwargs))  # type: ignore[arg-type]
+def set_gradient_checkpointing(model: nn.Module, enabled: bool) -> None:
+    """Turn activation recomputation on or off in every trunk of ``model`` (policy or critic)."""
+    for module in model.modules():
+        if isinstance(module, LlamaModel):
+            module.gradient_checkpointing = enabled
+
+
+def build_llama(*, gradient_checkpointing: bool, **kwargs: object) -> LlamaForCausalLM:
+    """Hydra target: ``model`` config keys (HF ``LlamaConfig`` names, plus
+    ``gradient_checkpointing``) -> a fresh model."""
+    model = LlamaForCausalLM(LlamaConfig(**kwargs))  # type: ignore[arg-type]
+    set_gradient_checkpointing(model, gradient_checkpointing)
+    return model

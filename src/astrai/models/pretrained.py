@@ -23,7 +23,7 @@ from astrai.models.hf_config import (
     llama_config_from_hf,
 )
 from astrai.models.hf_tokenizer import HFTokenizer, save_char_tokenizer_as_hf
-from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+from astrai.models.llama import LlamaConfig, LlamaForCausalLM, set_gradient_checkpointing
 from astrai.models.tokenizer import CharTokenizer, Tokenizer
 from astrai.models.value_model import ValueModel
 from astrai.models.weights import stored_names
@@ -134,8 +134,11 @@ def load_weights(module: nn.Module, tensors: dict[str, torch.Tensor], source: Pa
             state[name].copy_(tensor)
 
 
-def load_pretrained_policy(path: str, chat_template: bool = True) -> LlamaForCausalLM:
-    """Hydra target of ``model=hf``: the policy of a Hugging Face model directory, in float32.
+def load_pretrained_policy(
+    path: str, chat_template: bool = True, gradient_checkpointing: bool = False
+) -> LlamaForCausalLM:
+    """Hydra target of ``model=hf``: the policy of a Hugging Face model directory, in float32,
+    recomputing its layers' activations in backward when ``gradient_checkpointing``.
 
     ``chat_template`` belongs to the tokenizer (see ``tokenizer_for``); accepted here because
     Hydra passes every ``model.*`` key.
@@ -146,6 +149,7 @@ def load_pretrained_policy(path: str, chat_template: bool = True) -> LlamaForCau
     model = LlamaForCausalLM(config)
     files = weight_files(directory)
     load_weights(model, read_tensors(files), files[0] if len(files) == 1 else directory)
+    set_gradient_checkpointing(model, gradient_checkpointing)
     return model
 
 

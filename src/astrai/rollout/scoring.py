@@ -93,3 +93,13 @@ def response_values(
     p, r = prompt_ids.shape[1], response_ids.shape[1]
     values = critic(input_ids, attention_mask=attention_mask)[:, p - 1 : p + r - 1].float()
     return values.masked_fill(~response_mask.bool(), 0.0)
+
+
+def split_rows(size: int | None, *tensors: Tensor) -> list[tuple[Tensor, ...]]:
+    """The rows of ``tensors`` (all ``[N, ...]``) in consecutive parts of ``size`` rows (the
+    last may be shorter); one part holding everything when ``size`` is None. Scoring a rollout
+    part by part bounds the activations (and logits) alive at once."""
+    n = tensors[0].shape[0]
+    if size is None or size >= n:
+        return [tensors]
+    return list(zip(*(t.split(size) for t in tensors), strict=True))

@@ -5,35 +5,45 @@ config once, in this process, then hands the resolved config and the one run dir
 ``torch.distributed.launcher.elastic_launch`` — the engine behind ``torchrun`` — so all ranks
 share one run dir and one ``.hydra/``. Under ``torchrun`` itself (``WORLD_SIZE`` set), nothing is
 launched: the process already is a worker.
+
+Stopping: this process is the one that gets SIGTERM/SIGINT (``docker stop``, ``kill``, Ctrl-C).
+Torch elastic's own handling of them raises here (exit 1 although the workers stopped
+cleanly) and SIGKILLs the workers 30 s later, so the launch keeps only SIGHUP/SIGQUIT for
+elastic and forwards SIGTERM/SIGINT itself (``StopForwarder``): the workers finish their
+step, write the checkpoint and return as usual, rank 0's summary says ``stopped: SIGTERM`` and
+the exit code is 0. Workers still running ``infra.container.stop_grace_period`` after the
+signal (the same grace ``docker stop`` gives the container) are killed, and the launch fails.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import uuid
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
-from astrai.config.validate import parse_gpu_devices
+from astrai.config.devices import CUDA_VISIBLE_DEVICES
+from astrai.config.duration import parse_duration
+from astrai.config.validate import ConfigError, plan_here
+from astrai.training.stopping import StopForwarder
 
 log = logging.getLogger(__name__)
+
+# the signals torch elastic handles in the launcher (shut the workers down, then raise);
+# SIGTERM and SIGINT are StopForwarder's
+ELASTIC_SIGNALS = "SIGHUP,SIGQUIT"
 
 
 def processes_per_node(infra: DictConfig, cuda_count: int | None = None) -> int:
     """``infra.nproc_per_node`` as a number: ``auto`` = the selected GPUs when training on CUDA
-    (all visible ones for ``devices: all``), 1 on CPU."""
-    if infra.nproc_per_node != "auto":
-        return int(infra.nproc_per_node)
-    count = torch.cuda.device_count() if cuda_count is None else cuda_count
-    on_cuda = infra.device == "cuda" or (infra.device == "auto" and count > 0)
-    if not on_cuda:
-        return 1
-    devices = parse_gpu_devices(infra.gpu.devices)
-    return len(devices) if devices is not None else max(count, 1)
+    (all visible ones for ``devices: all``), 1 on CPU (the host's device plan)."""
+    processes = plan_here(infra, "host", cuda_count).processes
+    assert processes is not None  # only a container's plan leaves the count to the container
+    return processes
 
 
 def inside_worker(environ: dict[str, str] | None = None) -> bool:
@@ -47,15 +57,18 @@ def needs_launch(infra: DictConfig) -> bool:
 
 
 def launch_workers(cfg: DictConfig, run_dir: Path) -> dict[str, object]:
-    """Run ``Trainer(cfg, run_dir).fit()`` on every rank; return rank 0's summary."""
+    """Run ``Trainer(cfg, run_dir).fit()`` on every rank; return rank 0's summary (its
+    ``stopped`` says why the run ended: ``SIGTERM`` when this process was signalled)."""
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     infra = cfg.infra
+    grace_s = stop_grace_s(infra)
     nproc = processes_per_node(infra)
-    devices = parse_gpu_devices(infra.gpu.devices)
-    if devices is not None and infra.device != "cpu":
-        # physical indices -> visible ones: rank r then uses cuda:r
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in devices)
+    plan = plan_here(infra, "host")
+    if plan.narrows:  # rank r then uses cuda:r; whoever narrows tells the workers "all"
+        os.environ[CUDA_VISIBLE_DEVICES] = str(plan.cuda_visible_devices)
+        cfg = copy.deepcopy(cfg)
+        cfg.infra.gpu.devices = plan.gpu_devices
     single_node = infra.nnodes == 1 and not infra.rdzv_endpoint
     config = LaunchConfig(
         min_nodes=infra.nnodes,
@@ -67,20 +80,34 @@ def launch_workers(cfg: DictConfig, run_dir: Path) -> dict[str, object]:
         rdzv_configs={"rank": infra.node_rank} if not single_node else {},
         max_restarts=0,
         start_method="spawn",
+        signals_to_handle=ELASTIC_SIGNALS,
     )
     resolved = OmegaConf.to_yaml(cfg, resolve=True)
     log.info("launching %d processes per node on %d node(s)", nproc, infra.nnodes)
-    results = elastic_launch(config, run_worker)(resolved, str(run_dir))
+    with StopForwarder(grace_s):
+        results = elastic_launch(config, run_worker)(resolved, str(run_dir))
     summary = results.get(0)
     if summary is None:  # another node holds global rank 0
         return {"step": None, "worker": "not rank 0"}
     return summary
 
 
+def stop_grace_s(infra: DictConfig) -> float:
+    """``infra.container.stop_grace_period`` in seconds (``300s``, ``5m``, ``1m30s``)."""
+    try:
+        return parse_duration(infra.container.stop_grace_period)
+    except ValueError as err:
+        raise ConfigError(f"infra.container.stop_grace_period: {err}") from None
+
+
 def run_worker(resolved_config: str, run_dir: str) -> dict[str, Any] | None:
     """One rank: the trainer on the shared run dir. Rank 0 returns the summary."""
     from astrai.training.trainer import Trainer
 
+    # a session of its own, as torchrun gives its workers: a terminal's Ctrl-C (sent to the
+    # whole foreground process group) then reaches the launcher alone, which forwards it once;
+    # a second delivery would count as a second signal and kill the worker at once
+    os.setsid()
     logging.basicConfig(level=logging.INFO, format="[rank %(process)d][%(name)s] %(message)s")
     cfg = OmegaConf.create(resolved_config)
     assert isinstance(cfg, DictConfig)

@@ -8,35 +8,31 @@ from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import DictConfig
 
+from astrai.config.validate import plan_here
 from astrai.distributed import DistContext
 
 
 def resolve_device(
-    device: str, gpu_devices: list[int] | None = None, dist: DistContext | None = None
+    infra: DictConfig, dist: DistContext | None = None, cuda_count: int | None = None
 ) -> torch.device:
-    """Pick this process's torch device.
+    """This process's torch device, from the device plan of a process that already is local
+    rank ``dist.local_rank`` (``astrai.config.devices``, ``where="worker"``): CPU, or the
+    rank's GPU among those ``infra.gpu.devices`` selects. A launcher that narrowed
+    ``CUDA_VISIBLE_DEVICES`` told this process ``infra.gpu.devices=all``, so rank r takes
+    visible GPU r; under torchrun with a list, rank r takes the r-th listed GPU.
 
     Args:
-        device: ``auto`` (CUDA when present, else CPU), ``cpu`` or ``cuda``.
-        gpu_devices: physical GPU indices selected by ``infra.gpu.devices`` (None = all); a
-            single-process run uses the first one.
-        dist: in a multi-process run, rank ``r`` uses visible GPU ``LOCAL_RANK`` (the launcher
-            has already narrowed ``CUDA_VISIBLE_DEVICES`` to the selected GPUs).
+        infra: the ``infra`` config node.
+        dist: this process's place in the job (default: rank 0 of 1).
+        cuda_count: the visible CUDA devices (default ``torch.cuda.device_count()``).
     """
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
+    plan = plan_here(infra, "worker", cuda_count)
+    index = plan.rank_device(0 if dist is None else dist.local_rank)
+    if index is None:
         return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise RuntimeError("infra.device=cuda but no CUDA device is available")
-    if dist is not None and dist.world_size > 1:
-        torch.cuda.set_device(dist.local_rank)
-        return torch.device("cuda", dist.local_rank)
-    index = gpu_devices[0] if gpu_devices else 0
-    if index >= torch.cuda.device_count():
-        visible = torch.cuda.device_count()
-        raise RuntimeError(f"infra.gpu.devices selects GPU {index}; only {visible} are visible")
+    torch.cuda.set_device(index)
     return torch.device("cuda", index)
 
 

@@ -5,10 +5,12 @@ No math lives here; each numbered stage is one call into the module that owns it
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -16,13 +18,14 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from astrai.algorithms.masked import masked_global_mean, masked_var
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.io import prune_checkpoints
 from astrai.config.duration import parse_duration
-from astrai.config.validate import check_world_batch, parse_gpu_devices
+from astrai.config.validate import check_world_batch
 from astrai.distributed import (
     all_reduce_max,
     all_reduce_sum,
@@ -73,9 +76,7 @@ class Trainer:
         if cfg.infra.name == "slurm" and "SLURM_PROCID" in os.environ:
             os.environ.update(slurm_environment(dict(os.environ)))
         self.dist = env_context()
-        self.device = resolve_device(
-            cfg.infra.device, parse_gpu_devices(cfg.infra.gpu.devices), self.dist
-        )
+        self.device = resolve_device(cfg.infra, self.dist)
         init_distributed(self.device)
         check_world_batch(cfg.train_type, self.dist.world_size)
         self.tokenizer: Tokenizer = tokenizer_for(cfg.model)
@@ -83,6 +84,8 @@ class Trainer:
         self.policy: LlamaForCausalLM = instantiate(cfg.model).to(self.device)
         # the reference is the initial policy, frozen
         self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
+        if cfg.infra.offload_reference:  # it waits on the CPU between its scoring passes
+            self.reference.to("cpu")
         self.strategy: Strategy = instantiate(cfg.train_type)
         self.critic: ValueModel | None = None
         self.critic_optimizer: torch.optim.Optimizer | None = None
@@ -139,24 +142,40 @@ class Trainer:
         prompts = self.task.train_prompts(self.cfg.seed, self.step, self.strategy.prompts_per_step)
         share = len(prompts) // self.dist.world_size  # validated: divides evenly
         prompts = prompts[self.dist.rank * share : (self.dist.rank + 1) * share]
-        return collect_rollout(
-            self.policy,
-            self.tokenizer,
-            prompts,
-            self.strategy.group_size,
-            self.strategy.sampling,
-            self.task.reward,
-            self.policy_version,
-            self.sample_generator,
-            lockstep=self.sharded,
-        )
+        with self.autocast():
+            return collect_rollout(
+                self.policy,
+                self.tokenizer,
+                prompts,
+                self.strategy.group_size,
+                self.strategy.sampling,
+                self.task.reward,
+                self.policy_version,
+                self.sample_generator,
+                lockstep=self.sharded,
+            )
 
     def prepare(self, rollout: Rollout) -> dict[str, float]:
         """2. Reference logprobs, (critic values,) advantages, pinned on the rollout; statistics
         of the whole rollout are summed over the ranks."""
-        return self.strategy.prepare(
-            rollout, self.reference, self.critic, sum_over_ranks=all_reduce_sum
-        )
+        with self.reference_on_device(), self.autocast():
+            return self.strategy.prepare(
+                rollout, self.reference, self.critic, sum_over_ranks=all_reduce_sum
+            )
+
+    @contextlib.contextmanager
+    def reference_on_device(self) -> Iterator[None]:
+        """``infra.offload_reference``: the frozen reference is moved to the training device
+        for its scoring pass only and back to the CPU after it (as OpenRLHF's
+        ``--ref_reward_offload``), so it holds no device memory while the update runs."""
+        if not self.cfg.infra.offload_reference:
+            yield
+            return
+        self.reference.to(self.device)
+        try:
+            yield
+        finally:
+            self.reference.to("cpu")
 
     def loss_token_count(self, minibatch: Minibatch) -> float | None:
         """The divisor of the token-mean losses: the minibatch's tokens over every rank divided
@@ -177,13 +196,7 @@ class Trainer:
             for minibatch in iter_minibatches(
                 batch, self.strategy.minibatches, self.shuffle_generator
             ):
-                loss, metrics = self.strategy.loss(
-                    self.train_policy,
-                    minibatch,
-                    self.train_critic,
-                    token_count=self.loss_token_count(minibatch),
-                )
-                loss.backward()
+                metrics = self.backward(minibatch)
                 metrics["policy/grad_norm"] = self._step_policy()
                 if self.critic is not None:
                     metrics["value/grad_norm"] = self._step_critic()
@@ -194,6 +207,61 @@ class Trainer:
         result["policy/lr"] = self.scheduler.get_last_lr()[0]
         result["policy/version"] = float(self.policy_version)
         return result
+
+    def backward(self, minibatch: Minibatch) -> dict[str, torch.Tensor]:
+        """Gradients of the minibatch's token-mean loss; returns its detached metrics.
+
+        With ``train_type.micro_batch_size``, the minibatch runs in micro-batches of that many
+        sequences, each loss divided by the whole minibatch's token count: the gradients (and
+        the metrics) sum to the minibatch's own, so the update is the same to float rounding
+        while only one micro-batch's activations are alive at a time.
+        """
+        token_count = self.loss_token_count(minibatch)
+        size = self.strategy.micro_batch_size
+        rows = minibatch.response_ids.shape[0]
+        if size is None or size >= rows:
+            with self.autocast():
+                loss, metrics = self.strategy.loss(
+                    self.train_policy, minibatch, self.train_critic, token_count=token_count
+                )
+            loss.backward()
+            return metrics
+        if token_count is None:  # one process: the minibatch's own tokens
+            token_count = float(max(minibatch.num_tokens, 1))
+        parts = torch.arange(rows, device=minibatch.response_ids.device).split(size)
+        totals: dict[str, torch.Tensor] = {}
+        for i, part in enumerate(parts):
+            # DDP all-reduces the summed gradients once, in the last micro-batch's backward
+            with self.gradient_sync(enabled=i == len(parts) - 1):
+                with self.autocast():
+                    loss, metrics = self.strategy.loss(
+                        self.train_policy,
+                        minibatch.select(part),
+                        self.train_critic,
+                        token_count=token_count,
+                    )
+                loss.backward()
+            for name, value in metrics.items():
+                totals[name] = totals[name] + value if name in totals else value
+        return totals
+
+    def gradient_sync(self, enabled: bool) -> contextlib.AbstractContextManager[None]:
+        """DDP's gradient all-reduce on (the default) or off (``no_sync``) for the backward
+        passes inside; a sharded or single-process model always syncs its own way."""
+        stack = contextlib.ExitStack()
+        if not enabled:
+            for model in (self.train_policy, self.train_critic):
+                if isinstance(model, DistributedDataParallel):
+                    stack.enter_context(model.no_sync())
+        return stack
+
+    def autocast(self) -> torch.autocast:
+        """``infra.precision=bf16``: bfloat16 autocast for forward passes and sampling (weights,
+        gradients and optimizer state stay float32; log-softmax, ratios and KL run in float32,
+        see ``rollout.scoring``). A no-op context for fp32."""
+        return torch.autocast(
+            self.device.type, dtype=torch.bfloat16, enabled=self.cfg.infra.precision == "bf16"
+        )
 
     def _step_policy(self) -> torch.Tensor:
         """Clip, step the policy optimizer and scheduler, clear the grads. The policy-version
@@ -243,13 +311,14 @@ class Trainer:
 
     def evaluate(self) -> EvalResult:
         """Greedy answers to the held-out prompts."""
-        return evaluate(
-            self.policy,
-            self.tokenizer,
-            self.task,
-            self.eval_prompts,
-            self.strategy.sampling.max_new_tokens,
-        )
+        with self.autocast():
+            return evaluate(
+                self.policy,
+                self.tokenizer,
+                self.task,
+                self.eval_prompts,
+                self.strategy.sampling.max_new_tokens,
+            )
 
     def _eval_metrics(self) -> dict[str, float]:
         t0 = time.perf_counter()

@@ -1,0 +1,7 @@
+"""The one exception of bad configuration (kept apart so every config module can raise it)."""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; the message names the offending key."""
