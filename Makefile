@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-slow test-all lint format bench tensorboard clean smollm2
+.PHONY: help install train test test-slow test-all lint format bench gpu-check tensorboard clean smollm2
 
 help: ## show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-17s\033[0m %s\n", $$1, $$2}'
@@ -62,9 +62,17 @@ format: $(STAMP) ## apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix src tests bench launchers docker
 	$(BIN)/ruff format src tests bench launchers docker
 
-bench: $(STAMP) ## sampling throughput: KV cache vs recompute, astrai vs transformers generate
+bench: $(STAMP) ## sampling throughput (KV cache, vs transformers); peak memory of an update
 	$(BIN)/python bench/rollout.py
 	$(BIN)/python bench/generate_vs_hf.py
+	$(BIN)/python bench/memory.py
+
+# On a CUDA machine, SmolLM2 is converted first (its check times a real model's step); without
+# CUDA the script prints one line and exits 0. Summary: ASTRAI_GPU_CHECK_SUMMARY or outputs/.
+gpu-check: $(STAMP) ## on a CUDA machine: GRPO/PPO, bf16, micro-batches, resume, SmolLM2, 2 GPUs (docs/gpu.md)
+	@if $(BIN)/python -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
+		$(MAKE) --no-print-directory smollm2; fi
+	@$(BIN)/python bench/gpu_check.py $(ARGS)
 
 tensorboard: $(STAMP) ## serve dashboards for everything under outputs/
 	$(BIN)/tensorboard --logdir outputs --host 127.0.0.1

@@ -1,0 +1,529 @@
+"""The prepared GPU check (``make gpu-check``): every CUDA path of a training run, in minutes.
+
+On a CUDA machine it runs, one PASS/FAIL/SKIP line each (what each checks: docs/gpu.md):
+
+- ``grpo-learns``, ``ppo-learns``: single-GPU GRPO and PPO on the tiny model; the mean reward of
+  the last 5 steps beats that of the first 3 by a margin;
+- ``bf16``: the same GRPO run under ``infra.precision=bf16`` (bf16 logits, fp32 weights);
+- ``micro-batching``: two RL steps with and without ``train_type.micro_batch_size``, GRPO and
+  PPO: the same parameters (1e-5), and the peak GPU memory of each;
+- ``resume``: k steps, stop, resume, N − k steps == N steps straight (GRPO and PPO);
+- ``smollm2-fp32``, ``smollm2-bf16``: a timed SmolLM2-135M step (tokens/s, step time, peak
+  memory), skipped with a line saying so when ``models/smollm2`` has not been converted;
+- ``2-process-ddp``, ``2-process-fsdp``: ``python train.py`` on two GPUs, when two are visible.
+
+It exits 1 if any check fails and writes a JSON summary and its markdown table (``.md`` beside
+it) to ``--summary``, ``$ASTRAI_GPU_CHECK_SUMMARY`` or ``outputs/gpu-check/summary.json``.
+Without CUDA it prints one line and exits 0.
+
+    .venv/bin/python bench/gpu_check.py [--summary PATH]
+
+Hidden, for testing the checks on a CPU: ``--device cpu`` runs them on the CPU and ``--quick``
+shortens them (``tests/test_gpu_check.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from astrai.config.store import register_configs
+from astrai.config.validate import validate_config
+from astrai.paths import CONFIG_DIR, REPO_ROOT
+from astrai.training.trainer import Trainer
+
+SUMMARY_ENV = "ASTRAI_GPU_CHECK_SUMMARY"
+DEFAULT_SUMMARY = REPO_ROOT / "outputs" / "gpu-check" / "summary.json"
+SMOLLM2_DIR = REPO_ROOT / "models" / "smollm2"
+NOISY = ("time/", "perf/")  # wall-clock metrics differ between any two runs
+LEARN_MARGIN = 0.05  # reward: mean of the last 5 steps minus mean of the first 3
+EXACT_TOL = 1e-5  # micro-batching: the unit test's tolerance (tests/training/test_memory.py)
+RESUME_SHAPE = [  # tests/training/test_resume.py's run: 6 steps, checkpoint at 3
+    "+debug=quick",
+    "trainer.total_steps=6",
+    "trainer.eval_every=2",
+    "train_type.group_size=4",
+    "train_type.minibatches=2",
+    "train_type.ppo_epochs=2",
+    "ckpt.every_steps=0",
+]
+
+
+@dataclass
+class Result:
+    """One check's outcome: ``status`` is PASS, FAIL or SKIP; ``numbers`` go to the summary."""
+
+    name: str
+    status: str
+    detail: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+@dataclass
+class Context:
+    device: str  # "cuda" or "cpu" (the hidden test mode)
+    quick: bool
+    workdir: Path
+    smollm2_prompts: int = 64  # prompts of the timed SmolLM2 step on CUDA (× 8 responses)
+
+    @property
+    def learn_steps(self) -> int:
+        return 20 if self.quick else 50
+
+    def base(self) -> list[str]:
+        return [f"infra.device={self.device}", "trainer.progress_bar=false"]
+
+    def run_dir(self, name: str) -> Path:
+        return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.workdir))
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    """``conf/train.yaml`` with ``overrides``, composed and validated as ``train.py`` does."""
+    register_configs()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides)
+    validate_config(cfg)
+    return cfg
+
+
+def read_records(run_dir: Path) -> list[dict[str, Any]]:
+    """``metrics.jsonl`` without the wall-clock metrics."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    return [{k: v for k, v in r.items() if not k.startswith(NOISY)} for r in records]
+
+
+def finite_losses(records: list[dict[str, Any]]) -> bool:
+    values = [v for r in records for k, v in r.items() if k.startswith("loss/")]
+    return bool(values) and all(v is not None and math.isfinite(v) for v in values)
+
+
+def peak_memory_mb(device: torch.device) -> float | None:
+    """The CUDA allocator's peak since the last reset, MB; None on the CPU."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.max_memory_allocated(device) / 1e6
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+# --- the checks -------------------------------------------------------------------------------
+
+
+def learning_run(ctx: Context, name: str, overrides: list[str]) -> tuple[Result, Trainer]:
+    """``learn_steps`` steps of the default job on the tiny model; the reward must rise."""
+    steps = ctx.learn_steps
+    run_dir = ctx.run_dir(name)
+    # a constant learning rate: the first steps of the default run, not a cosine squeezed
+    # into a few steps
+    constant = "scheduler@train_type.scheduler=warmup_constant"
+    cfg = compose_config(
+        [*ctx.base(), f"trainer.total_steps={steps}", f"trainer.eval_every={steps}", constant]
+        + overrides
+    )
+    trainer = Trainer(cfg, run_dir)
+    summary = trainer.fit()
+    records = read_records(run_dir)
+    rewards = [r["rollout/reward_mean"] for r in records if "rollout/reward_mean" in r]
+    first, last = sum(rewards[:3]) / 3, sum(rewards[-5:]) / 5
+    numbers = {
+        "steps": steps,
+        "reward_first3": first,
+        "reward_last5": last,
+        "eval_accuracy_start": summary.get("initial/eval/accuracy"),
+        "eval_accuracy_end": summary.get("eval/accuracy"),
+        "s_per_step": float(summary["wall_time_s"]) / steps,  # type: ignore[arg-type]
+    }
+    ok = len(rewards) == steps and finite_losses(records) and last - first >= LEARN_MARGIN
+    detail = (
+        f"reward {first:.3f} -> {last:.3f} (+{last - first:.3f}, need +{LEARN_MARGIN}) in "
+        f"{steps} steps, eval/accuracy {numbers['eval_accuracy_start']:.2f} -> "
+        f"{numbers['eval_accuracy_end']:.2f}, {numbers['s_per_step']:.3f} s/step"
+    )
+    return Result(name, "PASS" if ok else "FAIL", detail, numbers), trainer
+
+
+def check_grpo(ctx: Context) -> Result:
+    return learning_run(ctx, "grpo-learns", ["train_type=online_grpo"])[0]
+
+
+def check_ppo(ctx: Context) -> Result:
+    return learning_run(ctx, "ppo-learns", ["train_type=online_ppo"])[0]
+
+
+def check_bf16(ctx: Context) -> Result:
+    """GRPO under bf16 autocast learns; logits are bf16, weights and Adam moments fp32."""
+    result, trainer = learning_run(ctx, "bf16", ["train_type=online_grpo", "infra.precision=bf16"])
+    ids = torch.tensor([[5, 6, 7]], device=trainer.device)
+    with trainer.autocast():
+        logits_dtype = trainer.policy(ids, attention_mask=ids > 0).logits.dtype
+    weights = {p.dtype for p in trainer.policy.parameters()}
+    moments = {s["exp_avg"].dtype for s in trainer.optimizer.state.values()}
+    dtypes_ok = logits_dtype == torch.bfloat16 and weights == moments == {torch.float32}
+    names = ",".join(sorted(str(t).removeprefix("torch.") for t in weights | moments))
+    result.detail += f"; logits {str(logits_dtype).removeprefix('torch.')}, weights+Adam {names}"
+    if not dtypes_ok:
+        result.status = "FAIL"
+    return result
+
+
+def max_state_diff(a: Any, b: Any) -> float:
+    """Largest absolute difference between two (nested) state dicts; inf if they differ in
+    structure. 0.0 means bitwise equal."""
+    if isinstance(a, torch.Tensor):
+        if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+            return math.inf
+        if torch.equal(a, b):
+            return 0.0
+        return (a.double() - b.double()).abs().max().item()
+    if isinstance(a, dict):
+        if not isinstance(b, dict) or a.keys() != b.keys():
+            return math.inf
+        return max((max_state_diff(a[k], b[k]) for k in a), default=0.0)
+    if isinstance(a, list | tuple):
+        if not isinstance(b, list | tuple) or len(a) != len(b):
+            return math.inf
+        return max((max_state_diff(x, y) for x, y in zip(a, b, strict=True)), default=0.0)
+    if isinstance(a, float) and isinstance(b, float):
+        if a == b or (math.isnan(a) and math.isnan(b)):
+            return 0.0
+        return abs(a - b) if math.isfinite(a - b) else math.inf
+    return 0.0 if a == b else math.inf
+
+
+def trainer_state(trainer: Trainer) -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "policy": trainer.policy.state_dict(),
+        "optimizer": trainer.optimizer.state_dict(),
+    }
+    if trainer.critic is not None and trainer.critic_optimizer is not None:
+        state["critic"] = trainer.critic.state_dict()
+        state["critic_optimizer"] = trainer.critic_optimizer.state_dict()
+    return state
+
+
+def check_micro_batching(ctx: Context) -> Result:
+    """2 RL steps, 64-sequence minibatches whole vs in micro-batches of 24 (24 + 24 + 16)."""
+    shape = ["train_type.prompts_per_step=16", "train_type.minibatches=2", "trainer.total_steps=2"]
+    numbers: dict[str, Any] = {"tolerance": EXACT_TOL}
+    parts = []
+    for train_type in ("online_grpo", "online_ppo"):
+        states = {}
+        for micro in ("null", "24"):
+            overrides = [*ctx.base(), f"train_type={train_type}", *shape]
+            overrides.append(f"train_type.micro_batch_size={micro}")
+            trainer = Trainer(compose_config(overrides), ctx.run_dir("micro"))
+            reset_peak_memory(trainer.device)
+            for _ in range(2):
+                trainer.train_step()
+            states[micro] = trainer_state(trainer)
+            numbers[f"{train_type}_peak_mb_micro_{micro}"] = peak_memory_mb(trainer.device)
+        moved = max_state_diff(trainer.reference.state_dict(), states["null"]["policy"])
+        diff = max(
+            max_state_diff(states["null"][k], states["24"][k])
+            for k in ("policy", "critic")
+            if k in states["null"]
+        )
+        numbers[f"{train_type}_max_diff"] = diff
+        parts.append((train_type, diff, moved))
+    ok = all(diff <= EXACT_TOL and moved > 1e-4 for _, diff, moved in parts)
+    detail = ", ".join(f"{t} max param diff {d:.1e}" for t, d, _ in parts)
+    detail += f" (tolerance {EXACT_TOL:.0e})"
+    peaks = [numbers[k] for k in numbers if "_peak_mb_" in k]
+    if all(p is not None for p in peaks):
+        detail += ", peak MB GRPO whole/micro {:.0f}/{:.0f}, PPO {:.0f}/{:.0f}".format(*peaks)
+    return Result("micro-batching", "PASS" if ok else "FAIL", detail, numbers)
+
+
+def resume_runs(ctx: Context, train_type: str) -> tuple[float, float, bool]:
+    """(max difference resumed vs straight, straight vs a repeat of it, metrics equal)."""
+    overrides = [*ctx.base(), f"train_type={train_type}", *RESUME_SHAPE]
+    runs = {}
+    for name in ("straight", "repeat"):
+        run_dir = ctx.run_dir(f"resume-{name}")
+        trainer = Trainer(compose_config(overrides), run_dir)
+        trainer.fit()
+        runs[name] = (trainer_state(trainer), read_records(run_dir))
+    run_dir = ctx.run_dir("resume-resumed")
+    Trainer(compose_config(overrides), run_dir).fit(until=3)
+    resumed = Trainer(compose_config(overrides), run_dir)  # ckpt.resume=auto: step_3
+    if resumed.step != 3:
+        raise RuntimeError(f"resumed at step {resumed.step}, expected 3")
+    resumed.fit()
+    straight_state, straight_records = runs["straight"]
+    diff = max(
+        max_state_diff(straight_state, trainer_state(resumed)),
+        max_state_diff(straight_records, read_records(run_dir)),
+    )
+    noise = max(
+        max_state_diff(straight_state, runs["repeat"][0]),
+        max_state_diff(straight_records, runs["repeat"][1]),
+    )
+    return diff, noise, straight_records == read_records(run_dir)
+
+
+def check_resume(ctx: Context) -> Result:
+    """6 steps straight == 3 steps, checkpoint, a new trainer resuming, 3 more. Bitwise when
+    two straight runs are bitwise equal; otherwise (nondeterministic kernels) the resumed run
+    may differ from the straight one by at most 10x what two straight runs differ by."""
+    numbers: dict[str, Any] = {}
+    parts = []
+    for train_type in ("online_grpo", "online_ppo"):
+        diff, noise, same_metrics = resume_runs(ctx, train_type)
+        numbers[f"{train_type}_max_diff"] = diff
+        numbers[f"{train_type}_repeat_diff"] = noise
+        numbers[f"{train_type}_bitwise"] = diff == 0.0 and same_metrics
+        ok = diff <= 10 * noise
+        text = "bitwise" if diff == 0.0 else f"max diff {diff:.1e} (repeat run: {noise:.1e})"
+        parts.append((train_type, ok, text))
+    detail = ", ".join(f"{t} {text}" for t, _, text in parts)
+    detail += ": weights, optimizer states and logged metrics after 3 + 3 vs 6 steps"
+    return Result("resume", "PASS" if all(ok for _, ok, _ in parts) else "FAIL", detail, numbers)
+
+
+def smollm2_step(ctx: Context, precision: str) -> Result:
+    """A warm-up step, then one timed step of GRPO on SmolLM2-135M."""
+    name = f"smollm2-{precision}"
+    if not (SMOLLM2_DIR / "config.json").exists():
+        return Result(name, "SKIP", f"{SMOLLM2_DIR} not found: run `make smollm2` first")
+    if ctx.device == "cuda":  # the default update shape; 64 × 8 responses of up to 64 tokens
+        shape = [
+            f"train_type.prompts_per_step={ctx.smollm2_prompts}",
+            "train_type.sampling.max_new_tokens=64",
+        ]
+    else:  # the CPU test mode: the code path, not a measurement
+        shape = [
+            "train_type.prompts_per_step=2",
+            "train_type.group_size=2",
+            "train_type.minibatches=1",
+            "train_type.ppo_epochs=1",
+        ]
+    overrides = [*ctx.base(), "model=smollm2", f"model.path={SMOLLM2_DIR}", *shape]
+    overrides += [f"infra.precision={precision}", "trainer.total_steps=2"]
+    trainer = Trainer(compose_config(overrides), ctx.run_dir(name))
+    trainer.train_step()  # warm-up: CUDA context, kernels, allocator
+    reset_peak_memory(trainer.device)
+    metrics = trainer.train_step()
+    peak = peak_memory_mb(trainer.device)
+    numbers = {
+        "sequences": trainer.strategy.prompts_per_step * trainer.strategy.group_size,
+        "tokens_per_s": metrics["perf/tokens_per_s"],
+        "step_s": metrics["perf/step_s"],
+        "rollout_s": metrics["time/rollout_s"],
+        "update_s": metrics["time/update_s"],
+        "response_len": metrics["rollout/response_len"],
+        "peak_gpu_mb": peak,
+    }
+    ok = math.isfinite(metrics["loss/total"]) and metrics["perf/tokens_per_s"] > 0
+    peak_text = f"{peak:,.0f} MB" if peak is not None else "n/a (CPU)"
+    detail = (
+        f"{numbers['sequences']} sequences, {numbers['tokens_per_s']:,.0f} sampled tokens/s, "
+        f"step {numbers['step_s']:.2f} s (rollout {numbers['rollout_s']:.2f} s, update "
+        f"{numbers['update_s']:.2f} s), peak GPU memory {peak_text}"
+    )
+    return Result(name, "PASS" if ok else "FAIL", detail, numbers)
+
+
+def check_smollm2_fp32(ctx: Context) -> Result:
+    return smollm2_step(ctx, "fp32")
+
+
+def check_smollm2_bf16(ctx: Context) -> Result:
+    return smollm2_step(ctx, "bf16")
+
+
+def two_process_run(ctx: Context, parallel: str) -> Result:
+    """``python train.py`` with two processes (two GPUs; gloo on the CPU): exit 0, 3 steps."""
+    name = f"2-process-{parallel}"
+    if ctx.device == "cuda" and torch.cuda.device_count() < 2:
+        return Result(name, "SKIP", f"{torch.cuda.device_count()} GPU visible, needs 2")
+    if ctx.device == "cpu" and ctx.quick:
+        return Result(name, "SKIP", "--quick")
+    run_dir = ctx.run_dir(name)
+    command = [sys.executable, str(REPO_ROOT / "train.py"), *ctx.base(), "+debug=quick"]
+    command += ["trainer.total_steps=3", "infra.nproc_per_node=2", f"infra.parallel={parallel}"]
+    command += [f"hydra.run.dir={run_dir}"]
+    if ctx.device == "cuda":
+        command.append("infra.gpu.devices=[0,1]")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    start = time.perf_counter()
+    result = subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    seconds = time.perf_counter() - start
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    reward = summary.get("rollout/reward_mean")
+    ok = result.returncode == 0 and summary.get("step") == 3 and summary.get("stopped") is None
+    ok = ok and reward is not None and math.isfinite(reward)
+    detail = f"exit {result.returncode}, {summary.get('step')} steps in {seconds:.1f} s"
+    if not ok:
+        detail += f"; stderr: {result.stderr.strip().splitlines()[-1:]}"
+    numbers = {"exit": result.returncode, "steps": summary.get("step"), "wall_s": seconds}
+    return Result(name, "PASS" if ok else "FAIL", detail, numbers)
+
+
+def check_ddp(ctx: Context) -> Result:
+    return two_process_run(ctx, "ddp")
+
+
+def check_fsdp(ctx: Context) -> Result:
+    return two_process_run(ctx, "fsdp")
+
+
+CHECKS: list[tuple[str, Callable[[Context], Result]]] = [
+    ("grpo-learns", check_grpo),
+    ("ppo-learns", check_ppo),
+    ("bf16", check_bf16),
+    ("micro-batching", check_micro_batching),
+    ("resume", check_resume),
+    ("smollm2-fp32", check_smollm2_fp32),
+    ("smollm2-bf16", check_smollm2_bf16),
+    ("2-process-ddp", check_ddp),
+    ("2-process-fsdp", check_fsdp),
+]
+
+
+# --- running them -----------------------------------------------------------------------------
+
+
+def run_check(name: str, check: Callable[[Context], Result], ctx: Context) -> Result:
+    """One check; an exception is its FAIL line (traceback to stderr)."""
+    start = time.perf_counter()
+    try:
+        result = check(ctx)
+    except Exception as err:  # every failure is a FAIL line; the other checks still run
+        traceback.print_exc()
+        result = Result(name, "FAIL", f"{type(err).__name__}: {err}".splitlines()[0])
+    result.seconds = time.perf_counter() - start
+    print(f"{result.status} {name}: {result.detail} [{result.seconds:.1f} s]", flush=True)
+    gc.collect()  # the check's trainers, before the next one allocates
+    if ctx.device == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+def no_cuda_reason() -> tuple[str, int] | None:
+    """None when CUDA is usable; else (the one line to print, the exit code): 0 on a machine
+    without a GPU, 1 where a GPU is there but this torch cannot use it."""
+    if torch.cuda.is_available():
+        return None
+    gpu_present = Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi") is not None
+    if not gpu_present:
+        return f"gpu-check: no CUDA device on this machine (torch {torch.__version__}); skipped", 0
+    if torch.version.cuda is None:
+        problem = f"torch {torch.__version__} is a CPU-only build"
+    else:
+        problem = f"torch {torch.__version__} (CUDA {torch.version.cuda}) cannot use it"
+    return f"gpu-check: an NVIDIA GPU is present but {problem}; see docs/gpu.md", 1
+
+
+def machine_info(device: str) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": sys.version.split()[0],
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+    if device == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpus_visible"] = torch.cuda.device_count()
+    else:
+        info["gpu"] = f"none (CPU test mode, {torch.get_num_threads()} threads)"
+    return info
+
+
+def write_summary(path: Path, info: dict[str, Any], results: list[Result], quick: bool) -> None:
+    """``path`` (JSON) and the same as a markdown table beside it (``.md``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        **info,
+        "quick": quick,
+        "passed": all(r.status != "FAIL" for r in results),
+        "checks": [asdict(r) for r in results],
+    }
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    lines = [
+        f"gpu-check on {info['gpu']}, torch {info['torch']}, CUDA {info['cuda']}, {info['date']}",
+        "",
+        "| check | result | numbers | seconds |",
+        "|---|---|---|---|",
+        *(
+            f"| `{r.name}` | {r.status} | {r.detail.replace('|', '/')} | {r.seconds:.1f} |"
+            for r in results
+        ),
+    ]
+    path.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--summary", type=Path, help=f"JSON summary path (or ${SUMMARY_ENV})")
+    parser.add_argument("--only", nargs="+", help="run only these checks (names as printed)")
+    parser.add_argument(
+        "--smollm2-prompts",
+        type=int,
+        default=64,
+        help="prompts (x 8 responses) of the timed SmolLM2 step; fewer on a small GPU",
+    )
+    parser.add_argument("--device", choices=("auto", "cpu"), default="auto", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)  # torch intra-op threads
+    args = parser.parse_args()
+    unknown = sorted(set(args.only or []) - {name for name, _ in CHECKS})
+    if unknown:
+        parser.error(f"unknown checks {unknown}; the checks: {[name for name, _ in CHECKS]}")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    if args.device != "cpu":
+        reason = no_cuda_reason()
+        if reason is not None:
+            print(reason[0])
+            return reason[1]
+    device = "cpu" if args.device == "cpu" else "cuda"
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    summary = args.summary or Path(os.environ.get(SUMMARY_ENV) or DEFAULT_SUMMARY)
+    info = machine_info(device)
+    print(f"gpu-check on {info['gpu']}: torch {info['torch']}, CUDA {info['cuda']}", flush=True)
+    checks = [(n, c) for n, c in CHECKS if not args.only or n in args.only]
+    with tempfile.TemporaryDirectory(prefix="astrai-gpu-check-") as workdir:
+        ctx = Context(device, args.quick, Path(workdir), args.smollm2_prompts)
+        results = [run_check(name, check, ctx) for name, check in checks]
+    write_summary(summary, info, results, args.quick)
+    counts = {s: sum(r.status == s for r in results) for s in ("PASS", "FAIL", "SKIP")}
+    print(
+        f"gpu-check: {counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped;"
+        f" summary {summary} (+ .md)"
+    )
+    return 1 if counts["FAIL"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""``make gpu-check`` (bench/gpu_check.py): one line and exit 0 without CUDA; its checks, run on
+the CPU through the hidden ``--device cpu --quick`` mode, pass and land in the summary; a
+failing check fails the run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from astrai.paths import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "bench" / "gpu_check.py"
+# every check but SmolLM2's, whose run depends on models/smollm2 having been converted here
+CPU_CHECKS = ["grpo-learns", "ppo-learns", "bf16", "micro-batching", "resume", "2-process-ddp"]
+
+
+@pytest.fixture(scope="module")
+def gpu_check() -> Iterator[ModuleType]:
+    """The script as a module (bench/ is no package); registered while in use, as its
+    dataclasses need."""
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules["gpu_check"]
+
+
+def run_script(*args: str | Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, args)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available() or Path("/dev/nvidiactl").exists(), reason="a GPU is here"
+)
+def test_without_cuda_one_line_and_exit_0(tmp_path: Path) -> None:
+    result = run_script("--summary", tmp_path / "summary.json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == [
+        f"gpu-check: no CUDA device on this machine (torch {torch.__version__}); skipped"
+    ]
+    assert not (tmp_path / "summary.json").exists()
+
+
+@pytest.mark.slow  # ~25 s: every check's RL runs, on the CPU
+def test_checks_pass_on_the_cpu_and_fill_the_summary(tmp_path: Path) -> None:
+    summary_path = tmp_path / "out" / "summary.json"
+    result = run_script(
+        "--device", "cpu", "--quick", "--threads", "1", "--only", *CPU_CHECKS,
+        "--summary", summary_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    statuses = [line.split(":")[0] for line in result.stdout.splitlines()[1:-1]]
+    expected = [f"PASS {name}" for name in CPU_CHECKS[:-1]] + ["SKIP 2-process-ddp"]
+    assert statuses == expected, result.stdout
+    assert result.stdout.splitlines()[-1].startswith("gpu-check: 5 passed, 0 failed, 1 skipped")
+    summary = json.loads(summary_path.read_text())
+    assert summary["passed"] is True and summary["quick"] is True
+    checks = {c["name"]: c for c in summary["checks"]}
+    assert list(checks) == CPU_CHECKS
+    for name in ("grpo-learns", "ppo-learns", "bf16"):
+        numbers = checks[name]["numbers"]
+        assert numbers["reward_last5"] - numbers["reward_first3"] >= 0.05, name
+    micro = checks["micro-batching"]["numbers"]
+    assert micro["online_grpo_max_diff"] <= 1e-5 and micro["online_ppo_max_diff"] <= 1e-5
+    resume = checks["resume"]["numbers"]
+    assert resume["online_grpo_bitwise"] and resume["online_ppo_bitwise"]  # exact on the CPU
+    table = summary_path.with_suffix(".md").read_text()
+    assert "| `resume` | PASS |" in table and "| `2-process-ddp` | SKIP | --quick |" in table
+
+
+def test_a_raising_check_is_a_fail_line_and_exit_1(
+    gpu_check: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def fine(ctx: object) -> object:
+        return gpu_check.Result("fine", "PASS", "ok")
+
+    def broken(ctx: object) -> object:
+        raise RuntimeError("CUDA error: an illegal memory access\nmore")
+
+    monkeypatch.setattr(gpu_check, "CHECKS", [("broken", broken), ("fine", fine)])
+    summary_path = tmp_path / "summary.json"
+    argv = ["gpu_check.py", "--device", "cpu", "--summary", str(summary_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert gpu_check.main() == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("FAIL broken: RuntimeError: CUDA error: an illegal memory access [")
+    assert lines[2].startswith("PASS fine: ok [")  # the other checks still run
+    summary = json.loads(summary_path.read_text())
+    assert summary["passed"] is False
+    assert [c["status"] for c in summary["checks"]] == ["FAIL", "PASS"]
+
+
+def test_max_state_diff_is_zero_only_when_bitwise(gpu_check: ModuleType) -> None:
+    a = {"w": torch.tensor([1.0, 2.0]), "state": [{"step": 3, "lr": 0.5, "kl": math.nan}]}
+    same = {"w": torch.tensor([1.0, 2.0]), "state": [{"step": 3, "lr": 0.5, "kl": math.nan}]}
+    assert gpu_check.max_state_diff(a, same) == 0.0
+    moved = {"w": torch.tensor([1.0, 2.25]), "state": [{"step": 3, "lr": 0.5, "kl": math.nan}]}
+    assert gpu_check.max_state_diff(a, moved) == 0.25
+    assert gpu_check.max_state_diff(a, {"w": a["w"]}) == math.inf  # a key missing
+    assert gpu_check.max_state_diff({"w": a["w"]}, {"w": a["w"].double()}) == math.inf
+    assert gpu_check.max_state_diff([{"step": 3}], [{"step": 4}]) == math.inf
