@@ -42,12 +42,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
 
-from astrai.config.store import register_configs
-from astrai.config.validate import validate_config
-from astrai.paths import CONFIG_DIR, REPO_ROOT
+from astrai.config.compose import compose_train_config as compose_config
+from astrai.paths import REPO_ROOT
 from astrai.training.trainer import Trainer
 
 SUMMARY_ENV = "ASTRAI_GPU_CHECK_SUMMARY"
@@ -94,15 +91,6 @@ class Context:
 
     def run_dir(self, name: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.workdir))
-
-
-def compose_config(overrides: list[str]) -> DictConfig:
-    """``conf/train.yaml`` with ``overrides``, composed and validated as ``train.py`` does."""
-    register_configs()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
-    validate_config(cfg)
-    return cfg
 
 
 def read_records(run_dir: Path) -> list[dict[str, Any]]:

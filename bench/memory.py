@@ -41,12 +41,8 @@ import time
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
 
-from astrai.config.store import register_configs
-from astrai.config.validate import validate_config
-from astrai.paths import CONFIG_DIR
+from astrai.config.compose import compose_train_config as compose_config
 from astrai.rollout.rollout import Rollout
 from astrai.training.trainer import Trainer
 
@@ -61,15 +57,6 @@ SETTINGS: list[tuple[str, list[str]]] = [
         ["train_type.micro_batch_size=null", "model.gradient_checkpointing=true"],
     ),
 ]
-
-
-def compose_config(overrides: list[str]) -> DictConfig:
-    """``conf/train.yaml`` with ``overrides``, composed and validated as ``train.py`` does."""
-    register_configs()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
-    validate_config(cfg)
-    return cfg
 
 
 def base_overrides(args: argparse.Namespace) -> list[str]:

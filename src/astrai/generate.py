@@ -27,17 +27,14 @@ from astrai.tasks.base import Task
 
 def compose_task(name: str) -> Task:
     """The task ``conf/task/<name>.yaml`` describes, with its default settings."""
-    from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from hydra.utils import instantiate
 
-    from astrai.config.store import register_configs
+    from astrai.config.compose import compose_train_config
     from astrai.paths import CONFIG_DIR
 
-    register_configs()
     try:
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            cfg = compose("train", overrides=[f"task={name}"])
+        cfg = compose_train_config([f"task={name}"], validate=False)
     except HydraException as err:
         choices = sorted(p.stem for p in (Path(CONFIG_DIR) / "task").glob("*.yaml"))
         raise ValueError(f"--task {name!r} is not a task (choices: {', '.join(choices)})") from err
