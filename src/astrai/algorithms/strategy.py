@@ -77,8 +77,12 @@ class Strategy(ABC):
             rollout.flat("response_ids"),
             rollout.flat("response_mask"),
         )
+        temperature = self.sampling.temperature
         ref = torch.cat(
-            [response_logprobs(reference, *part, self.sampling.temperature)[0] for part in parts]
+            [
+                response_logprobs(reference, ids, mask, response_ids, response_mask, temperature)[0]
+                for ids, mask, response_ids, response_mask in parts
+            ]
         )
         rollout.ref_logprobs = ref.view_as(rollout.logprobs)
         mask = rollout.response_mask
