@@ -171,6 +171,7 @@ def test_multirun_through_the_cli_runs_each_job_via_docker_compose(tmp_path: Pat
         assert "HF_TOKEN" not in seen and "OMP_NUM_THREADS" not in seen
 
 
+@pytest.mark.slow  # ~20 s: three real train.py jobs through the fake docker
 def test_narrowed_gpus_are_not_selected_again_in_the_container(tmp_path: Path) -> None:
     """Each job's GPUs reach its container as CUDA_VISIBLE_DEVICES, in order, and the container
     is told infra.gpu.devices=all (whoever narrows says "all"); an empty host value never
