@@ -19,7 +19,8 @@ def one_update(rank: int, world: int, resolved: str, rollout_file: str, out: str
         "gloo", init_method=f"file://{Path(out) / 'rendezvous'}", rank=rank, world_size=world
     )
     from astrai.training.parallel import full_model_state
-    from astrai.training.trainer import Trainer, rollout_metrics
+    from astrai.training.rollout_stats import rollout_metrics
+    from astrai.training.trainer import Trainer
 
     cfg = OmegaConf.create(resolved)
     trainer = Trainer(cfg, Path(out) / "run")
@@ -52,7 +53,8 @@ def collectives_under(rank: int, world: int, backend: str, resolved: str, out: s
     torch.distributed.init_process_group(
         backend, init_method=f"file://{Path(out) / 'rendezvous'}", rank=rank, world_size=world
     )
-    from astrai.training.trainer import Trainer, agreed_stop_reason
+    from astrai.training.stopping import agreed_stop_reason
+    from astrai.training.trainer import Trainer
 
     trainer = Trainer(OmegaConf.create(resolved), Path(out) / "run")
     metrics = trainer.train_step()  # rollout, prepare, update, rollout metrics and accuracy

@@ -14,7 +14,8 @@ from tests.distributed.ddp_worker import one_update
 from tests.helpers import compose_config
 from tests.test_train_cli import run_train
 
-from astrai.training.trainer import Trainer, rollout_metrics
+from astrai.training.rollout_stats import rollout_metrics
+from astrai.training.trainer import Trainer
 
 QUICK = [
     "+debug=quick",  # conf/debug/quick.yaml; the lines below differ from it

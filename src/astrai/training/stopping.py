@@ -22,9 +22,28 @@ import time
 from collections.abc import Callable
 from types import FrameType, TracebackType
 
+from astrai.distributed import all_reduce_max
+
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+Handler = Callable[[int, FrameType | None], None]
+
+
+def install_handlers(handlers: dict[int, Handler]) -> dict[int, object]:
+    """Install ``handlers`` (signal number -> handler); returns the ones they replace. Only the
+    main thread may install signal handlers: elsewhere nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+
+
+def restore_handlers(previous: dict[int, object]) -> None:
+    """Put back what ``install_handlers`` replaced, and forget it."""
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)  # type: ignore[arg-type]
+    previous.clear()
 
 
 class StopRequest:
@@ -42,10 +61,7 @@ class StopRequest:
 
     def __enter__(self) -> StopRequest:
         self._start = time.monotonic()
-        # signal handlers can only be installed from the main thread
-        if threading.current_thread() is threading.main_thread():
-            for signum in STOP_SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._handle)
+        self._previous = install_handlers(dict.fromkeys(STOP_SIGNALS, self._handle))
         return self
 
     def __exit__(
@@ -54,9 +70,7 @@ class StopRequest:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
-        self._previous.clear()
+        restore_handlers(self._previous)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
@@ -112,10 +126,8 @@ class StopForwarder:
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> StopForwarder:
-        if threading.current_thread() is threading.main_thread():
-            for signum in (*STOP_SIGNALS, signal.SIGALRM):
-                handler = self._grace_over if signum == signal.SIGALRM else self._handle
-                self._previous[signum] = signal.signal(signum, handler)
+        handlers: dict[int, Handler] = dict.fromkeys(STOP_SIGNALS, self._handle)
+        self._previous = install_handlers({**handlers, signal.SIGALRM: self._grace_over})
         return self
 
     def __exit__(
@@ -126,9 +138,7 @@ class StopForwarder:
     ) -> None:
         if self._previous:
             signal.setitimer(signal.ITIMER_REAL, 0)  # cancel a grace period still running
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
-        self._previous.clear()
+        restore_handlers(self._previous)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
@@ -169,3 +179,14 @@ def _send(pids: list[int], signum: int) -> None:
             os.kill(pid, signum)
         except ProcessLookupError:  # ended in the meantime
             pass
+
+
+STOP_REASONS = ("SIGTERM", "SIGINT", "max_duration")
+
+
+def agreed_stop_reason(reason: str | None) -> str | None:
+    """Every rank stops at the same step: if any rank was signalled (or ran out of time), all
+    stop, with the first reason in ``STOP_REASONS`` order that any rank saw."""
+    code = 0.0 if reason is None else float(len(STOP_REASONS) - STOP_REASONS.index(reason))
+    agreed = int(all_reduce_max(code))
+    return None if agreed == 0 else STOP_REASONS[len(STOP_REASONS) - agreed]

@@ -18,16 +18,13 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.distributed.tensor import DTensor
-from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from astrai.algorithms.masked import masked_global_mean, masked_var
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.io import prune_checkpoints
 from astrai.config.duration import parse_duration
 from astrai.config.validate import check_world_batch
 from astrai.distributed import (
-    all_reduce_max,
     all_reduce_sum,
     env_context,
     init_distributed,
@@ -53,6 +50,7 @@ from astrai.rollout.collect import collect_rollout
 from astrai.rollout.minibatch import Minibatch, flatten_rollout, iter_minibatches
 from astrai.rollout.rollout import Rollout
 from astrai.tasks.base import Task
+from astrai.training.accumulation import accumulate_gradients
 from astrai.training.checkpointing import (
     resolve_resume,
     restore_training_checkpoint,
@@ -60,10 +58,13 @@ from astrai.training.checkpointing import (
 )
 from astrai.training.evaluation import EvalResult, evaluate
 from astrai.training.parallel import shard_policy, wrap_data_parallel
+from astrai.training.rollout_stats import rollout_accuracy, rollout_metrics, rollout_samples
 from astrai.training.setup import make_generator, resolve_device, seed_everything
-from astrai.training.stopping import StopRequest
+from astrai.training.stopping import StopRequest, agreed_stop_reason
 
 log = logging.getLogger(__name__)
+
+LossOutput = tuple[torch.Tensor, dict[str, torch.Tensor]]
 
 
 class Trainer:
@@ -209,51 +210,22 @@ class Trainer:
         return result
 
     def backward(self, minibatch: Minibatch) -> dict[str, torch.Tensor]:
-        """Gradients of the minibatch's token-mean loss; returns its detached metrics.
+        """Gradients of the minibatch's token-mean loss, in micro-batches of
+        ``train_type.micro_batch_size`` sequences (``accumulation``); returns its metrics."""
 
-        With ``train_type.micro_batch_size``, the minibatch runs in micro-batches of that many
-        sequences, each loss divided by the whole minibatch's token count: the gradients (and
-        the metrics) sum to the minibatch's own, so the update is the same to float rounding
-        while only one micro-batch's activations are alive at a time.
-        """
-        token_count = self.loss_token_count(minibatch)
-        size = self.strategy.micro_batch_size
-        rows = minibatch.response_ids.shape[0]
-        if size is None or size >= rows:
+        def loss(part: Minibatch, token_count: float | None) -> LossOutput:
             with self.autocast():
-                loss, metrics = self.strategy.loss(
-                    self.train_policy, minibatch, self.train_critic, token_count=token_count
+                return self.strategy.loss(
+                    self.train_policy, part, self.train_critic, token_count=token_count
                 )
-            loss.backward()
-            return metrics
-        if token_count is None:  # one process: the minibatch's own tokens
-            token_count = float(max(minibatch.num_tokens, 1))
-        parts = torch.arange(rows, device=minibatch.response_ids.device).split(size)
-        totals: dict[str, torch.Tensor] = {}
-        for i, part in enumerate(parts):
-            # DDP all-reduces the summed gradients once, in the last micro-batch's backward
-            with self.gradient_sync(enabled=i == len(parts) - 1):
-                with self.autocast():
-                    loss, metrics = self.strategy.loss(
-                        self.train_policy,
-                        minibatch.select(part),
-                        self.train_critic,
-                        token_count=token_count,
-                    )
-                loss.backward()
-            for name, value in metrics.items():
-                totals[name] = totals[name] + value if name in totals else value
-        return totals
 
-    def gradient_sync(self, enabled: bool) -> contextlib.AbstractContextManager[None]:
-        """DDP's gradient all-reduce on (the default) or off (``no_sync``) for the backward
-        passes inside; a sharded or single-process model always syncs its own way."""
-        stack = contextlib.ExitStack()
-        if not enabled:
-            for model in (self.train_policy, self.train_critic):
-                if isinstance(model, DistributedDataParallel):
-                    stack.enter_context(model.no_sync())
-        return stack
+        return accumulate_gradients(
+            minibatch,
+            self.strategy.micro_batch_size,
+            self.loss_token_count(minibatch),
+            loss,
+            replicas=(self.train_policy, self.train_critic),
+        )
 
     def autocast(self) -> torch.autocast:
         """``infra.precision=bf16``: bfloat16 autocast for forward passes and sampling (weights,
@@ -412,64 +384,3 @@ class Trainer:
         if not self.dist.is_main:
             return
         (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
-
-
-STOP_REASONS = ("SIGTERM", "SIGINT", "max_duration")
-
-
-def agreed_stop_reason(reason: str | None) -> str | None:
-    """Every rank stops at the same step: if any rank was signalled (or ran out of time), all
-    stop, with the first reason in ``STOP_REASONS`` order that any rank saw."""
-    code = 0.0 if reason is None else float(len(STOP_REASONS) - STOP_REASONS.index(reason))
-    agreed = int(all_reduce_max(code))
-    return None if agreed == 0 else STOP_REASONS[len(STOP_REASONS) - agreed]
-
-
-def rollout_metrics(rollout: Rollout, eos_id: int) -> dict[str, float]:
-    """Reward, length and advantage statistics of a prepared rollout (over all ranks)."""
-    mask = rollout.response_mask
-    lengths = mask.sum(-1).float()  # [B, G]
-    last = (lengths - 1).clamp_min(0).long()[..., None]
-    ended_with_eos = rollout.response_ids.gather(-1, last).squeeze(-1)
-    assert rollout.advantages is not None
-    rewards = rollout.rewards.double()
-    sums = all_reduce_sum(
-        torch.stack(
-            [
-                rewards.sum(),
-                (rewards**2).sum(),
-                lengths.double().sum(),
-                (ended_with_eos == eos_id).double().sum(),
-                torch.tensor(float(rewards.numel()), dtype=torch.float64),
-            ]
-        ).cpu()
-    )
-    n = sums[4].clamp(min=1)
-    reward_mean = sums[0] / n
-    return {
-        "rollout/reward_mean": reward_mean.item(),
-        "rollout/reward_std": (sums[1] / n - reward_mean**2).clamp(min=0).sqrt().item(),
-        "rollout/response_len": (sums[2] / n).item(),
-        "rollout/eos_frac": (sums[3] / n).item(),
-        "advantages/mean": masked_global_mean(rollout.advantages, mask, all_reduce_sum).item(),
-        "advantages/std": masked_var(rollout.advantages, mask, all_reduce_sum).sqrt().item(),
-    }
-
-
-def rollout_accuracy(rollout: Rollout, task: Task) -> float:
-    """Share of sampled responses that are exactly correct (over all ranks)."""
-    correct = [
-        task.is_correct(prompt, response)
-        for prompt, group in zip(rollout.prompts, rollout.responses, strict=True)
-        for response in group
-    ]
-    counts = all_reduce_sum(torch.tensor([sum(correct), len(correct)], dtype=torch.float64))
-    return (counts[0] / counts[1].clamp(min=1)).item()
-
-
-def rollout_samples(rollout: Rollout) -> list[tuple[str, str, float]]:
-    """First response of each prompt as (prompt, response, reward)."""
-    return [
-        (prompt, group[0], float(rollout.rewards[b, 0]))
-        for b, (prompt, group) in enumerate(zip(rollout.prompts, rollout.responses, strict=True))
-    ]

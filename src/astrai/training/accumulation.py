@@ -1,0 +1,68 @@
+"""Gradient accumulation: one minibatch's gradients from micro-batches of it.
+
+Each micro-batch's loss is divided by the *whole* minibatch's token count (``token_count``), so
+the micro-batches' gradients and detached metrics sum to exactly the minibatch's own token
+means (uneven parts included); only one micro-batch's activations are alive at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+
+from astrai.rollout.minibatch import Minibatch
+
+# (part, token_count) -> (loss, detached metrics)
+LossFn = Callable[[Minibatch, float | None], tuple[Tensor, dict[str, Tensor]]]
+
+
+def accumulate_gradients(
+    minibatch: Minibatch,
+    micro_batch_size: int | None,
+    token_count: float | None,
+    loss_fn: LossFn,
+    replicas: Sequence[nn.Module | None] = (),
+) -> dict[str, Tensor]:
+    """Backward the minibatch's loss, in micro-batches of ``micro_batch_size`` sequences (None:
+    the whole minibatch at once); returns the summed metrics.
+
+    Args:
+        minibatch: ``M`` sequences.
+        micro_batch_size: sequences per forward/backward; None or >= M: one pass.
+        token_count: divisor of the token means (None: the minibatch's own valid tokens).
+        loss_fn: the strategy's loss of one part, given the divisor.
+        replicas: the DDP-wrapped models: their gradient all-reduce runs once, in the last
+            micro-batch's backward (``no_sync`` before it).
+    """
+    rows = minibatch.response_ids.shape[0]
+    if micro_batch_size is None or micro_batch_size >= rows:
+        loss, metrics = loss_fn(minibatch, token_count)
+        loss.backward()
+        return metrics
+    if token_count is None:  # one process: the minibatch's own tokens
+        token_count = float(max(minibatch.num_tokens, 1))
+    parts = torch.arange(rows, device=minibatch.response_ids.device).split(micro_batch_size)
+    totals: dict[str, Tensor] = {}
+    for i, part in enumerate(parts):
+        with _sync_gradients(replicas, enabled=i == len(parts) - 1):
+            loss, metrics = loss_fn(minibatch.select(part), token_count)
+            loss.backward()
+        for name, value in metrics.items():
+            totals[name] = totals[name] + value if name in totals else value
+    return totals
+
+
+@contextlib.contextmanager
+def _sync_gradients(replicas: Sequence[nn.Module | None], enabled: bool) -> Iterator[None]:
+    """DDP's gradient all-reduce on (the default) or off for the passes inside; a sharded or
+    single-process model syncs its own way."""
+    with contextlib.ExitStack() as stack:
+        if not enabled:
+            for model in replicas:
+                if isinstance(model, DistributedDataParallel):
+                    stack.enter_context(model.no_sync())
+        yield
