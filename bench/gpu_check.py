@@ -81,6 +81,7 @@ class Context:
     quick: bool
     workdir: Path
     smollm2_prompts: int = 64  # prompts of the timed SmolLM2 step on CUDA (× 8 responses)
+    smollm2_dir: Path = SMOLLM2_DIR  # or SmolLM2-shaped random weights (bench/smollm2_shaped.py)
 
     @property
     def learn_steps(self) -> int:
@@ -295,8 +296,8 @@ def check_resume(ctx: Context) -> Result:
 def smollm2_step(ctx: Context, precision: str) -> Result:
     """A warm-up step, then one timed step of GRPO on SmolLM2-135M."""
     name = f"smollm2-{precision}"
-    if not (SMOLLM2_DIR / "config.json").exists():
-        return Result(name, "SKIP", f"{SMOLLM2_DIR} not found: run `make smollm2` first")
+    if not (ctx.smollm2_dir / "config.json").exists():
+        return Result(name, "SKIP", f"{ctx.smollm2_dir} not found: run `make smollm2` first")
     if ctx.device == "cuda":  # the default update shape; 64 × 8 responses of up to 64 tokens
         shape = [
             f"train_type.prompts_per_step={ctx.smollm2_prompts}",
@@ -309,7 +310,7 @@ def smollm2_step(ctx: Context, precision: str) -> Result:
             "train_type.minibatches=1",
             "train_type.ppo_epochs=1",
         ]
-    overrides = [*ctx.base(), "model=smollm2", f"model.path={SMOLLM2_DIR}", *shape]
+    overrides = [*ctx.base(), "model=smollm2", f"model.path={ctx.smollm2_dir}", *shape]
     overrides += [f"infra.precision={precision}", "trainer.total_steps=2"]
     trainer = Trainer(compose_config(overrides), ctx.run_dir(name))
     trainer.train_step()  # warm-up: CUDA context, kernels, allocator
@@ -477,6 +478,12 @@ def parse_args() -> argparse.Namespace:
         default=64,
         help="prompts (x 8 responses) of the timed SmolLM2 step; fewer on a small GPU",
     )
+    parser.add_argument(
+        "--smollm2-dir",
+        type=Path,
+        default=SMOLLM2_DIR,
+        help="the SmolLM2 model directory (default models/smollm2, written by make smollm2)",
+    )
     parser.add_argument("--device", choices=("auto", "cpu"), default="auto", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)  # torch intra-op threads
@@ -502,7 +509,9 @@ def main() -> int:
     print(f"gpu-check on {info['gpu']}: torch {info['torch']}, CUDA {info['cuda']}", flush=True)
     checks = [(n, c) for n, c in CHECKS if not args.only or n in args.only]
     with tempfile.TemporaryDirectory(prefix="astrai-gpu-check-") as workdir:
-        ctx = Context(device, args.quick, Path(workdir), args.smollm2_prompts)
+        ctx = Context(
+            device, args.quick, Path(workdir), args.smollm2_prompts, args.smollm2_dir.resolve()
+        )
         results = [run_check(name, check, ctx) for name, check in checks]
     write_summary(summary, info, results, args.quick)
     counts = {s: sum(r.status == s for r in results) for s in ("PASS", "FAIL", "SKIP")}

@@ -125,3 +125,31 @@ def test_max_state_diff_is_zero_only_when_bitwise(gpu_check: ModuleType) -> None
     assert gpu_check.max_state_diff(a, {"w": a["w"]}) == math.inf  # a key missing
     assert gpu_check.max_state_diff({"w": a["w"]}, {"w": a["w"].double()}) == math.inf
     assert gpu_check.max_state_diff([{"step": 3}], [{"step": 4}]) == math.inf
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_smollm2_shaped_weights_load_into_the_model_their_config_describes(tied: bool) -> None:
+    """bench/smollm2_shaped.py: every name and shape astrai's loader expects, nothing else."""
+    from astrai.models.hf_config import hf_config_from_llama, llama_config_from_hf
+    from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+    from astrai.models.pretrained import load_weights
+
+    spec = importlib.util.spec_from_file_location(
+        "smollm2_shaped", SCRIPT.with_name("smollm2_shaped.py")
+    )
+    assert spec is not None and spec.loader is not None
+    shaped = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shaped)
+    config = LlamaConfig(
+        vocab_size=40, hidden_size=24, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=6, num_key_value_heads=2, tie_word_embeddings=tied,
+    )  # fmt: skip
+    hf = hf_config_from_llama(config)
+    weights = shaped.shaped_weights(hf)
+    model = LlamaForCausalLM(llama_config_from_hf(hf))
+    load_weights(model, dict(weights), Path("shaped"))  # raises on a missing or extra name
+    assert ("lm_head.weight" in weights) is not tied
+    embed = model.model.embed_tokens.weight
+    assert torch.equal(embed, weights["model.embed_tokens.weight"])
+    assert 0.015 < embed.std().item() < 0.025  # std 0.02 over 960 draws
+    assert torch.equal(model.model.norm.weight, torch.ones(24))

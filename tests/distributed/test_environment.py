@@ -81,5 +81,6 @@ def test_torchrun_ranks_share_one_run_dir_and_only_rank_0_writes_hydra_files() -
 def test_bad_process_layouts_are_config_errors(overrides: list[str], needle: str) -> None:
     from astrai.config.validate import ConfigError
 
+    # on the CPU: with CUDA present, `device=auto` would first check one GPU per process
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
-        compose_config(overrides)
+        compose_config(["infra.device=cpu", *overrides])

@@ -34,9 +34,11 @@ def test_cpu_and_auto_devices(set_devices: list[int]) -> None:
     assert resolve_device(_infra("cpu"), cuda_count=4) == torch.device("cpu")
     assert resolve_device(_infra("cpu", [1, 2]), cuda_count=4) == torch.device("cpu")
     assert resolve_device(_infra("auto", [1, 2]), cuda_count=0) == torch.device("cpu")
-    expected = "cuda" if torch.cuda.is_available() else "cpu"
-    assert resolve_device(_infra("auto")).type == expected
-    assert set_devices == []
+    assert resolve_device(_infra("auto"), cuda_count=0) == torch.device("cpu")
+    assert set_devices == []  # the CPU binds no GPU
+    # the GPU count given, not the machine's: the same outcome on a CPU box and a GPU one
+    assert resolve_device(_infra("auto"), cuda_count=2) == torch.device("cuda", 0)
+    assert set_devices == [0]
 
 
 def test_cuda_without_gpu_is_an_error(set_devices: list[int]) -> None:

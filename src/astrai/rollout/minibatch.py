@@ -58,7 +58,10 @@ def flatten_rollout(rollout: Rollout) -> Minibatch:
 def iter_minibatches(
     batch: Minibatch, num_minibatches: int, generator: torch.Generator | None = None
 ) -> Iterator[Minibatch]:
-    """Shuffle the sequences; yield ``num_minibatches`` equal parts (sizes validated upstream)."""
+    """Shuffle the sequences; yield ``num_minibatches`` equal parts (sizes validated upstream).
+
+    ``generator`` is a CPU one: the order is drawn on the host, so it is the same on any device.
+    """
     n = batch.response_ids.shape[0]
     order = torch.randperm(n, generator=generator).to(batch.response_ids.device)
     for part in order.chunk(num_minibatches):

@@ -33,13 +33,18 @@ def wrap_data_parallel(module: nn.Module, device: torch.device) -> nn.Module:
     return nn.parallel.DistributedDataParallel(module, device_ids=ids)
 
 
-def shard_policy(policy: LlamaForCausalLM) -> None:
+def shard_policy(policy: LlamaForCausalLM, device: torch.device) -> None:
     """FSDP2 in place: one unit per decoder layer, the root (embeddings, final norm, head)."""
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
+    # An explicit mesh on the run's device type: fully_shard's default mesh is a CUDA one
+    # whenever CUDA is present, so `infra.device=cpu` FSDP on a GPU machine would otherwise
+    # bind rank r to GPU r (and fail with one GPU).
+    mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
     for layer in policy.model.layers:
-        fully_shard(layer)
-    fully_shard(policy)
+        fully_shard(layer, mesh=mesh)
+    fully_shard(policy, mesh=mesh)
 
 
 def full_model_state(module: nn.Module, sharded: bool) -> dict[str, torch.Tensor]:

@@ -25,7 +25,7 @@ def rollout_metrics(rollout: Rollout, eos_id: int) -> dict[str, float]:
                 (rewards**2).sum(),
                 lengths.double().sum(),
                 (ended_with_eos == eos_id).double().sum(),
-                torch.tensor(float(rewards.numel()), dtype=torch.float64),
+                torch.tensor(float(rewards.numel()), dtype=torch.float64, device=rewards.device),
             ]
         ).cpu()
     )

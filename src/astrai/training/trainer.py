@@ -95,7 +95,7 @@ class Trainer:
             self.critic_optimizer = instantiate(cfg.critic.optimizer)(self.critic.parameters())
         self.sharded = cfg.infra.parallel == "fsdp" and self.dist.world_size > 1
         if self.sharded:  # in place; the optimizer must then see the sharded parameters
-            shard_policy(self.policy)
+            shard_policy(self.policy, self.device)
         self.optimizer = self.strategy.optimizer(self.policy.parameters())
         optimizer_steps = (
             cfg.trainer.total_steps * self.strategy.ppo_epochs * self.strategy.minibatches
