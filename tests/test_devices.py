@@ -23,6 +23,7 @@ HOST_SIDE = {
     ("training/rollout_stats.py", "rollout_accuracy"): "Python counts, reduced on the CPU",
     ("metrics/aggregate.py", "update"): "torchmetrics means live on the CPU (.cpu())",
     ("rollout/collect.py", "left_pad"): "built on the host, returned with .to(device)",
+    ("rewards/model.py", "_left_pad"): "built on the host, returned with .to(device)",
     ("rollout/collect.py", "score_responses"): "collect_rollout moves the rewards to the device",
     ("rollout/minibatch.py", "iter_minibatches"): "a CPU shuffle (same order on any device), moved",
     ("models/llama.py", "__init__"): "module state: parameters and buffers follow .to(device)",

@@ -17,7 +17,7 @@ from astrai.config.store import register_configs
 from astrai.config.validate import ConfigError, validate_config
 from astrai.files import discard_fresh_dir
 from astrai.paths import CONFIG_DIR
-from astrai.rollout.collect import RewardError
+from astrai.rewards.base import RewardError
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +97,10 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         _discard_run_dir(run_dir)
         print(f"astrai: checkpoint error: {err}", file=sys.stderr)
         sys.exit(2)
-    except RewardError as err:
+    except RewardError as err:  # mid-run: the run dir keeps what the run did so far
         log.error("stopped: %s", err)
-        sys.exit(1)
+        print(f"astrai: reward error: {err}", file=sys.stderr)
+        sys.exit(2)
     value = summary.get(cfg.optimized_metric)
     return float(value) if isinstance(value, int | float) else None
 

@@ -30,9 +30,14 @@ from astrai.paths import CONFIG_DIR
 CONF = Path(CONFIG_DIR)
 
 # keys a user must set on the command line (documented ``???`` in the YAML)
-REQUIRED_FROM_USER = {("model", "hf"): {"path"}}
+REQUIRED_FROM_USER = {
+    ("model", "hf"): {"path"},
+    ("task", "dataset"): {"train_path"},
+    ("reward", "model"): {"path"},
+    ("reward", "custom"): {"_target_"},
+}
 # arguments the trainer passes at run time, not the config
-RUNTIME_ARGUMENTS = {"optimizer", "total_steps"}
+RUNTIME_ARGUMENTS = {"optimizer", "total_steps", "prompts", "responses", "answers"}
 # targets that take ``**kwargs`` and hand them to a config class: check that class's fields
 KWARGS_CLASSES: dict[str, type] = {"astrai.models.llama.build_llama": LlamaConfig}
 # a target shared by several options has defaults that can equal only one of them
@@ -58,7 +63,16 @@ def _override(group: str, option: str) -> list[str]:
 
 CASES = [
     (group, option)
-    for group in ("train_type", "model", "critic", "task", "infra", "logger", *SHARED_BLOCKS)
+    for group in (
+        "train_type",
+        "model",
+        "critic",
+        "task",
+        "reward",
+        "infra",
+        "logger",
+        *SHARED_BLOCKS,
+    )
     for option in _options(group)
 ]
 

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tests.helpers import compose_config
 
-from astrai.metrics.names import METRICS_BY_TRAIN_TYPE
+from astrai.metrics.names import METRICS_BY_TRAIN_TYPE, reward_term_names
 from astrai.rollout.minibatch import flatten_rollout
 from astrai.training.trainer import Trainer
 
@@ -47,7 +47,8 @@ def test_jsonl_has_every_documented_metric_and_nothing_undocumented(finished_run
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2, 3]
     emitted = set().union(*(r.keys() for r in records)) - {"step"}
-    assert emitted == set(METRICS)
+    assert reward_term_names(emitted) == {"reward/partial_credit"}  # the default reward's one term
+    assert emitted - reward_term_names(emitted) == set(METRICS)
     # evaluation at step 0, every eval_every steps and at the end
     assert [r["step"] for r in records if "eval/accuracy" in r] == [0, 2, 3]
 
@@ -57,7 +58,7 @@ def test_tensorboard_event_files_hold_the_metrics(finished_run) -> None:  # noqa
     events = EventAccumulator(str(run_dir / "tb"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    assert tags == set(METRICS)
+    assert tags == set(METRICS) | {"reward/partial_credit"}
     rewards = events.Scalars("rollout/reward_mean")
     assert [e.step for e in rewards] == [1, 2, 3]
     assert rewards[-1].value == pytest.approx(summary["rollout/reward_mean"], abs=1e-6)

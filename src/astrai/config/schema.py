@@ -137,6 +137,48 @@ class SortTaskConfig(ReverseTaskConfig):
 
 
 @dataclass
+class DatasetTaskConfig:
+    _target_: str = MISSING
+    train_path: str = MISSING
+    eval_path: str | None = MISSING
+    eval_fraction: float = MISSING
+    prompt_key: str = MISSING
+    answer_key: str | None = MISSING
+    system_prompt: str | None = MISSING
+
+
+@dataclass
+class RewardConfig:
+    """A built-in reward (``conf/reward/``); ``reward=custom`` is untyped, for a user's own."""
+
+    _target_: str = MISSING
+    name: str | None = MISSING
+    accuracy_threshold: float = MISSING
+
+
+@dataclass
+class RegexRewardConfig(RewardConfig):
+    pattern: str = MISSING
+
+
+@dataclass
+class LengthRewardConfig(RewardConfig):
+    target: int = MISSING
+
+
+@dataclass
+class RewardModelConfig(RewardConfig):
+    path: str = MISSING
+    batch_size: int = MISSING
+
+
+@dataclass
+class WeightedRewardConfig:
+    accuracy_threshold: float = MISSING
+    terms: list[Any] = MISSING  # reward nodes, each with name and weight
+
+
+@dataclass
 class GPUConfig:
     devices: Any = MISSING  # "all" or a list of GPU indices (astrai.config.devices)
 
@@ -212,6 +254,7 @@ class TrainConfig:
     model: Any = MISSING
     critic: Any = MISSING
     task: Any = MISSING
+    reward: Any = MISSING
     infra: Any = MISSING
     logger: Any = MISSING
     seed: int = MISSING

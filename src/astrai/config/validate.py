@@ -17,6 +17,7 @@ from astrai.config.environment import reserved_reason
 from astrai.config.errors import ConfigError
 from astrai.models.llama import LlamaConfig
 from astrai.models.tokenizer import CharTokenizer, Tokenizer
+from astrai.tasks.base import ProblemSource
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -160,19 +161,32 @@ def _validate_model(model: DictConfig, tokenizer: CharTokenizer) -> LlamaConfig:
     return config
 
 
-def _validate_task(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) -> None:
+def _validate_task(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) -> ProblemSource:
+    """The task, built; a dataset's rows are checked against a character tokenizer."""
+    from astrai.tasks.dataset import DatasetError, DatasetTask
+
     try:
         task = instantiate(cfg.task)
     except Exception as err:  # Hydra wraps the constructor's ValueError
         cause = err.__cause__ or err
+        if isinstance(cause, DatasetError):  # names its key, file and row already
+            raise ConfigError(str(cause)) from err
         raise ConfigError(f"task: {cause}") from err
     if not isinstance(tokenizer, CharTokenizer):
         # subword tokenizers: the alphabet and length checks below count characters; an answer
         # takes at most one token per character and pretrained positions reach far beyond
-        return
+        return task
+    max_new_tokens = cfg.train_type.sampling.max_new_tokens
+    if isinstance(task, DatasetTask):
+        try:
+            task.check_characters(
+                tokenizer.alphabet, model.max_position_embeddings - 1 - max_new_tokens
+            )
+        except DatasetError as err:
+            raise ConfigError(str(err)) from err
+        return task
     missing = sorted(set(task.alphabet()) - set(tokenizer.alphabet))
     _require(not missing, f"task uses characters the tokenizer lacks: {missing}")
-    max_new_tokens = cfg.train_type.sampling.max_new_tokens
     _require(
         max_new_tokens >= task.max_answer_len(),
         f"train_type.sampling.max_new_tokens ({max_new_tokens}) cannot hold the task's longest "
@@ -184,6 +198,34 @@ def _validate_task(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) ->
         f"model.max_position_embeddings ({model.max_position_embeddings}) is shorter than "
         f"<bos> + longest prompt + train_type.sampling.max_new_tokens ({longest})",
     )
+    return task
+
+
+def _validate_reward(reward: DictConfig, task: ProblemSource | None) -> None:
+    """Built as the run will build it (the import, the arguments, a reward model's files),
+    then tried on the first eval problems, answered with their reference and with nothing: a
+    reward that raises, miscounts or returns a non-finite value stops here, before the run."""
+    from astrai.rewards.base import RewardConfigError, RewardError, build_reward
+    from astrai.rewards.config import reward_node
+
+    try:
+        with torch.random.fork_rng(devices=[]):  # a reward model's init draws from the RNG
+            built = build_reward(reward_node(reward))
+    except RewardConfigError as err:
+        raise ConfigError(str(err)) from err
+    except Exception as err:  # a reward's own constructor (a model directory, say)
+        raise ConfigError(f"reward: {err}") from err
+    if task is None:
+        return
+    probe = task.eval_problems(2)
+    try:
+        built.score(
+            [p.text for p in probe] * 2,
+            [p.answer or "" for p in probe] + [""] * len(probe),
+            [p.answer for p in probe] * 2,
+        )
+    except RewardError as err:
+        raise ConfigError(f"{err} (tried before the run on the first eval problems)") from err
 
 
 def plan_here(
@@ -300,7 +342,12 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
     else:
         tokenizer = CharTokenizer()
         model = _validate_model(cfg.model, tokenizer)
-    _validate_task(cfg, tokenizer, model)
+    # a container's job reads its own files (prompt files, a reward model), not the host's
+    task = None
+    if where == "host" or not str(cfg.task._target_).endswith(".DatasetTask"):
+        task = _validate_task(cfg, tokenizer, model)
+    if where == "host":
+        _validate_reward(cfg.reward, task)
     _validate_infra(cfg.infra, where)
     if isinstance(cfg.infra.nproc_per_node, int):  # auto: the trainer checks the real count
         check_world_batch(cfg.train_type, cfg.infra.nproc_per_node * cfg.infra.nnodes)

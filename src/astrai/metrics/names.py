@@ -7,14 +7,14 @@ from __future__ import annotations
 
 METRICS: dict[str, str] = {
     # rollout (sampled with the live policy)
-    "rollout/reward_mean": "mean task reward of the sampled responses",
-    "rollout/reward_std": "std of the task reward over all sampled responses",
-    "rollout/accuracy": "share of sampled responses that are exactly correct",
+    "rollout/reward_mean": "mean reward (weighted sum of the terms) of the sampled responses",
+    "rollout/reward_std": "std of the reward over all sampled responses",
+    "rollout/accuracy": "share of sampled responses whose reward reaches reward.accuracy_threshold",
     "rollout/response_len": "mean response length in tokens (EOS included)",
     "rollout/eos_frac": "share of responses that ended with EOS (not cut at the limit)",
     # evaluation (greedy, held-out prompts)
-    "eval/accuracy": "exact-match accuracy of greedy answers on held-out prompts",
-    "eval/reward_mean": "mean partial-credit reward of greedy answers on held-out prompts",
+    "eval/accuracy": "share of greedy answers on held-out prompts reaching the threshold",
+    "eval/reward_mean": "mean reward of greedy answers on held-out prompts",
     "eval/response_len": "mean greedy response length in tokens",
     # losses
     "loss/policy": "clipped surrogate policy loss (token mean)",
@@ -49,6 +49,16 @@ METRICS: dict[str, str] = {
     "time/eval_s": "seconds in greedy evaluation",
     "time/elapsed_s": "wall seconds since the run started (step-0 eval in, summed over resumes)",
 }
+
+# and one per reward term, named by the run's reward config (``reward/partial_credit``, ...)
+REWARD_TERM_PREFIX = "reward/"
+REWARD_TERM_MEANING = "mean of one reward term (before its weight) over the sampled responses"
+
+
+def reward_term_names(emitted: set[str]) -> set[str]:
+    """The ``reward/<name>`` metrics among ``emitted``."""
+    return {name for name in emitted if name.startswith(REWARD_TERM_PREFIX)}
+
 
 PPO_ONLY: frozenset[str] = frozenset(
     {

@@ -15,10 +15,12 @@ loads in ``transformers`` and vLLM with the same ids.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from astrai.chat import Prompt
 from astrai.models.tokenizer import SPECIAL_TOKENS, TOKENIZER_FILE, CharTokenizer
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -146,24 +148,36 @@ class HFTokenizer:
         """Ids the tokenizer can produce (the model's embedding may have more rows)."""
         return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
 
-    def render_prompt(self, prompt: str) -> str:
-        """The text the policy sees: the chat template around one user turn, or the prompt."""
+    def render_messages(
+        self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True
+    ) -> str:
+        """Chat turns (``{"role", "content"}``) through the chat template; the generation
+        prompt (the assistant's turn opening) appended unless ``add_generation_prompt=False``."""
         if self._template is None:
-            return prompt
+            raise ValueError("chat messages need a tokenizer with a chat template")
         return str(
             self._template.render(
-                messages=[{"role": "user", "content": prompt}],
-                add_generation_prompt=True,
+                messages=[dict(m) for m in messages],
+                add_generation_prompt=add_generation_prompt,
                 **self.special_tokens,
             )
         )
 
+    def render_prompt(self, prompt: Prompt) -> str:
+        """The text the policy sees: the chat template around the turns (a string is one user
+        turn), or the string itself when there is no template."""
+        if isinstance(prompt, str):
+            if self._template is None:
+                return prompt
+            return self.render_messages([{"role": "user", "content": prompt}])
+        return self.render_messages(prompt)
+
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
 
-    def encode_prompt(self, prompt: str) -> list[int]:
+    def encode_prompt(self, prompt: Prompt) -> list[int]:
         if self.chat_template is None:  # the post-processor adds BOS where the model wants it
-            return self.encode(prompt)
+            return self.encode(self.render_prompt(prompt))
         return self.encode(self.render_prompt(prompt), add_special_tokens=False)
 
     def decode(self, ids: list[int]) -> str:

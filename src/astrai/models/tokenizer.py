@@ -13,6 +13,8 @@ import string
 from pathlib import Path
 from typing import Protocol
 
+from astrai.chat import Prompt
+
 TOKENIZER_FILE = "tokenizer.json"
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 # digits, lowercase letters and a few symbols: 45 characters + 3 specials = 48 ids.
@@ -29,7 +31,7 @@ class Tokenizer(Protocol):
     @property
     def vocab_size(self) -> int: ...
 
-    def encode_prompt(self, prompt: str) -> list[int]:
+    def encode_prompt(self, prompt: Prompt) -> list[int]:
         """A task prompt -> the ids the policy is conditioned on (BOS / chat template included)."""
         ...
 
@@ -70,8 +72,10 @@ class CharTokenizer:
             ids.append(self._char_to_id[char])
         return ids
 
-    def encode_prompt(self, prompt: str) -> list[int]:
-        """``<bos>`` + the prompt's characters."""
+    def encode_prompt(self, prompt: Prompt) -> list[int]:
+        """``<bos>`` + the prompt's characters (a string: there is no chat template)."""
+        if not isinstance(prompt, str):
+            raise ValueError("chat messages need a tokenizer with a chat template")
         return self.encode(prompt, add_bos=True)
 
     def decode(self, ids: list[int]) -> str:

@@ -1,31 +1,30 @@
-"""Turn prompts into a scored ``Rollout``: tokenize, sample G responses each, decode, reward."""
+"""Turn problems into a scored ``Rollout``: tokenize, sample G responses each, decode, reward."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
+from astrai.chat import Prompt
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
+from astrai.rewards.base import Reward
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig, generate
-
-
-class RewardError(RuntimeError):
-    """A reward function raised or returned a non-finite value; names the prompt."""
+from astrai.tasks.base import Problem
 
 
 def left_pad(
-    tokenizer: Tokenizer, texts: list[str], device: torch.device | str = "cpu"
+    tokenizer: Tokenizer, prompts: Sequence[Prompt], device: torch.device | str = "cpu"
 ) -> tuple[Tensor, Tensor]:
-    """Encode ``texts`` (with BOS) into left-padded ``[N, P]`` ids and a bool mask."""
-    encoded = [tokenizer.encode_prompt(t) for t in texts]
+    """Encode ``prompts`` (with BOS / chat template) into left-padded ``[N, P]`` ids and a
+    bool mask."""
+    encoded = [tokenizer.encode_prompt(p) for p in prompts]
     width = max(len(e) for e in encoded)
-    ids = torch.full((len(texts), width), tokenizer.pad_id, dtype=torch.long)
-    mask = torch.zeros(len(texts), width, dtype=torch.bool)
+    ids = torch.full((len(prompts), width), tokenizer.pad_id, dtype=torch.long)
+    mask = torch.zeros(len(prompts), width, dtype=torch.bool)
     for row, seq in enumerate(encoded):
         ids[row, width - len(seq) :] = torch.tensor(seq)
         mask[row, width - len(seq) :] = True
@@ -42,39 +41,34 @@ def decode_responses(
 
 
 def score_responses(
-    reward_fn: Callable[[str, str], float], prompts: list[str], responses: list[list[str]]
-) -> Tensor:
-    """Task reward of every response: ``[B, G]`` float tensor; non-finite or raising is fatal."""
-    rewards = []
-    for prompt, group in zip(prompts, responses, strict=True):
-        row = []
-        for response in group:
-            try:
-                value = float(reward_fn(prompt, response))
-            except Exception as err:
-                raise RewardError(f"reward function failed on prompt {prompt!r}: {err}") from err
-            if not math.isfinite(value):
-                raise RewardError(f"reward function returned {value} on prompt {prompt!r}")
-            row.append(value)
-        rewards.append(row)
-    return torch.tensor(rewards, dtype=torch.float32)
+    reward: Reward, problems: list[Problem], responses: list[list[str]]
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """``[B, G]`` total reward of every response and each term's ``[B, G]`` scores, from one
+    batched call per term; ``RewardError`` (naming the prompt) on a bad score."""
+    b = len(problems)
+    flat = [(p, r) for p, group in zip(problems, responses, strict=True) for r in group]
+    totals, terms = reward.score(
+        [p.text for p, _ in flat], [r for _, r in flat], [p.answer for p, _ in flat]
+    )
+    grids = {name: torch.tensor(v, dtype=torch.float32).view(b, -1) for name, v in terms.items()}
+    return torch.tensor(totals, dtype=torch.float32).view(b, -1), grids
 
 
 def collect_rollout(
     policy: LlamaForCausalLM,
     tokenizer: Tokenizer,
-    prompts: list[str],
+    problems: list[Problem],
     group_size: int,
     sampling: SamplingConfig,
-    reward_fn: Callable[[str, str], float],
+    reward: Reward,
     policy_version: int,
     generator: torch.Generator | None = None,
     lockstep: bool = False,
 ) -> Rollout:
-    """Sample ``group_size`` responses for each of B prompts and score them (``lockstep``:
+    """Sample ``group_size`` responses for each of B problems and score them (``lockstep``:
     see ``generate``)."""
     device = policy.lm_head.weight.device
-    prompt_ids, prompt_mask = left_pad(tokenizer, prompts, device)
+    prompt_ids, prompt_mask = left_pad(tokenizer, [p.prompt for p in problems], device)
     was_training = policy.training
     policy.eval()
     gen = generate(
@@ -88,18 +82,19 @@ def collect_rollout(
         lockstep=lockstep,
     )
     policy.train(was_training)
-    b, g = len(prompts), group_size
+    b, g = len(problems), group_size
     texts = decode_responses(tokenizer, gen.response_ids, gen.response_mask)
     responses = [texts[i * g : (i + 1) * g] for i in range(b)]
-    rewards = score_responses(reward_fn, prompts, responses).to(device)
+    rewards, terms = score_responses(reward, problems, responses)
     return Rollout(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,
         response_ids=gen.response_ids.view(b, g, -1),
         response_mask=gen.response_mask.view(b, g, -1),
         logprobs=gen.logprobs.view(b, g, -1),
-        rewards=rewards,
+        rewards=rewards.to(device),
         policy_version=policy_version,
-        prompts=list(prompts),
+        prompts=[p.text for p in problems],
         responses=responses,
+        reward_terms={name: scores.to(device) for name, scores in terms.items()},
     )

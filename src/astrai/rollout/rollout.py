@@ -20,6 +20,8 @@ class Rollout:
         rewards: ``[B, G]`` task reward per response (lands on the last response token).
         policy_version: optimizer steps the sampling policy had taken.
         prompts, responses: texts for logging (``responses[b][g]``).
+        reward_terms: ``[B, G]`` scores of each named reward term (``rewards`` is their
+            weighted sum), for the ``reward/<name>`` metrics.
         ref_logprobs, values, advantages, returns: ``[B, G, R]`` targets filled once by
             ``Strategy.prepare`` and then pinned for every replayed gradient step.
     """
@@ -33,6 +35,7 @@ class Rollout:
     policy_version: int
     prompts: list[str] = field(default_factory=list)
     responses: list[list[str]] = field(default_factory=list)
+    reward_terms: dict[str, Tensor] = field(default_factory=dict)
     ref_logprobs: Tensor | None = None
     values: Tensor | None = None
     advantages: Tensor | None = None
@@ -60,6 +63,7 @@ class Rollout:
             policy_version=self.policy_version,
             prompts=self.prompts[rows],
             responses=self.responses[rows],
+            reward_terms={name: scores[rows] for name, scores in self.reward_terms.items()},
             **tensors,  # type: ignore[arg-type]
         )
 

@@ -10,8 +10,11 @@ import abc
 import hashlib
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import cached_property
+from typing import Protocol
 
+from astrai.chat import Prompt
 from astrai.tasks.rewards import positional_match_reward
 
 _EVAL_SALT = "astrai-eval"
@@ -24,6 +27,36 @@ _EVAL_SAMPLE_SEED = 54321
 # task whose split leaves no room fails loudly instead of looping forever.
 _DRAWS_PER_PROMPT = 1_000
 _MIN_DRAWS = 100_000
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt with its reference answer, as the trainer samples and scores it.
+
+    Attributes:
+        prompt: what the policy is conditioned on: a string (one user turn) or chat turns.
+        answer: the reference answer a reward compares with; None when the task has none.
+        text: the prompt as one string, what rewards and logs see (for chat turns, the last
+            user turn's content).
+    """
+
+    prompt: Prompt
+    answer: str | None
+    text: str
+
+
+class ProblemSource(Protocol):
+    """What the trainer asks of a task (embedded ``Task`` or ``DatasetTask``)."""
+
+    name: str
+
+    def train_problems(self, seed: int, index: int, n: int) -> list[Problem]:
+        """Batch ``index`` of the training stream: a pure function of its arguments."""
+        ...
+
+    def eval_problems(self, n: int) -> list[Problem]:
+        """A fixed list of up to ``n`` held-out problems (never in the training stream)."""
+        ...
 
 
 def _stable_int(text: str) -> int:
@@ -105,6 +138,14 @@ class Task(abc.ABC):
         if len(prompts) < n:
             raise RuntimeError(f"{self.name}: drew only {len(prompts)} of {n} training prompts")
         return prompts
+
+    def train_problems(self, seed: int, index: int, n: int) -> list[Problem]:
+        """``train_prompts`` with their reference answers."""
+        return [Problem(p, self.answer(p), p) for p in self.train_prompts(seed, index, n)]
+
+    def eval_problems(self, n: int) -> list[Problem]:
+        """``eval_prompts`` with their reference answers."""
+        return [Problem(p, self.answer(p), p) for p in self.eval_prompts(n)]
 
     def eval_prompts(self, n: int) -> list[str]:
         """A fixed list of up to ``n`` distinct held-out prompts, independent of any training seed.

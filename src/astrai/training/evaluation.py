@@ -1,4 +1,4 @@
-"""Greedy evaluation on held-out prompts: exact-match accuracy and partial-credit reward."""
+"""Greedy evaluation on held-out problems: accuracy and mean reward under the run's reward."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import torch
 
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
+from astrai.rewards.base import Reward
 from astrai.rollout.collect import decode_responses, left_pad
 from astrai.rollout.sampler import SamplingConfig, generate
-from astrai.tasks.base import Task
+from astrai.tasks.base import Problem
 
 
 @dataclass
@@ -32,31 +33,33 @@ class EvalResult:
 def evaluate(
     policy: LlamaForCausalLM,
     tokenizer: Tokenizer,
-    task: Task,
-    prompts: list[str],
+    reward: Reward,
+    problems: list[Problem],
     max_new_tokens: int,
     batch_size: int = 512,
 ) -> EvalResult:
-    """Greedy-decode every prompt and grade it with the task's exact-match check."""
+    """Greedy-decode every problem and score it; correct = the reward reaches the reward's
+    ``accuracy_threshold``."""
     was_training = policy.training
     policy.eval()
     device = policy.lm_head.weight.device
     greedy = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.0)
     responses: list[str] = []
     lengths: list[int] = []
-    for start in range(0, len(prompts), batch_size):
-        chunk = prompts[start : start + batch_size]
+    for start in range(0, len(problems), batch_size):
+        chunk = [p.prompt for p in problems[start : start + batch_size]]
         ids, mask = left_pad(tokenizer, chunk, device)
         gen = generate(policy, ids, mask, greedy, tokenizer.eos_id, tokenizer.pad_id)
         responses += decode_responses(tokenizer, gen.response_ids, gen.response_mask)
         lengths += gen.response_mask.sum(-1).tolist()
     policy.train(was_training)
-    rewards = [task.reward(p, r) for p, r in zip(prompts, responses, strict=True)]
-    correct = [task.is_correct(p, r) for p, r in zip(prompts, responses, strict=True)]
-    n = max(len(prompts), 1)
+    texts = [p.text for p in problems]
+    rewards, _ = reward.score(texts, responses, [p.answer for p in problems])
+    correct = reward.correct(rewards)
+    n = max(len(problems), 1)
     return EvalResult(
         accuracy=sum(correct) / n,
         reward_mean=sum(rewards) / n,
         response_len=sum(lengths) / n,
-        samples=list(zip(prompts, responses, rewards, strict=True)),
+        samples=list(zip(texts, responses, rewards, strict=True)),
     )

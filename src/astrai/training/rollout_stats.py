@@ -7,7 +7,6 @@ import torch
 from astrai.algorithms.masked import masked_global_mean, masked_var
 from astrai.distributed import all_reduce_sum
 from astrai.rollout.rollout import Rollout
-from astrai.tasks.base import Task
 
 
 def rollout_metrics(rollout: Rollout, eos_id: int) -> dict[str, float]:
@@ -41,15 +40,25 @@ def rollout_metrics(rollout: Rollout, eos_id: int) -> dict[str, float]:
     }
 
 
-def rollout_accuracy(rollout: Rollout, task: Task) -> float:
-    """Share of sampled responses that are exactly correct (over all ranks)."""
-    correct = [
-        task.is_correct(prompt, response)
-        for prompt, group in zip(rollout.prompts, rollout.responses, strict=True)
-        for response in group
-    ]
-    counts = all_reduce_sum(torch.tensor([sum(correct), len(correct)], dtype=torch.float64))
+def rollout_accuracy(rollout: Rollout, threshold: float) -> float:
+    """Share of sampled responses whose reward reaches ``threshold`` (over all ranks)."""
+    rewards = rollout.rewards
+    correct = (rewards >= threshold).sum().double()
+    counts = all_reduce_sum(torch.stack([correct, correct.new_tensor(rewards.numel())]).cpu())
     return (counts[0] / counts[1].clamp(min=1)).item()
+
+
+def reward_term_metrics(rollout: Rollout) -> dict[str, float]:
+    """``reward/<name>``: each reward term's mean over the sampled responses (all ranks)."""
+    if not rollout.reward_terms:
+        return {}
+    names = sorted(rollout.reward_terms)
+    scores = [rollout.reward_terms[name].double() for name in names]
+    count = scores[0].new_tensor(scores[0].numel())
+    sums = all_reduce_sum(torch.stack([*(s.sum() for s in scores), count]).cpu())
+    return {
+        f"reward/{name}": (sums[i] / sums[-1].clamp(min=1)).item() for i, name in enumerate(names)
+    }
 
 
 def rollout_samples(rollout: Rollout) -> list[tuple[str, str, float]]:

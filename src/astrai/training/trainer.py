@@ -46,10 +46,12 @@ from astrai.models.llama import LlamaForCausalLM
 from astrai.models.pretrained import tokenizer_for
 from astrai.models.tokenizer import Tokenizer
 from astrai.models.value_model import ValueModel, build_value_model
+from astrai.rewards.base import build_reward
+from astrai.rewards.config import reward_node
 from astrai.rollout.collect import collect_rollout
 from astrai.rollout.minibatch import Minibatch, flatten_rollout, iter_minibatches
 from astrai.rollout.rollout import Rollout
-from astrai.tasks.base import Task
+from astrai.tasks.base import ProblemSource
 from astrai.training.accumulation import accumulate_gradients
 from astrai.training.checkpointing import (
     resolve_resume,
@@ -58,7 +60,12 @@ from astrai.training.checkpointing import (
 )
 from astrai.training.evaluation import EvalResult, evaluate
 from astrai.training.parallel import shard_policy, wrap_data_parallel
-from astrai.training.rollout_stats import rollout_accuracy, rollout_metrics, rollout_samples
+from astrai.training.rollout_stats import (
+    reward_term_metrics,
+    rollout_accuracy,
+    rollout_metrics,
+    rollout_samples,
+)
 from astrai.training.setup import make_generator, resolve_device, seed_everything
 from astrai.training.stopping import StopRequest, agreed_stop_reason
 
@@ -81,7 +88,7 @@ class Trainer:
         init_distributed(self.device)
         check_world_batch(cfg.train_type, self.dist.world_size)
         self.tokenizer: Tokenizer = tokenizer_for(cfg.model)
-        self.task: Task = instantiate(cfg.task)
+        self.task: ProblemSource = instantiate(cfg.task)
         self.policy: LlamaForCausalLM = instantiate(cfg.model).to(self.device)
         # the reference is the initial policy, frozen
         self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
@@ -93,6 +100,9 @@ class Trainer:
         if cfg.critic.name != "none":  # warm-started from the whole policy, before any sharding
             self.critic = build_value_model(self.policy, cfg.critic.warm_start)
             self.critic_optimizer = instantiate(cfg.critic.optimizer)(self.critic.parameters())
+        # after every model init: a reward model's construction must not move the global RNG
+        with torch.random.fork_rng(devices=[]):
+            self.reward = build_reward(reward_node(cfg.reward)).to(self.device)
         self.sharded = cfg.infra.parallel == "fsdp" and self.dist.world_size > 1
         if self.sharded:  # in place; the optimizer must then see the sharded parameters
             shard_policy(self.policy, self.device)
@@ -104,7 +114,7 @@ class Trainer:
         # each rank samples its own responses: its own stream (rank 0's is the 1-process one)
         self.sample_generator = make_generator(cfg.seed + 1 + 7919 * self.dist.rank, self.device)
         self.shuffle_generator = make_generator(cfg.seed + 2, torch.device("cpu"))
-        self.eval_prompts = self.task.eval_prompts(cfg.trainer.eval_prompts)
+        self.eval_problems = self.task.eval_problems(cfg.trainer.eval_prompts)
         self.policy_version = 0
         self.step = 0
         self.initial_metrics: dict[str, float] = {}  # the step-0 evaluation
@@ -140,17 +150,19 @@ class Trainer:
 
     def rollout(self) -> Rollout:
         """1. Sample G responses for this step's prompts with the live policy and score them."""
-        prompts = self.task.train_prompts(self.cfg.seed, self.step, self.strategy.prompts_per_step)
-        share = len(prompts) // self.dist.world_size  # validated: divides evenly
-        prompts = prompts[self.dist.rank * share : (self.dist.rank + 1) * share]
+        problems = self.task.train_problems(
+            self.cfg.seed, self.step, self.strategy.prompts_per_step
+        )
+        share = len(problems) // self.dist.world_size  # validated: divides evenly
+        problems = problems[self.dist.rank * share : (self.dist.rank + 1) * share]
         with self.autocast():
             return collect_rollout(
                 self.policy,
                 self.tokenizer,
-                prompts,
+                problems,
                 self.strategy.group_size,
                 self.strategy.sampling,
-                self.task.reward,
+                self.reward,
                 self.policy_version,
                 self.sample_generator,
                 lockstep=self.sharded,
@@ -269,7 +281,8 @@ class Trainer:
         metrics.update(self.update(rollout))
         t2 = time.perf_counter()
         metrics.update(rollout_metrics(rollout, self.tokenizer.eos_id))  # global over ranks
-        metrics["rollout/accuracy"] = rollout_accuracy(rollout, self.task)
+        metrics["rollout/accuracy"] = rollout_accuracy(rollout, self.reward.accuracy_threshold)
+        metrics.update(reward_term_metrics(rollout))
         metrics["time/rollout_s"] = t1 - t0
         metrics["time/update_s"] = t2 - t1
         metrics["perf/step_s"] = t2 - t0
@@ -287,8 +300,8 @@ class Trainer:
             return evaluate(
                 self.policy,
                 self.tokenizer,
-                self.task,
-                self.eval_prompts,
+                self.reward,
+                self.eval_problems,
                 self.strategy.sampling.max_new_tokens,
             )
 

@@ -1,0 +1,1 @@
+"""Reward functions: built-ins, a reward model, and how a config becomes one."""

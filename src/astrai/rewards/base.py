@@ -1,0 +1,201 @@
+"""How a ``reward`` config becomes the scorer of a run, and the checks on what a reward returns.
+
+A reward is any batched callable ``fn(prompts, responses, answers) -> list[float]`` (parallel
+lists, one entry per sampled response). The ``reward`` config node names one with ``_target_``
+(a function, or a class whose instance is that callable, built from the node's other keys), or
+several under ``terms`` with weights. Either way the run scores with a ``Reward``: a weighted sum
+of named terms (one term of weight 1 for a single reward), each term also logged on its own as
+``reward/<name>``. A term that raises, returns the wrong number of scores or a value that is not
+a finite float32 stops the run with one ``RewardError`` line naming the term and the prompt.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+RewardFn = Callable[[list[str], list[str], list[str | None]], list[float]]
+# keys of a reward node that configure the run's use of it, not the callable itself
+RUN_KEYS = ("_target_", "name", "weight", "accuracy_threshold", "terms")
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+class RewardError(RuntimeError):
+    """A reward raised, or returned the wrong count or a non-finite value; names the prompt."""
+
+
+class RewardConfigError(ValueError):
+    """A ``reward`` config that cannot be built; the message names the key."""
+
+
+@dataclass(frozen=True)
+class RewardTerm:
+    name: str
+    weight: float
+    fn: RewardFn
+
+
+class Reward:
+    """A weighted sum of named reward terms; ``accuracy_threshold``: a response whose total
+    reaches it counts as correct (``rollout/accuracy``, ``eval/accuracy``)."""
+
+    def __init__(self, terms: list[RewardTerm], accuracy_threshold: float) -> None:
+        self.terms = terms
+        self.accuracy_threshold = accuracy_threshold
+
+    @property
+    def names(self) -> list[str]:
+        return [term.name for term in self.terms]
+
+    def to(self, device: torch.device) -> Reward:
+        """Move terms that hold a model (``reward=model``) to ``device``."""
+        for term in self.terms:
+            move = getattr(term.fn, "to", None)
+            if callable(move):
+                move(device)
+        return self
+
+    def score(
+        self, prompts: list[str], responses: list[str], answers: list[str | None]
+    ) -> tuple[list[float], dict[str, list[float]]]:
+        """Totals and each term's scores, one per response; ``RewardError`` on a bad term."""
+        per_term = {t.name: self._term_scores(t, prompts, responses, answers) for t in self.terms}
+        totals = [0.0] * len(responses)
+        for term in self.terms:
+            for i, value in enumerate(per_term[term.name]):
+                totals[i] += term.weight * value
+        for prompt, total in zip(prompts, totals, strict=True):
+            if not _finite32(total):
+                raise RewardError(f"reward total {total} is not a finite float32 on {prompt!r}")
+        return totals, per_term
+
+    def correct(self, totals: list[float]) -> list[bool]:
+        return [total >= self.accuracy_threshold for total in totals]
+
+    def _term_scores(
+        self,
+        term: RewardTerm,
+        prompts: list[str],
+        responses: list[str],
+        answers: list[str | None],
+    ) -> list[float]:
+        try:
+            values = list(term.fn(prompts, responses, answers))
+        except Exception as err:
+            prompt = _first_failing(term.fn, prompts, responses, answers)
+            raise RewardError(f"reward {term.name} failed on prompt {prompt!r}: {err}") from err
+        if len(values) != len(responses):
+            raise RewardError(
+                f"reward {term.name} returned {len(values)} scores for {len(responses)} "
+                f"responses (first prompt {prompts[0]!r})"
+            )
+        scores = []
+        for prompt, value in zip(prompts, values, strict=True):
+            try:
+                score = float(value)
+            except (TypeError, ValueError):
+                score = math.nan
+            if not _finite32(score):
+                raise RewardError(
+                    f"reward {term.name} returned {value!r} (not a finite float32) on prompt "
+                    f"{prompt!r}"
+                )
+            scores.append(score)
+        return scores
+
+
+def _finite32(value: float) -> bool:
+    return math.isfinite(value) and abs(value) <= FLOAT32_MAX
+
+
+def _first_failing(
+    fn: RewardFn, prompts: list[str], responses: list[str], answers: list[str | None]
+) -> str:
+    """The first prompt whose pair alone makes ``fn`` raise (a batch error names no row)."""
+    for prompt, response, answer in zip(prompts, responses, answers, strict=True):
+        try:
+            fn([prompt], [response], [answer])
+        except Exception:
+            return prompt
+    return prompts[0] if prompts else ""
+
+
+def build_reward(node: Mapping[str, Any]) -> Reward:
+    """The ``reward`` config node (a plain mapping) -> the run's ``Reward``."""
+    threshold = node.get("accuracy_threshold")
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+        raise RewardConfigError(f"reward.accuracy_threshold must be a number, got {threshold!r}")
+    if node.get("terms") is not None:
+        terms_node = node["terms"]
+        if not isinstance(terms_node, list) or not terms_node:
+            raise RewardConfigError("reward.terms must be a non-empty list of reward nodes")
+        terms = [_build_term(t, f"reward.terms[{i}]") for i, t in enumerate(terms_node)]
+    else:
+        terms = [_build_term(node, "reward", weight=1.0)]
+    names = [term.name for term in terms]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise RewardConfigError(f"reward.terms: names must differ, {repeated} repeat")
+    return Reward(terms, float(threshold))
+
+
+def _build_term(node: Any, where: str, weight: float | None = None) -> RewardTerm:
+    if not isinstance(node, Mapping):
+        raise RewardConfigError(f"{where}: expected a reward node with _target_, got {node!r}")
+    target = node.get("_target_")
+    if not isinstance(target, str) or not target:
+        raise RewardConfigError(f"{where}._target_: name the reward (module.function)")
+    kwargs = {k: v for k, v in node.items() if k not in RUN_KEYS}
+    if weight is None:
+        weight = node.get("weight")
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise RewardConfigError(f"{where}.weight must be a number, got {weight!r}")
+        if not math.isfinite(weight):
+            raise RewardConfigError(f"{where}.weight must be finite, got {weight!r}")
+    obj = _import(target, where)
+    try:
+        fn = obj(**kwargs) if isinstance(obj, type) else _bind(obj, kwargs)
+    except (TypeError, ValueError) as err:
+        raise RewardConfigError(f"{where} ({target}): {err}") from err
+    try:
+        inspect.signature(fn).bind([], [], [])
+    except (TypeError, ValueError) as err:
+        raise RewardConfigError(
+            f"{where}._target_: {target} must be callable as fn(prompts, responses, answers) "
+            f"({err})"
+        ) from err
+    return RewardTerm(node.get("name") or default_name(target), float(weight), fn)
+
+
+def default_name(target: str) -> str:
+    """A term's name from its ``_target_``: snake case, without a ``_reward`` suffix
+    (``pkg.math_reward`` -> ``math``, ``pkg.RegexMatch`` -> ``regex_match``)."""
+    last = target.rsplit(".", 1)[-1]
+    snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", last).lower()
+    return snake.removesuffix("_reward") or snake
+
+
+def _import(target: str, where: str) -> Any:
+    from hydra.utils import get_object
+
+    try:
+        obj = get_object(target)
+    except Exception as err:
+        raise RewardConfigError(f"{where}._target_: cannot import {target!r} ({err})") from err
+    if not callable(obj):
+        raise RewardConfigError(f"{where}._target_: {target} is not callable")
+    return obj
+
+
+def _bind(fn: Callable[..., Any], kwargs: dict[str, Any]) -> RewardFn:
+    if not kwargs:
+        return fn
+    inspect.signature(fn).bind_partial(**kwargs)  # TypeError naming an unknown key
+    return functools.partial(fn, **kwargs)

@@ -1,0 +1,302 @@
+"""``task=dataset``: prompts and reference answers from local files, read with HF ``datasets``.
+
+Files: ``.jsonl``, ``.json``, ``.parquet``, ``.csv``, or a ``save_to_disk`` directory (one
+split). Local only: ``datasets`` runs offline and its cache goes to a temporary folder that is
+removed after reading, so nothing is downloaded or left behind.
+
+A row's prompt (``prompt_key``) is a string (one user turn) or a list of ``{role, content}``
+turns; records in the instruction shape (``instruction``, ``input``, ``output``: no
+``prompt_key`` column) become a system turn (the instruction) and a user turn (the input; the
+instruction alone when the input is empty), with ``output`` as the reference answer.
+``system_prompt`` puts a system turn first. The answer (``answer_key``) is text, or a number
+written as text; ``answer_key=null`` gives no answers (for rewards that need none).
+
+The eval split is ``eval_path``'s rows, or the rows of the train file whose prompt hashes into
+``eval_fraction`` (a salted SHA-256 of the prompt, as the embedded tasks: the same split in every
+process and for every seed). Training rows never include an eval prompt. The training stream is
+epochs of the training rows, each shuffled by (seed, epoch): batch ``index`` is a pure function
+of (seed, index, n), so a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from astrai.chat import Prompt
+from astrai.tasks.base import _EVAL_SALT, _HASH_BUCKETS, Problem, _stable_int
+
+FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+ROLES = ("system", "user", "assistant")
+INSTRUCTION_KEYS = ("instruction", "input", "output")
+
+
+class DatasetError(ValueError):
+    """A prompt file that cannot be used; the message names the file, the row and the key."""
+
+
+def read_rows(path: Path, key: str) -> list[dict[str, Any]]:
+    """The records of one local file or ``save_to_disk`` folder (``key``: the config key that
+    named it, for the message)."""
+    if not path.exists():
+        raise DatasetError(f"{key}: {path} does not exist")
+    # never reach the Hugging Face Hub, whatever the environment says
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import datasets
+
+    datasets.disable_progress_bars()
+    try:
+        if path.is_dir():
+            loaded = datasets.load_from_disk(str(path), keep_in_memory=True)
+            if isinstance(loaded, datasets.DatasetDict):
+                raise DatasetError(
+                    f"{key}: {path} holds the splits {sorted(loaded)}: point at one of them "
+                    f"({path}/{next(iter(loaded))})"
+                )
+            return list(loaded.to_list())
+        builder = FORMATS.get(path.suffix.lower())
+        if builder is None:
+            raise DatasetError(
+                f"{key}: {path}: unknown format {path.suffix!r} (use {', '.join(FORMATS)} "
+                "or a save_to_disk folder)"
+            )
+        with tempfile.TemporaryDirectory(prefix="astrai-datasets-") as cache:
+            loaded = datasets.load_dataset(
+                builder, data_files=str(path), split="train", cache_dir=cache, keep_in_memory=True
+            )
+            return list(loaded.to_list())
+    except DatasetError:
+        raise
+    except Exception as err:
+        raise DatasetError(f"{key}: {path}: {_unreadable(path, err)}") from err
+
+
+def _unreadable(path: Path, err: Exception) -> str:
+    """Why a file did not load: for JSON Lines, the first row that is no JSON object."""
+    if path.is_file() and path.suffix.lower() == ".jsonl":
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            for number, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as bad:
+                    return f"row {number}: unreadable JSON ({bad.msg})"
+                if not isinstance(record, dict):
+                    return f"row {number}: a JSON object was expected, got {record!r:.60}"
+    cause = err.__cause__ or err
+    return (
+        f"unreadable ({type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''})"
+    )
+
+
+def _turns(value: Any, where: str) -> Prompt:
+    """A prompt field -> a string or a tuple of chat turns; ``where`` names file, row, key."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise DatasetError(f"{where} is empty")
+        return value
+    if not isinstance(value, Sequence) or not value:
+        raise DatasetError(f"{where}: a string or a list of {{role, content}} turns was expected")
+    turns = []
+    for i, turn in enumerate(value):
+        if not isinstance(turn, Mapping) or set(turn) - {"role", "content"} - {"name"}:
+            raise DatasetError(f"{where}[{i}]: a {{role, content}} turn was expected")
+        role, content = turn.get("role"), turn.get("content")
+        if role not in ROLES or not isinstance(content, str):
+            raise DatasetError(
+                f"{where}[{i}]: role must be one of {ROLES} and content a string, got {turn!r:.80}"
+            )
+        turns.append({"role": role, "content": content})
+    if turns[-1]["role"] != "user":
+        raise DatasetError(
+            f"{where}: the last turn must be the user's (the policy answers it), got "
+            f"{turns[-1]['role']!r}"
+        )
+    return tuple(turns)
+
+
+def _answer(value: Any, where: str) -> str:
+    if isinstance(value, bool) or value is None:
+        raise DatasetError(f"{where} is missing")
+    if isinstance(value, int | float):
+        return str(value)
+    if not isinstance(value, str):
+        raise DatasetError(f"{where}: text was expected, got {type(value).__name__}")
+    return value
+
+
+def prompt_text(prompt: Prompt) -> str:
+    """What rewards and logs see: the string, or the last user turn's content."""
+    if isinstance(prompt, str):
+        return prompt
+    return next(t["content"] for t in reversed(prompt) if t["role"] == "user")
+
+
+def _prompt_key(prompt: Prompt) -> str:
+    """The identity the eval split hashes: the string, or the turns as JSON."""
+    if isinstance(prompt, str):
+        return prompt
+    return json.dumps([dict(t) for t in prompt], sort_keys=True, ensure_ascii=False)
+
+
+class DatasetTask:
+    """Problems from local prompt files (see the module docstring).
+
+    Args:
+        train_path: the training file or ``save_to_disk`` folder.
+        eval_path: the eval file; None holds out ``eval_fraction`` of ``train_path``.
+        eval_fraction: share of the train file's prompts held out when ``eval_path`` is None.
+        prompt_key: the prompt column.
+        answer_key: the reference-answer column; None for rewards that need no answer.
+        system_prompt: a system turn put before every prompt; None for none.
+    """
+
+    name = "dataset"
+
+    def __init__(
+        self,
+        train_path: str,
+        eval_path: str | None,
+        eval_fraction: float,
+        prompt_key: str,
+        answer_key: str | None,
+        system_prompt: str | None,
+    ) -> None:
+        if eval_path is None and not 0.0 < eval_fraction < 1.0:
+            raise DatasetError(f"task.eval_fraction must be in (0, 1), got {eval_fraction}")
+        self.eval_fraction = eval_fraction
+        self.prompt_key, self.answer_key, self.system_prompt = prompt_key, answer_key, system_prompt
+        train = self._read(Path(train_path), "task.train_path")
+        if eval_path is None:
+            held_out = [self._held_out(p) for p, _ in train]
+            evals = [row for row, out in zip(train, held_out, strict=True) if out]
+            train = [row for row, out in zip(train, held_out, strict=True) if not out]
+            source = f"task.train_path {train_path} (task.eval_fraction={eval_fraction})"
+            eval_source = source
+        else:
+            evals = self._read(Path(eval_path), "task.eval_path")
+            eval_keys = {_prompt_key(p.prompt) for p, _ in evals}
+            train = [row for row in train if _prompt_key(row[0].prompt) not in eval_keys]
+            source = f"task.train_path {train_path} (less the prompts of task.eval_path)"
+            eval_source = f"task.eval_path {eval_path}"
+        if not train:
+            raise DatasetError(f"{source}: no training rows")
+        if not evals:
+            raise DatasetError(f"{eval_source}: no eval rows")
+        self.train = [p for p, _ in train]
+        self.evals = [p for p, _ in evals]
+        # (file, row) of each problem, for messages about a row's content
+        self.train_rows = [where for _, where in train]
+        self.eval_rows = [where for _, where in evals]
+
+    def _held_out(self, problem: Problem) -> bool:
+        bucket = _stable_int(_EVAL_SALT + _prompt_key(problem.prompt)) % _HASH_BUCKETS
+        return bucket < self.eval_fraction * _HASH_BUCKETS
+
+    def _read(self, path: Path, key: str) -> list[tuple[Problem, str]]:
+        """Every row of ``path`` as a problem with its ``"<file> row <n>"``."""
+        rows = read_rows(path, key)
+        if not rows:
+            raise DatasetError(f"{key}: {path} has no rows")
+        columns = set(rows[0])
+        instruction_shape = self.prompt_key not in columns and "instruction" in columns
+        if self.prompt_key not in columns and not instruction_shape:
+            raise DatasetError(
+                f"{key}: {path} has no column {self.prompt_key!r} (task.prompt_key); its "
+                f"columns: {sorted(columns)}"
+            )
+        answer_key = self.answer_key
+        if instruction_shape and answer_key is not None and answer_key not in columns:
+            answer_key = "output"
+        if answer_key is not None and answer_key not in columns:
+            raise DatasetError(
+                f"{key}: {path} has no column {answer_key!r} (task.answer_key; null for a "
+                f"reward that needs no answer); its columns: {sorted(columns)}"
+            )
+        problems = []
+        for number, row in enumerate(rows, 1):
+            where = f"{path} row {number}"
+            if instruction_shape:
+                prompt = self._instruction_turns(row, where)
+            else:
+                prompt = _turns(row.get(self.prompt_key), f"{where}: {self.prompt_key!r}")
+            if self.system_prompt is not None:
+                turns = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else []
+                prompt = (
+                    {"role": "system", "content": self.system_prompt},
+                    *(turns or prompt),
+                )
+            answer = None
+            if answer_key is not None:
+                answer = _answer(row.get(answer_key), f"{where}: {answer_key!r}")
+            problems.append((Problem(prompt, answer, prompt_text(prompt)), where))
+        return problems
+
+    @staticmethod
+    def _instruction_turns(row: Mapping[str, Any], where: str) -> Prompt:
+        instruction = row.get("instruction")
+        if not isinstance(instruction, str) or not instruction.strip():
+            raise DatasetError(f"{where}: 'instruction' is empty")
+        user = row.get("input") or ""
+        if not isinstance(user, str):
+            raise DatasetError(f"{where}: 'input' must be text")
+        if not user.strip():
+            return instruction
+        return ({"role": "system", "content": instruction}, {"role": "user", "content": user})
+
+    # --- the problem stream ----------------------------------------------------------------
+
+    def train_problems(self, seed: int, index: int, n: int) -> list[Problem]:
+        """Batch ``index`` of the training stream for ``seed``: positions ``index·n`` to
+        ``(index+1)·n`` of the epochs, each a shuffle of every training row."""
+        size = len(self.train)
+        out = []
+        for position in range(index * n, (index + 1) * n):
+            epoch, offset = divmod(position, size)
+            out.append(self.train[_epoch_order(seed, epoch, size)[offset]])
+        return out
+
+    def eval_problems(self, n: int) -> list[Problem]:
+        """The first ``n`` eval rows, in file order."""
+        return self.evals[:n]
+
+    def check_characters(self, alphabet: str, max_prompt_chars: int | None) -> None:
+        """For a character tokenizer: every prompt is one user turn whose characters (and the
+        answer's) are in ``alphabet`` and that fits ``max_prompt_chars``; names the row."""
+        allowed = set(alphabet)
+        rows = zip(self.train + self.evals, self.train_rows + self.eval_rows, strict=True)
+        for problem, where in rows:
+            if not isinstance(problem.prompt, str):
+                raise DatasetError(
+                    f"{where}: chat turns (or task.system_prompt) need a model with a chat "
+                    "template (model=hf, smollm2); this model's character tokenizer reads one "
+                    "string"
+                )
+            for field, text in (("prompt", problem.prompt), ("answer", problem.answer or "")):
+                bad = next((c for c in text if c not in allowed), None)
+                if bad is not None:
+                    raise DatasetError(
+                        f"{where}: the {field} has the character {bad!r}, which the model's "
+                        f"character tokenizer lacks (it has {alphabet!r})"
+                    )
+            if max_prompt_chars is not None and len(problem.prompt) > max_prompt_chars:
+                raise DatasetError(
+                    f"{where}: the prompt has {len(problem.prompt)} characters; with "
+                    f"train_type.sampling.max_new_tokens the model's positions allow "
+                    f"{max_prompt_chars}"
+                )
+
+
+@lru_cache(maxsize=4)
+def _epoch_order(seed: int, epoch: int, size: int) -> tuple[int, ...]:
+    order = list(range(size))
+    random.Random(_stable_int(f"dataset:{seed}:{epoch}")).shuffle(order)
+    return tuple(order)
