@@ -20,7 +20,6 @@ FACTORIES = {
 HOST_SIDE = {
     ("distributed.py", "all_reduce_max"): "a Python float, reduced on the CPU (gloo)",
     ("distributed.py", "mean_over_ranks"): "Python floats, reduced on the CPU (gloo)",
-    ("training/rollout_stats.py", "rollout_accuracy"): "Python counts, reduced on the CPU",
     ("metrics/aggregate.py", "update"): "torchmetrics means live on the CPU (.cpu())",
     ("rollout/collect.py", "left_pad"): "built on the host, returned with .to(device)",
     ("rewards/model.py", "_left_pad"): "built on the host, returned with .to(device)",

@@ -12,6 +12,7 @@ a finite float32 stops the run with one ``RewardError`` line naming the term and
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import math
 import re
@@ -94,13 +95,13 @@ class Reward:
         if len(values) != len(responses):
             raise RewardError(
                 f"reward {term.name} returned {len(values)} scores for {len(responses)} "
-                f"responses (first prompt {prompts[0]!r})"
+                f"responses (first prompt {prompts[0] if prompts else ''!r})"
             )
         scores = []
         for prompt, value in zip(prompts, values, strict=True):
             try:
                 score = float(value)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float
                 score = math.nan
             if not _finite32(score):
                 raise RewardError(
@@ -130,8 +131,14 @@ def _first_failing(
 def build_reward(node: Mapping[str, Any]) -> Reward:
     """The ``reward`` config node (a plain mapping) -> the run's ``Reward``."""
     threshold = node.get("accuracy_threshold")
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
-        raise RewardConfigError(f"reward.accuracy_threshold must be a number, got {threshold!r}")
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, int | float)
+        or not math.isfinite(threshold)
+    ):
+        raise RewardConfigError(
+            f"reward.accuracy_threshold must be a finite number, got {threshold!r}"
+        )
     if node.get("terms") is not None:
         terms_node = node["terms"]
         if not isinstance(terms_node, list) or not terms_node:
@@ -183,12 +190,20 @@ def default_name(target: str) -> str:
 
 
 def _import(target: str, where: str) -> Any:
-    from hydra.utils import get_object
-
+    """``module.attribute`` -> the object; one line naming the key when it cannot be had."""
+    module_name, _, attribute = target.rpartition(".")
+    if not module_name:
+        raise RewardConfigError(f"{where}._target_: {target!r} is no module.function path")
     try:
-        obj = get_object(target)
-    except Exception as err:
-        raise RewardConfigError(f"{where}._target_: cannot import {target!r} ({err})") from err
+        module = importlib.import_module(module_name)
+    except Exception as err:  # the user's module may fail in any way while importing
+        raise RewardConfigError(
+            f"{where}._target_: cannot import {module_name!r} ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''})"
+        ) from err
+    obj = getattr(module, attribute, None)
+    if obj is None:
+        raise RewardConfigError(f"{where}._target_: {module_name!r} has no {attribute!r}")
     if not callable(obj):
         raise RewardConfigError(f"{where}._target_: {target} is not callable")
     return obj

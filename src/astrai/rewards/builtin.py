@@ -53,7 +53,7 @@ class TargetLength:
     """1 − |len − target| / target, floored at 0: 1.0 at exactly ``target`` characters."""
 
     def __init__(self, target: int) -> None:
-        if not isinstance(target, int) or target < 1:
+        if isinstance(target, bool) or not isinstance(target, int) or target < 1:
             raise ValueError(f"reward.target must be a positive number of characters, got {target}")
         self.target = target
 

@@ -52,7 +52,11 @@ def read_rows(path: Path, key: str) -> list[dict[str, Any]]:
     import datasets
 
     datasets.disable_progress_bars()
+    # its loaders log a multi-line error before raising; the one line below says it instead
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
     try:
+        if path.is_file() and path.stat().st_size < 4096 and not path.read_bytes().strip():
+            return []  # an empty file: the caller says it has no rows
         if path.is_dir():
             loaded = datasets.load_from_disk(str(path), keep_in_memory=True)
             if isinstance(loaded, datasets.DatasetDict):
@@ -124,9 +128,11 @@ def _turns(value: Any, where: str) -> Prompt:
 
 
 def _answer(value: Any, where: str) -> str:
-    if isinstance(value, bool) or value is None:
+    if value is None:
         raise DatasetError(f"{where} is missing")
-    if isinstance(value, int | float):
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 72, not 72.0, from a column that also holds 2.5 (or a CSV's)
+    if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     if not isinstance(value, str):
         raise DatasetError(f"{where}: text was expected, got {type(value).__name__}")
@@ -141,9 +147,13 @@ def prompt_text(prompt: Prompt) -> str:
 
 
 def _prompt_key(prompt: Prompt) -> str:
-    """The identity the eval split hashes: the string, or the turns as JSON."""
+    """The identity the eval split hashes: the string (a lone user turn counts as its
+    string), or the turns as JSON. Taken before ``system_prompt`` is added, so changing the
+    system prompt keeps the split."""
     if isinstance(prompt, str):
         return prompt
+    if len(prompt) == 1 and prompt[0]["role"] == "user":
+        return prompt[0]["content"]
     return json.dumps([dict(t) for t in prompt], sort_keys=True, ensure_ascii=False)
 
 
@@ -183,8 +193,8 @@ class DatasetTask:
             eval_source = source
         else:
             evals = self._read(Path(eval_path), "task.eval_path")
-            eval_keys = {_prompt_key(p.prompt) for p, _ in evals}
-            train = [row for row in train if _prompt_key(row[0].prompt) not in eval_keys]
+            eval_keys = {self._split_key(p) for p, _ in evals}
+            train = [row for row in train if self._split_key(row[0]) not in eval_keys]
             source = f"task.train_path {train_path} (less the prompts of task.eval_path)"
             eval_source = f"task.eval_path {eval_path}"
         if not train:
@@ -197,8 +207,15 @@ class DatasetTask:
         self.train_rows = [where for _, where in train]
         self.eval_rows = [where for _, where in evals]
 
+    def _split_key(self, problem: Problem) -> str:
+        """The prompt's identity without the configured system turn."""
+        prompt = problem.prompt
+        if self.system_prompt is not None and not isinstance(prompt, str):
+            prompt = prompt[1:]  # ``_read`` put it first
+        return _prompt_key(prompt)
+
     def _held_out(self, problem: Problem) -> bool:
-        bucket = _stable_int(_EVAL_SALT + _prompt_key(problem.prompt)) % _HASH_BUCKETS
+        bucket = _stable_int(_EVAL_SALT + self._split_key(problem)) % _HASH_BUCKETS
         return bucket < self.eval_fraction * _HASH_BUCKETS
 
     def _read(self, path: Path, key: str) -> list[tuple[Problem, str]]:
@@ -269,8 +286,8 @@ class DatasetTask:
         return self.evals[:n]
 
     def check_characters(self, alphabet: str, max_prompt_chars: int | None) -> None:
-        """For a character tokenizer: every prompt is one user turn whose characters (and the
-        answer's) are in ``alphabet`` and that fits ``max_prompt_chars``; names the row."""
+        """For a character tokenizer: every prompt is one user turn whose characters are in
+        ``alphabet`` and that fits ``max_prompt_chars``; names the row."""
         allowed = set(alphabet)
         rows = zip(self.train + self.evals, self.train_rows + self.eval_rows, strict=True)
         for problem, where in rows:
@@ -280,13 +297,13 @@ class DatasetTask:
                     "template (model=hf, smollm2); this model's character tokenizer reads one "
                     "string"
                 )
-            for field, text in (("prompt", problem.prompt), ("answer", problem.answer or "")):
-                bad = next((c for c in text if c not in allowed), None)
-                if bad is not None:
-                    raise DatasetError(
-                        f"{where}: the {field} has the character {bad!r}, which the model's "
-                        f"character tokenizer lacks (it has {alphabet!r})"
-                    )
+            # the prompt only: answers are read by rewards, never tokenized
+            bad = next((c for c in problem.prompt if c not in allowed), None)
+            if bad is not None:
+                raise DatasetError(
+                    f"{where}: the prompt has the character {bad!r}, which the model's "
+                    f"character tokenizer lacks (it has {alphabet!r})"
+                )
             if max_prompt_chars is not None and len(problem.prompt) > max_prompt_chars:
                 raise DatasetError(
                     f"{where}: the prompt has {len(problem.prompt)} characters; with "
