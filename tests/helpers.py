@@ -1,7 +1,43 @@
-"""Helpers shared by tests: compose the real Hydra config from ``conf/``."""
+"""Helpers shared by tests: compose the real Hydra config from ``conf/``; write a small
+Hugging Face tokenizer directory locally."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from astrai.config.compose import compose_train_config as compose_config
 
-__all__ = ["compose_config"]
+__all__ = ["compose_config", "write_byte_level_tokenizer"]
+
+
+def write_byte_level_tokenizer(
+    directory: Path, template: str | None, in_config: bool = False
+) -> Path:
+    """A small byte-level BPE tokenizer directory with ChatML specials (like SmolLM2's); the
+    chat template in ``chat_template.jinja`` (transformers 5) or, ``in_config``, in
+    ``tokenizer_config.json`` (4.x)."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    from tokenizers.models import BPE
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2}
+    vocab.update({c: i + 3 for i, c in enumerate(sorted(alphabet))})
+    tokenizer = Tokenizer(BPE(vocab=vocab, merges=[]))
+    tokenizer.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(directory / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|im_start|>",
+        "eos_token": "<|im_end|>",
+        "unk_token": "<|endoftext|>",
+    }
+    if template is not None and in_config:
+        config["chat_template"] = template
+    elif template is not None:
+        (directory / "chat_template.jinja").write_text(template)
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    return directory

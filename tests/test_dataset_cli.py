@@ -154,6 +154,7 @@ def test_bad_input_is_one_line_exit_2_and_no_run_dir(
     assert_one_line_exit_2(result, tmp_path, *needles)
 
 
+@pytest.mark.slow  # ~8 s; tests/rollout/test_collect.py checks the weighting fast
 def test_dataset_run_logs_each_reward_term(tmp_path: Path) -> None:
     """A weighted reward on the addition files: each term logged beside the total."""
     train, held_out = write_addition_files(tmp_path)

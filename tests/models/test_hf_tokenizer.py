@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 import transformers  # the hf extra; `make test` installs it
-from tokenizers import Tokenizer, decoders, pre_tokenizers
-from tokenizers.models import BPE
+from tests.helpers import write_byte_level_tokenizer
 
 from astrai.models.hf_tokenizer import (
     HFTokenizer,
@@ -33,37 +32,12 @@ BOS_TEMPLATE = (
 )
 
 
-def _byte_level_tokenizer(directory: Path, template: str | None, in_config: bool) -> Path:
-    """A small byte-level BPE tokenizer directory with ChatML specials (like SmolLM2's)."""
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2}
-    vocab.update({c: i + 3 for i, c in enumerate(sorted(alphabet))})
-    tokenizer = Tokenizer(BPE(vocab=vocab, merges=[]))
-    tokenizer.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    directory.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(directory / "tokenizer.json"))
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": "<|im_start|>",
-        "eos_token": "<|im_end|>",
-        "unk_token": "<|endoftext|>",
-    }
-    if template is not None and in_config:
-        config["chat_template"] = template  # transformers 4.x kept it here
-    elif template is not None:
-        (directory / "chat_template.jinja").write_text(template)  # transformers 5
-    (directory / "tokenizer_config.json").write_text(json.dumps(config))
-    return directory
-
-
 @pytest.mark.parametrize("template", [CHATML, BOS_TEMPLATE])
 @pytest.mark.parametrize("in_config", [False, True])
 def test_chat_template_renders_and_encodes_like_transformers(
     tmp_path: Path, template: str, in_config: bool
 ) -> None:
-    directory = _byte_level_tokenizer(tmp_path, template, in_config)
+    directory = write_byte_level_tokenizer(tmp_path, template, in_config)
     ours = load_tokenizer(directory)
     assert isinstance(ours, HFTokenizer)
     theirs = transformers.AutoTokenizer.from_pretrained(str(directory))
@@ -77,14 +51,14 @@ def test_chat_template_renders_and_encodes_like_transformers(
 
 
 def test_decode_drops_specials_and_surrounding_space(tmp_path: Path) -> None:
-    ours = load_tokenizer(_byte_level_tokenizer(tmp_path, CHATML, False))
+    ours = load_tokenizer(write_byte_level_tokenizer(tmp_path, CHATML, False))
     ids = ours.encode(" 21 ", add_special_tokens=False) + [ours.eos_id]
     assert ours.decode(ids) == "21"
     assert (ours.bos_id, ours.eos_id, ours.pad_id) == (1, 2, 2)  # no pad token: EOS fills
 
 
 def test_without_chat_template_the_prompt_is_encoded_as_is(tmp_path: Path) -> None:
-    directory = _byte_level_tokenizer(tmp_path, CHATML, False)
+    directory = write_byte_level_tokenizer(tmp_path, CHATML, False)
     ours = load_tokenizer(directory, chat_template=False)
     assert ours.render_prompt("1+1=") == "1+1="
     assert ours.encode_prompt("1+1=") == ours.encode("1+1=")
@@ -104,7 +78,7 @@ def test_char_tokenizer_hf_form_has_the_same_ids(tmp_path: Path) -> None:
 
 
 def test_save_writes_the_source_files_back(tmp_path: Path) -> None:
-    source = _byte_level_tokenizer(tmp_path / "src", CHATML, False)
+    source = write_byte_level_tokenizer(tmp_path / "src", CHATML, False)
     out = tmp_path / "out"
     out.mkdir()
     load_tokenizer(source).save(out)
@@ -113,7 +87,7 @@ def test_save_writes_the_source_files_back(tmp_path: Path) -> None:
 
 
 def test_missing_or_broken_files_are_named(tmp_path: Path) -> None:
-    directory = _byte_level_tokenizer(tmp_path, None, False)
+    directory = write_byte_level_tokenizer(tmp_path, None, False)
     (directory / "tokenizer_config.json").unlink()
     with pytest.raises(TokenizerFileError, match="tokenizer_config.json"):
         load_tokenizer(directory)

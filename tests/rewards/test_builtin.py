@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from astrai.rewards.builtin import RegexMatch, TargetLength, exact_match, partial_credit
+from astrai.rewards.builtin import (
+    RegexMatch,
+    TargetLength,
+    exact_match,
+    final_answer,
+    partial_credit,
+)
 
 
 def one(fn: object, response: str, answer: str | None = None) -> float:
@@ -107,3 +113,12 @@ def test_target_length(length: int, expected: float) -> None:
 def test_target_length_refuses_a_bad_target(target: object) -> None:
     with pytest.raises(ValueError, match=r"reward\.target must be a positive number"):
         TargetLength(target)  # type: ignore[arg-type]
+
+
+def test_a_gsm8k_reference_is_compared_by_its_final_part() -> None:
+    answers = ["She has 3 + 4 = 7 apples.\n#### 7"] * 3
+    assert final_answer(answers[0]) == "7"
+    assert final_answer("no marker") == "no marker"  # untouched, whitespace too
+    assert exact_match(["q"] * 3, ["7", " 7 ", "8"], answers) == [1.0, 1.0, 0.0]
+    # partial: "17" vs "7": no position matches ('1' != '7'), 0 / 2
+    assert partial_credit(["q"] * 3, ["7", "17", ""], answers) == [1.0, 0.0, 0.0]

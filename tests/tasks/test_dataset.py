@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.helpers import write_byte_level_tokenizer
 
 from astrai.tasks import AdditionTask, ReverseTask, Task
 from astrai.tasks.base import Problem
@@ -470,24 +471,9 @@ def test_check_characters_refuses_chat_turns_and_long_prompts(tmp_path: Path) ->
 
 def chat_tokenizer(directory: Path) -> Any:
     """A byte-level BPE tokenizer with ChatML specials and template (like SmolLM2's)."""
-    from tokenizers import Tokenizer, decoders, pre_tokenizers
-    from tokenizers.models import BPE
-
     from astrai.models.tokenizer import load_tokenizer
 
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2}
-    vocab.update({c: i + 3 for i, c in enumerate(sorted(alphabet))})
-    tokenizer = Tokenizer(BPE(vocab=vocab, merges=[]))
-    tokenizer.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    directory.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(directory / "tokenizer.json"))
-    config = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "unk_token": "<|endoftext|>"}
-    (directory / "tokenizer_config.json").write_text(json.dumps(config))
-    (directory / "chat_template.jinja").write_text(CHATML)
-    return load_tokenizer(directory)
+    return load_tokenizer(write_byte_level_tokenizer(directory, CHATML))
 
 
 def test_prompts_go_through_the_chat_template(tmp_path: Path) -> None:

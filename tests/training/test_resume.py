@@ -54,17 +54,31 @@ def _assert_same_tensors(a: Any, b: Any, where: str) -> None:
         assert a == b, where
 
 
-@pytest.fixture(scope="module", params=["online_grpo", "online_ppo"])
+def _addition_jsonl(directory: Path) -> list[str]:
+    """``task=dataset`` on 10 addition rows (2 held out by the hash split): 4 prompts a step
+    cross an epoch boundary every 2 steps, so the resume at step 3 lands inside an epoch."""
+    rows = [{"prompt": f"{a}+{a + 1}=", "answer": str(2 * a + 1)} for a in range(10)]
+    path = directory / "addition.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return ["task=dataset", f"task.train_path={path}", "task.eval_fraction=0.2"]
+
+
+@pytest.fixture(
+    scope="module",
+    params=["online_grpo", "online_ppo", pytest.param("dataset", marks=pytest.mark.slow)],
+)
 def straight_and_resumed(request, tmp_path_factory) -> tuple[Trainer, Trainer, Path, Path]:  # noqa: ANN001
-    train_type = request.param
+    train_type, extra = request.param, []
+    if request.param == "dataset":
+        train_type, extra = "online_grpo", _addition_jsonl(tmp_path_factory.mktemp("data"))
     straight_dir = tmp_path_factory.mktemp("straight")
-    straight = _trainer(straight_dir, train_type)
+    straight = _trainer(straight_dir, train_type, *extra)
     straight.fit()
     resumed_dir = tmp_path_factory.mktemp("resumed")
-    first = _trainer(resumed_dir, train_type)
+    first = _trainer(resumed_dir, train_type, *extra)
     first.fit(until=3)
     assert first.step == 3
-    second = _trainer(resumed_dir, train_type)  # ckpt.resume=auto finds step_3
+    second = _trainer(resumed_dir, train_type, *extra)  # ckpt.resume=auto finds step_3
     assert second.resumed_from == resumed_dir / "checkpoints" / "step_3"
     assert second.step == 3
     second.fit()

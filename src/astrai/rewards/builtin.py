@@ -3,6 +3,10 @@
 ``prompts``, ``responses`` and ``answers`` are parallel lists, one entry per sampled response
 (B prompts × G responses flattened); responses are decoded without special tokens. An answer is
 None when the task has none (``task.answer_key=null``); a reward that needs one says so.
+
+A reference answer in GSM8K's shape (a worked solution ending in ``#### <answer>``) is compared
+by its final part: every reward that reads answers (``exact_match``, ``partial``, ``math``)
+takes the text after the last ``####``, stripped (``final_answer``).
 """
 
 from __future__ import annotations
@@ -11,11 +15,18 @@ import re
 
 from astrai.tasks.rewards import positional_match_reward
 
+GSM8K_MARKER = "####"
+
+
+def final_answer(answer: str) -> str:
+    """The part of a reference a response is compared with: after the last ``####``, if any."""
+    return answer.rsplit(GSM8K_MARKER, 1)[-1].strip() if GSM8K_MARKER in answer else answer
+
 
 def _answers(name: str, answers: list[str | None]) -> list[str]:
     if any(a is None for a in answers):
         raise ValueError(f"reward {name} compares with reference answers: set task.answer_key")
-    return [a for a in answers if a is not None]
+    return [final_answer(a) for a in answers if a is not None]
 
 
 def exact_match(prompts: list[str], responses: list[str], answers: list[str | None]) -> list[float]:

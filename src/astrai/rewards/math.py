@@ -22,7 +22,8 @@ from typing import Any
 
 from math_verify import parse, verify
 
-GSM8K_MARKER = "####"
+from astrai.rewards.builtin import final_answer
+
 # a reference holding any of these already marks its own math; others are wrapped in $...$
 DELIMITERS = ("$", "\\(", "\\[", "\\boxed")
 # math-verify's own defaults: seconds per parse, and per gold x prediction comparison
@@ -77,8 +78,7 @@ def _timeouts() -> tuple[int | None, int | None]:
 
 def _parse_gold(answer: str, timeout: int | None) -> list[Any]:
     """The reference's parsed forms (SymPy expressions, then the extracted string)."""
-    text = answer.rsplit(GSM8K_MARKER, 1)[-1] if GSM8K_MARKER in answer else answer
-    text = text.strip()
+    text = final_answer(answer).strip()
     if not any(delimiter in text for delimiter in DELIMITERS):
         # bare, math-verify reads only numbers and a/b: \sqrt{2} would be nothing, 3\sqrt{3}
         # would be 3 and (1, 2] would be 2; as $...$ all three are read whole
