@@ -140,7 +140,8 @@ def test_generate_cli_answers_free_prompts_from_an_hf_dir(hf_dir: Path, tmp_path
     ("args", "needle"),
     [
         (["/nonexistent/run", "1+1="], "no checkpoint or model directory at /nonexistent/run"),
-        (["{hf}", "--task", "nope"], "--task 'nope' is not a task"),
+        (["{hf}", "--task", "nope"], "--task takes an embedded task (addition, reverse, sort)"),
+        (["{hf}", "--task", "dataset"], "not 'dataset'"),
     ],
 )
 def test_generate_cli_bad_input_exits_2(

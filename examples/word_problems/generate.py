@@ -64,6 +64,12 @@ def tiny(rng: random.Random) -> dict[str, str]:
     return {"question": question, "answer": f"{a} {step} {b} = {result}\n#### {result}"}
 
 
+FILES = {  # name -> (generator, problems, seed)
+    "gsm8k_style.jsonl": (gsm8k_style, 1200, 0),
+    "tiny.jsonl": (tiny, 2500, 1),
+}
+
+
 def write(path: Path, make, count: int, seed: int) -> None:  # noqa: ANN001
     rng = random.Random(seed)
     rows, seen = [], set()
@@ -73,9 +79,9 @@ def write(path: Path, make, count: int, seed: int) -> None:  # noqa: ANN001
             seen.add(row["question"])
             rows.append(row)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    print(f"wrote {path.relative_to(HERE.parent.parent)}: {count} problems, {path.stat().st_size:,} bytes")
+    print(f"wrote {path}: {count} problems, {path.stat().st_size:,} bytes")
 
 
 if __name__ == "__main__":
-    write(HERE / "gsm8k_style.jsonl", gsm8k_style, 1200, seed=0)
-    write(HERE / "tiny.jsonl", tiny, 2500, seed=1)
+    for name, (make, count, seed) in FILES.items():
+        write(HERE / name, make, count, seed)

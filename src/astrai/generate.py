@@ -33,11 +33,15 @@ def compose_task(name: str) -> Task:
     from astrai.config.compose import compose_train_config
     from astrai.paths import CONFIG_DIR
 
+    # the embedded tasks: task=dataset needs its files, which only a run's config names
+    choices = sorted(p.stem for p in (Path(CONFIG_DIR) / "task").glob("*.yaml"))
+    choices = [c for c in choices if c != "dataset"]
+    if name not in choices:
+        raise ValueError(f"--task takes an embedded task ({', '.join(choices)}), not {name!r}")
     try:
         cfg = compose_train_config([f"task={name}"], validate=False)
     except HydraException as err:
-        choices = sorted(p.stem for p in (Path(CONFIG_DIR) / "task").glob("*.yaml"))
-        raise ValueError(f"--task {name!r} is not a task (choices: {', '.join(choices)})") from err
+        raise ValueError(f"--task {name!r}: {err}") from err
     return instantiate(cfg.task)
 
 

@@ -138,3 +138,23 @@ def test_directory_problems_name_the_path(tmp_path: Path, case: str, message: st
     with pytest.raises(ModelDirError, match=message) as info:
         RewardModel(str(directory), batch_size=4)
     assert str(directory) in str(info.value)
+
+
+def test_a_run_scores_its_rollouts_with_the_reward_model(tmp_path: Path) -> None:
+    """`reward=model reward.path=...` through the trainer: every sampled response's reward is
+    the model's score of its (prompt, response) pair, logged as reward/reward_model."""
+    from tests.helpers import compose_config
+
+    from astrai.training.trainer import Trainer
+
+    directory = _save_classifier(tmp_path / "rm")
+    cfg = compose_config(["+debug=quick", "reward=model", f"reward.path={directory}"])
+    trainer = Trainer(cfg, tmp_path / "run")
+    rollout = trainer.rollout()
+    pairs = zip(rollout.prompts, rollout.responses, strict=True)
+    prompts = [p for p, group in pairs for _ in group]
+    responses = [r for group in rollout.responses for r in group]
+    expected = RewardModel(str(directory), batch_size=64)(prompts, responses, [None] * len(prompts))
+    assert rollout.rewards.flatten().tolist() == pytest.approx(expected, abs=1e-6)
+    assert list(rollout.reward_terms) == ["reward_model"]
+    assert max(expected) - min(expected) > 0  # the responses differ, and so do their scores
