@@ -8,10 +8,13 @@ no run dir; a JSONL of the embedded addition problems with a custom reward learn
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from tests.test_train_cli import run_train
+from tests.test_train_cli import TRAIN, run_train
 
 from astrai.tasks import AdditionTask
 
@@ -174,31 +177,59 @@ def test_dataset_run_logs_each_reward_term(tmp_path: Path) -> None:
     assert last["rollout/reward_mean"] == pytest.approx(total, abs=1e-6)
 
 
-@pytest.mark.slow  # two default-length runs, ~3 min each on 2 cores
+SEEDS = (0, 1, 2)
+
+
+def _train_in_background(args: list[str], cwd: Path, log: Path) -> subprocess.Popen:
+    """A default-length run on one thread (two share the 2 cores); output into ``log``."""
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": str(cwd)})
+    command = [sys.executable, TRAIN, *args, "trainer.progress_bar=false"]
+    with log.open("w") as out:  # the child keeps its own handle
+        return subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+@pytest.mark.slow  # six default-length runs, two at a time: ~15 min on 2 cores
 def test_a_jsonl_of_the_addition_problems_learns_like_task_addition(tmp_path: Path) -> None:
+    """The embedded addition problems as JSONL files with the same split, trained with
+    ``task=dataset`` and a custom reward, against ``task=addition``: seeds 0-2, 1200 steps."""
     train, held_out = write_addition_files(tmp_path)
-    dataset = dataset_run(
-        tmp_path,
+    (tmp_path / "user_rewards.py").write_text(REWARDS)
+    dataset = [
+        "task=dataset",
         f"task.train_path={train}",
         f"task.eval_path={held_out}",
         "reward=custom",
         "reward._target_=user_rewards.addition_reward",
-        "trainer.progress_bar=false",
-        threads=None,
-        timeout=1800,
-    )
-    assert dataset.returncode == 0, dataset.stderr[-2000:]
-    embedded_dir = tmp_path / "embedded"
-    embedded = run_train(
-        [f"hydra.run.dir={embedded_dir}", "trainer.progress_bar=false"],
-        cwd=tmp_path,
-        threads=None,
-        timeout=1800,
-    )
-    assert embedded.returncode == 0, embedded.stderr[-2000:]
-    ours = json.loads((tmp_path / "run" / "summary.json").read_text())
-    theirs = json.loads((embedded_dir / "summary.json").read_text())
-    # the same held-out prompts, greedy, after the same 1200 steps and seed
-    assert ours["initial/eval/accuracy"] <= 0.2 and ours["eval/accuracy"] >= 0.9, ours
-    assert abs(ours["eval/accuracy"] - theirs["eval/accuracy"]) <= 0.1, (ours, theirs)
-    assert ours["reward/addition"] == ours["rollout/reward_mean"]  # the one term is the total
+    ]
+    summaries: dict[tuple[str, int], dict] = {}
+    for seed in SEEDS:
+        runs = {
+            "dataset": [*dataset, f"seed={seed}", f"hydra.run.dir={tmp_path / f'dataset{seed}'}"],
+            "addition": [f"seed={seed}", f"hydra.run.dir={tmp_path / f'addition{seed}'}"],
+        }
+        started = {
+            arm: _train_in_background(args, tmp_path, tmp_path / f"{arm}{seed}.log")
+            for arm, args in runs.items()
+        }
+        for arm, process in started.items():
+            log = (tmp_path / f"{arm}{seed}.log").read_text
+            assert process.wait(timeout=3600) == 0, (arm, seed, log()[-2000:])
+            summary = tmp_path / f"{arm}{seed}" / "summary.json"
+            summaries[arm, seed] = json.loads(summary.read_text())
+    held = {
+        arm: [summaries[arm, seed]["eval/accuracy"] for seed in SEEDS]
+        for arm in ("dataset", "addition")
+    }
+    # greedy accuracy on the same 13 held-out prompts after the same 1200 steps and seeds
+    # (measured, one thread each: dataset 1.0 / 0.92 / 1.0, addition 1.0 / 1.0 / 1.0; one prompt
+    # is 0.077, and a seed can land a prompt lower: dataset seed 0 on two threads ended at 0.77)
+    mean = {arm: sum(values) / len(values) for arm, values in held.items()}
+    assert mean["dataset"] >= 0.85 and mean["addition"] >= 0.9, held
+    assert abs(mean["dataset"] - mean["addition"]) <= 0.15, held
+    for seed in SEEDS:
+        ours, theirs = summaries["dataset", seed], summaries["addition", seed]
+        assert ours["initial/eval/accuracy"] <= 0.2
+        # the training problems are the same: the final sampled reward is too
+        assert abs(ours["rollout/reward_mean"] - theirs["rollout/reward_mean"]) <= 0.05
+        assert ours["reward/addition"] == ours["rollout/reward_mean"]  # the one term is the total

@@ -153,6 +153,7 @@ def test_generate_cli_bad_input_exits_2(
     assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # ~9 s: several train.py runs on broken model directories
 def test_config_errors_name_the_model_directory_or_file(hf_dir: Path, tmp_path: Path) -> None:
     no_tokenizer = tmp_path / "no-tokenizer"
     no_tokenizer.mkdir()

@@ -150,6 +150,7 @@ def test_report_table_csv_markdown_and_png(sweep: Path) -> None:
         assert image.format == "PNG"
 
 
+@pytest.mark.slow  # ~11 s: copies the sweep and reruns a job
 def test_report_marks_running_and_failed_jobs(sweep: Path, tmp_path: Path) -> None:
     # a sweep in progress: job 3 has not written its summary yet
     running = tmp_path / "running"

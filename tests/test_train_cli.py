@@ -76,7 +76,14 @@ def test_bad_override_exits_nonzero_with_one_clear_message(
     assert list(tmp_path.iterdir()) == []  # nothing written: no outputs/ folder
 
 
-@pytest.mark.parametrize("task", ["addition", "reverse", "sort"])
+@pytest.mark.parametrize(
+    "task",
+    [
+        "addition",
+        pytest.param("reverse", marks=pytest.mark.slow),
+        pytest.param("sort", marks=pytest.mark.slow),
+    ],
+)  # one train.py run each, ~7 s: addition in the fast suite, all three in the slow one
 def test_each_builtin_task_runs(tmp_path: Path, task: str) -> None:
     run_dir = tmp_path / "run"
     result = run_train([f"task={task}", *QUICK, f"hydra.run.dir={run_dir}"], cwd=tmp_path)

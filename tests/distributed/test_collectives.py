@@ -46,6 +46,7 @@ def test_a_cuda_only_group_fails_the_trainers_cpu_collectives(tmp_path: Path) ->
         mp.spawn(reduce_a_cpu_tensor, args=(2, "cuda:gloo", str(tmp_path)), nprocs=2, join=True)
 
 
+@pytest.mark.slow  # ~11 s: two processes, a full RL step and a checkpoint
 def test_one_rl_step_stop_vote_and_checkpoint_under_the_cuda_runs_group(tmp_path: Path) -> None:
     cfg = compose_config(
         ["train_type=online_ppo", "+debug=quick", "infra.device=cpu", "train_type.minibatches=2"]

@@ -30,7 +30,11 @@ NOISY = ("time/", "perf/")
 
 @pytest.mark.parametrize(
     ("train_type", "parallel"),
-    [("online_grpo", "ddp"), ("online_ppo", "ddp"), ("online_ppo", "fsdp")],
+    [
+        ("online_grpo", "ddp"),
+        ("online_ppo", "ddp"),
+        pytest.param("online_ppo", "fsdp", marks=pytest.mark.slow),  # ~11 s, 2 processes
+    ],
 )
 def test_two_processes_make_the_same_update_as_one(
     tmp_path: Path, train_type: str, parallel: str

@@ -210,6 +210,7 @@ def test_narrowed_gpus_are_not_selected_again_in_the_container(tmp_path: Path) -
         assert json.loads((sweep / str(num) / "summary.json").read_text())["step"] == 2
 
 
+@pytest.mark.slow  # ~25 s: three fake-docker jobs; the CLI multirun test stays in the fast suite
 def test_launch_returns_each_jobs_summary_and_reports_the_failed_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

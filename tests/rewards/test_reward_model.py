@@ -140,6 +140,7 @@ def test_directory_problems_name_the_path(tmp_path: Path, case: str, message: st
     assert str(directory) in str(info.value)
 
 
+@pytest.mark.slow  # ~8 s: a trainer and two model loads
 def test_a_run_scores_its_rollouts_with_the_reward_model(tmp_path: Path) -> None:
     """`reward=model reward.path=...` through the trainer: every sampled response's reward is
     the model's score of its (prompt, response) pair, logged as reward/reward_model."""
