@@ -189,7 +189,7 @@ def _train_in_background(args: list[str], cwd: Path, log: Path) -> subprocess.Po
         return subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-@pytest.mark.slow  # six default-length runs, two at a time: ~15 min on 2 cores
+@pytest.mark.slow  # six default-length runs, two at a time: ~11 min on 2 cores
 def test_a_jsonl_of_the_addition_problems_learns_like_task_addition(tmp_path: Path) -> None:
     """The embedded addition problems as JSONL files with the same split, trained with
     ``task=dataset`` and a custom reward, against ``task=addition``: seeds 0-2, 1200 steps."""
