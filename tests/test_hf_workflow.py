@@ -142,6 +142,8 @@ def test_generate_cli_answers_free_prompts_from_an_hf_dir(hf_dir: Path, tmp_path
         (["/nonexistent/run", "1+1="], "no checkpoint or model directory at /nonexistent/run"),
         (["{hf}", "--task", "nope"], "--task takes an embedded task (addition, reverse, sort)"),
         (["{hf}", "--task", "dataset"], "not 'dataset'"),
+        (["{hf}", "1+1=", "--device", "banana"], "--device banana: not a torch device"),
+        (["{hf}", "1+1=", "--device", "meta"], "--device meta: use cpu or cuda[:N]"),
     ],
 )
 def test_generate_cli_bad_input_exits_2(

@@ -45,6 +45,23 @@ def compose_task(name: str) -> Task:
     return instantiate(cfg.task)
 
 
+def _device_error(name: str) -> str | None:
+    """Why ``--device name`` cannot be used here, or None."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as err:
+        return f"not a torch device ({str(err).splitlines()[0]})"
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        if count == 0:
+            return "no CUDA device is visible (torch.cuda.device_count() is 0)"
+        if device.index is not None and device.index >= count:
+            return f"there are {count} visible CUDA devices"
+    elif device.type != "cpu":
+        return "use cpu or cuda[:N]"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m astrai.generate", description=__doc__)
     parser.add_argument("source", type=Path, help="checkpoint, run dir or Hugging Face model dir")
@@ -67,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--n must be >= 1")
     if args.max_new_tokens < 1 or args.temperature < 0:
         parser.error("--max-new-tokens must be >= 1 and --temperature >= 0")
+    device_error = _device_error(args.device)
+    if device_error is not None:
+        print(f"astrai.generate: --device {args.device}: {device_error}", file=sys.stderr)
+        return 2
     try:
         task = compose_task(args.task) if args.task else None
         loaded = load_policy(args.source, chat_template=False if args.no_chat_template else None)
