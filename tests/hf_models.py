@@ -38,10 +38,16 @@ def save_tiny_hf_model(
         model = LlamaForCausalLM(LlamaConfig(**kwargs))
     else:
         model = Qwen2ForCausalLM(Qwen2Config(**kwargs))
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if name.endswith(".bias"):
-                    param.normal_(0.0, 0.5)
+    return save_with_char_tokenizer(model, directory)
+
+
+def save_with_char_tokenizer(model: torch.nn.Module, directory: Path) -> Path:
+    """``save_pretrained`` of a random transformers ``model`` (any biases drawn non-zero, so a
+    dropped bias shows) plus the character tokenizer files."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(".bias"):
+                param.normal_(0.0, 0.5)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(directory))
     save_char_tokenizer_as_hf(CharTokenizer(), directory)

@@ -29,7 +29,9 @@ def one_update(rank: int, world: int, resolved: str, rollout_file: str, out: str
     mine = rollout.select(slice(rank * share, (rank + 1) * share))
     metrics = trainer.prepare(mine)
     metrics.update(trainer.update(mine))
-    metrics.update(rollout_metrics(mine, trainer.tokenizer.eos_id))
+    metrics.update(
+        rollout_metrics(mine, trainer.tokenizer.eos_id, trainer.reward.accuracy_threshold)
+    )
     critic = trainer.critic.state_dict() if trainer.critic is not None else None
     policy = full_model_state(trainer.policy, trainer.sharded)  # collective under FSDP
     if rank == 0:

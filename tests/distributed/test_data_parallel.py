@@ -45,7 +45,9 @@ def test_two_processes_make_the_same_update_as_one(
     torch.save(rollout, tmp_path / "rollout.pt")
     metrics = single.prepare(rollout)
     metrics.update(single.update(rollout))
-    metrics.update(rollout_metrics(rollout, single.tokenizer.eos_id))
+    metrics.update(
+        rollout_metrics(rollout, single.tokenizer.eos_id, single.reward.accuracy_threshold)
+    )
 
     resolved = OmegaConf.to_yaml(cfg, resolve=True)
     args = (2, resolved, str(tmp_path / "rollout.pt"), str(tmp_path))

@@ -8,11 +8,9 @@ import pytest
 import torch
 import transformers  # the hf extra; `make test` installs it
 from safetensors.torch import load_file, save_file
-from tests.hf_models import TINY, save_tiny_hf_model
+from tests.hf_models import TINY, save_tiny_hf_model, save_with_char_tokenizer
 
-from astrai.models.hf_tokenizer import save_char_tokenizer_as_hf
 from astrai.models.pretrained import ModelDirError
-from astrai.models.tokenizer import CharTokenizer
 from astrai.rewards.model import RewardModel
 
 # 7 pairs of different lengths: with batch_size 3, three batches, each padded. The last
@@ -39,13 +37,7 @@ def _save_classifier(
         model = transformers.LlamaForSequenceClassification(transformers.LlamaConfig(**kwargs))
     else:
         model = transformers.Qwen2ForSequenceClassification(transformers.Qwen2Config(**kwargs))
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if name.endswith(".bias"):
-                    param.normal_(0.0, 0.5)
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(directory))
-    save_char_tokenizer_as_hf(CharTokenizer(), directory)
+    save_with_char_tokenizer(model, directory)
     if template is not None:
         (directory / "chat_template.jinja").write_text(template)
     return directory

@@ -60,12 +60,7 @@ from astrai.training.checkpointing import (
 )
 from astrai.training.evaluation import EvalResult, evaluate
 from astrai.training.parallel import shard_policy, wrap_data_parallel
-from astrai.training.rollout_stats import (
-    reward_term_metrics,
-    rollout_accuracy,
-    rollout_metrics,
-    rollout_samples,
-)
+from astrai.training.rollout_stats import rollout_metrics, rollout_samples
 from astrai.training.setup import make_generator, resolve_device, seed_everything
 from astrai.training.stopping import StopRequest, agreed_stop_reason
 
@@ -280,9 +275,8 @@ class Trainer:
         t1 = time.perf_counter()
         metrics.update(self.update(rollout))
         t2 = time.perf_counter()
-        metrics.update(rollout_metrics(rollout, self.tokenizer.eos_id))  # global over ranks
-        metrics["rollout/accuracy"] = rollout_accuracy(rollout, self.reward.accuracy_threshold)
-        metrics.update(reward_term_metrics(rollout))
+        threshold = self.reward.accuracy_threshold
+        metrics.update(rollout_metrics(rollout, self.tokenizer.eos_id, threshold))  # all ranks
         metrics["time/rollout_s"] = t1 - t0
         metrics["time/update_s"] = t2 - t1
         metrics["perf/step_s"] = t2 - t0
