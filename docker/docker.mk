@@ -2,37 +2,59 @@
 # docker-build is the only target that builds the image; every other target uses astrai:latest,
 # except docker-serve, which runs vLLM's pinned image (compose.yaml, service server).
 COMPOSE := docker compose -f docker/compose.yaml
-# host folders mounted at /data /models /outputs (infra.mounts in conf/infra/docker.yaml)
-DOCKER_MOUNTS ?= data models outputs
 # trainer containers: `compose run` makes one-off containers, found by their compose labels
 DOCKER_TRAINERS := --filter label=com.docker.compose.project=astrai \
 	--filter label=com.docker.compose.service=trainer
+# the container user, and the image's non-root user: yours unless set (e.g. ASTRAI_UID=1000 as
+# root); docker-build and docker-train must agree, so both read these
+ASTRAI_UID ?= $(shell id -u)
+ASTRAI_GID ?= $(shell id -g)
 KEEP ?=
 CLEAN_DIRS ?= outputs multirun
 LOG_TAIL ?= all
 STOP_TIME ?=
-# docker-serve: from the command line only (`:=` ignores a MODEL, PORT or NAME in the environment;
-# ASTRAI_SERVE_PORT / ASTRAI_SERVE_NAME there still apply through compose.yaml)
+# From the command line only (`:=` ignores them in the environment):
+# NAME: docker-train/-logs/-stop/-status: the job's name (run dir outputs/NAME, container
+#   astrai-NAME; the same command resumes it); docker-serve: the served model's name
+# GPUS: all (default) | none (the CPU, no GPU reservation) | 0,2 (these GPUs)
+# DETACH=1: docker-train starts the container and returns (needs NAME)
+# MODEL, PORT: docker-serve (ASTRAI_SERVE_PORT / ASTRAI_SERVE_NAME in the environment still
+#   apply through compose.yaml)
+NAME :=
+GPUS :=
+DETACH :=
 MODEL :=
 PORT :=
-NAME :=
+# what NAME, GPUS and DETACH add to a launch, before ARGS
+DOCKER_JOB := $(if $(GPUS),infra.gpu.devices=$(if $(filter all none,$(GPUS)),$(GPUS),[$(GPUS)])) \
+	$(if $(NAME),hydra.launcher.job_name=$(NAME)) $(if $(DETACH),hydra.launcher.detach=true)
+DOCKER_LAUNCH := $(BIN)/python train.py -m hydra/launcher=docker infra=docker
+# containers of job NAME (running or kept), else every running trainer
+DOCKER_SELECT := $(if $(NAME),-a --filter label=astrai.job=$(NAME),)
 
-.PHONY: docker-build docker-preflight docker-train docker-logs docker-stop docker-clean docker-serve
+.PHONY: docker-build docker-preflight docker-train docker-status docker-logs docker-stop \
+	docker-clean docker-serve
 
 docker-build: ## build the image astrai:latest with your uid/gid (the only target that builds)
-	ASTRAI_UID=$$(id -u) ASTRAI_GID=$$(id -g) $(COMPOSE) build trainer
+	ASTRAI_UID=$(ASTRAI_UID) ASTRAI_GID=$(ASTRAI_GID) $(COMPOSE) build trainer
 
-docker-preflight: ## check Docker, Compose v2, NVIDIA runtime, the mounts and the image
-	mkdir -p $(DOCKER_MOUNTS)
-	$(PYTHON) docker/preflight.py --gpus $(addprefix --mount ,$(DOCKER_MOUNTS))
+docker-preflight: $(STAMP) ## check engine, Compose v2, GPUs, mounts and image for a job (GPUS= ARGS=)
+	ASTRAI_UID=$(ASTRAI_UID) ASTRAI_GID=$(ASTRAI_GID) $(DOCKER_LAUNCH) \
+		hydra.launcher.preflight_only=true $(DOCKER_JOB) $(ARGS)
 
-docker-train: $(STAMP) docker-preflight ## train in the container; overrides via ARGS="..."
-	$(BIN)/python train.py -m hydra/launcher=docker infra=docker $(ARGS)
+docker-train: $(STAMP) ## train in the container [NAME=exp1 GPUS=none DETACH=1 ARGS="..."]
+	ASTRAI_UID=$(ASTRAI_UID) ASTRAI_GID=$(ASTRAI_GID) $(DOCKER_LAUNCH) $(DOCKER_JOB) $(ARGS)
 
-docker-logs: ## follow the logs of the running trainer container(s)
-	@ids="$$(docker ps -q $(DOCKER_TRAINERS))" || exit 1; \
+docker-status: $(STAMP) ## astrai containers, and named jobs with step, eval/accuracy, state
+	@$(BIN)/python docker/status.py $(or $(STATUS_DIRS),outputs)
+
+docker-logs: ## follow the logs of the running trainer(s), or of job NAME=... (also when ended)
+	@ids="$$(docker ps -q $(DOCKER_SELECT) $(DOCKER_TRAINERS))" || exit 1; \
 	set -- $$ids; \
-	if [ $$# -eq 0 ]; then echo "docker-logs: no running astrai trainer container" >&2; exit 1; fi; \
+	if [ $$# -eq 0 ]; then \
+		echo "docker-logs: no $(if $(NAME),container of job $(NAME),running astrai trainer container)" >&2; \
+		exit 1; \
+	fi; \
 	if [ $$# -eq 1 ]; then exec docker logs --follow --tail $(LOG_TAIL) "$$1"; fi; \
 	for id in "$$@"; do \
 		docker logs --follow --tail $(LOG_TAIL) "$$id" 2>&1 | \
@@ -40,9 +62,13 @@ docker-logs: ## follow the logs of the running trainer container(s)
 	done; \
 	wait
 
-docker-stop: ## stop trainers gracefully: SIGTERM, checkpoint, exit 0 (STOP_TIME=s to override)
-	@ids="$$(docker ps -q $(DOCKER_TRAINERS))" || exit 1; \
-	if [ -z "$$ids" ]; then echo "docker-stop: no running astrai trainer container"; exit 0; fi; \
+docker-stop: ## stop trainers (or job NAME=...): SIGTERM, checkpoint, exit 0 (STOP_TIME=s)
+	@ids="$$(docker ps -q $(if $(NAME),--filter label=astrai.job=$(NAME)) $(DOCKER_TRAINERS))" \
+		|| exit 1; \
+	if [ -z "$$ids" ]; then \
+		echo "docker-stop: no running $(if $(NAME),container of job $(NAME),astrai trainer container)"; \
+		exit 0; \
+	fi; \
 	grace="$(STOP_TIME)"; \
 	if [ -z "$$grace" ]; then \
 		grace="$$(docker inspect --format '{{with .Config.StopTimeout}}{{.}}{{end}}' $$ids \

@@ -1,13 +1,17 @@
 """Check that this host can run astrai in Docker, before a run starts (standard library only).
 
-    python docker/preflight.py [--gpus] [--mount PATH ...] [--compose-file docker/compose.yaml]
+    python docker/preflight.py [--gpus] [--mount PATH ...] [--image astrai:latest]
+        [--compose-file docker/compose.yaml ...]
 
-Checks, in order: the docker CLI is on PATH; the engine answers (``docker info``); Compose v2 is
-installed (``docker compose version``) and renders the compose file; with ``--gpus``, the engine
-has the NVIDIA runtime (or NVIDIA CDI devices); every ``--mount`` path is an existing folder the
-container user can write (nothing is created); the image ``astrai:latest`` exists. The first
-failure prints one line ``preflight: <reason>`` to stderr and exits 1; success prints
+Checks, in order, so that the first failure names the real cause: the docker CLI is on PATH; the
+engine answers (``docker info``); Compose v2 is installed (``docker compose version``) and
+renders the compose files (several: merged in order, as ``docker compose -f A -f B``); with
+``--gpus``, the engine has the NVIDIA runtime (or NVIDIA CDI devices); every ``--mount`` path is
+an existing folder the container user can write (nothing is created); the image exists. The
+first failure prints one line ``preflight: <reason>`` to stderr and exits 1; success prints
 ``preflight: ok``. The container user is ``ASTRAI_UID:ASTRAI_GID`` (default: this process's).
+The Docker launcher runs this script before any container starts, with the image, mounts and
+GPU need of the composed jobs.
 """
 
 from __future__ import annotations
@@ -82,8 +86,8 @@ def check_engine(docker: str) -> dict:
     return info
 
 
-def check_compose(docker: str, compose_file: Path) -> str:
-    """The Compose version; raises unless it is v2 (or later) and renders ``compose_file``."""
+def check_compose(docker: str, compose_files: list[Path]) -> str:
+    """The Compose version; raises unless it is v2 (or later) and renders ``compose_files``."""
     result = _docker(docker, "compose", "version")
     if result.returncode != 0:
         raise PreflightError(
@@ -99,11 +103,14 @@ def check_compose(docker: str, compose_file: Path) -> str:
     version = ".".join(match.groups())
     if int(match.group(1)) < 2:
         raise PreflightError(f"Docker Compose {version} found, v2 needed (docker-compose-plugin)")
-    if not compose_file.is_file():
-        raise PreflightError(f"compose file {compose_file} not found")
-    result = _docker(docker, "compose", "-f", str(compose_file), "config", "--quiet")
+    for compose_file in compose_files:
+        if not compose_file.is_file():
+            raise PreflightError(f"compose file {compose_file} not found")
+    files = [arg for path in compose_files for arg in ("-f", str(path))]
+    result = _docker(docker, "compose", *files, "config", "--quiet")
     if result.returncode != 0:
-        raise PreflightError(f"{compose_file} does not render: {_failure(result)}")
+        shown = " + ".join(str(path) for path in compose_files)
+        raise PreflightError(f"{shown} does not render: {_failure(result)}")
     return version
 
 
@@ -168,16 +175,16 @@ def check_image(docker: str, image: str) -> None:
         raise PreflightError(f"image {image} not found; build it with `make docker-build`")
 
 
-def run_checks(gpus: bool, mounts: list[Path], compose_file: Path) -> None:
+def run_checks(gpus: bool, mounts: list[Path], compose_files: list[Path], image: str) -> None:
     docker = check_cli()
     info = check_engine(docker)
-    check_compose(docker, compose_file)
+    check_compose(docker, compose_files)
     if gpus:
         check_nvidia(info)
     uid, gid = container_ids()
     for mount in mounts:
         check_mount(mount, uid, gid)
-    check_image(docker, IMAGE)
+    check_image(docker, image)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,13 +202,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--compose-file",
+        action="append",
         type=Path,
-        default=DEFAULT_COMPOSE_FILE,
-        help="compose file to render (default: compose.yaml next to this script)",
+        metavar="FILE",
+        help="compose file to render (repeatable; default: compose.yaml next to this script)",
     )
+    parser.add_argument("--image", default=IMAGE, help=f"the trainer image (default {IMAGE})")
     args = parser.parse_args(argv)
     try:
-        run_checks(args.gpus, args.mount, args.compose_file)
+        run_checks(args.gpus, args.mount, args.compose_file or [DEFAULT_COMPOSE_FILE], args.image)
     except PreflightError as err:
         print(f"preflight: {err}", file=sys.stderr)
         return 1

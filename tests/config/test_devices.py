@@ -165,7 +165,8 @@ def test_a_container_told_all_after_narrowing_uses_what_it_sees() -> None:
         ("cuda", "all", 1, "empty", "worker", "CUDA_VISIBLE_DEVICES is empty"),
         ("auto", "all", 5, "unset", "host", r"infra\.nproc_per_node=5 but there are 4 GPU"),
         ("tpu", "all", 1, "unset", "host", r"infra\.device must be auto, cpu or cuda"),
-        ("auto", [], 1, "unset", "container", r"infra\.gpu\.devices must be 'all'"),
+        ("auto", [], 1, "unset", "container", r"infra\.gpu\.devices must be 'all', 'none'"),
+        ("auto", "None", 1, "unset", "host", r"infra\.gpu\.devices must be 'all', 'none'"),
         ("auto", [1, 1], 1, "unset", "container", r"infra\.gpu\.devices has duplicates"),
         ("auto", "all", 0, "unset", "container", r"infra\.nproc_per_node must be 'auto'"),
     ],
@@ -184,6 +185,17 @@ def test_cpu_and_cuda_devices() -> None:
     assert _plan([1, 0], 2, "unset", "container", "cpu") == P("cpu", 2, (), None, (1, 0))
     # infra.device=cuda in a container: known, unlike auto
     assert _plan([1], 1, "unset", "container", "cuda") == P("cuda", 1, (0,), "1", "all")
+
+
+@pytest.mark.parametrize("where", ["host", "worker", "container"])
+@pytest.mark.parametrize("inherited", INHERITED)
+def test_none_is_the_cpu_everywhere(where: str, inherited: str) -> None:
+    # infra.gpu.devices=none: the CPU even with 4 visible GPUs, nothing narrowed, and a child
+    # (a worker, the container) is told "none" again
+    assert _plan("none", "auto", inherited, where) == P("cpu", 1, (), None, "none")
+    assert _plan("none", 2, inherited, where, "cpu") == P("cpu", 2, (), None, "none")
+    with pytest.raises(ConfigError, match=r"^infra\.device=cuda but infra\.gpu\.devices=none"):
+        _plan("none", 1, inherited, where, "cuda")
 
 
 def test_rank_device() -> None:

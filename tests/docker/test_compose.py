@@ -142,6 +142,25 @@ def test_gpu_reservation_is_every_gpu(launched: dict) -> None:
     ]
 
 
+def test_the_cpu_file_drops_only_the_gpu_reservation(launched: dict) -> None:
+    """compose.cpu.yaml, as the launcher adds it for a CPU job (a second -f): the trainer
+    without its NVIDIA reservation, everything else as compose.yaml renders it."""
+    command = [compose_binary(), "-f", COMPOSE_FILE, "-f", DOCKER_DIR / "compose.cpu.yaml"]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **LAUNCHER_ENV}
+    result = subprocess.run(
+        [*command, "config", "--format", "json"],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    cpu = json.loads(result.stdout)["services"]["trainer"]
+    assert "deploy" not in cpu
+    assert cpu == {k: v for k, v in launched["services"]["trainer"].items() if k != "deploy"}
+
+
 def test_environment_is_only_the_pass_through_list(launched: dict) -> None:
     environment = launched["services"]["trainer"]["environment"]
     assert set(environment) == PASSTHROUGH
@@ -398,6 +417,7 @@ def test_make_targets_exist_with_help() -> None:
         "docker-build",
         "docker-preflight",
         "docker-train",
+        "docker-status",
         "docker-logs",
         "docker-stop",
         "docker-clean",
@@ -408,7 +428,7 @@ def test_make_targets_exist_with_help() -> None:
 def test_only_docker_build_builds() -> None:
     recipes = make_recipes(DOCKER_MK)
     assert "$(COMPOSE) build" in recipes["docker-build"]
-    assert "ASTRAI_UID=$$(id -u) ASTRAI_GID=$$(id -g)" in recipes["docker-build"]
+    assert "ASTRAI_UID=$(ASTRAI_UID) ASTRAI_GID=$(ASTRAI_GID)" in recipes["docker-build"]
     run_paths = {name: text for name, text in recipes.items() if name != "docker-build"}
     assert {"docker-train", "docker-preflight", "docker-stop"} <= set(run_paths)
     for name, text in run_paths.items():
@@ -441,18 +461,30 @@ def test_make_targets_expand(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stderr
         return result.stdout
 
+    ids = f"ASTRAI_UID={os.getuid()} ASTRAI_GID={os.getgid()}"
     assert dry_run("docker-build").splitlines() == [
-        "ASTRAI_UID=$(id -u) ASTRAI_GID=$(id -g) "
-        "docker compose -f docker/compose.yaml build trainer"
+        f"{ids} docker compose -f docker/compose.yaml build trainer"
     ]
+    launch = ".venv/bin/python train.py -m hydra/launcher=docker infra=docker"
     train = dry_run("docker-train", "ARGS=train_type=online_ppo seed=3").splitlines()
-    assert train == [
+    assert [" ".join(line.split()) for line in train] == [
         "true",
-        "mkdir -p data models outputs",
-        "python3 docker/preflight.py --gpus --mount data --mount models --mount outputs",
-        ".venv/bin/python train.py -m hydra/launcher=docker infra=docker "
-        "train_type=online_ppo seed=3",
+        f"{ids} {launch} train_type=online_ppo seed=3",
     ]
+    named = dry_run("docker-train", "NAME=exp1", "GPUS=none", "DETACH=1", "ARGS=seed=3")
+    assert " ".join(named.split()) == (
+        f"true {ids} {launch} infra.gpu.devices=none hydra.launcher.job_name=exp1 "
+        "hydra.launcher.detach=true seed=3"
+    )
+    assert "infra.gpu.devices=[0,2] " in dry_run("docker-train", "GPUS=0,2")
+    assert "infra.gpu.devices=all " in dry_run("docker-train", "GPUS=all")
+    as_user = dry_run("docker-build", "ASTRAI_UID=1000", "ASTRAI_GID=1001")
+    assert as_user.startswith("ASTRAI_UID=1000 ASTRAI_GID=1001 docker compose")
+    preflight = " ".join(dry_run("docker-preflight", "GPUS=none").replace("\\\n", " ").split())
+    assert f"{launch} hydra.launcher.preflight_only=true infra.gpu.devices=none" in preflight
+    assert "docker/status.py outputs" in dry_run("docker-status")
+    assert "label=astrai.job=exp1" in dry_run("docker-stop", "NAME=exp1")
+    assert "label=astrai.job=exp1" in dry_run("docker-logs", "NAME=exp1")
     clean = dry_run("docker-clean", "KEEP=3")
     assert ".venv/bin/python -m astrai.checkpoints prune" in clean
     assert "--keep 3 --force" in clean

@@ -135,6 +135,20 @@ def test_all_checks_pass_in_order(preflight, tmp_path: Path) -> None:
     assert all(not any(m.iterdir()) for m in mounts)  # nothing created in the mounts
 
 
+def test_the_cpu_files_and_another_image(preflight) -> None:
+    # what the launcher passes for a CPU job: both compose files, merged; its own image; no GPU
+    cpu_file = COMPOSE_FILE.with_name("compose.cpu.yaml")
+    files = ["--compose-file", str(COMPOSE_FILE), "--compose-file", str(cpu_file)]
+    result = preflight(*files, "--image", "registry.example/astrai:v2")
+    assert (result.rc, result.stdout) == (0, "preflight: ok\n"), result
+    assert result.calls == [
+        "info --format {{json .}}",
+        "compose version",
+        f"compose -f {COMPOSE_FILE} -f {cpu_file} config --quiet",
+        "image inspect --format {{.Id}} registry.example/astrai:v2",
+    ]
+
+
 def test_default_compose_file_is_the_one_next_to_the_script(preflight) -> None:
     result = preflight()
     assert result.rc == 0, result.stderr

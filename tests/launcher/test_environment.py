@@ -8,9 +8,15 @@ import pytest
 from hydra_plugins.astrai_docker_launcher._environment import (
     compose_argv,
     compose_environment,
+    compose_files,
+    container_name,
     container_overrides,
     container_plan,
+    container_user,
     forwarded_names,
+    job_name_error,
+    named_job_dir,
+    needs_gpus,
 )
 
 REPO = Path("/repo")
@@ -148,7 +154,7 @@ def test_compose_argv_is_a_list_with_the_job_dir_mounted_and_never_build() -> No
     job = Path("/repo/multirun/2026-11-30/10-00-00/3")
     argv = compose_argv(
         "docker",
-        Path("/repo/docker/compose.yaml"),
+        [Path("/repo/docker/compose.yaml")],
         "trainer",
         ["CUDA_VISIBLE_DEVICES", "NCCL_DEBUG"],
         job,
@@ -166,6 +172,8 @@ def test_compose_argv_is_a_list_with_the_job_dir_mounted_and_never_build() -> No
         "CUDA_VISIBLE_DEVICES",
         "-e",
         "NCCL_DEBUG",
+        "--label",
+        f"astrai.run_dir={job}",
         "--volume",
         f"{job}:{job}",
         "trainer",
@@ -183,7 +191,9 @@ def test_a_multi_gpu_job_runs_train_py_which_starts_its_workers() -> None:
     plan = container_plan(_infra([0, 1]))
     assert plan.processes == 2 and plan.cuda_visible_devices == "0,1"
     overrides = container_overrides(["seed=1", "infra.gpu.devices=[0,1]"], plan)
-    argv = compose_argv("docker", Path("/repo/docker/compose.yaml"), "trainer", [], job, overrides)
+    argv = compose_argv(
+        "docker", [Path("/repo/docker/compose.yaml")], "trainer", [], job, overrides
+    )
     assert "--entrypoint" not in argv and "torchrun" not in argv
     assert argv[argv.index("trainer") + 1 :] == [
         "seed=1",
@@ -196,3 +206,65 @@ def test_container_processes() -> None:
     assert container_plan(_infra("all")).processes is None  # the container counts its GPUs
     assert container_plan(_infra([3])).processes == 1
     assert container_plan(_infra("all") | {"nproc_per_node": 4}).processes == 4
+
+
+def test_a_named_detached_cpu_job() -> None:
+    # a named job keeps its container (no --rm) under its own name and labels it; -d detaches;
+    # a CPU job adds the compose file that drops the GPU reservation
+    job = Path("/srv/outputs/exp1")
+    files = compose_files(
+        Path("/repo/c.yaml"), Path("/repo/cpu.yaml"), container_plan(_infra("none"))
+    )
+    assert files == [Path("/repo/c.yaml"), Path("/repo/cpu.yaml")]
+    argv = compose_argv(
+        "docker",
+        files,
+        "trainer",
+        [],
+        job,
+        ["seed=1"],
+        job_name="exp1",
+        container="astrai-exp1",
+        detach=True,
+    )
+    assert argv == [
+        "docker", "compose", "-f", "/repo/c.yaml", "-f", "/repo/cpu.yaml",
+        "run", "--name", "astrai-exp1", "-d", "-T",
+        "--label", f"astrai.run_dir={job}", "--label", "astrai.job=exp1",
+        "--volume", f"{job}:{job}", "trainer", "seed=1", f"hydra.run.dir={job}",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("infra", "gpus"),
+    [
+        ({}, True),  # the default: auto, all GPUs -> reserved; the container decides
+        ({"gpu": {"devices": [1]}}, True),
+        ({"device": "cuda"}, True),
+        ({"gpu": {"devices": "none"}}, False),
+        ({"device": "cpu"}, False),
+        ({"device": "cpu", "gpu": {"devices": [0, 1]}}, False),
+    ],
+)
+def test_gpu_reservation_only_when_a_gpu_may_be_used(infra: dict, gpus: bool) -> None:
+    plan = container_plan(_infra() | infra)
+    assert needs_gpus(plan) is gpus
+    files = compose_files(Path("/c.yaml"), Path("/cpu.yaml"), plan)
+    assert files == ([Path("/c.yaml")] if gpus else [Path("/c.yaml"), Path("/cpu.yaml")])
+    env = compose_environment(_infra() | infra, HOST, 1000, 1000, REPO)
+    assert ("CUDA_VISIBLE_DEVICES" in env) == (infra.get("gpu", {}).get("devices") == [1])
+
+
+def test_container_user_and_job_names() -> None:
+    assert container_user({}, 1000, 1001) == (1000, 1001)
+    assert container_user({"ASTRAI_UID": "2000", "ASTRAI_GID": "0"}, 1000, 1001) == (2000, 0)
+    with pytest.raises(ValueError, match="ASTRAI_GID must be a number"):
+        container_user({"ASTRAI_GID": "staff"}, 0, 0)
+    assert job_name_error("exp1") is None and job_name_error("ppo_gamma-0.99") is not None
+    for bad in ("", "../x", "a/b", "-x", "x" * 64, "ünï"):
+        assert "hydra.launcher.job_name" in str(job_name_error(bad)), bad
+    outputs = Path("/srv/outputs")
+    assert named_job_dir(outputs, "exp1", 0, sweep=False) == outputs / "exp1"
+    assert named_job_dir(outputs, "exp1", 3, sweep=True) == outputs / "exp1" / "3"
+    assert container_name("exp1", 0, sweep=False) == "astrai-exp1"
+    assert container_name("exp1", 3, sweep=True) == "astrai-exp1-3"

@@ -33,7 +33,9 @@ def _mounts(tmp_path: Path) -> list[str]:
 
 
 def _compose_calls(tmp_path: Path) -> list[dict]:
-    return [c for c in read_calls(tmp_path / "docker-config") if c["argv"][:1] == ["compose"]]
+    """The ``docker compose ... run`` calls (the containers started)."""
+    calls = read_calls(tmp_path / "docker-config")
+    return [c for c in calls if c["argv"][:1] == ["compose"] and "run" in c["argv"]]
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -91,11 +93,11 @@ def test_plugin_is_discovered_from_any_working_directory(tmp_path: Path) -> None
         ),
         (
             ["-m", "hydra/launcher=docker", "infra=docker", "infra.container.image=missing:latest"],
-            "missing:latest is not available to Docker (run make docker-build)",
+            "image missing:latest not found; build it with `make docker-build`",
         ),
         (
-            ["-m", "hydra/launcher=docker", "infra=docker", "infra.mounts.models=/nonexistent/m"],
-            "infra.mounts.models: /nonexistent/m is not a directory",
+            ["-m", "hydra/launcher=docker", "infra=docker", "infra.mounts.models=/etc/hostname"],
+            "infra.mounts.models: /etc/hostname is not a directory",
         ),
     ],
 )
@@ -256,3 +258,79 @@ def test_launch_returns_each_jobs_summary_and_reports_the_failed_one(
     assert len(calls) == 3
     assert all("CUDA_VISIBLE_DEVICES" not in call["env"] for call in calls)
     assert all("CUDA_VISIBLE_DEVICES" not in call["argv"] for call in calls)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "needle"),
+    [
+        (["hydra.launcher.detach=true"], {}, "hydra.launcher.detach=true needs"),
+        (["hydra.launcher.job_name=../up"], {}, "hydra.launcher.job_name='../up': use 1-63"),
+        (["infra.gpu.devices=none", "infra.device=cuda"], {}, "infra.gpu.devices=none selects"),
+        # the engine down: that cause, not a missing image; the mounts are made on the way
+        ([], {"engine": "down"}, "docker error: Docker engine not reachable"),
+        ([], {"ASTRAI_UID": "me"}, "ASTRAI_UID must be a number"),
+    ],
+)
+def test_host_and_name_errors_are_one_line_before_any_container(
+    tmp_path: Path, args: list[str], env: dict[str, str], needle: str
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    mounts = [f"infra.mounts.{k}={tmp_path / 'new' / k}" for k in ("data", "models", "outputs")]
+    launch = ["-m", "hydra/launcher=docker", "infra=docker", *mounts, *QUICK, *args]
+    env = dict(env)
+    engine_down = env.pop("engine", None) == "down"
+    if engine_down:
+        (tmp_path / "docker-config").mkdir()
+        (tmp_path / "docker-config" / "engine-down").touch()
+    result = _train(launch, work, _env(tmp_path) | env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+    assert _compose_calls(tmp_path) == []
+    assert list(work.iterdir()) == []  # no sweep dir left behind
+    if engine_down:
+        assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["data", "models", "outputs"]
+        for key in ("data", "models"):
+            assert f"infra.mounts.{key}: created the empty folder {tmp_path / 'new' / key}" in (
+                result.stdout + result.stderr
+            )
+
+
+@pytest.mark.slow  # ~20 s: a named CPU job through the fake docker, run twice
+def test_a_named_cpu_job_has_a_stable_run_dir_and_resumes(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    outputs = tmp_path / "mounts" / "outputs"
+    args = [
+        "-m",
+        "hydra/launcher=docker",
+        "infra=docker",
+        "infra.gpu.devices=none",
+        "hydra.launcher.job_name=exp1",
+        *_mounts(tmp_path),
+        *QUICK,
+    ]
+    first = _train([*args, "trainer.total_steps=1"], tmp_path, env)
+    assert first.returncode == 0, first.stderr
+    again = _train([*args, "trainer.total_steps=2"], tmp_path, env)  # the same job, 1 more step
+    assert again.returncode == 0, again.stderr
+    run_dir = outputs / "exp1"
+    assert json.loads((run_dir / "summary.json").read_text())["step"] == 2
+    assert "resumed from" in (run_dir / "train.log").read_text()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [0, 1, 2]
+    assert json.loads((run_dir / "docker-job.json").read_text())["container"] == "astrai-exp1"
+    assert not (tmp_path / "multirun").exists()  # Hydra's timestamped sweep dir is not left
+    calls = _compose_calls(tmp_path)
+    assert len(calls) == 2
+    for call in calls:
+        argv = call["argv"]
+        cpu_file = str(REPO / "docker" / "compose.cpu.yaml")
+        assert argv[1:6] == ["-f", str(REPO / "docker" / "compose.yaml"), "-f", cpu_file, "run"]
+        assert argv[6:8] == ["--name", "astrai-exp1"] and "--rm" not in argv
+        assert "astrai.job=exp1" in argv and f"astrai.run_dir={run_dir}" in argv
+        assert argv[-1] == f"hydra.run.dir={run_dir}"
+    # before each start the launcher looked for a container of that name (to refuse a running
+    # one and remove a finished one)
+    ps = [c["argv"] for c in read_calls(tmp_path / "docker-config") if c["argv"][:1] == ["ps"]]
+    assert ps == [["ps", "-a", "--filter", "name=^/astrai-exp1$", "--format", "{{.State}}"]] * 2

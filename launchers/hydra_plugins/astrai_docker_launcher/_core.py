@@ -1,25 +1,41 @@
-"""Run each job of a multirun in the container and collect its ``summary.json``."""
+"""Run each job of a multirun in the container and collect its ``summary.json``.
+
+Before any container starts: every job is composed and validated, the mount folders are made,
+and ``docker/preflight.py`` checks the host for the jobs' image, mounts and GPU need (engine,
+Compose, NVIDIA runtime, image: the first failure names its cause). A named job
+(``hydra.launcher.job_name``) gets a stable run dir under the outputs mount and a container of
+the same name, so the same command resumes it; ``hydra.launcher.detach`` starts its containers
+and returns.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from hydra_plugins.astrai_docker_launcher._environment import (
     compose_argv,
     compose_environment,
+    compose_files,
+    container_name,
     container_overrides,
     container_plan,
+    container_user,
     forwarded_names,
+    job_name_error,
+    named_job_dir,
+    needs_gpus,
 )
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -35,10 +51,30 @@ MOUNT_VARIABLES = {
     "outputs": "ASTRAI_OUTPUTS_DIR",
 }
 JOB_LOG_FILE = "docker.log"
+JOB_FILE = "docker-job.json"  # in a named job's run dir: what `make docker-status` lists
+SWEEP_FILE = "multirun.yaml"  # what Hydra writes into the sweep dir before launching
+PREFLIGHT_SCRIPT = Path("docker") / "preflight.py"  # relative to the repository root
+DOCKER_TIMEOUT_S = 60.0
 
 
 class DockerJobError(RuntimeError):
     """A job whose container exited non-zero or left no summary.json."""
+
+
+class _HostError(Exception):
+    """A host problem found before any container starts; the message is one line."""
+
+
+@dataclass
+class Job:
+    """One job of the multirun, composed and placed before any container starts."""
+
+    idx: int
+    overrides: list[str]
+    config: DictConfig
+    infra: dict
+    job_dir: Path
+    container: str | None  # a named job's container; None: compose's own name, removed on exit
 
 
 def _repo_root() -> Path:
@@ -48,13 +84,13 @@ def _repo_root() -> Path:
     return REPO_ROOT
 
 
-def _fail_before_launch(message: str, sweep_dir: Path) -> None:
+def _fail_before_launch(message: str, sweep_dir: Path, kind: str = "config error") -> NoReturn:
     """One line on stderr, exit 2, and no sweep dir left behind that holds nothing but the
     ``multirun.yaml`` Hydra wrote before launching."""
     from astrai.files import discard_fresh_dir
 
-    discard_fresh_dir(sweep_dir, {"multirun.yaml"})
-    print(f"astrai: config error: {message}", file=sys.stderr)
+    discard_fresh_dir(sweep_dir, {SWEEP_FILE})
+    print(f"astrai: {kind}: {message}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -75,31 +111,135 @@ def _check_job(job_config: DictConfig) -> str | None:
     return None
 
 
-def _check_host(docker: str, infra: dict, repo_root: Path) -> str | None:
-    """Mount sources must exist (compose.yaml will not create them) and the image must be
-    present: ``docker compose run`` would otherwise build it, and only ``make docker-build``
-    builds. Returns the error or None."""
-    env = compose_environment(infra, os.environ, os.getuid(), os.getgid(), repo_root)
+def _user() -> tuple[int, int]:
+    """The container's uid:gid (``ASTRAI_UID``/``ASTRAI_GID``, default this process's)."""
+    return container_user(os.environ, os.getuid(), os.getgid())
+
+
+def _environment(infra: dict, repo_root: Path) -> dict[str, str]:
+    uid, gid = _user()
+    return compose_environment(infra, os.environ, uid, gid, repo_root)
+
+
+def make_dirs(path: Path) -> list[Path]:
+    """``mkdir -p path``; the folders it created, outermost first. Run as root for a container
+    user that is not root (``ASTRAI_UID``), they are given to that user, who writes into them."""
+    missing = [p for p in (path, *path.parents) if not p.exists()][::-1]
+    path.mkdir(parents=True, exist_ok=True)
+    uid, gid = _user()
+    if os.geteuid() == 0 and (uid, gid) != (0, 0):
+        for folder in missing:
+            os.chown(folder, uid, gid)
+    return missing
+
+
+def _prepare_mounts(infra: dict, repo_root: Path) -> None:
+    """Create missing mount folders: ``outputs`` silently (runs write there), ``data`` and
+    ``models`` empty, with one info line each (the job may expect files there)."""
+    env = _environment(infra, repo_root)
     for key, variable in MOUNT_VARIABLES.items():
-        if not Path(env[variable]).is_dir():
-            return (
-                f"infra.mounts.{key}: {env[variable]} is not a directory "
-                "(create it, or point the mount elsewhere)"
+        path = Path(env[variable])
+        if path.exists() and not path.is_dir():
+            raise _HostError(f"infra.mounts.{key}: {path} is not a directory")
+        if make_dirs(path) and key != "outputs":
+            log.info(
+                "infra.mounts.%s: created the empty folder %s (mounted at /%s)", key, path, key
             )
-    image = env["ASTRAI_IMAGE"]
+
+
+def _preflight(jobs: list[Job], files_of: dict[int, list[Path]], repo_root: Path) -> None:
+    """``docker/preflight.py`` once per distinct (infra, compose files) of the jobs, with the
+    compose environment each job's ``docker compose run`` gets; _HostError on the first
+    failure."""
+    checked: set[str] = set()
+    for job in jobs:
+        files = files_of[job.idx]
+        key = json.dumps([job.infra, [str(f) for f in files]], sort_keys=True)
+        if key in checked:
+            continue
+        checked.add(key)
+        env = _environment(job.infra, repo_root)
+        argv = [sys.executable, str(repo_root / PREFLIGHT_SCRIPT), "--image", env["ASTRAI_IMAGE"]]
+        if needs_gpus(container_plan(job.infra)):
+            argv.append("--gpus")
+        for variable in MOUNT_VARIABLES.values():
+            argv += ["--mount", env[variable]]
+        for path in files:
+            argv += ["--compose-file", str(path)]
+        result = subprocess.run(
+            argv, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL
+        )
+        if result.returncode != 0:
+            reason = result.stderr.strip().splitlines()[-1:] or [f"exit {result.returncode}"]
+            raise _HostError(reason[0].removeprefix("preflight: "))
+
+
+def _docker(launcher: DockerLauncher, env: dict[str, str], *args: str) -> str:
+    """Run the Docker CLI (``ps``, ``inspect``, ``rm``); its stdout. _HostError on failure."""
     try:
-        found = subprocess.run(
-            [docker, "image", "inspect", image],
+        result = subprocess.run(
+            [launcher.docker, *args],
             env=env,
             capture_output=True,
             text=True,
             stdin=subprocess.DEVNULL,
+            timeout=DOCKER_TIMEOUT_S,
         )
-    except FileNotFoundError:
-        return f"hydra.launcher.docker: {docker!r} not found on PATH"
-    if found.returncode != 0:
-        return f"infra.container.image: {image} is not available to Docker (run make docker-build)"
-    return None
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise _HostError(f"docker {args[0]}: {err}") from err
+    if result.returncode != 0:
+        detail = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[0]
+        raise _HostError(f"docker {' '.join(args[:2])}: {detail}")
+    return result.stdout
+
+
+def _free_container_name(launcher: DockerLauncher, job: Job, repo_root: Path) -> None:
+    """A named job's container must not be running; a finished one (kept for its logs and exit
+    code) is removed so the new one can take its name."""
+    assert job.container is not None
+    env = _environment(job.infra, repo_root)
+    state = _docker(
+        launcher, env, "ps", "-a", "--filter", f"name=^/{job.container}$", "--format", "{{.State}}"
+    ).strip()
+    if state in ("running", "restarting", "paused", "created"):
+        name = launcher.job_name
+        raise _HostError(
+            f"hydra.launcher.job_name={name}: container {job.container} is {state} "
+            f"(make docker-logs NAME={name}, make docker-stop NAME={name})"
+        )
+    if state:
+        _docker(launcher, env, "rm", job.container)
+
+
+def _place_named_jobs(launcher: DockerLauncher, jobs: list[Job], sweep_dir: Path) -> None:
+    """Give each job of a named launch its stable run dir and container name; a run dir that
+    holds the other kind (a single run where a sweep goes, or the reverse) is refused."""
+    name = launcher.job_name
+    assert name is not None
+    sweep = len(jobs) > 1 or jobs[0].idx > 0
+    for job in jobs:
+        outputs = Path(_environment(job.infra, _repo_root())["ASTRAI_OUTPUTS_DIR"])
+        job.job_dir = named_job_dir(outputs, name, job.idx, sweep)
+        job.container = container_name(name, job.idx, sweep)
+        top = outputs / name
+        if sweep and (top / ".hydra").is_dir():
+            raise _HostError(
+                f"hydra.launcher.job_name={name}: {top} holds a single run, not a sweep "
+                "(pick another name)"
+            )
+        if not sweep and (top / SWEEP_FILE).is_file():
+            raise _HostError(
+                f"hydra.launcher.job_name={name}: {top} holds a sweep, not a single run "
+                "(pick another name, or run the sweep again)"
+            )
+        with open_dict(job.config):
+            job.config.hydra.sweep.dir = str(top)
+            job.config.hydra.sweep.subdir = str(job.idx) if sweep else "."
+    if sweep:  # the named dir takes Hydra's record of the sweep
+        first = Path(_environment(jobs[0].infra, _repo_root())["ASTRAI_OUTPUTS_DIR"]) / name
+        make_dirs(first)
+        if (sweep_dir / SWEEP_FILE).is_file():
+            shutil.copyfile(sweep_dir / SWEEP_FILE, first / SWEEP_FILE)
 
 
 def launch(
@@ -112,9 +252,20 @@ def launch(
     repo_root = _repo_root()
     sweep_dir = Path(str(config.hydra.sweep.dir))
     compose_file = (repo_root / launcher.compose_file).resolve()
-    if not compose_file.is_file():
-        message = f"hydra.launcher.compose_file: {compose_file} does not exist"
-        _fail_before_launch(message, sweep_dir)
+    cpu_compose_file = (repo_root / launcher.cpu_compose_file).resolve()
+    for key, path in (("compose_file", compose_file), ("cpu_compose_file", cpu_compose_file)):
+        if not path.is_file():
+            _fail_before_launch(f"hydra.launcher.{key}: {path} does not exist", sweep_dir)
+    if launcher.job_name is not None:
+        error = job_name_error(str(launcher.job_name))
+        if error is not None:
+            _fail_before_launch(error, sweep_dir)
+    elif launcher.detach:
+        _fail_before_launch(
+            "hydra.launcher.detach=true needs hydra.launcher.job_name (make docker-train "
+            "NAME=... DETACH=1): a name to find the job again",
+            sweep_dir,
+        )
 
     # compose and validate every job before starting any container
     jobs = []
@@ -126,73 +277,100 @@ def launch(
         error = _check_job(job_config)
         if error is not None:
             _fail_before_launch(error, sweep_dir)
-        jobs.append((idx, list(overrides), job_config))
-
-    # the same infra for every job of the sweep is the common case; check each distinct one
-    checked: set[str] = set()
-    for _, _, job_config in jobs:
         infra = OmegaConf.to_container(job_config.infra, resolve=True)
         assert isinstance(infra, dict)
-        key = json.dumps(infra, sort_keys=True)
-        if key not in checked:
-            checked.add(key)
-            error = _check_host(launcher.docker, infra, repo_root)
-            if error is not None:
-                _fail_before_launch(error, sweep_dir)
+        sweep = job_config.hydra.sweep
+        job_dir = Path(str(sweep.dir), str(sweep.subdir)).resolve()
+        jobs.append(Job(idx, list(overrides), job_config, infra, job_dir, None))
+    files_of = {
+        job.idx: compose_files(compose_file, cpu_compose_file, container_plan(job.infra))
+        for job in jobs
+    }
+
+    try:
+        _user()
+        for job in jobs:
+            _prepare_mounts(job.infra, repo_root)
+        _preflight(jobs, files_of, repo_root)
+        if launcher.preflight_only:
+            from astrai.files import discard_fresh_dir
+
+            discard_fresh_dir(sweep_dir, {SWEEP_FILE})
+            print(f"preflight: ok ({len(jobs)} job(s))")
+            sys.exit(0)
+        if launcher.job_name is not None:
+            _place_named_jobs(launcher, jobs, sweep_dir)
+            for job in jobs:
+                _free_container_name(launcher, job, repo_root)
+    except (_HostError, ValueError) as err:
+        _fail_before_launch(str(err), sweep_dir, kind="docker error")
+    if launcher.job_name is not None:
+        from astrai.files import discard_fresh_dir
+
+        discard_fresh_dir(sweep_dir, {SWEEP_FILE})  # its record moved to the named dir
 
     log.info("Launching %d jobs in Docker (%s)", len(jobs), compose_file)
     results = []
-    for idx, overrides, job_config in jobs:
-        HydraConfig.instance().set_config(job_config)
-        results.append(_run_job(launcher, idx, overrides, job_config, repo_root, compose_file))
+    for job in jobs:
+        HydraConfig.instance().set_config(job.config)
+        results.append(_run_job(launcher, job, files_of[job.idx], repo_root))
         configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     return results
 
 
-def _run_job(
-    launcher: DockerLauncher,
-    idx: int,
-    overrides: list[str],
-    job_config: DictConfig,
-    repo_root: Path,
-    compose_file: Path,
-) -> JobReturn:
-    sweep = job_config.hydra.sweep
-    job_dir = Path(str(sweep.dir), str(sweep.subdir)).resolve()
-    job_dir.mkdir(parents=True, exist_ok=True)
-    infra = OmegaConf.to_container(job_config.infra, resolve=True)
-    assert isinstance(infra, dict)
-    env = compose_environment(infra, os.environ, os.getuid(), os.getgid(), repo_root)
-    plan = container_plan(infra)
+def _run_job(launcher: DockerLauncher, job: Job, files: list[Path], repo_root: Path) -> JobReturn:
+    make_dirs(job.job_dir)
+    env = _environment(job.infra, repo_root)
     argv = compose_argv(
         launcher.docker,
-        compose_file,
+        files,
         launcher.service,
-        forwarded_names(env, infra),
-        job_dir,
-        container_overrides(overrides, plan),
+        forwarded_names(env, job.infra),
+        job.job_dir,
+        container_overrides(job.overrides, container_plan(job.infra)),
+        job_name=launcher.job_name,
+        container=job.container,
+        detach=launcher.detach,
     )
-    log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
-    returncode, tail = _stream(argv, env, repo_root, job_dir / JOB_LOG_FILE, launcher.tail_lines)
+    if job.container is not None:
+        record = {"job_name": launcher.job_name, "container": job.container, "job_num": job.idx}
+        record["overrides"] = list(job.overrides)
+        (job.job_dir / JOB_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    log.info("\t#%d : %s", job.idx, " ".join(filter_overrides(job.overrides)))
+    log_file = job.job_dir / JOB_LOG_FILE
+    returncode, tail = _stream(argv, env, repo_root, log_file, launcher.tail_lines)
 
-    task_config = OmegaConf.masked_copy(job_config, [str(k) for k in job_config if k != "hydra"])
+    task_config = OmegaConf.masked_copy(job.config, [str(k) for k in job.config if k != "hydra"])
     result = JobReturn(
-        overrides=overrides,
+        overrides=job.overrides,
         cfg=task_config,
-        hydra_cfg=job_config,
-        working_dir=str(job_dir),
-        task_name=job_config.hydra.job.name,
+        hydra_cfg=job.config,
+        working_dir=str(job.job_dir),
+        task_name=job.config.hydra.job.name,
     )
-    summary_path = job_dir / SUMMARY_FILE
-    if returncode == 0 and summary_path.is_file():
+    summary_path = job.job_dir / SUMMARY_FILE
+    if launcher.detach and returncode == 0:
+        name = launcher.job_name
+        result.status = JobStatus.COMPLETED
+        result.return_value = {"container": job.container, "run_dir": str(job.job_dir)}
+        log.info(
+            "\t#%d : started %s in the background, run dir %s "
+            "(make docker-logs NAME=%s, make docker-status, make docker-stop NAME=%s)",
+            job.idx,
+            job.container,
+            job.job_dir,
+            name,
+            name,
+        )
+    elif returncode == 0 and summary_path.is_file():
         result.status = JobStatus.COMPLETED
         result.return_value = json.loads(summary_path.read_text())
-        log.info("\t#%d : completed, %s", idx, summary_path)
+        log.info("\t#%d : completed, %s", job.idx, summary_path)
     else:
-        reason = f"exit code {returncode}" if returncode else f"no {SUMMARY_FILE} in {job_dir}"
+        reason = f"exit code {returncode}" if returncode else f"no {SUMMARY_FILE} in {job.job_dir}"
         last = "\n".join(f"    {line}" for line in tail)
-        message = f"job #{idx} failed ({reason}); last log lines:\n{last}"
-        log.error("\t#%d : FAILED (%s)", idx, reason)
+        message = f"job #{job.idx} failed ({reason}); last log lines:\n{last}"
+        log.error("\t#%d : FAILED (%s)", job.idx, reason)
         result.status = JobStatus.FAILED
         result.return_value = DockerJobError(message)
     return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,11 @@ from astrai.config.environment import DOCKER_CLI_VARIABLES
 
 FORWARDED_PREFIX = "NCCL_"
 GPU_DEVICES_KEY = "infra.gpu.devices"
+CONTAINER_PREFIX = "astrai-"  # named jobs run in containers astrai-<name>[-<job num>]
+JOB_LABEL = "astrai.job"  # the job name, on every named job's container
+RUN_DIR_LABEL = "astrai.run_dir"  # the job's run dir on the host, on every container
+# a Docker container name without the prefix; no "/" or ".." (it also names a folder)
+JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 
 
 def container_plan(infra: Mapping[str, Any]) -> DevicePlan:
@@ -22,6 +28,48 @@ def container_plan(infra: Mapping[str, Any]) -> DevicePlan:
     ``where="container"``): the ``CUDA_VISIBLE_DEVICES`` of the container, what it is told
     about ``infra.gpu.devices`` and how many processes it runs."""
     return infra_plan(infra, "container")
+
+
+def needs_gpus(plan: DevicePlan) -> bool:
+    """Whether the container reserves the engine's NVIDIA GPUs: unless the job is planned on
+    the CPU (``infra.gpu.devices=none`` or ``infra.device=cpu``); ``auto`` keeps the
+    reservation (the container decides, and sees the GPUs only when they are reserved)."""
+    return plan.device != "cpu"
+
+
+def container_user(host_env: Mapping[str, str], uid: int, gid: int) -> tuple[int, int]:
+    """The uid:gid the container runs as: ``ASTRAI_UID``/``ASTRAI_GID`` from the host
+    environment when set (as ``make docker-build`` built the image), else ``uid``/``gid`` (the
+    invoking user's). ValueError naming the variable for a value that is not a number."""
+    ids = []
+    for name, default in (("ASTRAI_UID", uid), ("ASTRAI_GID", gid)):
+        value = host_env.get(name) or str(default)
+        if not value.isdigit():
+            raise ValueError(f"{name} must be a number (got {value!r})")
+        ids.append(int(value))
+    return ids[0], ids[1]
+
+
+def job_name_error(name: str) -> str | None:
+    """Why ``hydra.launcher.job_name`` cannot name a job (a folder and a container); None
+    when it can."""
+    if JOB_NAME.fullmatch(name) is None:
+        return (
+            f"hydra.launcher.job_name={name!r}: use 1-63 letters, digits, '_' or '-', "
+            "starting with a letter or digit (it names the run dir and the container)"
+        )
+    return None
+
+
+def container_name(job_name: str, job_num: int, sweep: bool) -> str:
+    """``astrai-<name>`` for a single job, ``astrai-<name>-<num>`` for each job of a sweep."""
+    return f"{CONTAINER_PREFIX}{job_name}-{job_num}" if sweep else f"{CONTAINER_PREFIX}{job_name}"
+
+
+def named_job_dir(outputs_dir: Path, job_name: str, job_num: int, sweep: bool) -> Path:
+    """A named job's stable run dir: ``<outputs>/<name>`` (a sweep: ``<outputs>/<name>/<num>``),
+    the same every time the same command runs, so it resumes from its latest checkpoint."""
+    return outputs_dir / job_name / str(job_num) if sweep else outputs_dir / job_name
 
 
 def resolve_host_path(path: str, repo_root: Path) -> str:
@@ -88,25 +136,47 @@ def container_overrides(overrides: Sequence[str], plan: DevicePlan) -> list[str]
     return [*kept, f"{GPU_DEVICES_KEY}={plan.gpu_devices}"]
 
 
+def compose_files(compose_file: Path, cpu_compose_file: Path, plan: DevicePlan) -> list[Path]:
+    """The compose files of a job: ``compose_file``, plus ``cpu_compose_file`` (which drops the
+    GPU reservation) when the job needs no GPU."""
+    return [compose_file] if needs_gpus(plan) else [compose_file, cpu_compose_file]
+
+
 def compose_argv(
     docker: str,
-    compose_file: Path,
+    files: Sequence[Path],
     service: str,
     forwarded: Sequence[str],
     job_dir: Path,
     overrides: Sequence[str],
+    *,
+    job_name: str | None = None,
+    container: str | None = None,
+    detach: bool = False,
 ) -> list[str]:
-    """``docker compose -f FILE run --rm -T [-e NAME]... --volume JOB:JOB SERVICE overrides...
-    hydra.run.dir=JOB``. The job dir is mounted at the same absolute path, so what the
+    """``docker compose -f FILE... run (--rm | --name CONTAINER) [-d] -T [-e NAME]...
+    --label astrai.run_dir=JOB [--label astrai.job=NAME] --volume JOB:JOB SERVICE overrides...
+    hydra.run.dir=JOB``. An unnamed job's container is removed when it exits; a named job's
+    (``container``) stays until the job next starts, so its exit code and logs can still be
+    read. The job dir is mounted at the same absolute path, so what the
     container writes (summary.json, checkpoints) is where Hydra expects it on the host. The
     container always runs the image's ``train.py``: a job of several processes starts its own
     workers there (``infra.nproc_per_node``, ``auto`` = the GPUs it sees), so ``docker stop``
     reaches the parent that forwards SIGTERM and exits 0 after the checkpoint — torchrun's
     agent would kill the workers after 30 s and exit 1. Never ``--build``: only
     ``make docker-build`` builds."""
-    argv = [docker, "compose", "-f", str(compose_file), "run", "--rm", "-T"]
-    for name in forwarded:
-        argv += ["-e", name]
+    argv = [docker, "compose"]
+    for path in files:
+        argv += ["-f", str(path)]
+    argv += ["run", "--rm"] if container is None else ["run", "--name", container]
+    if detach:
+        argv.append("-d")
+    argv.append("-T")
+    for variable in forwarded:
+        argv += ["-e", variable]
+    argv += ["--label", f"{RUN_DIR_LABEL}={job_dir}"]
+    if job_name is not None:
+        argv += ["--label", f"{JOB_LABEL}={job_name}"]
     argv += ["--volume", f"{job_dir}:{job_dir}", service]
     argv += [o for o in overrides if not o.startswith("hydra.run.dir=")]
     argv.append(f"hydra.run.dir={job_dir}")

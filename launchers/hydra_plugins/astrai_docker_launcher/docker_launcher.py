@@ -17,14 +17,22 @@ class DockerLauncher(Launcher):
     def __init__(
         self,
         compose_file: str = "docker/compose.yaml",
+        cpu_compose_file: str = "docker/compose.cpu.yaml",
         service: str = "trainer",
         docker: str = "docker",
         tail_lines: int = 20,
+        job_name: str | None = None,
+        detach: bool = False,
+        preflight_only: bool = False,
     ) -> None:
         self.compose_file = compose_file
+        self.cpu_compose_file = cpu_compose_file
         self.service = service
         self.docker = docker
         self.tail_lines = tail_lines
+        self.job_name = job_name
+        self.detach = detach
+        self.preflight_only = preflight_only
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None

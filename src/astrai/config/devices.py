@@ -43,6 +43,7 @@ Where = Literal["host", "worker", "container"]
 
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 ALL = "all"
+NONE = "none"  # no GPU: the job runs on the CPU (in Docker: no GPU reservation either)
 
 
 @dataclass(frozen=True)
@@ -89,14 +90,18 @@ class DevicePlan:
 
 
 def parse_gpu_devices(devices: Any) -> list[int] | None:
-    """``"all"`` -> None; a list of distinct non-negative ints -> that list; else ConfigError."""
+    """``"all"`` -> None; ``"none"`` -> ``[]``; a list of distinct non-negative ints -> that
+    list; else ConfigError."""
     if isinstance(devices, str) and devices == ALL:
         return None
+    if isinstance(devices, str) and devices == NONE:
+        return []
     if isinstance(devices, ListConfig):
         devices = OmegaConf.to_container(devices)
     _require(
         isinstance(devices, list | tuple) and len(devices) > 0,
-        f"infra.gpu.devices must be 'all' or a non-empty list of GPU indices (got {devices!r})",
+        f"infra.gpu.devices must be 'all', 'none' or a non-empty list of GPU indices "
+        f"(got {devices!r})",
     )
     for index in devices:
         _require(
@@ -141,7 +146,8 @@ def plan_devices(
 
     Args:
         device: ``infra.device``: ``auto`` (CUDA when a GPU is visible), ``cpu`` or ``cuda``.
-        gpu_devices: ``infra.gpu.devices``: ``all`` or a list of indices.
+        gpu_devices: ``infra.gpu.devices``: ``all``, ``none`` (the CPU, whatever
+            ``infra.device=auto`` would find) or a list of indices.
         nproc_per_node: ``infra.nproc_per_node``: ``auto`` (one process per selected GPU, one
             on CPU) or a number.
         cuda_visible_devices: the inherited ``CUDA_VISIBLE_DEVICES`` (None = unset); ignored for
@@ -162,6 +168,13 @@ def plan_devices(
     selected = parse_gpu_devices(gpu_devices)
     given: str | tuple[int, ...] = ALL if selected is None else tuple(selected)
     nproc = parse_nproc_per_node(nproc_per_node)
+    if selected == []:
+        _require(
+            device != "cuda",
+            "infra.device=cuda but infra.gpu.devices=none selects no GPU "
+            "(use infra.device=auto or cpu)",
+        )
+        return DevicePlan("cpu", nproc or 1, (), None, NONE)
     if device == "cpu":
         return DevicePlan("cpu", nproc or 1, (), None, given)
     if where == "container":
