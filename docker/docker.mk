@@ -76,7 +76,7 @@ docker-stop: ## stop trainers (or job NAME=...): SIGTERM, checkpoint, exit 0 (ST
 	fi; \
 	grace="$${grace:-300}"; \
 	echo "docker-stop: SIGTERM to" $$ids "- up to $${grace}s to finish the step and checkpoint"; \
-	docker stop --time "$$grace" $$ids
+	docker stop -t "$$grace" $$ids
 
 docker-clean: $(STAMP) ## keep only the newest KEEP=N checkpoints of every run in outputs/ multirun/
 	@if [ -z "$(KEEP)" ]; then \

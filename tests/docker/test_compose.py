@@ -491,4 +491,4 @@ def test_make_targets_expand(tmp_path: Path) -> None:
     stop = dry_run("docker-stop")
     assert "label=com.docker.compose.project=astrai" in stop
     assert "label=com.docker.compose.service=trainer" in stop
-    assert 'docker stop --time "$grace"' in stop
+    assert 'docker stop -t "$grace"' in stop  # -t: --time in old CLIs, --timeout in new ones

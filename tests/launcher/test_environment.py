@@ -106,6 +106,7 @@ def test_only_nccl_and_docker_cli_variables_come_from_the_host() -> None:
         "ASTRAI_DATA_DIR",
         "ASTRAI_MODELS_DIR",
         "ASTRAI_OUTPUTS_DIR",
+        "COMPOSE_IGNORE_ORPHANS",  # named jobs' kept containers
     }
 
 

@@ -70,9 +70,19 @@ def test_plugin_is_discovered_from_any_working_directory(tmp_path: Path) -> None
         (["infra=docker"], "python train.py -m hydra/launcher=docker infra=docker"),
         (["-m", "hydra/launcher=docker"], "needs infra=docker"),
         (["-m", "hydra/launcher=docker", "infra=docker", "infra.gpu.devices=[0,0]"], "duplicates"),
-        (["-m", "hydra/launcher=docker", "infra=docker", "infra.gpu.devices=[-1]"], "non-negative"),
-        (["-m", "hydra/launcher=docker", "infra=docker", "infra.gpu.devices=[]"], "non-empty"),
-        (["-m", "hydra/launcher=docker", "infra=docker", "infra.gpu.devices=[a]"], "integers"),
+        # the same parse as the duplicates case (unit-tested in tests/config/test_devices.py)
+        *[
+            pytest.param(
+                ["-m", "hydra/launcher=docker", "infra=docker", f"infra.gpu.devices={value}"],
+                needle,
+                marks=pytest.mark.slow,
+            )
+            for value, needle in (
+                ("[-1]", "non-negative"),
+                ("[]", "non-empty"),
+                ("[a]", "integers"),
+            )
+        ],
         # infra.environment cannot reach the Docker CLI's own variables, nor the GPU selection
         (
             ["-m", "hydra/launcher=docker", "infra=docker", "+infra.environment={PATH:/nowhere}"],
@@ -264,11 +274,24 @@ def test_launch_returns_each_jobs_summary_and_reports_the_failed_one(
     ("args", "env", "needle"),
     [
         (["hydra.launcher.detach=true"], {}, "hydra.launcher.detach=true needs"),
-        (["hydra.launcher.job_name=../up"], {}, "hydra.launcher.job_name='../up': use 1-63"),
-        (["infra.gpu.devices=none", "infra.device=cuda"], {}, "infra.gpu.devices=none selects"),
+        # unit-tested in test_environment.py / tests/config/test_devices.py: slow here
+        pytest.param(
+            ["hydra.launcher.job_name=../up"],
+            {},
+            "hydra.launcher.job_name='../up': use 1-63",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            ["infra.gpu.devices=none", "infra.device=cuda"],
+            {},
+            "infra.gpu.devices=none selects",
+            marks=pytest.mark.slow,
+        ),
         # the engine down: that cause, not a missing image; the mounts are made on the way
         ([], {"engine": "down"}, "docker error: Docker engine not reachable"),
-        ([], {"ASTRAI_UID": "me"}, "ASTRAI_UID must be a number"),
+        pytest.param(
+            [], {"ASTRAI_UID": "me"}, "ASTRAI_UID must be a number", marks=pytest.mark.slow
+        ),
     ],
 )
 def test_host_and_name_errors_are_one_line_before_any_container(

@@ -195,13 +195,13 @@ def _docker(launcher: DockerLauncher, env: dict[str, str], *args: str) -> str:
 
 def _free_container_name(launcher: DockerLauncher, job: Job, repo_root: Path) -> None:
     """A named job's container must not be running; a finished one (kept for its logs and exit
-    code) is removed so the new one can take its name."""
+    code) or one that never started is removed so the new one can take its name."""
     assert job.container is not None
     env = _environment(job.infra, repo_root)
     state = _docker(
         launcher, env, "ps", "-a", "--filter", f"name=^/{job.container}$", "--format", "{{.State}}"
     ).strip()
-    if state in ("running", "restarting", "paused", "created"):
+    if state in ("running", "restarting", "paused"):
         name = launcher.job_name
         raise _HostError(
             f"hydra.launcher.job_name={name}: container {job.container} is {state} "

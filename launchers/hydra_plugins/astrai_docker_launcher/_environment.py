@@ -107,6 +107,8 @@ def compose_environment(
             "ASTRAI_DATA_DIR": resolve_host_path(mounts["data"], repo_root),
             "ASTRAI_MODELS_DIR": resolve_host_path(mounts["models"], repo_root),
             "ASTRAI_OUTPUTS_DIR": resolve_host_path(mounts["outputs"], repo_root),
+            # named jobs' kept containers are not "orphans" of the project: no warning
+            "COMPOSE_IGNORE_ORPHANS": "true",
         }
     )
     env.pop(CUDA_VISIBLE_DEVICES, None)  # the plan's alone
