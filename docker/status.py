@@ -24,26 +24,23 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from hydra_plugins.astrai_docker_launcher._docker_cli import DockerCallError, docker_output
+from hydra_plugins.astrai_docker_launcher._environment import JOB_FILE, JOB_LABEL, RUN_DIR_LABEL
 
 from astrai.checkpoints.layout import checkpoints_root, list_checkpoints, missing_files
 from astrai.metrics.writers import METRICS_FILE, SUMMARY_FILE, read_metrics
 
-JOB_FILE = "docker-job.json"  # the launcher's marker in a named job's run dir
 TRAINERS = (
     "--filter",
     "label=com.docker.compose.project=astrai",
     "--filter",
     "label=com.docker.compose.service=trainer",
 )
-JOB_LABEL = "astrai.job"
-RUN_DIR_LABEL = "astrai.run_dir"
-TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -61,19 +58,9 @@ class EngineError(Exception):
 
 def _docker(*args: str) -> str:
     try:
-        result = subprocess.run(
-            ["docker", *args],
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-            timeout=TIMEOUT_S,
-        )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise EngineError(f"docker {args[0]}: {err}") from err
-    if result.returncode != 0:
-        lines = result.stderr.strip().splitlines() or [f"exit status {result.returncode}"]
-        raise EngineError(lines[0])
-    return result.stdout
+        return docker_output("docker", *args)
+    except DockerCallError as err:
+        raise EngineError(str(err)) from err
 
 
 def containers() -> list[Container]:

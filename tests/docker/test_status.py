@@ -139,7 +139,9 @@ def test_each_state_from_the_run_dir_and_the_kept_container(tmp_path: Path, outp
 
 def test_without_an_engine_the_jobs_are_still_listed(tmp_path: Path, outputs: Path) -> None:
     lines = _status(tmp_path, outputs, None)
-    assert lines[1].startswith("  Docker engine not reachable (Cannot connect to the Docker daemon")
+    assert lines[1].startswith(
+        "  Docker engine not reachable (docker ps -aq: Cannot connect to the Docker"
+    )
     assert lines[1].endswith("containers unknown")
     # without the engine a job with no current summary may be running: not called interrupted
     assert _row(lines, "running")[1:5] == ["unknown", "(engine", "not", "reachable)"]

@@ -357,3 +357,26 @@ def test_a_named_cpu_job_has_a_stable_run_dir_and_resumes(tmp_path: Path) -> Non
     # one and remove a finished one)
     ps = [c["argv"] for c in read_calls(tmp_path / "docker-config") if c["argv"][:1] == ["ps"]]
     assert ps == [["ps", "-a", "--filter", "name=^/astrai-exp1$", "--format", "{{.State}}"]] * 2
+
+
+@pytest.mark.slow  # ~20 s: a named 2-job sweep through the fake docker
+def test_a_named_sweep_puts_its_jobs_under_the_name(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    outputs = tmp_path / "mounts" / "outputs"
+    args = ["-m", "hydra/launcher=docker", "infra=docker", "infra.gpu.devices=none"]
+    args += [*_mounts(tmp_path), *QUICK, "trainer.total_steps=1"]
+    result = _train([*args, "hydra.launcher.job_name=sw", "seed=0,1"], tmp_path, env)
+    assert result.returncode == 0, result.stderr
+    assert (outputs / "sw" / "multirun.yaml").is_file()
+    for num in (0, 1):
+        summary = json.loads((outputs / "sw" / str(num) / "summary.json").read_text())
+        assert summary["run_dir"] == str(outputs / "sw" / str(num))
+    names = [c["argv"][c["argv"].index("--name") + 1] for c in _compose_calls(tmp_path)]
+    assert names == ["astrai-sw-0", "astrai-sw-1"]
+    # a name holds one kind: this sweep's name for a single run is refused, and the reverse
+    single = _train([*args, "hydra.launcher.job_name=sw"], tmp_path, env)
+    assert single.returncode == 2 and "holds a sweep, not a single run" in single.stderr
+    (outputs / "one" / ".hydra").mkdir(parents=True)
+    sweep = _train([*args, "hydra.launcher.job_name=one", "seed=0,1"], tmp_path, env)
+    assert sweep.returncode == 2 and "holds a single run, not a sweep" in sweep.stderr
+    assert len(_compose_calls(tmp_path)) == 2  # no container for the refused ones

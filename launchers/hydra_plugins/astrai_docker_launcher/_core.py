@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, NoReturn
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra_plugins.astrai_docker_launcher._docker_cli import DockerCallError, docker_output
 from hydra_plugins.astrai_docker_launcher._environment import (
+    JOB_FILE,
     compose_argv,
     compose_environment,
     compose_files,
@@ -51,10 +53,8 @@ MOUNT_VARIABLES = {
     "outputs": "ASTRAI_OUTPUTS_DIR",
 }
 JOB_LOG_FILE = "docker.log"
-JOB_FILE = "docker-job.json"  # in a named job's run dir: what `make docker-status` lists
 SWEEP_FILE = "multirun.yaml"  # what Hydra writes into the sweep dir before launching
 PREFLIGHT_SCRIPT = Path("docker") / "preflight.py"  # relative to the repository root
-DOCKER_TIMEOUT_S = 60.0
 
 
 class DockerJobError(RuntimeError):
@@ -174,32 +174,15 @@ def _preflight(jobs: list[Job], files_of: dict[int, list[Path]], repo_root: Path
             raise _HostError(reason[0].removeprefix("preflight: "))
 
 
-def _docker(launcher: DockerLauncher, env: dict[str, str], *args: str) -> str:
-    """Run the Docker CLI (``ps``, ``inspect``, ``rm``); its stdout. _HostError on failure."""
-    try:
-        result = subprocess.run(
-            [launcher.docker, *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-            timeout=DOCKER_TIMEOUT_S,
-        )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise _HostError(f"docker {args[0]}: {err}") from err
-    if result.returncode != 0:
-        detail = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[0]
-        raise _HostError(f"docker {' '.join(args[:2])}: {detail}")
-    return result.stdout
-
-
 def _free_container_name(launcher: DockerLauncher, job: Job, repo_root: Path) -> None:
     """A named job's container must not be running; a finished one (kept for its logs and exit
     code) or one that never started is removed so the new one can take its name."""
     assert job.container is not None
     env = _environment(job.infra, repo_root)
-    state = _docker(
-        launcher, env, "ps", "-a", "--filter", f"name=^/{job.container}$", "--format", "{{.State}}"
+    state = docker_output(
+        launcher.docker,
+        *("ps", "-a", "--filter", f"name=^/{job.container}$", "--format", "{{.State}}"),
+        env=env,
     ).strip()
     if state in ("running", "restarting", "paused"):
         name = launcher.job_name
@@ -208,20 +191,20 @@ def _free_container_name(launcher: DockerLauncher, job: Job, repo_root: Path) ->
             f"(make docker-logs NAME={name}, make docker-stop NAME={name})"
         )
     if state:
-        _docker(launcher, env, "rm", job.container)
+        docker_output(launcher.docker, "rm", job.container, env=env)
 
 
-def _place_named_jobs(launcher: DockerLauncher, jobs: list[Job], sweep_dir: Path) -> None:
-    """Give each job of a named launch its stable run dir and container name; a run dir that
-    holds the other kind (a single run where a sweep goes, or the reverse) is refused."""
+def _place_named_jobs(
+    launcher: DockerLauncher, jobs: list[Job], sweep_dir: Path, repo_root: Path
+) -> None:
+    """Give each job of a named launch its stable run dir and container name; a named dir that
+    holds the other kind (a single run where a sweep goes, or the reverse) is refused. A named
+    sweep's dir takes Hydra's ``multirun.yaml``."""
     name = launcher.job_name
     assert name is not None
     sweep = len(jobs) > 1 or jobs[0].idx > 0
     for job in jobs:
-        outputs = Path(_environment(job.infra, _repo_root())["ASTRAI_OUTPUTS_DIR"])
-        job.job_dir = named_job_dir(outputs, name, job.idx, sweep)
-        job.container = container_name(name, job.idx, sweep)
-        top = outputs / name
+        top = Path(_environment(job.infra, repo_root)["ASTRAI_OUTPUTS_DIR"]) / name
         if sweep and (top / ".hydra").is_dir():
             raise _HostError(
                 f"hydra.launcher.job_name={name}: {top} holds a single run, not a sweep "
@@ -232,14 +215,14 @@ def _place_named_jobs(launcher: DockerLauncher, jobs: list[Job], sweep_dir: Path
                 f"hydra.launcher.job_name={name}: {top} holds a sweep, not a single run "
                 "(pick another name, or run the sweep again)"
             )
+        job.job_dir = named_job_dir(top.parent, name, job.idx, sweep)
+        job.container = container_name(name, job.idx, sweep)
         with open_dict(job.config):
             job.config.hydra.sweep.dir = str(top)
             job.config.hydra.sweep.subdir = str(job.idx) if sweep else "."
-    if sweep:  # the named dir takes Hydra's record of the sweep
-        first = Path(_environment(jobs[0].infra, _repo_root())["ASTRAI_OUTPUTS_DIR"]) / name
-        make_dirs(first)
-        if (sweep_dir / SWEEP_FILE).is_file():
-            shutil.copyfile(sweep_dir / SWEEP_FILE, first / SWEEP_FILE)
+        if sweep and (sweep_dir / SWEEP_FILE).is_file():
+            make_dirs(top)
+            shutil.copyfile(sweep_dir / SWEEP_FILE, top / SWEEP_FILE)
 
 
 def launch(
@@ -299,10 +282,10 @@ def launch(
             print(f"preflight: ok ({len(jobs)} job(s))")
             sys.exit(0)
         if launcher.job_name is not None:
-            _place_named_jobs(launcher, jobs, sweep_dir)
+            _place_named_jobs(launcher, jobs, sweep_dir, repo_root)
             for job in jobs:
                 _free_container_name(launcher, job, repo_root)
-    except (_HostError, ValueError) as err:
+    except (_HostError, DockerCallError, ValueError) as err:
         _fail_before_launch(str(err), sweep_dir, kind="docker error")
     if launcher.job_name is not None:
         from astrai.files import discard_fresh_dir

@@ -19,6 +19,7 @@ GPU_DEVICES_KEY = "infra.gpu.devices"
 CONTAINER_PREFIX = "astrai-"  # named jobs run in containers astrai-<name>[-<job num>]
 JOB_LABEL = "astrai.job"  # the job name, on every named job's container
 RUN_DIR_LABEL = "astrai.run_dir"  # the job's run dir on the host, on every container
+JOB_FILE = "docker-job.json"  # in a named job's run dir: what `make docker-status` lists
 # a Docker container name without the prefix; no "/" or ".." (it also names a folder)
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 
