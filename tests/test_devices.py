@@ -20,7 +20,7 @@ FACTORIES = {
 HOST_SIDE = {
     ("distributed.py", "all_reduce_max"): "a Python float, reduced on the CPU (gloo)",
     ("distributed.py", "mean_over_ranks"): "Python floats, reduced on the CPU (gloo)",
-    ("metrics/aggregate.py", "update"): "torchmetrics means live on the CPU (.cpu())",
+    ("metrics/aggregate.py", "update"): "the running sums live on the CPU (values come .cpu())",
     ("rollout/collect.py", "left_pad"): "built on the host, returned with .to(device)",
     ("rewards/model.py", "_left_pad"): "built on the host, returned with .to(device)",
     ("rollout/collect.py", "score_responses"): "collect_rollout moves the rewards to the device",

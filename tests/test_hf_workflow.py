@@ -114,17 +114,18 @@ def test_generate_cli_scores_task_prompts(ppo_run: Path, tmp_path: Path) -> None
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == f"# {ppo_run / 'checkpoints' / 'step_2'}"
-    answers = lines[1:5]
+    assert lines[1] == "# task addition (the run's), max_new_tokens 4, greedy"
+    answers = lines[2:6]
     assert len(answers) == 4 and all(" -> " in a and "  reward " in a for a in answers)
     rewards = [float(a.rsplit("reward ", 1)[1]) for a in answers]
-    assert lines[5].startswith(f"# mean reward {sum(rewards) / 4:.3f}, accuracy ")
+    assert lines[6].startswith(f"# mean reward {sum(rewards) / 4:.3f}, accuracy ")
 
 
 def test_generate_cli_answers_free_prompts_from_an_hf_dir(hf_dir: Path, tmp_path: Path) -> None:
     args = ["astrai.generate", str(hf_dir), "1+1=", "2+2=", "--n", "3", "--temperature", "1"]
     result = _module([*args, "--max-new-tokens", "5"], tmp_path)
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()[1:]
+    lines = result.stdout.splitlines()[2:]
     assert [line.split(" -> ")[0] for line in lines] == ["'1+1='"] * 3 + ["'2+2='"] * 3
     # greedy equals transformers' greedy answer
     greedy = _module(["astrai.generate", str(hf_dir), "1+1=", "--max-new-tokens", "5"], tmp_path)
@@ -133,7 +134,8 @@ def test_generate_cli_answers_free_prompts_from_an_hf_dir(hf_dir: Path, tmp_path
     ids = tokenizer("1+1=", return_tensors="pt").input_ids
     out = model.generate(ids, max_new_tokens=5, do_sample=False, eos_token_id=2, pad_token_id=0)
     text = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
-    assert greedy.stdout.splitlines()[1] == f"'1+1=' -> {text.strip()!r}"
+    assert greedy.stdout.splitlines()[1] == "# max_new_tokens 5, greedy"
+    assert greedy.stdout.splitlines()[2] == f"'1+1=' -> {text.strip()!r}"
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from astrai.metrics.dashboards import HPARAM_METRICS
 from astrai.report.__main__ import main as report_main
 
 TINY = [
-    "+debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
+    "debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
     "trainer.total_steps=3",
     "trainer.progress_bar=false",  # also the preset's: an override, so HParams records a bool
 ]
@@ -43,7 +43,7 @@ def _report(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("sweep")
-    args = ["-m", "+experiment=ppo_sweep", "train_type.ppo_gamma=0.95,1.0", *TINY]
+    args = ["-m", "experiment=ppo_sweep", "train_type.ppo_gamma=0.95,1.0", *TINY]
     result = run_train([*args, f"hydra.sweep.dir={root / 'sweep'}"], cwd=root)
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "sweep"
@@ -57,8 +57,8 @@ def test_ppo_sweep_preset_composes_the_grid_for_online_ppo() -> None:
 
     register_configs()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("train", ["+experiment=ppo_sweep"], return_hydra_config=True)
-        seeds = compose("train", ["+experiment=seed_sweep"], return_hydra_config=True)
+        cfg = compose("train", ["experiment=ppo_sweep"], return_hydra_config=True)
+        seeds = compose("train", ["experiment=seed_sweep"], return_hydra_config=True)
     assert cfg.train_type._target_ == "astrai.algorithms.ppo.PPOStrategy"
     assert cfg.critic.name == "value_model"
     assert dict(cfg.hydra.sweeper.params) == {
@@ -66,7 +66,7 @@ def test_ppo_sweep_preset_composes_the_grid_for_online_ppo() -> None:
         "train_type.ppo_gae_lambda": "0.9,0.95",
     }
     assert dict(seeds.hydra.sweeper.params) == {"seed": "0,1,2"}
-    compose_config(["+experiment=ppo_sweep"])  # and it validates
+    compose_config(["experiment=ppo_sweep"])  # and it validates
 
 
 def test_each_job_has_its_own_numbered_dir_config_logs_and_checkpoints(sweep: Path) -> None:
@@ -92,8 +92,13 @@ def test_each_job_has_its_own_numbered_dir_config_logs_and_checkpoints(sweep: Pa
 def test_each_jobs_event_files_hold_its_hparams_and_final_metrics(sweep: Path) -> None:
     for num, (gamma, lam) in enumerate(GRID):
         job = sweep / str(num)
-        tb = job / "tb"
-        assert all(p.is_file() for p in tb.iterdir())  # one run per job, no sub-runs
+        # one run per job, named by its swept overrides (in the job's override order)
+        (tb,) = (job / "tb").iterdir()
+        assert tb.name in {
+            f"ppo_gamma={gamma},ppo_gae_lambda={lam}",
+            f"ppo_gae_lambda={lam},ppo_gamma={gamma}",
+        }
+        assert all(p.is_file() for p in tb.iterdir())
         events = EventAccumulator(str(tb), size_guidance={"tensors": 0, "scalars": 0})
         events.Reload()
         start = metadata.parse_session_start_info_plugin_data(
@@ -109,6 +114,10 @@ def test_each_jobs_event_files_hold_its_hparams_and_final_metrics(sweep: Path) -
         )
         assert [m.name.tag for m in experiment.metric_infos] == list(HPARAM_METRICS)
         assert {h.name for h in experiment.hparam_infos} == set(hparams)
+        # the swept keys are the first columns, marked differs: TensorBoard ticks them
+        first = {h.name for h in experiment.hparam_infos[:2] if h.differs}
+        assert first == {"train_type.ppo_gamma", "train_type.ppo_gae_lambda"}
+        assert sum(h.differs for h in experiment.hparam_infos) == 2
         end = metadata.parse_session_end_info_plugin_data(
             events.SummaryMetadata(metadata.SESSION_END_INFO_TAG).plugin_data.content
         )

@@ -16,7 +16,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = str(REPO / "train.py")
 QUICK = [
-    "+debug=quick",  # conf/debug/quick.yaml
+    "debug=quick",  # conf/debug/quick.yaml
 ]
 
 
@@ -47,33 +47,117 @@ def run_train(
 @pytest.mark.parametrize(
     ("override", "needle"),
     [
-        ("train_type=nope", "train_type/nope"),
-        ("train_type.group_size=1", "train_type.group_size"),
-        ("model.hidden_size=-3", "model.hidden_size"),
-        ("train_type.clip_eps=abc", "train_type.clip_eps"),
-        ("trainer.total_steps=ten", "trainer.total_steps"),
-        ("infra.gpu.devices=[1,1]", "infra.gpu.devices"),
+        (
+            "train_type=nope",
+            "train_type=nope is not an option (choose from online_grpo, online_ppo)",
+        ),
+        # unknown keys and wrong types: test_compose_errors_are_one_line_and_exit_2
         ("+infra.environment={PATH:/nonexistent}", "infra.environment.PATH cannot be set"),
-        ("train_type=online_ppo critic=none", "critic=value_model"),
-        ("train_type=online_ppo train_type.ppo_gamma=1.5", "train_type.ppo_gamma"),
-        ("train_type=online_ppo train_type.ppo_gae_lambda=-1", "train_type.ppo_gae_lambda"),
-        ("train_type=online_ppo train_type.kl_estimator=k7", "train_type.kl_estimator"),
-        ("trainer.max_duration=2weeks", "trainer.max_duration"),
-        ("ckpt.keep_last=0", "ckpt.keep_last"),
-        ("ckpt.every_steps=-1", "ckpt.every_steps"),
         ("ckpt.resume=/nonexistent/step_3", "ckpt.resume: no checkpoint directory"),
+        # the same path through the CLI for more of validate_config's checks, each also tested
+        # in-process in tests/config (a train.py start each: slow)
+        *[
+            pytest.param(override, needle, marks=pytest.mark.slow)
+            for override, needle in (
+                ("train_type.group_size=1", "train_type.group_size"),
+                ("model.hidden_size=-3", "model.hidden_size"),
+                ("train_type.clip_eps=abc", "train_type.clip_eps"),
+                ("infra.gpu.devices=[1,1]", "infra.gpu.devices"),
+                ("train_type=online_ppo critic=none", "critic=value_model"),
+                ("train_type=online_ppo train_type.ppo_gamma=1.5", "train_type.ppo_gamma"),
+                ("train_type=online_ppo train_type.ppo_gae_lambda=-1", "train_type.ppo_gae_lambda"),
+                ("train_type=online_ppo train_type.kl_estimator=k7", "train_type.kl_estimator"),
+                ("trainer.max_duration=2weeks", "trainer.max_duration"),
+                ("ckpt.keep_last=0", "ckpt.keep_last"),
+                ("ckpt.every_steps=-1", "ckpt.every_steps"),
+            )
+        ],
     ],
 )
 def test_bad_override_exits_nonzero_with_one_clear_message(
     tmp_path: Path, override: str, needle: str
 ) -> None:
     result = run_train(override.split(), cwd=tmp_path)
-    assert result.returncode != 0
+    assert result.returncode == 2
     assert needle in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
-    if result.stderr.startswith(("astrai: config error", "astrai: checkpoint error")):
-        assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith(("astrai: config error: ", "astrai: checkpoint error: "))
+    assert len(result.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []  # nothing written: no outputs/ folder
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["trainer.total_step=10"],
+            "trainer.total_step is not a config key (did you mean trainer.total_steps?)",
+        ),
+        (
+            ["+trainer.total_step=10"],
+            "trainer.total_step is not a config key (did you mean trainer.total_steps?)",
+        ),
+        (
+            ["train_type=base_online_ppo"],
+            "train_type=base_online_ppo is not an option (choose from online_grpo, online_ppo)",
+        ),
+        (
+            ["trainer.total_steps=ten"],
+            "trainer.total_steps=ten: Value 'ten' of type 'str' could not be converted to Integer",
+        ),
+        pytest.param(  # the same check as with -m below
+            ["+experiment=ppo_sweep"],
+            "+experiment=ppo_sweep: drop the + (experiment=ppo_sweep)",
+            marks=pytest.mark.slow,
+        ),
+        (
+            ["-m", "+experiment=ppo_sweep"],
+            "+experiment=ppo_sweep: drop the + (experiment=ppo_sweep)",
+        ),
+        (["+debug=quick"], "+debug=quick: drop the + (debug=quick)"),
+    ],
+)
+def test_compose_errors_are_one_line_and_exit_2(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = run_train(args, cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (2, f"astrai: config error: {message}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_help_is_astrais_page_and_hydra_help_hydras(tmp_path: Path) -> None:
+    from astrai.config.help import help_text
+
+    result = run_train(["--help"], cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (0, help_text() + "\n")
+    assert "  train_type  online_grpo*, online_ppo\n" in result.stdout
+    assert "base_" not in result.stdout
+    hydra_help = run_train(["--hydra-help"], cwd=tmp_path)
+    assert hydra_help.returncode == 0
+    assert hydra_help.stdout.startswith("Hydra (1.3")
+
+
+@pytest.mark.slow  # ~7 s: a real run through python -m
+def test_python_m_astrai_train_runs_like_train_py(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "astrai.train",
+            *QUICK,
+            "trainer.total_steps=1",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((run_dir / "summary.json").read_text())["step"] == 1
+    assert "astrai.train" in (run_dir / "train.log").read_text()  # not __main__
 
 
 @pytest.mark.parametrize(
@@ -101,7 +185,7 @@ def test_each_builtin_task_runs(tmp_path: Path, task: str) -> None:
 # --- graceful stop and resume through the real CLI ------------------------------------------
 
 LONG = [
-    "+debug=quick",
+    "debug=quick",
     "trainer.total_steps=150",
     "trainer.eval_every=50",
     "ckpt.every_steps=0",

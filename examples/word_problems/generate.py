@@ -4,11 +4,11 @@
 
 ``gsm8k_style.jsonl``: two-step word problems in GSM8K's record shape: ``question``, and an
 ``answer`` that works the steps and ends in ``#### <number>``. For a pretrained chat model
-(``+experiment=word_problems``, SmolLM2 after ``make smollm2``) with ``reward=math``.
+(``experiment=word_problems``, SmolLM2 after ``make smollm2``) with ``reward=math``.
 
 ``tiny.jsonl``: the same family cut to what astrai's tiny character model can read and learn on
 a CPU in minutes: one step, one-digit numbers, lowercase text inside the character tokenizer's
-alphabet; the same record shape (``+experiment=word_problems_tiny``).
+alphabet; the same record shape (``experiment=word_problems_tiny``).
 """
 
 from __future__ import annotations

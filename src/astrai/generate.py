@@ -1,10 +1,16 @@
-"""``python -m astrai.generate SOURCE [--task NAME --n 8 | "a prompt" ...]``: print completions.
+"""``python -m astrai.generate SOURCE [--task [NAME] --n 8 | "a prompt" ...]``: print completions.
 
 SOURCE is a training checkpoint (``step_<N>``), a run dir (its latest checkpoint) or a Hugging
-Face model directory. With ``--task`` the first ``--n`` held-out prompts of that task (its
-default config, ``conf/task/NAME.yaml``) are answered and each completion's reward is printed,
-then the mean reward and accuracy; otherwise each prompt given is answered ``--n`` times.
-Sampling uses astrai's KV-cache sampler; ``--temperature 0`` (the default) is greedy.
+Face model directory. A checkpoint is sampled with its run's settings (the resolved
+``config.yaml`` it holds): ``train_type.sampling.max_new_tokens`` and greedy decoding, as the
+run's evaluation does; flags given still win. A model directory defaults to 32 new tokens, greedy.
+
+With ``--task`` the first ``--n`` held-out prompts of a task are answered and each completion's
+reward is printed, then the mean reward and accuracy. ``--task`` alone (or ``--task run``) is the
+run's own task, as its config built it (``task=dataset``: the files it named), scored by the run's
+reward, as its ``eval/`` metrics are; ``--task NAME`` is ``conf/task/NAME.yaml`` (the run's own
+config when the run trained that task). Without ``--task`` each prompt given is answered ``--n``
+times. Sampling uses astrai's KV-cache sampler; ``--temperature 0`` is greedy.
 Exit status 0, or 2 with one line on stderr for a bad source or option.
 """
 
@@ -12,37 +18,150 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+from omegaconf import DictConfig, OmegaConf
 
-from astrai.checkpoints.layout import CheckpointError
-from astrai.checkpoints.policy import load_policy
+from astrai.checkpoints.layout import RUN_CONFIG_FILE, CheckpointError
+from astrai.checkpoints.policy import LoadedPolicy, load_policy
 from astrai.models.hf_tokenizer import TokenizerFileError
-from astrai.models.pretrained import ModelDirError
+from astrai.models.pretrained import ModelDirError, is_hf_model_dir
+from astrai.rewards.base import Reward, RewardConfigError, RewardError, build_reward
+from astrai.rewards.config import reward_node
 from astrai.rollout.collect import decode_responses, left_pad
 from astrai.rollout.sampler import SamplingConfig, generate
-from astrai.tasks.base import Task
+from astrai.tasks.base import Problem, ProblemSource, Task
+
+RUN_TASK = "run"  # `--task` without a name, or `--task run`: the run's own task
+DEFAULT_MAX_NEW_TOKENS = 32  # a model directory records no response length
+DEFAULT_TASK_PROMPTS = 8
+DATASET_PATH_KEYS = ("train_path", "eval_path")  # task=dataset: read relative to the run's cwd
 
 
-def compose_task(name: str) -> Task:
-    """The task ``conf/task/<name>.yaml`` describes, with its default settings."""
-    from hydra.errors import HydraException
-    from hydra.utils import instantiate
+@dataclass
+class Scoring:
+    """The prompts of ``--task`` and how their completions are scored."""
 
-    from astrai.config.compose import compose_train_config
+    problems: list[Problem]
+    label: str  # which task, for the header line
+    task: Task | None = None  # an embedded task scored by its own reward and exact match
+    reward: Reward | None = None  # or the run's reward, as its evaluation scores
+
+
+def task_names(embedded_only: bool = True) -> list[str]:
+    """The options of ``conf/task/``; ``embedded_only`` leaves out ``dataset``, whose files only
+    a run's config names."""
     from astrai.paths import CONFIG_DIR
 
-    # the embedded tasks: task=dataset needs its files, which only a run's config names
-    choices = sorted(p.stem for p in (Path(CONFIG_DIR) / "task").glob("*.yaml"))
-    choices = [c for c in choices if c != "dataset"]
-    if name not in choices:
-        raise ValueError(f"--task takes an embedded task ({', '.join(choices)}), not {name!r}")
+    names = sorted(p.stem for p in (Path(CONFIG_DIR) / "task").glob("*.yaml"))
+    return [name for name in names if not (embedded_only and name == "dataset")]
+
+
+def compose_task_config(name: str, embedded_only: bool = True) -> DictConfig:
+    """``conf/task/<name>.yaml`` with its default settings."""
+    from hydra.errors import HydraException
+
+    from astrai.config.compose import compose_train_config
+
+    if name not in task_names(embedded_only):
+        raise ValueError(
+            f"--task takes an embedded task ({', '.join(task_names())}), not {name!r}; "
+            f"--task alone answers a checkpoint's own task"
+        )
     try:
         cfg = compose_train_config([f"task={name}"], validate=False)
     except HydraException as err:
         raise ValueError(f"--task {name!r}: {err}") from err
-    return instantiate(cfg.task)
+    return cfg.task
+
+
+def compose_task(name: str) -> Task:
+    """The task ``conf/task/<name>.yaml`` describes, with its default settings."""
+    from hydra.utils import instantiate
+
+    return instantiate(compose_task_config(name))
+
+
+def read_run_config(loaded: LoadedPolicy, source: Path) -> DictConfig | None:
+    """The resolved config of the run that wrote ``loaded``; None for a model directory."""
+    if is_hf_model_dir(source):
+        return None
+    path = loaded.source / RUN_CONFIG_FILE
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as err:  # OmegaConf raises yaml's and its own errors
+        raise CheckpointError(f"{path}: unreadable run config ({err})") from err
+    if not isinstance(cfg, DictConfig):
+        raise CheckpointError(f"{path}: not a mapping")
+    return cfg
+
+
+def run_sampling_default(run: DictConfig | None, key: str, fallback: Any) -> Any:
+    """``train_type.sampling.<key>`` of the run, else ``fallback``."""
+    if run is None:
+        return fallback
+    return OmegaConf.select(run, f"train_type.sampling.{key}", default=fallback)
+
+
+def _run_cwd(checkpoint: Path) -> Path | None:
+    """The working directory the run was launched from (Hydra's ``.hydra/hydra.yaml``)."""
+    hydra_file = checkpoint.parent.parent / ".hydra" / "hydra.yaml"
+    try:
+        cwd = OmegaConf.select(OmegaConf.load(hydra_file), "hydra.runtime.cwd")
+    except Exception:  # no record: paths stay relative to this working directory
+        return None
+    return Path(cwd) if isinstance(cwd, str) else None
+
+
+def _run_task_config(run: DictConfig, checkpoint: Path) -> DictConfig:
+    """The run's ``task`` node; relative data files read from where the run read them, when
+    they are still there."""
+    task = OmegaConf.create(OmegaConf.to_container(run.task, resolve=True))
+    cwd = _run_cwd(checkpoint)
+    for key in DATASET_PATH_KEYS:
+        value = task.get(key)
+        if cwd is None or not isinstance(value, str) or Path(value).is_absolute():
+            continue
+        if (cwd / value).exists():
+            task[key] = str(cwd / value)
+    return task
+
+
+def task_scoring(name: str, run: DictConfig | None, checkpoint: Path, n: int) -> Scoring:
+    """What ``--task name`` answers: the run's task (scored by its reward) or an embedded one."""
+    from hydra.utils import instantiate
+
+    if name == RUN_TASK and run is None:
+        raise ValueError(
+            f"--task without a name answers a training checkpoint's own task; {checkpoint} is a "
+            f"model directory: name a task ({', '.join(task_names())})"
+        )
+    if name != RUN_TASK:
+        task_cfg = compose_task_config(name, embedded_only=run is None)
+        if run is None or OmegaConf.select(run, "task._target_") != task_cfg.get("_target_"):
+            if name not in task_names():
+                raise ValueError(f"--task {name}: the run did not train on a {name} task")
+            task: Task = instantiate(task_cfg)
+            return Scoring(task.eval_problems(n), f"{name} (conf/task/{name}.yaml)", task=task)
+    assert run is not None
+    source: ProblemSource = instantiate(_run_task_config(run, checkpoint))
+    reward = build_reward(reward_node(run.reward))
+    return Scoring(source.eval_problems(n), f"{source.name} (the run's)", reward=reward)
+
+
+def score(scoring: Scoring, completions: list[str]) -> tuple[list[float], list[bool]]:
+    """Each completion's reward and whether it counts as correct."""
+    texts = [p.text for p in scoring.problems]
+    if scoring.reward is not None:
+        answers = [p.answer for p in scoring.problems]
+        rewards, _ = scoring.reward.score(texts, completions, answers)
+        return rewards, scoring.reward.correct(rewards)
+    assert scoring.task is not None
+    pairs = list(zip(texts, completions, strict=True))
+    return [scoring.task.reward(*p) for p in pairs], [scoring.task.is_correct(*p) for p in pairs]
 
 
 def _device_error(name: str) -> str | None:
@@ -62,14 +181,29 @@ def _device_error(name: str) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m astrai.generate", description=__doc__)
     parser.add_argument("source", type=Path, help="checkpoint, run dir or Hugging Face model dir")
     parser.add_argument("prompts", nargs="*", help="prompts to answer (without --task)")
-    parser.add_argument("--task", help="answer this task's held-out prompts and score them")
+    parser.add_argument(
+        "--task",
+        nargs="?",
+        const=RUN_TASK,
+        metavar="NAME",
+        help="answer held-out prompts and score them: the run's own task (no NAME, or 'run') "
+        "or conf/task/NAME.yaml",
+    )
     parser.add_argument("--n", type=int, default=None, help="task prompts (8) / samples (1)")
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help=f"default: the run's train_type.sampling.max_new_tokens ({DEFAULT_MAX_NEW_TOKENS} "
+        "for a model directory)",
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=0.0, help="0 = greedy (the default, as eval)"
+    )
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -79,45 +213,71 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if (args.task is None) == (not args.prompts):
-        parser.error("give either --task NAME or one or more prompts")
+        parser.error("give either --task [NAME] or one or more prompts")
     if args.n is not None and args.n < 1:
         parser.error("--n must be >= 1")
-    if args.max_new_tokens < 1 or args.temperature < 0:
+    if (args.max_new_tokens is not None and args.max_new_tokens < 1) or args.temperature < 0:
         parser.error("--max-new-tokens must be >= 1 and --temperature >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     device_error = _device_error(args.device)
     if device_error is not None:
         print(f"astrai.generate: --device {args.device}: {device_error}", file=sys.stderr)
         return 2
     try:
-        task = compose_task(args.task) if args.task else None
+        if args.task not in (None, RUN_TASK, *task_names(embedded_only=False)):
+            compose_task_config(args.task)  # an unknown name fails before the model loads
         loaded = load_policy(args.source, chat_template=False if args.no_chat_template else None)
-    except (CheckpointError, ModelDirError, TokenizerFileError, ValueError, OSError) as err:
+        run = read_run_config(loaded, args.source)
+        scoring = None
+        if args.task is not None:
+            n = args.n or DEFAULT_TASK_PROMPTS
+            scoring = task_scoring(args.task, run, loaded.source, n)
+    except (
+        CheckpointError,
+        ModelDirError,
+        TokenizerFileError,
+        RewardConfigError,
+        ValueError,
+        OSError,
+    ) as err:
         print(f"astrai.generate: {err}", file=sys.stderr)
         return 2
     device = torch.device(args.device)
     policy, tokenizer = loaded.policy.to(device), loaded.tokenizer
-    if task is not None:
-        prompts, samples = task.eval_prompts(args.n or 8), 1
+    if scoring is not None:
+        prompts, samples = [p.prompt for p in scoring.problems], 1
     else:
         prompts, samples = list(args.prompts), args.n or 1
     rows = [p for p in prompts for _ in range(samples)]
+    max_new_tokens = args.max_new_tokens or run_sampling_default(
+        run, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS
+    )
+    sampling = SamplingConfig(max_new_tokens, args.temperature, args.top_k, args.top_p)
     ids, mask = left_pad(tokenizer, rows, device)
-    sampling = SamplingConfig(args.max_new_tokens, args.temperature, args.top_k, args.top_p)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     out = generate(policy, ids, mask, sampling, tokenizer.eos_id, tokenizer.pad_id, generator)
     completions = decode_responses(tokenizer, out.response_ids, out.response_mask)
     print(f"# {loaded.source}")
-    rewards, correct = [], []
-    for prompt, completion in zip(rows, completions, strict=True):
-        line = f"{prompt!r} -> {completion!r}"
-        if task is not None:
-            rewards.append(task.reward(prompt, completion))
-            correct.append(task.is_correct(prompt, completion))
-            line += f"  reward {rewards[-1]:.3f}"
-        print(line)
-    if task is not None:
-        accuracy = sum(correct) / len(correct)
-        print(f"# mean reward {sum(rewards) / len(rewards):.3f}, accuracy {accuracy:.3f}")
+    decoding = "greedy" if args.temperature == 0 else f"temperature {args.temperature}"
+    task_part = f"task {scoring.label}, " if scoring is not None else ""
+    print(f"# {task_part}max_new_tokens {max_new_tokens}, {decoding}")
+    if scoring is None:
+        for prompt, completion in zip(rows, completions, strict=True):
+            print(f"{prompt!r} -> {completion!r}")
+        return 0
+    try:
+        rewards, correct = score(scoring, completions)
+    except (RewardError, ValueError) as err:
+        print(f"astrai.generate: {err}", file=sys.stderr)
+        return 2
+    for problem, completion, reward in zip(scoring.problems, completions, rewards, strict=True):
+        print(f"{problem.text!r} -> {completion!r}  reward {reward:.3f}")
+    accuracy = sum(correct) / len(correct)
+    print(f"# mean reward {sum(rewards) / len(rewards):.3f}, accuracy {accuracy:.3f}")
     return 0
 
 

@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -13,6 +14,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from astrai.checkpoints.layout import CheckpointError
+from astrai.config.compose import check_overrides, check_preset_syntax
+from astrai.config.help import help_text
 from astrai.config.store import register_configs
 from astrai.config.validate import ConfigError, validate_config
 from astrai.files import discard_fresh_dir
@@ -118,16 +121,63 @@ def _torchrun_arguments(argv: list[str], environ: dict[str, str]) -> list[str] |
     return argv
 
 
+def _config_error(message: str) -> NoReturn:
+    print(f"astrai: config error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _single_run_overrides(argv: list[str]) -> list[str] | None:
+    """The overrides of a plain single run, which ``main`` checks before Hydra starts the job;
+    None for anything else Hydra handles on its own (``-m``, ``--cfg``, ``--info``, another
+    config, shell completion, ...) or a command line Hydra's parser rejects."""
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        args, unknown = get_args_parser().parse_known_args(argv[1:])
+    except SystemExit:  # argparse's usage error: Hydra reports it
+        return None
+    other_modes = (
+        args.multirun,
+        args.help,
+        args.hydra_help,
+        args.cfg,
+        args.info,
+        args.shell_completion,
+        args.config_path,
+        args.config_name,
+        args.config_dir,
+        args.experimental_rerun,
+    )
+    if unknown or any(other_modes):
+        return None
+    return list(args.overrides)
+
+
 def main() -> None:
-    """Console entry (``astrai-train`` and ``python train.py``)."""
+    """Console entry (``astrai-train``, ``python train.py`` and ``python -m astrai.train``)."""
     argv = _torchrun_arguments(sys.argv, dict(os.environ))
     if argv is None:
-        print(
-            "astrai: config error: under torchrun pass one hydra.run.dir=<dir> to every rank "
-            "(each rank would otherwise pick its own timestamped run dir)",
-            file=sys.stderr,
+        _config_error(
+            "under torchrun pass one hydra.run.dir=<dir> to every rank "
+            "(each rank would otherwise pick its own timestamped run dir)"
         )
-        sys.exit(2)
+    if any(arg in ("--help", "-h") for arg in argv[1:]):
+        print(help_text())
+        sys.exit(0)
     sys.argv = argv
     register_configs()
+    try:
+        check_preset_syntax(argv[1:])  # in every mode: -m experiment=ppo_sweep is the common one
+        overrides = _single_run_overrides(argv)
+        if overrides is not None:  # Hydra's own compose errors span lines and exit 1
+            check_overrides(overrides)
+    except ConfigError as err:
+        _config_error(str(err))
     _hydra_main()
+
+
+if __name__ == "__main__":  # python -m astrai.train: run the importable module's main, so
+    # the job's loggers and Hydra's task function are astrai.train's, not __main__'s
+    from astrai.train import main as module_main
+
+    module_main()

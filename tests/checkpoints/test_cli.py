@@ -12,7 +12,7 @@ from tests.helpers import compose_config
 from astrai.training.trainer import Trainer
 
 QUICK = [
-    "+debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
+    "debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
     "trainer.total_steps=3",
     "ckpt.every_steps=1",
     "ckpt.keep_last=3",
@@ -85,3 +85,31 @@ def test_prune_is_a_dry_run_unless_forced(tmp_path: Path) -> None:
 def test_bad_usage_exits_2(tmp_path: Path) -> None:
     assert cli("list", tmp_path / "nope").returncode == 2
     assert cli("prune", tmp_path, "--keep", "0").returncode == 2
+
+
+@pytest.mark.slow  # ~6 s: a real 2-job sweep
+def test_list_and_prune_walk_a_sweep_dirs_jobs(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    for job in ("0", "1"):
+        Trainer(compose_config(QUICK), sweep / job).fit()
+    (sweep / "multirun.yaml").write_text("{}\n")
+    result = cli("list", sweep)
+    assert result.returncode == 0, result.stderr
+    blocks = result.stdout.split("\n\n")
+    assert [b.splitlines()[0] for b in blocks] == [f"{sweep / '0'}:", f"{sweep / '1'}:"]
+    for job, block in zip(("0", "1"), blocks, strict=True):
+        rows = [line.split() for line in block.splitlines()[2:]]
+        assert [(r[0], r[4], r[5]) for r in rows] == [
+            (str(n), "complete", str(sweep / job / "checkpoints" / f"step_{n}")) for n in (1, 2, 3)
+        ]
+    forced = cli("prune", sweep, "--keep", "1", "--force")
+    assert forced.returncode == 0, forced.stderr
+    for job in ("0", "1"):
+        assert [p.name for p in (sweep / job / "checkpoints").glob("step_*")] == ["step_3"]
+
+
+def test_list_of_a_dir_without_checkpoints_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "0").mkdir()
+    result = cli("list", tmp_path)
+    assert result.returncode == 1
+    assert result.stdout == "" and result.stderr == f"no checkpoints under {tmp_path}\n"

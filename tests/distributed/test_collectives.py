@@ -49,7 +49,7 @@ def test_a_cuda_only_group_fails_the_trainers_cpu_collectives(tmp_path: Path) ->
 @pytest.mark.slow  # ~11 s: two processes, a full RL step and a checkpoint
 def test_one_rl_step_stop_vote_and_checkpoint_under_the_cuda_runs_group(tmp_path: Path) -> None:
     cfg = compose_config(
-        ["train_type=online_ppo", "+debug=quick", "infra.device=cpu", "train_type.minibatches=2"]
+        ["train_type=online_ppo", "debug=quick", "infra.device=cpu", "train_type.minibatches=2"]
     )
     backend = cpu_stand_in(process_group_backend("cuda"))
     resolved = OmegaConf.to_yaml(cfg, resolve=True)

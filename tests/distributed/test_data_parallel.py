@@ -18,7 +18,7 @@ from astrai.training.rollout_stats import rollout_metrics
 from astrai.training.trainer import Trainer
 
 QUICK = [
-    "+debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
+    "debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
     "infra.device=cpu",
     "train_type.prompts_per_step=8",
     "train_type.group_size=4",
@@ -82,7 +82,7 @@ def test_two_process_run_writes_one_run_dir_and_resumes(tmp_path: Path, parallel
         "infra.device=cpu",
         "infra.nproc_per_node=2",
         f"infra.parallel={parallel}",
-        "+debug=quick",
+        "debug=quick",
         "trainer.total_steps=3",
     ]
     in_run_dir = [*args, f"hydra.run.dir={run_dir}"]

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parents[2]
 USER = {"ASTRAI_UID": "1000", "ASTRAI_GID": "1000"}
 # a few seconds of CPU training per job; eval every 5 steps
-SHORT = ["+debug=quick", "trainer.eval_every=5"]
+SHORT = ["debug=quick", "trainer.eval_every=5"]
 STEPS = 40  # long enough to be stopped mid-run (a step takes ~0.1-0.3 s here)
 NOT_COMPARED = ("time/", "perf/")  # wall-clock metrics differ between any two runs
 

@@ -84,15 +84,17 @@ def test_plugin_is_discovered_from_any_working_directory(tmp_path: Path) -> None
             )
         ],
         # infra.environment cannot reach the Docker CLI's own variables, nor the GPU selection
+        # (the rule is unit-tested in tests/launcher/test_environment.py; one case stays fast)
         (
             ["-m", "hydra/launcher=docker", "infra=docker", "+infra.environment={PATH:/nowhere}"],
             "infra.environment.PATH cannot be set per job",
         ),
-        (
+        pytest.param(
             ["-m", "hydra/launcher=docker", "infra=docker", "+infra.environment.DOCKER_HOST=x"],
             "infra.environment.DOCKER_HOST cannot be set per job",
+            marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             [
                 "-m",
                 "hydra/launcher=docker",
@@ -100,6 +102,7 @@ def test_plugin_is_discovered_from_any_working_directory(tmp_path: Path) -> None
                 "+infra.environment.CUDA_VISIBLE_DEVICES=",
             ],
             "infra.environment.CUDA_VISIBLE_DEVICES cannot be set per job",
+            marks=pytest.mark.slow,
         ),
         (
             ["-m", "hydra/launcher=docker", "infra=docker", "infra.container.image=missing:latest"],

@@ -20,13 +20,16 @@ from astrai.metrics.dashboards import (
     layout_charts,
     layout_summary,
     run_hparams,
+    run_name,
+    swept_keys,
 )
 from astrai.metrics.names import METRICS, METRICS_BY_TRAIN_TYPE
+from astrai.metrics.writers import RunLogger
 from astrai.training.trainer import Trainer
 
 PPO_QUICK = [
     "train_type=online_ppo",
-    "+debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
+    "debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
     "trainer.total_steps=4",
     "trainer.eval_every=2",
     "train_type.minibatches=1",
@@ -80,19 +83,91 @@ def test_hparams_are_the_job_overrides_plus_key_knobs() -> None:
     assert hparams["train_type.optimizer.betas"] == "[0.9, 0.99]"  # from the composed config
     assert hparams["trainer.progress_bar"] is False
     assert "ckpt.resume" not in hparams and "hydra.run.dir" not in hparams
-    # key knobs, whether overridden or not
+    # a few core knobs, whether overridden or not; no others
     assert hparams["seed"] == 0.0
-    assert hparams["train_type.ppo_gae_lambda"] == 0.95
     assert hparams["train_type.optimizer.lr"] == 1e-3
     assert hparams["model"] == "tiny" and hparams["task"] == "addition"
-    assert "critic" not in hparams  # no choice given for it
+    assert "train_type.ppo_gae_lambda" not in hparams and "critic" not in hparams
     assert all(isinstance(v, bool | float | str) for v in hparams.values())
+    assert hparams.swept == ()  # not a sweep: nothing marked as varying
 
 
 def test_grpo_runs_have_no_ppo_knobs() -> None:
     hparams = run_hparams(compose_config([]))
     assert "train_type.ppo_gamma" not in hparams
-    assert hparams["train_type.kl_coef"] == 0.05
+    assert list(hparams) == ["seed", "trainer.total_steps", "train_type.optimizer.lr"]
+
+
+# what Hydra gives a job of `train.py -m +experiment=ppo_sweep train_type.ppo_gamma=0.95,1.0
+# infra.mounts.data=/d trainer.total_steps=3`: the preset's grid, the command line (multirun.yaml)
+SWEEP_DEFINITION = [
+    "train_type.ppo_gamma=0.95,0.99,1.0",  # hydra.sweeper.params
+    "train_type.ppo_gae_lambda=0.9,0.95",
+    "+experiment=ppo_sweep",  # hydra.overrides.task of multirun.yaml
+    "train_type.ppo_gamma=0.95,1.0",
+    "infra.mounts.data=/d1,/d2",  # a path: never a column, even when swept
+    "trainer.total_steps=3",
+    "hydra.sweep.dir=multirun/x",
+]
+JOB_OVERRIDES = [
+    "+experiment=ppo_sweep",
+    "infra.mounts.data=/d1",
+    "trainer.total_steps=3",
+    "train_type.ppo_gamma=1.0",
+    "train_type.ppo_gae_lambda=0.9",
+]
+JOB_CHOICES = {"train_type": "online_ppo", "model": "tiny", "task": "addition", "experiment": "x"}
+
+
+def test_swept_keys_come_from_the_sweep_definition_not_from_every_override() -> None:
+    swept = swept_keys(JOB_OVERRIDES, SWEEP_DEFINITION)
+    assert swept == ["train_type.ppo_gamma", "train_type.ppo_gae_lambda"]
+    # unknown definition (no multirun.yaml, no grid): every recorded override of the job
+    assert swept_keys(JOB_OVERRIDES, []) == [
+        "experiment",
+        "trainer.total_steps",
+        "train_type.ppo_gamma",
+        "train_type.ppo_gae_lambda",
+    ]
+    assert swept_keys(["seed=1"], ["seed=range(0,3)"]) == ["seed"]
+    assert swept_keys(["a.lr=0.1"], ["a.lr=interval(0.0,1.0)"]) == ["a.lr"]  # Optuna's
+
+
+def test_swept_keys_are_the_first_columns_and_marked_differs_in_the_plugin_data() -> None:
+    cfg = compose_config(["train_type=online_ppo", *JOB_OVERRIDES[2:]])
+    swept = swept_keys(JOB_OVERRIDES, SWEEP_DEFINITION)
+    hparams = run_hparams(cfg, JOB_OVERRIDES, JOB_CHOICES, swept)
+    experiment_pb, _ = hparams_start_summaries(hparams, ["eval/accuracy"], 1.0)
+    experiment = metadata.parse_experiment_plugin_data(
+        experiment_pb.value[0].metadata.plugin_data.content
+    )
+    columns = [(info.name, info.differs) for info in experiment.hparam_infos]
+    assert columns == [
+        ("train_type.ppo_gamma", True),  # what the sweep varies, in the job's order
+        ("train_type.ppo_gae_lambda", True),
+        ("experiment", False),  # the job's other overrides
+        ("trainer.total_steps", False),
+        ("train_type", False),  # then a few core knobs
+        ("model", False),
+        ("task", False),
+        ("seed", False),
+        ("train_type.optimizer.lr", False),
+    ]
+    # TensorBoard's own ordering (differs first, then by name) ticks the swept ones first
+    ticked = sorted(experiment.hparam_infos, key=lambda i: (not i.differs, i.name))[:5]
+    assert {i.name for i in ticked} >= {"train_type.ppo_gamma", "train_type.ppo_gae_lambda"}
+
+
+def test_run_name_carries_the_swept_overrides_and_is_a_safe_folder_name() -> None:
+    swept = swept_keys(JOB_OVERRIDES, SWEEP_DEFINITION)
+    assert run_name(JOB_OVERRIDES, swept) == "ppo_gamma=1.0,ppo_gae_lambda=0.9"
+    assert run_name(JOB_OVERRIDES, []) is None  # a single run keeps tb/
+    # same last component: the shortest unambiguous end; odd characters become "_"
+    overrides = ["a.lr=0.1", "b.lr=0.2", "model=hf/x y", "tag=../up"]
+    swept = ["a.lr", "b.lr", "model", "tag"]
+    assert run_name(overrides, swept) == "a.lr=0.1,b.lr=0.2,model=hf_x_y,tag=.._up"
+    assert run_name(["tag=../x"], ["tag"]) == "tag=.._x"
+    assert run_name(["s=" + "9" * 300], ["s"]) == "s=" + "9" * 118
 
 
 def test_start_summaries_parse_back_with_the_plugins_own_reader() -> None:
@@ -167,8 +242,8 @@ def test_run_writes_hparams_and_layout_into_its_own_run(ppo_run) -> None:  # noq
     start = metadata.parse_session_start_info_plugin_data(
         _plugin_data(events, metadata.SESSION_START_INFO_TAG)
     )
-    assert start.hparams["train_type.ppo_gamma"].number_value == 1.0
-    assert start.hparams["train_type.group_size"].number_value == 2.0
+    assert start.hparams["trainer.total_steps"].number_value == 4.0  # a core knob
+    assert start.hparams["train_type.optimizer.lr"].number_value == pytest.approx(1e-3)
     experiment = metadata.parse_experiment_plugin_data(
         _plugin_data(events, metadata.EXPERIMENT_TAG)
     )
@@ -229,3 +304,24 @@ def test_resumed_run_keeps_one_hparams_record_and_counts_time_on(tmp_path: Path)
     )
     assert end.status == api_pb2.STATUS_SUCCESS
     assert [e.step for e in events.Scalars("eval/accuracy")] == [0, 2, 4]
+
+
+def test_named_tensorboard_run_resumes_into_one_record(tmp_path: Path) -> None:
+    run = "ppo_gamma=0.95,ppo_gae_lambda=0.9"
+    first = RunLogger(tmp_path, tb_run=run, flush_secs=1)
+    for step in range(5):  # steps 3 and 4 come after the checkpoint at step 2
+        first.log(step, {"loss/policy": float(step)})
+    first.close()
+    # resumed from step 2 under whatever name: the same run, purged after the checkpoint
+    second = RunLogger(tmp_path, tb_run="another", resume_step=2, flush_secs=1)
+    assert second.tb_dir == tmp_path / "tb" / run
+    second.log(3, {"loss/policy": 30.0})
+    second.close()
+    assert [p.name for p in (tmp_path / "tb").iterdir()] == [run]
+    events = EventAccumulator(str(tmp_path / "tb" / run))
+    events.Reload()
+    values = [(e.step, e.value) for e in events.Scalars("loss/policy")]
+    assert values == [(0, 0.0), (1, 1.0), (2, 2.0), (3, 30.0)]
+    single = RunLogger(tmp_path / "single", flush_secs=1)  # outside a sweep: tb/ itself
+    assert single.tb_dir == tmp_path / "single" / "tb"
+    single.close()

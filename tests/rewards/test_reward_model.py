@@ -141,7 +141,7 @@ def test_a_run_scores_its_rollouts_with_the_reward_model(tmp_path: Path) -> None
     from astrai.training.trainer import Trainer
 
     directory = _save_classifier(tmp_path / "rm")
-    cfg = compose_config(["+debug=quick", "reward=model", f"reward.path={directory}"])
+    cfg = compose_config(["debug=quick", "reward=model", f"reward.path={directory}"])
     trainer = Trainer(cfg, tmp_path / "run")
     rollout = trainer.rollout()
     pairs = zip(rollout.prompts, rollout.responses, strict=True)

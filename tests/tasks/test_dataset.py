@@ -509,18 +509,18 @@ def test_prompts_go_through_the_chat_template(tmp_path: Path) -> None:
 
 
 def test_the_worked_example_presets_compose_and_the_tiny_one_validates() -> None:
-    """``+experiment=word_problems_tiny`` reads the shipped file and passes the character
-    checks; ``+experiment=word_problems`` (SmolLM2, needs ``make smollm2``) composes."""
+    """``experiment=word_problems_tiny`` reads the shipped file and passes the character
+    checks; ``experiment=word_problems`` (SmolLM2, needs ``make smollm2``) composes."""
     from tests.helpers import compose_config
 
     from astrai.paths import REPO_ROOT
 
-    tiny = compose_config(["+experiment=word_problems_tiny"])  # validates: reads the file
+    tiny = compose_config(["experiment=word_problems_tiny"])  # validates: reads the file
     task = DatasetTask(**{k: v for k, v in tiny.task.items() if k != "_target_"})
     assert tiny.reward._target_.endswith("partial_credit")
     assert len(task.train) + len(task.evals) == 2500 and 200 <= len(task.evals) <= 300
     assert task.train[0].answer is not None and "####" in task.train[0].answer
-    smol = compose_config(["+experiment=word_problems"], validate=False)
+    smol = compose_config(["experiment=word_problems"], validate=False)
     assert smol.model.path == "models/smollm2" and smol.reward._target_.endswith("math_reward")
     assert (REPO_ROOT / smol.task.train_path).stat().st_size <= 300_000
 

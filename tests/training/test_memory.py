@@ -14,7 +14,7 @@ from astrai.models.llama import LlamaConfig, LlamaForCausalLM, set_gradient_chec
 from astrai.training.trainer import Trainer
 
 BASE = [
-    "+debug=quick",
+    "debug=quick",
     "infra.device=cpu",
     "train_type.group_size=4",
     "train_type.minibatches=2",

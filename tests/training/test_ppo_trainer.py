@@ -17,7 +17,7 @@ from astrai.training.trainer import Trainer
 
 PPO_QUICK = [
     "train_type=online_ppo",
-    "+debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
+    "debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
     "train_type.group_size=4",
     "train_type.ppo_epochs=2",
     "train_type.minibatches=2",

@@ -15,7 +15,7 @@ from astrai.checkpoints.layout import CheckpointError
 from astrai.training.trainer import Trainer
 
 QUICK = [
-    "+debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
+    "debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
     "trainer.total_steps=6",
     "trainer.eval_every=2",
     "train_type.group_size=4",

@@ -18,7 +18,7 @@ from astrai.training.trainer import Trainer
 METRICS = METRICS_BY_TRAIN_TYPE["online_grpo"]
 
 QUICK = [
-    "+debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
+    "debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
     "trainer.total_steps=3",
     "trainer.eval_every=2",
     "train_type.group_size=4",

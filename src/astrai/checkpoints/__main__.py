@@ -1,7 +1,9 @@
 """``python -m astrai.checkpoints {list,verify,prune} DIR``: inspect and tidy checkpoints.
 
-DIR is a run dir, its ``checkpoints/`` folder or (for ``verify``) one ``step_<N>`` directory.
-Exit status: 0 on success, 1 when ``verify`` finds a problem, 2 on bad usage.
+DIR is a run dir, its ``checkpoints/`` folder, (for ``list`` and ``prune``) a sweep dir, whose
+numbered job dirs are listed or pruned one by one, or (for ``verify``) one ``step_<N>`` directory.
+Exit status: 0 on success, 1 when ``list`` finds no checkpoints or ``verify`` finds a problem,
+2 on bad usage.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 
 from astrai.checkpoints.io import prune_checkpoints, remove_stale_temporaries
 from astrai.checkpoints.layout import (
+    CHECKPOINTS_DIR,
     CheckpointInfo,
     checkpoints_root,
     list_checkpoints,
@@ -33,14 +36,23 @@ def _targets(directory: Path) -> list[CheckpointInfo]:
     return list_checkpoints(checkpoints_root(directory))
 
 
-def cmd_list(directory: Path) -> int:
+def sweep_job_dirs(directory: Path) -> list[Path]:
+    """A sweep dir's job dirs (numbered sub-folders with ``checkpoints/``), by job number; empty
+    for a run dir or a ``checkpoints/`` folder."""
     root = checkpoints_root(directory)
-    checkpoints = list_checkpoints(root)
-    if not checkpoints:
-        print(f"no checkpoints under {root}")
-    else:
-        print(f"{'step':>8}  {'train_type':<12} {'size':>11}  status  path")
-    for info in checkpoints:
+    if not directory.is_dir() or root.name == CHECKPOINTS_DIR or _has_checkpoints(root):
+        return []
+    jobs = [
+        path
+        for path in directory.iterdir()
+        if path.name.isdigit() and (path / CHECKPOINTS_DIR).is_dir()
+    ]
+    return sorted(jobs, key=lambda path: int(path.name))
+
+
+def _list_run(root: Path) -> None:
+    print(f"{'step':>8}  {'train_type':<12} {'size':>11}  status  path")
+    for info in list_checkpoints(root):
         train_type = info.train_type() or "?"
         missing = missing_files(info.path, train_type) if train_type != "?" else []
         status = "complete" if not missing else "missing " + ", ".join(missing)
@@ -48,6 +60,25 @@ def cmd_list(directory: Path) -> int:
         print(f"{info.step:>8}  {train_type:<12} {size:8.2f} MB  {status}  {info.path}")
     for tmp in stale_temporaries(root):
         print(f"   stale  {tmp}  (unfinished save; ignored, removed by the next save)")
+
+
+def _has_checkpoints(root: Path) -> bool:
+    return bool(list_checkpoints(root) or stale_temporaries(root))
+
+
+def cmd_list(directory: Path) -> int:
+    jobs = sweep_job_dirs(directory)
+    roots = [checkpoints_root(job) for job in jobs] or [checkpoints_root(directory)]
+    roots = [root for root in roots if _has_checkpoints(root)]
+    if not roots:
+        print(f"no checkpoints under {directory}", file=sys.stderr)
+        return 1
+    for n, root in enumerate(roots):
+        if jobs:  # a sweep: one block per job, under its job dir
+            if n:
+                print()
+            print(f"{root.parent}:")
+        _list_run(root)
     return 0
 
 
@@ -70,7 +101,16 @@ def cmd_verify(directory: Path, train_type: str | None) -> int:
 
 
 def cmd_prune(directory: Path, keep: int, force: bool) -> int:
-    root = checkpoints_root(directory)
+    jobs = sweep_job_dirs(directory)
+    for job in jobs:  # a sweep: each job keeps its own newest ``keep``
+        print(f"{job}:")
+        _prune_run(checkpoints_root(job), keep, force)
+    if not jobs:
+        _prune_run(checkpoints_root(directory), keep, force)
+    return 0
+
+
+def _prune_run(root: Path, keep: int, force: bool) -> None:
     doomed = prune_checkpoints(root, keep, dry_run=not force)
     verb = "deleted" if force else "would delete"
     for path in doomed:
@@ -82,20 +122,23 @@ def cmd_prune(directory: Path, keep: int, force: bool) -> int:
         print("dry run: pass --force to delete")
     if not doomed and not stale:
         print(f"nothing to prune under {root} (keeping {keep})")
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m astrai.checkpoints", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    p_list = commands.add_parser("list", help="checkpoints of a run, with completeness")
+    p_list = commands.add_parser(
+        "list", help="checkpoints of a run (or of each job of a sweep), with completeness"
+    )
     p_list.add_argument("dir", type=Path)
     p_verify = commands.add_parser("verify", help="every file present and readable")
     p_verify.add_argument("dir", type=Path)
     p_verify.add_argument(
         "--train-type", help="check for this train_type instead of the recorded one"
     )
-    p_prune = commands.add_parser("prune", help="keep the newest N (dry run unless --force)")
+    p_prune = commands.add_parser(
+        "prune", help="keep the newest N of a run or of each job (dry run unless --force)"
+    )
     p_prune.add_argument("dir", type=Path)
     p_prune.add_argument("--keep", type=int, required=True)
     p_prune.add_argument("--force", action="store_true")

@@ -1,6 +1,7 @@
 """Dataclass schemas for every config group, so typos and wrong types fail at compose time.
 
-Each YAML option in ``conf/<group>/`` starts from one of these (``defaults: [base_<name>]``).
+Each YAML option in ``conf/<group>/`` starts from one of these
+(``defaults: [/schema/<group>/base_<name>@_here_]``, registered by ``store.py``).
 The schemas hold types only: every value, with its comment, lives in the YAML (one home per
 knob; ``tests/config/test_one_home.py`` walks every option to keep it so). Fields OmegaConf
 cannot type (``"all"`` or a list of ints) are ``Any`` and checked in ``validate.py``.

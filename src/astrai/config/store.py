@@ -1,4 +1,8 @@
-"""Register the schemas in Hydra's ``ConfigStore`` (called before ``@hydra.main`` composes)."""
+"""Register the schemas in Hydra's ``ConfigStore`` (called before ``@hydra.main`` composes).
+
+Each group's schemas live in their own group, ``schema/<group>/base_<name>``, which the YAML
+options name in their defaults (``- /schema/train_type/base_online_ppo@_here_``): kept out of
+``conf/<group>/``'s options, they are never offered as ``<group>=base_<name>``."""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from hydra.core.config_store import ConfigStore
 
 from astrai.config import schema
 
+SCHEMA_GROUP = "schema"
 GROUP_SCHEMAS: dict[str, dict[str, type]] = {
     "train_type": {"base_online_grpo": schema.GRPOConfig, "base_online_ppo": schema.PPOConfig},
     "model": {"base_llama": schema.ModelConfig, "base_hf": schema.HFModelConfig},
@@ -34,9 +39,10 @@ GROUP_SCHEMAS: dict[str, dict[str, type]] = {
 
 
 def register_configs() -> None:
-    """Store the root schema as ``train_schema`` and each group's schema as ``base_<name>``."""
+    """Store the root schema as ``train_schema`` and each group's schema as
+    ``schema/<group>/base_<name>``."""
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=schema.TrainConfig)
     for group, nodes in GROUP_SCHEMAS.items():
         for name, node in nodes.items():
-            cs.store(group=group, name=name, node=node)
+            cs.store(group=f"{SCHEMA_GROUP}/{group}", name=name, node=node)

@@ -15,6 +15,7 @@ from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan, Where, infra
 from astrai.config.duration import parse_duration
 from astrai.config.environment import reserved_reason
 from astrai.config.errors import ConfigError
+from astrai.config.keys import check_known_keys
 from astrai.models.llama import LlamaConfig
 from astrai.models.tokenizer import CharTokenizer, Tokenizer
 from astrai.tasks.base import ProblemSource
@@ -322,6 +323,7 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
             this process sees); ``container`` when the Docker launcher checks a job on the host
             before its container starts (the container's GPUs cannot be counted from here).
     """
+    check_known_keys(cfg)  # a key added with ``+`` that no schema defines
     t = cfg.trainer
     _require(t.total_steps >= 1, f"trainer.total_steps must be >= 1 (got {t.total_steps})")
     _require(t.eval_every >= 1, f"trainer.eval_every must be >= 1 (got {t.eval_every})")

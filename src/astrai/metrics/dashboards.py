@@ -5,16 +5,23 @@ Both are written through the run's own writer (``<run dir>/tb``), never through
 ``tensorboard --logdir <sweep dir>`` every job of a sweep is then exactly one run, and the HParams
 tab compares the jobs.
 
-**Which hyperparameters** a job records (``run_hparams``):
+**Which hyperparameters** a job records (``run_hparams``), in this order:
 
-1. every task override of the job (Hydra's ``hydra.overrides.task``, also in
-   ``.hydra/overrides.yaml``), keyed by its dotted key without ``+``/``++``; deletions (``~key``)
-   and ``hydra.*`` keys are left out. A leaf takes its resolved, typed value from the config; a
-   config-group override (``train_type=online_ppo``, ``+experiment=ppo_sweep``) keeps the chosen
-   option's name;
-2. plus ``KEY_KNOBS`` (the algorithm, model and task choices, seed, learning rate, the shared RL
-   knobs and, where the algorithm has them, the PPO knobs), so runs that were not swept over the
-   same keys still line up.
+1. the keys the sweep varies (``swept_keys``: those given a sweep — ``a=1,2``, ``range(...)``,
+   ``interval(...)`` — on the sweep's command line, in ``<sweep dir>/multirun.yaml``, or in
+   ``hydra.sweeper.params``), marked ``differs`` so that TensorBoard ticks them first: its
+   HParams tab sorts the columns by ``differs``, then by name, and shows the first five;
+2. every other task override of the job (Hydra's ``hydra.overrides.task``, also in
+   ``.hydra/overrides.yaml``), keyed by its dotted key without ``+``/``++``; deletions (``~key``),
+   ``hydra.*`` keys and path-like keys (``infra.mounts.*``, ``*_dir``, ``*_path``, ...) are left
+   out. A leaf takes its resolved, typed value from the config; a config-group override
+   (``train_type=online_ppo``, ``experiment=ppo_sweep``) keeps the chosen option's name;
+3. a few core knobs (``KEY_GROUPS``, ``KEY_KNOBS``: the algorithm, model and task choices,
+   seed, steps and learning rate), so runs that were not swept over the same keys still line up.
+
+**Run names**: a sweep job's event files go to ``tb/<run name>/`` (``tensorboard_run_name``):
+its swept overrides with the shortest unambiguous end of each key,
+``ppo_gamma=0.95,ppo_gae_lambda=0.9``.
 
 Values are typed as the HParams plugin requires: bools stay bools, ints and floats become numbers,
 strings stay strings, ``None`` becomes ``"null"`` and lists or mappings their YAML-ish ``str``.
@@ -30,6 +37,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from tensorboard.compat.proto.summary_pb2 import Summary
@@ -46,21 +54,32 @@ HPARAM_METRICS: tuple[str, ...] = (
     "time/elapsed_s",
 )
 
-# config-group choices and leaf knobs recorded for every run (when the run's config has them)
-KEY_GROUPS: tuple[str, ...] = ("train_type", "model", "task", "critic")
-KEY_KNOBS: tuple[str, ...] = (
-    "seed",
-    "trainer.total_steps",
-    "train_type.optimizer.lr",
-    "train_type.prompts_per_step",
-    "train_type.group_size",
-    "train_type.clip_eps",
-    "train_type.kl_coef",
-    "train_type.kl_estimator",
-    "train_type.ppo_gamma",
-    "train_type.ppo_gae_lambda",
-    "train_type.ppo_vf_coef",
-)
+# config-group choices and leaf knobs recorded for every run (when the run's config has them);
+# few, so that they do not crowd out the swept keys
+KEY_GROUPS: tuple[str, ...] = ("train_type", "model", "task")
+KEY_KNOBS: tuple[str, ...] = ("seed", "trainer.total_steps", "train_type.optimizer.lr")
+
+# override keys that name files or folders: where a job writes or reads, not a hyperparameter
+PATH_KEY_PARTS: frozenset[str] = frozenset({"mounts", "dir", "path", "file", "root"})
+PATH_KEY_SUFFIXES: tuple[str, ...] = ("_dir", "_path", "_file", "_root")
+MULTIRUN_FILE = "multirun.yaml"  # what Hydra writes into the sweep dir before launching
+RUN_NAME_MAX = 120  # characters of a run name (a folder name)
+
+
+class JobOverrides(list[str]):
+    """A job's task overrides and which keys of them the sweep varies (``swept``; empty for a
+    single run). A list, so a ``(overrides, choices)`` job context keeps its shape and pickles
+    to elastic workers with the swept keys."""
+
+    swept: tuple[str, ...] = ()
+
+
+class RunHParams(dict[str, HParamValue]):
+    """A run's hyperparameters (name -> value, in record order) and which of them the sweep
+    varies (``swept``, a prefix of the keys)."""
+
+    swept: tuple[str, ...] = ()
+
 
 # custom-scalars layout: one category, one multi-line chart per group of related metrics
 LAYOUT_CATEGORY = "astrai"
@@ -90,61 +109,167 @@ def hparam_value(value: object) -> HParamValue:
     return str(value)
 
 
+def _is_path_key(key: str) -> bool:
+    """``infra.mounts.data``, ``hydra.sweep.dir``, ``task.train_path``: a file or folder."""
+    parts = re.split(r"[./]", key)
+    return any(p in PATH_KEY_PARTS or p.endswith(PATH_KEY_SUFFIXES) for p in parts)
+
+
 def _override_item(override: str) -> tuple[str, str] | None:
-    """``"+a.b=1"`` -> ``("a.b", "1")``; None for deletions, ``hydra.*`` keys and bare keys."""
+    """``"+a.b=1"`` -> ``("a.b", "1")``; None for deletions, ``hydra.*`` keys, path-like keys
+    and bare keys."""
     if override.startswith("~") or "=" not in override:
         return None
     key, raw = override.split("=", 1)
     key = key.lstrip("+")
     key = key.split("@", 1)[0]  # "group@package=option": the group names the choice
-    if key == "hydra" or key.startswith(("hydra.", "hydra/")):
+    if key == "hydra" or key.startswith(("hydra.", "hydra/")) or _is_path_key(key):
         return None
     return key, raw
 
 
+def swept_keys(job_overrides: Sequence[str], sweep_overrides: Sequence[str]) -> list[str]:
+    """The keys a sweep varies, in the order of the job's overrides (dotted, as recorded).
+
+    Args:
+        job_overrides: this job's task overrides (one value per key).
+        sweep_overrides: the sweep's definition: its command-line overrides (with sweep syntax,
+            from ``multirun.yaml``) and ``hydra.sweeper.params`` as ``key=value``. When none of
+            them is a sweep (unknown definition), every recorded override of the job counts.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    swept: set[str] = set()
+    for line in sweep_overrides:
+        item = _override_item(line)
+        if item is None:
+            continue
+        try:
+            (override,) = parser.parse_overrides([line])
+        except Exception:  # noqa: BLE001 - a value Hydra cannot parse is no sweep
+            continue
+        if override.is_sweep_override():
+            swept.add(item[0].replace("/", "."))
+    keys = [item[0].replace("/", ".") for o in job_overrides if (item := _override_item(o))]
+    return [k for k in keys if k in swept] if swept else keys
+
+
 def run_hparams(
-    cfg: DictConfig, overrides: Sequence[str] = (), choices: Mapping[str, object] | None = None
-) -> dict[str, HParamValue]:
+    cfg: DictConfig,
+    overrides: Sequence[str] = (),
+    choices: Mapping[str, object] | None = None,
+    swept: Sequence[str] | None = None,
+) -> RunHParams:
     """The hyperparameters a run records (see the module docstring for the definition).
 
     Args:
         cfg: the run's composed config.
         overrides: the job's task overrides (``hydra.overrides.task``).
         choices: Hydra's ``runtime.choices`` (group -> chosen option), when known.
+        swept: the keys the sweep varies (``swept_keys``); recorded first, marked ``differs``
+            (default: ``overrides.swept`` of a ``JobOverrides``).
+
+    Returns:
+        name -> value, the swept keys first, then the other overrides, then the core knobs.
     """
     choices = choices or {}
-    hparams: dict[str, HParamValue] = {}
-    for group in KEY_GROUPS:
-        option = choices.get(group)
-        if isinstance(option, str):
-            hparams[group] = option
-    for key in KEY_KNOBS:
-        node = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
-        if node is not None:
-            hparams[key] = hparam_value(node)
+    swept = getattr(overrides, "swept", ()) if swept is None else swept
+    from_overrides: dict[str, HParamValue] = {}
     for override in overrides:
         item = _override_item(override)
         if item is None:
             continue
         key, raw = item
         node = OmegaConf.select(cfg, key.replace("/", "."), default=None, throw_on_missing=False)
-        # a group override (also a `# @package _global_` one such as +experiment=...) records
+        # a group override (also a `# @package _global_` one such as experiment=...) records
         # the chosen option's name
         is_group = key in choices or isinstance(node, DictConfig)
-        hparams[key.replace("/", ".")] = raw if is_group else hparam_value(node)
+        from_overrides[key.replace("/", ".")] = raw if is_group else hparam_value(node)
+    hparams = RunHParams()
+    hparams.swept = tuple(k for k in swept if k in from_overrides)
+    for key in hparams.swept:
+        hparams[key] = from_overrides[key]
+    hparams.update({k: v for k, v in from_overrides.items() if k not in hparams})
+    for group in KEY_GROUPS:
+        option = choices.get(group)
+        if isinstance(option, str):
+            hparams.setdefault(group, option)
+    for key in KEY_KNOBS:
+        node = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        if node is not None:
+            hparams.setdefault(key, hparam_value(node))
     return hparams
 
 
-def hydra_job_context() -> tuple[list[str], dict[str, object]]:
-    """The current Hydra job's task overrides and group choices; empty outside Hydra."""
+def short_key_names(keys: Sequence[str]) -> dict[str, str]:
+    """The shortest dotted end of each key that no other key ends with
+    (``train_type.ppo_gamma`` -> ``ppo_gamma``)."""
+    names = {}
+    for key in keys:
+        parts = key.split(".")
+        others = [k for k in keys if k != key]
+        for n in range(1, len(parts) + 1):
+            suffix = ".".join(parts[-n:])
+            if not any(k == suffix or k.endswith("." + suffix) for k in others):
+                break
+        names[key] = suffix
+    return names
+
+
+def run_name(overrides: Sequence[str], swept: Sequence[str]) -> str | None:
+    """A sweep job's TensorBoard run name: its swept overrides, ``ppo_gamma=0.95,ppo_gae_lambda=
+    0.9``, safe as one folder name (other characters become ``_``); None when nothing is swept.
+    """
+    values = {}
+    for override in overrides:
+        item = _override_item(override)
+        if item is not None and item[0].replace("/", ".") in swept:
+            values[item[0].replace("/", ".")] = item[1]
+    if not values:
+        return None
+    names = short_key_names(list(values))
+    text = ",".join(f"{names[k]}={v}" for k, v in values.items())
+    text = re.sub(r"[^A-Za-z0-9._,=+-]", "_", text)[:RUN_NAME_MAX]
+    return text.lstrip(".") or None  # never ".", ".." or a hidden folder
+
+
+def _sweep_definition(hydra_cfg: DictConfig) -> list[str]:
+    """The sweep's overrides: ``hydra.sweeper.params`` and the command line in
+    ``<sweep dir>/multirun.yaml`` (the job's own config holds one value per key)."""
+    params = hydra_cfg.sweeper.get("params") or {}
+    lines = [f"{k}={v}" for k, v in params.items()]
+    path = Path(str(hydra_cfg.sweep.dir)) / MULTIRUN_FILE
+    if path.is_file():
+        try:
+            lines += [str(o) for o in OmegaConf.load(path).hydra.overrides.task]
+        except Exception:  # noqa: BLE001 - unreadable: fall back to the job's overrides
+            pass
+    return lines
+
+
+def hydra_job_context() -> tuple[JobOverrides, dict[str, object]]:
+    """The current Hydra job's task overrides (with the swept keys when the job is part of a
+    multirun) and group choices; empty outside Hydra."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     if not HydraConfig.initialized():
-        return [], {}
+        return JobOverrides(), {}
     hydra_cfg = HydraConfig.get()
-    overrides = [str(o) for o in hydra_cfg.overrides.task]
+    overrides = JobOverrides(str(o) for o in hydra_cfg.overrides.task)
     choices = {str(k): v for k, v in hydra_cfg.runtime.choices.items()}
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        overrides.swept = tuple(swept_keys(overrides, _sweep_definition(hydra_cfg)))
     return overrides, choices
+
+
+def tensorboard_run_name(overrides: Sequence[str] | None = None) -> str | None:
+    """A job's run name (``run_name`` of a ``JobOverrides``; default: the current Hydra job's);
+    None outside a multirun."""
+    if overrides is None:
+        overrides = hydra_job_context()[0]
+    return run_name(overrides, getattr(overrides, "swept", ()))
 
 
 @contextmanager
@@ -163,18 +288,20 @@ def hparams_start_summaries(
     run's values), as summaries to write into the run's own event files.
 
     Built by ``torch.utils.tensorboard.summary.hparams``, plus what it leaves out: bools (it
-    tests ``int`` first, so it records them as numbers) and the start time.
+    tests ``int`` first, so it records them as numbers), the start time and ``differs`` on the
+    swept keys (``hparams.swept`` of a ``RunHParams``), which TensorBoard shows first. The
+    columns keep the order of ``hparams``.
     """
     start = time.time() if start_time_s is None else start_time_s
-    experiment, session_start, _ = tb_summary.hparams(
-        dict(sorted(hparams.items())), dict.fromkeys(metrics)
-    )
+    swept = set(getattr(hparams, "swept", ()))
+    experiment, session_start, _ = tb_summary.hparams(dict(hparams), dict.fromkeys(metrics))
     bools = {name: value for name, value in hparams.items() if isinstance(value, bool)}
     with _plugin_data(experiment) as data:
         data.experiment.time_created_secs = start
         for info in data.experiment.hparam_infos:
             if info.name in bools:
                 info.type = api_pb2.DATA_TYPE_BOOL
+            info.differs = info.name in swept
     with _plugin_data(session_start) as data:
         data.session_start_info.start_time_secs = start
         for name, value in bools.items():

@@ -12,6 +12,7 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.writer import FileWriter
 
 from astrai.files import write_file_atomic
+from astrai.metrics.dashboards import tensorboard_run_name
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -42,6 +43,25 @@ def read_metrics(path: Path) -> list[dict[str, float]]:
     return rows
 
 
+def tensorboard_dir(run_dir: Path, tb_run: str | None = None, resuming: bool = False) -> Path:
+    """The folder of a run's event files: ``tb/`` or ``tb/<run name>/`` (see ``RunLogger``).
+
+    A resumed run keeps writing where its events are, so its record stays one run (and the
+    purge on resume applies to it) even if its name would now differ: an existing ``tb/`` with
+    event files, or its only sub-folder.
+    """
+    root = run_dir / TENSORBOARD_DIR
+    name = tensorboard_run_name() if tb_run is None else tb_run
+    wanted = root / name if name else root
+    if resuming and root.is_dir() and not wanted.is_dir():
+        if any(p.is_file() for p in root.iterdir()):
+            return root
+        subdirs = [p for p in root.iterdir() if p.is_dir()]
+        if len(subdirs) == 1:
+            return subdirs[0]
+    return wanted
+
+
 class RunLogger:
     """Writes one JSON object per logged step and the same scalars to TensorBoard.
 
@@ -53,6 +73,10 @@ class RunLogger:
             purged from TensorBoard, so the resumed run's records read as one uninterrupted run.
         enabled: False on every rank but 0 of a distributed run: nothing is written, only
             ``latest`` is kept.
+        tb_run: the TensorBoard run: events go to ``tb/<tb_run>/`` (``""``: ``tb/`` itself).
+            None: the Hydra job's ``tensorboard_run_name`` — a sweep job's swept overrides
+            (``ppo_gamma=0.95,ppo_gae_lambda=0.9``), so ``tensorboard --logdir <sweep dir>``
+            names its runs by them; ``tb/`` for a single run.
     """
 
     def __init__(
@@ -62,10 +86,12 @@ class RunLogger:
         flush_secs: int = 10,
         resume_step: int | None = None,
         enabled: bool = True,
+        tb_run: str | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.enabled = enabled
         self.latest: dict[str, float] = {}
+        self.tb_dir: Path | None = None  # where the event files go
         self._jsonl = None
         self._tb = None
         if not enabled:
@@ -75,8 +101,9 @@ class RunLogger:
             self._truncate_after(resume_step)
         self._jsonl = open(self.run_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
         if tensorboard:
+            self.tb_dir = tensorboard_dir(self.run_dir, tb_run, resume_step is not None)
             self._tb = SummaryWriter(
-                str(self.run_dir / TENSORBOARD_DIR),
+                str(self.tb_dir),
                 flush_secs=flush_secs,
                 purge_step=resume_step + 1 if resume_step is not None else None,
             )

@@ -27,6 +27,7 @@ from astrai.models.llama import LlamaConfig, LlamaForCausalLM, set_gradient_chec
 from astrai.models.tokenizer import CharTokenizer, Tokenizer
 from astrai.models.value_model import ValueModel
 from astrai.models.weights import stored_names
+from astrai.paths import REPO_ROOT
 
 CONFIG_FILE = "config.json"
 GENERATION_CONFIG_FILE = "generation_config.json"
@@ -35,12 +36,27 @@ WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
 VALUE_HEAD_PREFIX = "value_head."
 SCORE_PREFIX = "score."  # transformers' *ForTokenClassification head
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# where `make smollm2` writes SmolLM2-135M-Instruct (the Makefile's SMOLLM2_DIR), under the repo
+SMOLLM2_DIR = Path("models/smollm2")
 # buffers some older checkpoints store; recomputed from the config here
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
 
 
 class ModelDirError(ValueError):
     """A model directory that cannot be loaded; the message names the directory or file."""
+
+
+def missing_dir_hint(directory: Path) -> str:
+    """The fix for a model directory that does not exist: the command that writes it, if any."""
+    written = REPO_ROOT / SMOLLM2_DIR
+    if directory.parts[-2:] != SMOLLM2_DIR.parts:
+        return (
+            "point at an existing Hugging Face model directory (config.json, model.safetensors, "
+            "tokenizer.json)"
+        )
+    if directory.resolve() == written:
+        return "run `make smollm2` to convert SmolLM2-135M-Instruct into it"
+    return f"run `make smollm2` (in {REPO_ROOT}; it writes {written}) and give that path"
 
 
 def is_hf_model_dir(path: str | Path) -> bool:
@@ -68,7 +84,7 @@ def read_hf_config(path: str | Path) -> LlamaConfig:
     """``<path>/config.json`` -> ``LlamaConfig``; refuses what astrai cannot compute exactly."""
     directory = Path(path)
     if not directory.is_dir():
-        raise ModelDirError(f"no model directory at {directory}")
+        raise ModelDirError(f"no model directory at {directory}: {missing_dir_hint(directory)}")
     config_path = directory / CONFIG_FILE
     try:
         return llama_config_from_hf(_read_json(config_path))

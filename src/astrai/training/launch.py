@@ -13,6 +13,11 @@ elastic and forwards SIGTERM/SIGINT itself (``StopForwarder``): the workers fini
 step, write the checkpoint and return as usual, rank 0's summary says ``stopped: SIGTERM`` and
 the exit code is 0. Workers still running ``infra.container.stop_grace_period`` after the
 signal (the same grace ``docker stop`` gives the container) are killed, and the launch fails.
+
+Logging: the workers are spawned, so they have neither Hydra's config nor its log handlers. They
+get the job's overrides and group choices (for the start banner and the HParams record), and
+rank 0 appends to the run's log files (``train.log``) with the same format, so the banner and the
+per-evaluation lines reach ``train.log`` as in a one-process run.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from astrai.config.devices import CUDA_VISIBLE_DEVICES
 from astrai.config.duration import parse_duration
 from astrai.config.validate import ConfigError, plan_here
+from astrai.metrics.dashboards import hydra_job_context
 from astrai.training.stopping import StopForwarder
 
 log = logging.getLogger(__name__)
@@ -84,8 +90,11 @@ def launch_workers(cfg: DictConfig, run_dir: Path) -> dict[str, object]:
     )
     resolved = OmegaConf.to_yaml(cfg, resolve=True)
     log.info("launching %d processes per node on %d node(s)", nproc, infra.nnodes)
+    job_context = hydra_job_context()
     with StopForwarder(grace_s):
-        results = elastic_launch(config, run_worker)(resolved, str(run_dir))
+        results = elastic_launch(config, run_worker)(
+            resolved, str(run_dir), job_context, log_files()
+        )
     summary = results.get(0)
     if summary is None:  # another node holds global rank 0
         return {"step": None, "worker": "not rank 0"}
@@ -100,8 +109,35 @@ def stop_grace_s(infra: DictConfig) -> float:
         raise ConfigError(f"infra.container.stop_grace_period: {err}") from None
 
 
-def run_worker(resolved_config: str, run_dir: str) -> dict[str, Any] | None:
-    """One rank: the trainer on the shared run dir. Rank 0 returns the summary."""
+LogFile = tuple[str, str | None, str | None]  # path, format, date format
+
+
+def log_files() -> list[LogFile]:
+    """The root logger's files (Hydra's ``<job name>.log``) with their formats, for workers."""
+    files = []
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            formatter = handler.formatter
+            fmt = None if formatter is None else formatter._fmt
+            datefmt = None if formatter is None else formatter.datefmt
+            files.append((handler.baseFilename, fmt, datefmt))
+    return files
+
+
+def run_worker(
+    resolved_config: str,
+    run_dir: str,
+    job_context: tuple[list[str], dict[str, object]] | None = None,
+    files: list[LogFile] | None = None,
+) -> dict[str, Any] | None:
+    """One rank: the trainer on the shared run dir. Rank 0 returns the summary.
+
+    Args:
+        resolved_config: the job's resolved config as YAML.
+        run_dir: the shared run dir.
+        job_context: the launcher's Hydra overrides and group choices.
+        files: log files rank 0 appends to (``log_files()`` of the launcher).
+    """
     from astrai.training.trainer import Trainer
 
     # a session of its own, as torchrun gives its workers: a terminal's Ctrl-C (sent to the
@@ -109,9 +145,15 @@ def run_worker(resolved_config: str, run_dir: str) -> dict[str, Any] | None:
     # a second delivery would count as a second signal and kill the worker at once
     os.setsid()
     logging.basicConfig(level=logging.INFO, format="[rank %(process)d][%(name)s] %(message)s")
+    if os.environ.get("RANK", "0") == "0":
+        for path, fmt, datefmt in files or []:
+            # appends as the launcher's handler does: each record is flushed as it is written
+            handler = logging.FileHandler(path, mode="a")
+            handler.setFormatter(logging.Formatter(fmt, datefmt))
+            logging.getLogger().addHandler(handler)
     cfg = OmegaConf.create(resolved_config)
     assert isinstance(cfg, DictConfig)
-    trainer = Trainer(cfg, run_dir)
+    trainer = Trainer(cfg, run_dir, job_context)
     trainer.save_config()
     summary = trainer.fit()
     return summary if trainer.dist.is_main else None

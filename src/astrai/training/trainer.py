@@ -19,11 +19,13 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.distributed.tensor import DTensor
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.io import prune_checkpoints
+from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan
 from astrai.config.duration import parse_duration
-from astrai.config.validate import check_world_batch
+from astrai.config.validate import check_world_batch, plan_here
 from astrai.distributed import (
     all_reduce_sum,
     env_context,
@@ -53,6 +55,13 @@ from astrai.rollout.minibatch import Minibatch, flatten_rollout, iter_minibatche
 from astrai.rollout.rollout import Rollout
 from astrai.tasks.base import ProblemSource
 from astrai.training.accumulation import accumulate_gradients
+from astrai.training.banner import (
+    RunFacts,
+    cpu_reason,
+    format_banner,
+    format_eval_line,
+    ignored_gpu_warning,
+)
 from astrai.training.checkpointing import (
     resolve_resume,
     restore_training_checkpoint,
@@ -67,14 +76,27 @@ from astrai.training.stopping import StopRequest, agreed_stop_reason
 log = logging.getLogger(__name__)
 
 LossOutput = tuple[torch.Tensor, dict[str, torch.Tensor]]
+JobContext = tuple[list[str], dict[str, object]]
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Parameters of ``module``; a tied weight (embedding = LM head) counts once."""
+    return sum(parameter.numel() for parameter in module.parameters())
 
 
 class Trainer:
-    """Owns the policy, the frozen reference, the strategy, optimizer and logger of one run."""
+    """Owns the policy, the frozen reference, the strategy, optimizer and logger of one run.
 
-    def __init__(self, cfg: DictConfig, run_dir: str | Path) -> None:
+    ``job_context``: the Hydra job's command-line overrides and group choices (default: the
+    current Hydra job's, empty outside Hydra); an elastic worker gets its launcher's.
+    """
+
+    def __init__(
+        self, cfg: DictConfig, run_dir: str | Path, job_context: JobContext | None = None
+    ) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
+        self.job_overrides, self.job_choices = job_context or hydra_job_context()
         seed_everything(cfg.seed)
         if cfg.infra.name == "slurm" and "SLURM_PROCID" in os.environ:
             os.environ.update(slurm_environment(dict(os.environ)))
@@ -95,6 +117,11 @@ class Trainer:
         if cfg.critic.name != "none":  # warm-started from the whole policy, before any sharding
             self.critic = build_value_model(self.policy, cfg.critic.warm_start)
             self.critic_optimizer = instantiate(cfg.critic.optimizer)(self.critic.parameters())
+        # counted before any sharding, for the start banner
+        self.parameter_counts = (
+            count_parameters(self.policy),
+            None if self.critic is None else count_parameters(self.critic),
+        )
         # after every model init: a reward model's construction must not move the global RNG
         with torch.random.fork_rng(devices=[]):
             self.reward = build_reward(reward_node(cfg.reward)).to(self.device)
@@ -321,29 +348,33 @@ class Trainer:
         start = time.perf_counter()
         elapsed_before = self.logger.latest.get("time/elapsed_s", 0.0)  # earlier segments
         self._write_dashboards()
+        self._announce()
         if self.step == 0:
             self.initial_metrics = self._eval_metrics()
             self.logger.log(self.step, self.initial_metrics)
+            self._log_eval_line(self.initial_metrics)
         saved_step = self.step if self.resumed_from is not None else None
         checkpoint: Path | None = self.resumed_from
         stopped: str | None = None
-        bar = tqdm(
-            total=total,
-            initial=self.step,
-            disable=not self.cfg.trainer.progress_bar,
-            desc="astrai",
-        )
-        with StopRequest(parse_duration(budget) if budget is not None else None) as stop:
+        show_bar = bool(self.cfg.trainer.progress_bar)
+        bar = tqdm(total=total, initial=self.step, disable=not show_bar, desc="astrai")
+        # log lines go through tqdm.write while the bar is shown, so they never break it
+        console = logging_redirect_tqdm() if show_bar else contextlib.nullcontext()
+        budget_s = parse_duration(budget) if budget is not None else None
+        with console, StopRequest(budget_s) as stop:
             while self.step < stop_at:
                 metrics = self.train_step()
-                if self.step % self.cfg.trainer.eval_every == 0 or self.step == total:
+                evaluated = self.step % self.cfg.trainer.eval_every == 0 or self.step == total
+                if evaluated:
                     metrics.update(self._eval_metrics())
                 metrics["time/elapsed_s"] = elapsed_before + time.perf_counter() - start
                 self.logger.log(self.step, metrics)
+                if evaluated:
+                    self._log_eval_line(metrics)
                 bar.update(1)
                 bar.set_postfix(
                     reward=f"{metrics['rollout/reward_mean']:.3f}",
-                    acc=f"{self.logger.latest.get('eval/accuracy', float('nan')):.2f}",
+                    eval_acc=f"{self.logger.latest.get('eval/accuracy', float('nan')):.2f}",
                     step_s=f"{metrics['perf/step_s']:.2f}",
                 )
                 stopped = agreed_stop_reason(stop.reason)
@@ -375,10 +406,59 @@ class Trainer:
         """Custom-scalars layout and HParams record (the job's overrides and key knobs) into
         the run's own event files; written at every start, TensorBoard keeps the first."""
         emitted = METRICS_BY_TRAIN_TYPE[self.strategy.name]
-        hparams = run_hparams(self.cfg, *hydra_job_context())
+        hparams = run_hparams(self.cfg, self.job_overrides, self.job_choices)
         metrics = [name for name in HPARAM_METRICS if name in emitted]
         summaries = [layout_summary(emitted), *hparams_start_summaries(hparams, metrics)]
         self.logger.log_summaries(self.step, summaries)
+
+    def _announce(self) -> None:
+        """Rank 0, once per run: the warning for GPU settings no visible GPU can honour
+        (``banner.ignored_gpu_warning``), then the start banner, to the console and
+        ``train.log``."""
+        if not self.dist.is_main:
+            return
+        plan = plan_here(self.cfg.infra, "worker")
+        warning = ignored_gpu_warning(self.cfg.infra, plan, self.job_overrides)
+        if warning is not None:
+            log.warning(warning)
+        for line in format_banner(self.run_facts(plan)):
+            log.info(line)
+
+    def run_facts(self, plan: DevicePlan) -> RunFacts:
+        """What the start banner says about this run; ``plan``: this process's device plan."""
+        cfg = self.cfg
+        nnodes = max(int(cfg.infra.nnodes), 1)
+        local_processes = max(self.dist.world_size // nnodes, 1)
+        local_devices = tuple(plan.local_devices or ())[:local_processes]
+        if self.device.type == "cuda" and not local_devices:
+            local_devices = (self.device.index or 0,)
+        model, reward = self.job_choices.get("model"), self.job_choices.get("reward")
+        return RunFacts(
+            run_dir=str(self.run_dir),
+            train_type=self.strategy.name,
+            task=self.task.name,
+            train_file=str(cfg.task.train_path) if "train_path" in cfg.task else None,
+            reward=None if reward is None else str(reward),
+            reward_terms=self.reward.names,
+            model=None if model is None else str(model),
+            policy_parameters=self.parameter_counts[0],
+            critic_parameters=self.parameter_counts[1],
+            device=self.device.type,
+            local_devices=local_devices if self.device.type == "cuda" else (),
+            processes=self.dist.world_size,
+            nnodes=nnodes,
+            parallel=str(cfg.infra.parallel),
+            cpu_reason=cpu_reason(cfg.infra, plan),
+            cuda_visible_devices=os.environ.get(CUDA_VISIBLE_DEVICES),
+            total_steps=int(cfg.trainer.total_steps),
+            start_step=self.step,
+            tensorboard=bool(cfg.logger.tensorboard),
+        )
+
+    def _log_eval_line(self, metrics: dict[str, float]) -> None:
+        """Rank 0: one INFO line per evaluation, so ``train.log`` grows as the run goes."""
+        if self.dist.is_main:
+            log.info(format_eval_line(self.step, self.cfg.trainer.total_steps, metrics))
 
     def save_checkpoint(self) -> Path:
         """Write ``checkpoints/step_<step>/`` atomically, then prune beyond ``ckpt.keep_last``."""

@@ -1,0 +1,190 @@
+"""What a run tells its console and ``train.log``: the start banner, the per-evaluation line and
+the warning for GPU settings that no visible GPU can honour. Pure formatting: the trainer
+gathers the facts and logs the lines.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import ListConfig, OmegaConf
+
+from astrai.config.devices import ALL, NONE, DevicePlan
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the banner says about one run (rank 0's view).
+
+    Attributes:
+        run_dir: the run directory, as given to the trainer.
+        train_type: the strategy's name (``online_grpo``, ``online_ppo``).
+        task: the task's name (``addition``, ``dataset``).
+        train_file: ``task.train_path`` for ``task=dataset``, else None.
+        reward: the ``reward`` config choice (``partial``, ``weighted``); None outside Hydra.
+        reward_terms: the reward's term names, logged as ``reward/<name>``
+            (``["partial_credit"]``; several for a weighted reward).
+        model: the ``model`` config choice (``tiny``, ``hf``); None outside Hydra.
+        policy_parameters: parameters of the policy (tied weights counted once).
+        critic_parameters: parameters of the critic; None without one.
+        device: ``cpu`` or ``cuda``.
+        local_devices: CUDA indices of this node's ranks, as they see them; ``()`` on CPU.
+        processes: processes in the job (the world size).
+        nnodes: machines in the job.
+        parallel: ``infra.parallel`` (``ddp``, ``fsdp``); said only with several processes.
+        cpu_reason: why a CPU run is on the CPU, e.g. ``no GPU visible``; None to say nothing.
+        cuda_visible_devices: the ``CUDA_VISIBLE_DEVICES`` the ranks see; None when unset.
+        total_steps: ``trainer.total_steps``.
+        start_step: the step the run starts from (> 0 when resumed).
+        tensorboard: whether ``<run dir>/tb`` is written (``logger.tensorboard``).
+    """
+
+    run_dir: str
+    train_type: str
+    task: str
+    train_file: str | None
+    reward: str | None
+    reward_terms: Sequence[str]
+    model: str | None
+    policy_parameters: int
+    critic_parameters: int | None
+    device: str
+    local_devices: tuple[int, ...]
+    processes: int
+    nnodes: int
+    parallel: str
+    cpu_reason: str | None
+    cuda_visible_devices: str | None
+    total_steps: int
+    start_step: int
+    tensorboard: bool
+
+
+def format_banner(facts: RunFacts) -> list[str]:
+    """The start banner: a first line naming the run, then four indented lines.
+
+    Example::
+
+        astrai: online_grpo on addition, run dir outputs/2026-01-01/12-00-00
+          device: cpu, 1 process (no GPU visible)
+          model: tiny, 67,136 parameters
+          task: addition; reward: partial (partial_credit); 1,200 steps
+          tensorboard --logdir outputs/2026-01-01/12-00-00/tb
+    """
+    task = facts.task if facts.train_file is None else f"{facts.task}, {facts.train_file}"
+    steps = f"{facts.total_steps:,} step" + ("s" if facts.total_steps != 1 else "")
+    if facts.start_step > 0:
+        steps += f" (resumed at step {facts.start_step:,})"
+    terms = " + ".join(facts.reward_terms)
+    reward = terms if facts.reward in (None, terms) else f"{facts.reward} ({terms})"
+    model = f"model: {facts.model or 'policy'}, {facts.policy_parameters:,} parameters"
+    if facts.critic_parameters is not None:
+        model += f"; critic: {facts.critic_parameters:,} parameters"
+    tensorboard = (
+        f"tensorboard --logdir {shlex.quote(facts.run_dir.rstrip('/') + '/tb')}"
+        if facts.tensorboard
+        else "tensorboard: off (logger.tensorboard=false)"
+    )
+    return [
+        f"astrai: {facts.train_type} on {facts.task}, run dir {facts.run_dir}",
+        f"  device: {format_device(facts)}",
+        f"  {model}",
+        f"  task: {task}; reward: {reward}; {steps}",
+        f"  {tensorboard}",
+    ]
+
+
+def format_device(facts: RunFacts) -> str:
+    """``cpu, 1 process (no GPU visible)``, ``cuda:0, 1 process``, ``cuda:0-1, 2 processes
+    (ddp)``, ``cuda:0-7, 16 processes on 2 nodes (fsdp)``, with ``CUDA_VISIBLE_DEVICES`` when
+    set (the indices count its entries)."""
+    where = "cpu" if facts.device == "cpu" else f"cuda:{_index_range(facts.local_devices)}"
+    processes = f"{facts.processes} process" + ("es" if facts.processes != 1 else "")
+    if facts.nnodes > 1:
+        processes += f" on {facts.nnodes} nodes"
+    notes = []
+    if facts.processes > 1:
+        notes.append(facts.parallel)
+    if facts.device == "cpu" and facts.cpu_reason:
+        notes.append(facts.cpu_reason)
+    if facts.device != "cpu" and facts.cuda_visible_devices is not None:
+        notes.append(f"CUDA_VISIBLE_DEVICES={facts.cuda_visible_devices}")
+    return f"{where}, {processes}" + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def _index_range(indices: Sequence[int]) -> str:
+    """``(0,)`` -> ``0``; ``(0, 1, 2)`` -> ``0-2``; ``(0, 2)`` -> ``0,2``; ``()`` -> ``?``."""
+    if not indices:
+        return "?"
+    first = indices[0]
+    if len(indices) > 1 and list(indices) == list(range(first, first + len(indices))):
+        return f"{first}-{indices[-1]}"
+    return ",".join(str(index) for index in indices)
+
+
+def cpu_reason(infra: Mapping[str, Any], plan: DevicePlan) -> str | None:
+    """Why a run planned onto the CPU is there: ``infra.gpu.devices=none`` or ``no GPU
+    visible`` (``infra.device=auto`` found none); None for ``infra.device=cpu`` or a GPU run."""
+    if plan.device != "cpu" or infra["device"] == "cpu":
+        return None
+    if _gpu_devices(infra) == NONE:
+        return "infra.gpu.devices=none"
+    return "no GPU visible"  # auto with a selection falls back to the CPU only without GPUs
+
+
+def ignored_gpu_warning(
+    infra: Mapping[str, Any], plan: DevicePlan, overrides: Sequence[str]
+) -> str | None:
+    """The one-line warning for GPU settings ignored because no GPU is visible, or None.
+
+    The rule: ``infra.device=auto`` fell back to the CPU (no GPU visible) although the job
+    asked for GPUs, i.e. ``infra.gpu.devices`` is a list of indices (from anywhere: the command
+    line, an experiment, an infra file) or ``all`` given explicitly on the command line
+    (``overrides``: Hydra's task overrides). Never for the defaults (``all`` from
+    ``infra/local.yaml``: "use the GPUs if there are any"), for ``infra.gpu.devices=none`` (CPU
+    on purpose) or ``infra.device=cpu``. ``infra.nproc_per_node`` is no GPU setting: an explicit
+    count runs that many CPU processes. ``infra.device=cuda`` without a GPU is a config error
+    before any of this.
+    """
+    if cpu_reason(infra, plan) != "no GPU visible":
+        return None
+    devices = _gpu_devices(infra)
+    if devices == ALL and not _overridden(overrides, "infra.gpu.devices"):
+        return None
+    shown = devices if devices == ALL else f"[{','.join(str(i) for i in devices)}]"
+    processes = plan.processes or 1
+    return (
+        f"infra.gpu.devices={shown} ignored: no GPU is visible, training on the CPU "
+        f"({processes} process{'es' if processes != 1 else ''}); "
+        "infra.gpu.devices=none trains on the CPU without this warning"
+    )
+
+
+def format_eval_line(step: int, total: int, metrics: Mapping[str, float]) -> str:
+    """The line logged at each evaluation: ``step 50/1200: reward 0.412, eval/accuracy 0.375,
+    step 0.21s``; step 0's (before training) has no rollout: ``step 0/1200: eval/accuracy
+    0.050 (before training)``."""
+    accuracy = _number(metrics.get("eval/accuracy"), ".3f")
+    if step == 0 or "rollout/reward_mean" not in metrics:
+        return f"step {step}/{total}: eval/accuracy {accuracy} (before training)"
+    reward = _number(metrics.get("rollout/reward_mean"), ".3f")
+    step_s = _number(metrics.get("perf/step_s"), ".2f")
+    return f"step {step}/{total}: reward {reward}, eval/accuracy {accuracy}, step {step_s}s"
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "n/a" if value is None or math.isnan(value) else format(value, spec)
+
+
+def _gpu_devices(infra: Mapping[str, Any]) -> Any:
+    devices = infra["gpu"]["devices"]
+    return OmegaConf.to_container(devices) if isinstance(devices, ListConfig) else devices
+
+
+def _overridden(overrides: Sequence[str], key: str) -> bool:
+    """Whether ``key`` is set by one of Hydra's overrides (``key=``, ``+key=``, ``++key=``)."""
+    return any(str(o).lstrip("+").partition("=")[0] == key for o in overrides)

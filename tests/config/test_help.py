@@ -1,0 +1,36 @@
+"""``python train.py --help``: options from conf/, defaults and meanings from the YAML lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from astrai.config.help import help_text, yaml_entry
+from astrai.paths import CONFIG_DIR
+
+
+def test_yaml_entry_reads_value_and_comment_of_a_nested_key(tmp_path: Path) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text("a: 1  # top\nb:\n  a: 2   # nested a\n  c: x # the c\n")
+    assert yaml_entry(path, "a") == ("1", "top")
+    assert yaml_entry(path, "b.a") == ("2", "nested a")
+    assert yaml_entry(path, "b.c") == ("x", "the c")
+    with pytest.raises(KeyError):
+        yaml_entry(path, "b.d")
+
+
+def test_help_lists_yaml_options_and_common_keys_never_schemas() -> None:
+    text = help_text()
+    lines = text.splitlines()
+    assert "  train_type  online_grpo*, online_ppo" in lines
+    assert "  scheduler   warmup_constant, warmup_cosine*" in lines
+    assert (
+        "  trainer.total_steps=1200                RL steps (one rollout + its update epochs each)"
+        in lines
+    )
+    assert "  train_type.optimizer.lr=1.0e-3          learning rate" in lines
+    assert "base_" not in text and "schema" not in text
+    assert "docs/configuration.md" in text
+    experiments = sorted(p.stem for p in (Path(CONFIG_DIR) / "experiment").glob("*.yaml"))
+    assert f"  experiment=NAME   {', '.join(experiments)}" in lines

@@ -1,0 +1,26 @@
+"""MetricMeans: weighted running means of per-minibatch scalars, by hand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from astrai.metrics.aggregate import MetricMeans
+
+
+def test_weighted_means_by_hand() -> None:
+    means = MetricMeans()
+    means.update({"loss": torch.tensor(2.0), "acc": 0.5}, weight=1.0)
+    means.update({"loss": torch.tensor(4.0), "acc": 1.0}, weight=3.0)
+    # loss: (2*1 + 4*3) / 4 = 3.5; acc: (0.5*1 + 1*3) / 4 = 0.875
+    assert means.compute() == {"loss": 3.5, "acc": 0.875}
+    assert MetricMeans().compute() == {}
+
+
+def test_a_nan_is_left_out_with_a_warning() -> None:
+    means = MetricMeans()
+    means.update({"kl": 1.0}, weight=2.0)
+    with pytest.warns(UserWarning, match="kl: a NaN value was left out of its mean"):
+        means.update({"kl": float("nan")}, weight=5.0)
+    means.update({"kl": 4.0}, weight=1.0)
+    assert means.compute() == {"kl": 2.0}  # (1*2 + 4*1) / 3

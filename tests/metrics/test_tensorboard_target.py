@@ -1,0 +1,65 @@
+"""`make tensorboard` serves runs under outputs/ and sweeps under multirun/ in one board: the
+Makefile's own command, run against real event files, asked for its runs over HTTP."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from astrai.metrics.writers import RunLogger
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _runs(port: int, timeout_s: float = 60) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/runs", timeout=5) as reply:
+                runs = json.loads(reply.read())
+            if len(runs) >= 2:
+                return sorted(runs)
+        except OSError:
+            pass
+        time.sleep(0.5)
+    pytest.fail("TensorBoard listed fewer than 2 runs")
+
+
+@pytest.mark.slow  # ~10 s: starts a real TensorBoard
+def test_make_tensorboard_serves_outputs_and_multirun(tmp_path: Path) -> None:
+    for run_dir in (tmp_path / "outputs" / "a", tmp_path / "multirun" / "s" / "0"):
+        logger = RunLogger(run_dir, tensorboard=True, flush_secs=1)
+        logger.log(0, {"eval/accuracy": 0.5})
+        logger.close()
+    dry = subprocess.run(
+        ["make", "-n", "--no-print-directory", "tensorboard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    command = next(line for line in dry.stdout.splitlines() if "tensorboard " in line).split()
+    assert command[1:4] == ["--logdir_spec", "outputs:outputs,multirun:multirun", "--host"]
+    port = _free_port()
+    argv = [sys.executable, "-m", "tensorboard.main", *command[1:], "--port", str(port)]
+    server = subprocess.Popen(
+        argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert _runs(port) == ["multirun/s/0/tb", "outputs/a/tb"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -1,0 +1,221 @@
+"""The start banner, the per-evaluation line and the ignored-GPU warning: exact lines from given
+facts, then through a real ``python train.py`` (console and ``train.log``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import pytest
+from tests.helpers import compose_config
+from tests.test_train_cli import QUICK, run_train
+
+from astrai.config.devices import plan_devices
+from astrai.training.banner import (
+    RunFacts,
+    cpu_reason,
+    format_banner,
+    format_device,
+    format_eval_line,
+    ignored_gpu_warning,
+)
+from astrai.training.trainer import Trainer
+
+CPU_RUN = RunFacts(
+    run_dir="outputs/2026-01-01/12-00-00",
+    train_type="online_grpo",
+    task="addition",
+    train_file=None,
+    reward="partial",
+    reward_terms=["partial_credit"],
+    model="tiny",
+    policy_parameters=64704,
+    critic_parameters=None,
+    device="cpu",
+    local_devices=(),
+    processes=1,
+    nnodes=1,
+    parallel="ddp",
+    cpu_reason="no GPU visible",
+    cuda_visible_devices=None,
+    total_steps=1200,
+    start_step=0,
+    tensorboard=True,
+)
+
+
+def test_banner_of_a_default_cpu_run() -> None:
+    assert format_banner(CPU_RUN) == [
+        "astrai: online_grpo on addition, run dir outputs/2026-01-01/12-00-00",
+        "  device: cpu, 1 process (no GPU visible)",
+        "  model: tiny, 64,704 parameters",
+        "  task: addition; reward: partial (partial_credit); 1,200 steps",
+        "  tensorboard --logdir outputs/2026-01-01/12-00-00/tb",
+    ]
+
+
+def test_banner_of_a_resumed_ppo_run_on_a_dataset_on_two_gpus() -> None:
+    facts = dataclasses.replace(
+        CPU_RUN,
+        run_dir="runs/my run",
+        train_type="online_ppo",
+        task="dataset",
+        train_file="data/train.jsonl",
+        reward="math",
+        reward_terms=["math"],
+        model=None,  # outside Hydra
+        critic_parameters=64769,
+        device="cuda",
+        local_devices=(0, 1),
+        processes=2,
+        cpu_reason=None,
+        cuda_visible_devices="0,2",
+        start_step=400,
+        total_steps=1000,
+    )
+    assert format_banner(facts) == [
+        "astrai: online_ppo on dataset, run dir runs/my run",
+        "  device: cuda:0-1, 2 processes (ddp; CUDA_VISIBLE_DEVICES=0,2)",
+        "  model: policy, 64,704 parameters; critic: 64,769 parameters",
+        "  task: dataset, data/train.jsonl; reward: math; 1,000 steps (resumed at step 400)",
+        "  tensorboard --logdir 'runs/my run/tb'",  # quoted: ready to paste
+    ]
+    assert format_banner(dataclasses.replace(facts, tensorboard=False))[-1] == (
+        "  tensorboard: off (logger.tensorboard=false)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"cpu_reason": None}, "cpu, 1 process"),
+        ({"processes": 2, "cpu_reason": "infra.gpu.devices=none"}, "cpu, 2 processes (ddp; "
+         "infra.gpu.devices=none)"),
+        ({"device": "cuda", "local_devices": (3,)}, "cuda:3, 1 process"),
+        ({"device": "cuda", "local_devices": (0, 2)}, "cuda:0,2, 1 process"),
+        (
+            {"device": "cuda", "local_devices": tuple(range(8)), "processes": 16, "nnodes": 2,
+             "parallel": "fsdp"},
+            "cuda:0-7, 16 processes on 2 nodes (fsdp)",
+        ),
+    ],
+)  # fmt: skip
+def test_device_line(changes: dict, expected: str) -> None:
+    assert format_device(dataclasses.replace(CPU_RUN, **changes)) == expected
+
+
+def _infra(device: str = "auto", gpu_devices: object = "all", nproc: object = "auto") -> dict:
+    return {"device": device, "gpu": {"devices": gpu_devices}, "nproc_per_node": nproc}
+
+
+def _warning(infra: dict, overrides: list[str], cuda_count: int = 0) -> str | None:
+    plan = plan_devices(
+        infra["device"],
+        infra["gpu"]["devices"],
+        infra["nproc_per_node"],
+        cuda_visible_devices=None,
+        cuda_count=cuda_count,
+        where="host",
+    )
+    return ignored_gpu_warning(infra, plan, overrides)
+
+
+def test_ignored_gpu_warning_rule() -> None:
+    listed = _warning(_infra(gpu_devices=[0, 2]), ["infra.gpu.devices=[0,2]"])
+    assert listed == (
+        "infra.gpu.devices=[0,2] ignored: no GPU is visible, training on the CPU (1 process); "
+        "infra.gpu.devices=none trains on the CPU without this warning"
+    )
+    # a list from a config file counts as much as one from the command line
+    assert _warning(_infra(gpu_devices=[1], nproc=2), []) == (
+        "infra.gpu.devices=[1] ignored: no GPU is visible, training on the CPU (2 processes); "
+        "infra.gpu.devices=none trains on the CPU without this warning"
+    )
+    assert _warning(_infra(), ["++infra.gpu.devices=all"]).startswith("infra.gpu.devices=all ")
+    assert _warning(_infra(), []) is None  # the plain default on a CPU machine
+    assert _warning(_infra(nproc=2), ["infra.nproc_per_node=2"]) is None  # 2 CPU processes
+    assert _warning(_infra(gpu_devices="none"), ["infra.gpu.devices=none"]) is None
+    assert _warning(_infra(device="cpu", gpu_devices=[0]), []) is None  # CPU on purpose
+    assert _warning(_infra(gpu_devices=[0]), [], cuda_count=1) is None  # the GPU is used
+
+
+def test_cpu_reason() -> None:
+    def reason(infra: dict, cuda_count: int = 0) -> str | None:
+        plan = plan_devices(
+            infra["device"], infra["gpu"]["devices"], infra["nproc_per_node"],
+            cuda_visible_devices=None, cuda_count=cuda_count, where="worker",
+        )  # fmt: skip
+        return cpu_reason(infra, plan)
+
+    assert reason(_infra()) == "no GPU visible"
+    assert reason(_infra(gpu_devices="none"), cuda_count=2) == "infra.gpu.devices=none"
+    assert reason(_infra(device="cpu"), cuda_count=2) is None
+    assert reason(_infra(), cuda_count=2) is None
+
+
+def test_eval_line() -> None:
+    metrics = {"rollout/reward_mean": 0.4123, "eval/accuracy": 0.375, "perf/step_s": 0.213}
+    assert format_eval_line(50, 1200, metrics) == (
+        "step 50/1200: reward 0.412, eval/accuracy 0.375, step 0.21s"
+    )
+    assert format_eval_line(0, 1200, {"eval/accuracy": 0.05}) == (
+        "step 0/1200: eval/accuracy 0.050 (before training)"
+    )
+
+
+# --- through python train.py ----------------------------------------------------------------
+
+
+def _messages(text: str, level: str = "INFO") -> list[str]:
+    """The trainer's messages at ``level`` in Hydra's job-logging format (console, train.log)."""
+    marker = f"[astrai.training.trainer][{level}] - "
+    return [line.split(marker, 1)[1] for line in text.splitlines() if marker in line]
+
+
+def test_train_py_logs_banner_eval_lines_and_the_gpu_warning(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = [
+        *QUICK,
+        "trainer.progress_bar=true",  # the bar on: its label, and log lines kept whole
+        "infra.gpu.devices=[0,2]",
+        f"hydra.run.dir={run_dir}",
+    ]
+    result = run_train(args, cwd=tmp_path, extra_env={"CUDA_VISIBLE_DEVICES": ""})  # ~3 s
+    assert result.returncode == 0, result.stderr[-2000:]
+    log = (run_dir / "train.log").read_text()
+    banner = [
+        f"astrai: online_grpo on addition, run dir {run_dir}",
+        "  device: cpu, 1 process (no GPU visible)",
+        "  model: tiny, 64,704 parameters",
+        "  task: addition; reward: partial (partial_credit); 2 steps",
+        f"  tensorboard --logdir {run_dir}/tb",
+    ]
+    warning = (
+        "infra.gpu.devices=[0,2] ignored: no GPU is visible, training on the CPU "
+        "(1 process); infra.gpu.devices=none trains on the CPU without this warning"
+    )
+    for text in (result.stdout, log):  # the console and train.log
+        messages = _messages(text)
+        assert messages[:5] == banner
+        assert messages[5] == "step 0/2: eval/accuracy 0.000 (before training)"
+        assert [m.split(":")[0] for m in messages[6:]] == ["step 1/2", "step 2/2"]
+        assert all(", eval/accuracy " in m and m.endswith("s") for m in messages[6:])
+        assert _messages(text, "WARNING") == [warning]  # once
+    assert "eval_acc=" in result.stderr and " acc=" not in result.stderr  # tqdm's bar
+
+
+def test_default_run_logs_no_warning(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    cfg = compose_config([*QUICK, "trainer.total_steps=1"])
+    with caplog.at_level(logging.INFO, logger="astrai"):
+        Trainer(cfg, tmp_path, job_context=([], {"model": "tiny", "reward": "partial"})).fit()
+    messages = [r.getMessage() for r in caplog.records if r.name == "astrai.training.trainer"]
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert messages[0] == f"astrai: online_grpo on addition, run dir {tmp_path}"
+    assert messages[1].startswith("  device: ")  # cpu (no GPU visible), or this machine's GPU
+    assert messages[2:5] == [
+        "  model: tiny, 64,704 parameters",
+        "  task: addition; reward: partial (partial_credit); 1 step",
+        f"  tensorboard --logdir {tmp_path}/tb",
+    ]
+    assert [m.split(":")[0] for m in messages[5:]] == ["step 0/1", "step 1/1"]
