@@ -182,3 +182,14 @@ def test_gpu_device_list_parsing() -> None:
         parse_gpu_devices([1, 1])
     with pytest.raises(ConfigError, match="non-negative"):
         parse_gpu_devices([True])
+
+
+def test_the_quick_preset_is_the_default_job_cut_to_400_steps() -> None:
+    # experiment=quick (no +): the README's first command; only the run length changes
+    default, quick = compose_config([]), compose_config(["experiment=quick"])
+    assert (quick.trainer.total_steps, quick.trainer.eval_every) == (400, 25)
+    assert quick.ckpt.every_steps == 100
+    for key in ("train_type", "model", "task", "reward", "seed"):
+        assert quick[key] == default[key], key
+    # the command line still wins over the preset
+    assert compose_config(["experiment=quick", "trainer.total_steps=7"]).trainer.total_steps == 7
