@@ -23,9 +23,8 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.io import prune_checkpoints
-from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan
 from astrai.config.duration import parse_duration
-from astrai.config.validate import check_world_batch, plan_here
+from astrai.config.validate import check_world_batch
 from astrai.distributed import (
     all_reduce_sum,
     env_context,
@@ -34,15 +33,7 @@ from astrai.distributed import (
     slurm_environment,
 )
 from astrai.metrics.aggregate import MetricMeans
-from astrai.metrics.dashboards import (
-    HPARAM_METRICS,
-    hparams_end_summary,
-    hparams_start_summaries,
-    hydra_job_context,
-    layout_summary,
-    run_hparams,
-)
-from astrai.metrics.names import METRICS_BY_TRAIN_TYPE
+from astrai.metrics.dashboards import hparams_end_summary, hydra_job_context
 from astrai.metrics.writers import RunLogger, samples_markdown
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.pretrained import tokenizer_for
@@ -55,13 +46,8 @@ from astrai.rollout.minibatch import Minibatch, flatten_rollout, iter_minibatche
 from astrai.rollout.rollout import Rollout
 from astrai.tasks.base import ProblemSource
 from astrai.training.accumulation import accumulate_gradients
-from astrai.training.banner import (
-    RunFacts,
-    cpu_reason,
-    format_banner,
-    format_eval_line,
-    ignored_gpu_warning,
-)
+from astrai.training.announce import announce_run, count_parameters, write_dashboards
+from astrai.training.banner import format_eval_line
 from astrai.training.checkpointing import (
     resolve_resume,
     restore_training_checkpoint,
@@ -77,11 +63,6 @@ log = logging.getLogger(__name__)
 
 LossOutput = tuple[torch.Tensor, dict[str, torch.Tensor]]
 JobContext = tuple[list[str], dict[str, object]]
-
-
-def count_parameters(module: nn.Module) -> int:
-    """Parameters of ``module``; a tied weight (embedding = LM head) counts once."""
-    return sum(parameter.numel() for parameter in module.parameters())
 
 
 class Trainer:
@@ -347,8 +328,8 @@ class Trainer:
         budget = self.cfg.trainer.max_duration
         start = time.perf_counter()
         elapsed_before = self.logger.latest.get("time/elapsed_s", 0.0)  # earlier segments
-        self._write_dashboards()
-        self._announce()
+        write_dashboards(self)
+        announce_run(self)
         if self.step == 0:
             self.initial_metrics = self._eval_metrics()
             self.logger.log(self.step, self.initial_metrics)
@@ -401,59 +382,6 @@ class Trainer:
         self.logger.write_summary(summary)
         self.logger.close()
         return {**self.logger.latest, **summary}
-
-    def _write_dashboards(self) -> None:
-        """Custom-scalars layout and HParams record (the job's overrides and key knobs) into
-        the run's own event files; written at every start, TensorBoard keeps the first."""
-        emitted = METRICS_BY_TRAIN_TYPE[self.strategy.name]
-        hparams = run_hparams(self.cfg, self.job_overrides, self.job_choices)
-        metrics = [name for name in HPARAM_METRICS if name in emitted]
-        summaries = [layout_summary(emitted), *hparams_start_summaries(hparams, metrics)]
-        self.logger.log_summaries(self.step, summaries)
-
-    def _announce(self) -> None:
-        """Rank 0, once per run: the warning for GPU settings no visible GPU can honour
-        (``banner.ignored_gpu_warning``), then the start banner, to the console and
-        ``train.log``."""
-        if not self.dist.is_main:
-            return
-        plan = plan_here(self.cfg.infra, "worker")
-        warning = ignored_gpu_warning(self.cfg.infra, plan, self.job_overrides)
-        if warning is not None:
-            log.warning(warning)
-        for line in format_banner(self.run_facts(plan)):
-            log.info(line)
-
-    def run_facts(self, plan: DevicePlan) -> RunFacts:
-        """What the start banner says about this run; ``plan``: this process's device plan."""
-        cfg = self.cfg
-        nnodes = max(int(cfg.infra.nnodes), 1)
-        local_processes = max(self.dist.world_size // nnodes, 1)
-        local_devices = tuple(plan.local_devices or ())[:local_processes]
-        if self.device.type == "cuda" and not local_devices:
-            local_devices = (self.device.index or 0,)
-        model, reward = self.job_choices.get("model"), self.job_choices.get("reward")
-        return RunFacts(
-            run_dir=str(self.run_dir),
-            train_type=self.strategy.name,
-            task=self.task.name,
-            train_file=str(cfg.task.train_path) if "train_path" in cfg.task else None,
-            reward=None if reward is None else str(reward),
-            reward_terms=self.reward.names,
-            model=None if model is None else str(model),
-            policy_parameters=self.parameter_counts[0],
-            critic_parameters=self.parameter_counts[1],
-            device=self.device.type,
-            local_devices=local_devices if self.device.type == "cuda" else (),
-            processes=self.dist.world_size,
-            nnodes=nnodes,
-            parallel=str(cfg.infra.parallel),
-            cpu_reason=cpu_reason(cfg.infra, plan),
-            cuda_visible_devices=os.environ.get(CUDA_VISIBLE_DEVICES),
-            total_steps=int(cfg.trainer.total_steps),
-            start_step=self.step,
-            tensorboard=bool(cfg.logger.tensorboard),
-        )
 
     def _log_eval_line(self, metrics: dict[str, float]) -> None:
         """Rank 0: one INFO line per evaluation, so ``train.log`` grows as the run goes."""
