@@ -25,6 +25,9 @@ def _ppo(**kwargs: object) -> PPOStrategy:
         sampling=SamplingConfig(max_new_tokens=8), optimizer=torch.optim.SGD, scheduler=None,
         ppo_gamma=1.0, ppo_gae_lambda=0.95,
         ppo_vf_coef=0.5, value_clip=None, whiten_advantages=True, entropy_coef=0.0,
+        advantage="gae", loss_agg="token_mean", clip_eps_low=None, clip_eps_high=None,
+        clip_ratio_c=None, ratio_level="token", mask_truncated=False, filter_groups=False,
+        max_resample_rounds=0,
     )  # fmt: skip
     return PPOStrategy(**{**defaults, **kwargs})
 

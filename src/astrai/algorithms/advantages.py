@@ -1,8 +1,14 @@
-"""Advantage estimators: group-relative (GRPO) and generalised advantage estimation (PPO).
+"""Advantage estimators (``train_type.advantage``): group-relative (GRPO, Dr. GRPO), leave-one-out
+(RLOO), REINFORCE++ and generalised advantage estimation (PPO).
 
 References:
     Shao et al. 2024, "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open
     Language Models" (GRPO, outcome supervision: rewards normalised within each group).
+    Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical Perspective" (Dr. GRPO:
+    no division by the group's std).
+    Ahmadian et al. 2024, "Back to Basics: Revisiting REINFORCE Style Optimization for Learning
+    from Human Feedback in LLMs" (RLOO).
+    Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models".
     Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage
     Estimation" (GAE).
 """
@@ -10,24 +16,87 @@ References:
 import torch
 from torch import Tensor
 
+from astrai.algorithms.masked import SumFn, local_sum, masked_var, masked_whiten
 
-def group_advantages(rewards: Tensor, eps: float = 1e-6) -> Tensor:
-    """GRPO advantages: each reward standardised within its group of responses to one prompt.
+ADVANTAGE_SCALES = ("group", "batch", "none")
+
+
+def group_advantages(
+    rewards: Tensor, eps: float = 1e-6, scale: str = "group", sum_over_ranks: SumFn = local_sum
+) -> Tensor:
+    """GRPO advantages: each reward centred on its group's mean, then scaled.
 
     Args:
         rewards: ``[B, G]``, G sampled responses for each of B prompts.
-        eps: added to the group's standard deviation.
+        eps: added to the standard deviation before dividing.
+        scale: ``group`` divides by the group's std (GRPO), ``batch`` by the std of every
+            reward in the batch (over all ranks), ``none`` not at all (Dr. GRPO).
+        sum_over_ranks: sums a tensor over the ranks (``scale="batch"`` only).
 
     Returns:
-        ``[B, G]``, ``(r - mean_group) / (std_group + eps)`` with the population std
-        (``correction=0``). A group whose rewards are all equal gets exactly 0: it carries no
+        ``[B, G]``, ``(r - mean_group) / (std + eps)`` with population stds (``correction=0``),
+        or ``r - mean_group``. A group whose rewards are all equal gets exactly 0: it carries no
         learning signal, and ``r - mean`` alone may be off by rounding error.
     """
+    if scale not in ADVANTAGE_SCALES:
+        raise ValueError(f"unknown advantage scale {scale!r}; expected one of {ADVANTAGE_SCALES}")
     mean = rewards.mean(dim=-1, keepdim=True)
-    std = rewards.std(dim=-1, correction=0, keepdim=True)
-    advantages = (rewards - mean) / (std + eps)
+    if scale == "group":
+        std = rewards.std(dim=-1, correction=0, keepdim=True)
+        advantages = (rewards - mean) / (std + eps)
+    elif scale == "batch":
+        everything = torch.ones_like(rewards, dtype=torch.bool)
+        std = masked_var(rewards, everything, sum_over_ranks).sqrt()
+        advantages = (rewards - mean) / (std + eps)
+    else:
+        advantages = rewards - mean
     constant = (rewards == rewards[..., :1]).all(dim=-1, keepdim=True)
     return torch.where(constant, torch.zeros_like(advantages), advantages)
+
+
+def rloo_advantages(rewards: Tensor) -> Tensor:
+    """RLOO advantages: each reward minus the mean of the *other* rewards in its group.
+
+    ``A_i = r_i - 1/(G-1) Σ_{j≠i} r_j = G/(G-1) (r_i - mean_group)``: an unbiased baseline,
+    since ``r_i``'s own sample is not in it.
+
+    Args:
+        rewards: ``[B, G]`` with ``G >= 2``.
+
+    Returns:
+        ``[B, G]``; exactly 0 for a group whose rewards are all equal.
+    """
+    g = rewards.shape[-1]
+    if g < 2:
+        raise ValueError(f"RLOO needs at least 2 responses per prompt (got {g})")
+    others = (rewards.sum(dim=-1, keepdim=True) - rewards) / (g - 1)
+    advantages = rewards - others
+    constant = (rewards == rewards[..., :1]).all(dim=-1, keepdim=True)
+    return torch.where(constant, torch.zeros_like(advantages), advantages)
+
+
+def reinforce_pp_advantages(
+    token_rewards: Tensor, mask: Tensor, sum_over_ranks: SumFn = local_sum, eps: float = 1e-8
+) -> Tensor:
+    """REINFORCE++ advantages: undiscounted returns of the token rewards, whitened over the
+    whole batch (every rank's tokens).
+
+    ``G_t = Σ_{s >= t} r_s`` (γ = 1) over the valid tokens, then ``(G - mean) / sqrt(var + eps)``
+    over every valid token of the batch: a global baseline instead of a critic or a group.
+
+    Args:
+        token_rewards: ``[..., R]`` per-token rewards (``rewards.token_rewards``: the score on
+            the last token minus ``kl_coef`` × the per-token KL).
+        mask: ``[..., R]`` bool, True = valid token (a prefix of each row).
+        sum_over_ranks: sums a tensor over the ranks, for the batch's mean and variance.
+        eps: added to the variance.
+
+    Returns:
+        ``[..., R]``, 0 at padding.
+    """
+    kept = torch.where(mask, token_rewards, torch.zeros_like(token_rewards))
+    returns = kept.flip(-1).cumsum(-1).flip(-1)
+    return masked_whiten(returns, mask, eps=eps, sum_over_ranks=sum_over_ranks)
 
 
 def compute_gae(

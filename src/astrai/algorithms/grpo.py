@@ -1,26 +1,60 @@
-"""Online GRPO (Shao et al. 2024, "DeepSeekMath"): group-normalised rewards as advantages,
-token-level clipped surrogate, KL to the frozen reference in the loss."""
+"""Online GRPO (Shao et al. 2024, "DeepSeekMath") and its critic-free relatives: one
+sequence-level advantage per response from its group (GRPO, Dr. GRPO, RLOO) or per token from
+the batch (REINFORCE++), the clipped surrogate, and KL to the frozen reference."""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
-from astrai.algorithms.advantages import group_advantages
-from astrai.algorithms.losses import clipped_policy_loss, kl_penalty_loss
+from astrai.algorithms.advantages import (
+    ADVANTAGE_SCALES,
+    group_advantages,
+    reinforce_pp_advantages,
+    rloo_advantages,
+)
+from astrai.algorithms.aggregation import Divisors
+from astrai.algorithms.kl import kl_estimate
+from astrai.algorithms.losses import kl_penalty_loss
 from astrai.algorithms.masked import SumFn, local_sum, masked_mean
+from astrai.algorithms.rewards import KL_REWARD_CLAMP, token_rewards
 from astrai.algorithms.strategy import Strategy
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 
 
 class GRPOStrategy(Strategy):
-    """GRPO: A_i = (r_i − mean(r_group)) / std(r_group), broadcast to every response token."""
+    """Critic-free policy gradient with a group or batch baseline (``train_type.advantage``):
+
+    - ``grpo``: ``A_i = (r_i − mean(r_group)) / std`` (``scale_rewards``: the group's std,
+      the batch's, or none), broadcast to every response token;
+    - ``dr_grpo``: ``r_i − mean(r_group)`` (Dr. GRPO; ``grpo`` with ``scale_rewards=none``);
+    - ``rloo``: ``r_i − mean_{j≠i} r_j``;
+    - ``reinforce_pp``: per-token returns of the KL-shaped token rewards, whitened over the
+      batch; the KL then lives in the reward, so the loss has no KL term.
+    """
 
     name = "online_grpo"
+    ADVANTAGES = ("grpo", "dr_grpo", "rloo", "reinforce_pp")
 
-    def __init__(self, *, adv_eps: float, **kwargs: object) -> None:
+    def __init__(self, *, adv_eps: float, scale_rewards: str, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
+        if scale_rewards not in ADVANTAGE_SCALES:
+            raise ValueError(
+                f"train_type.scale_rewards must be one of {', '.join(ADVANTAGE_SCALES)}"
+            )
+        if scale_rewards != "group" and self.advantage != "grpo":
+            raise ValueError(
+                f"train_type.scale_rewards={scale_rewards} applies to advantage=grpo only "
+                f"(advantage={self.advantage} has its own scale)"
+            )
         self.adv_eps = adv_eps
+        self.scale_rewards = scale_rewards
+
+    @property
+    def kl_in_loss(self) -> bool:
+        """REINFORCE++ folds the KL into the token rewards instead of the loss."""
+        return self.advantage != "reinforce_pp"
 
     def prepare(
         self,
@@ -30,32 +64,54 @@ class GRPOStrategy(Strategy):
         sum_over_ranks: SumFn = local_sum,
     ) -> dict[str, float]:
         metrics = self.score_reference(rollout, reference, sum_over_ranks)
-        advantages = group_advantages(rollout.rewards, eps=self.adv_eps)  # [B, G]
-        rollout.advantages = advantages[..., None] * rollout.response_mask  # [B, G, R]
+        rollout.advantages = self.advantages(rollout, sum_over_ranks)
         return metrics
+
+    @torch.no_grad()
+    def advantages(self, rollout: Rollout, sum_over_ranks: SumFn = local_sum) -> Tensor:
+        """``[B, G, R]`` advantages of a rollout with pinned reference logprobs (0 at padding)."""
+        mask = rollout.response_mask
+        if self.advantage == "reinforce_pp":
+            assert rollout.ref_logprobs is not None
+            kl = kl_estimate(rollout.logprobs, rollout.ref_logprobs, self.kl_estimator)
+            kl = kl.clamp(-KL_REWARD_CLAMP, KL_REWARD_CLAMP)
+            rewards = token_rewards(rollout.rewards, kl, mask, self.kl_coef)  # [B, G, R]
+            return reinforce_pp_advantages(rewards, mask, sum_over_ranks)
+        if self.advantage == "rloo":
+            per_response = rloo_advantages(rollout.rewards)
+        else:
+            scale = "none" if self.advantage == "dr_grpo" else self.scale_rewards
+            per_response = group_advantages(
+                rollout.rewards, eps=self.adv_eps, scale=scale, sum_over_ranks=sum_over_ranks
+            )  # [B, G]
+        return per_response[..., None] * mask
 
     def loss(
         self,
         policy: nn.Module,
         batch: Minibatch,
         critic: nn.Module | None = None,
-        token_count: float | None = None,
+        divisors: Divisors | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         logprobs, entropy = self.policy_logprobs(policy, batch)
-        mask = batch.response_mask
-        policy_loss, stats = clipped_policy_loss(
-            logprobs, batch.old_logprobs, batch.advantages, mask, self.clip_eps, token_count
-        )
+        mask = batch.loss_mask
+        policy_loss, stats = self.policy_loss(logprobs, batch, divisors)
         kl_loss = kl_penalty_loss(
-            logprobs, batch.ref_logprobs, mask, self.kl_estimator, token_count
+            logprobs,
+            batch.ref_logprobs,
+            mask,
+            self.kl_estimator,
+            divisors,
+            self.loss_agg,
+            self.norm_len,
         )
-        loss = policy_loss + self.kl_coef * kl_loss
+        loss = policy_loss + self.kl_coef * kl_loss if self.kl_in_loss else policy_loss
+        tokens = None if divisors is None else divisors.tokens
         metrics = {
             "loss/policy": policy_loss.detach(),
             "loss/kl": kl_loss.detach(),
             "loss/total": loss.detach(),
-            "policy/clipfrac": stats["clipfrac"],
-            "policy/approx_kl": stats["approx_kl"],
-            "policy/entropy": masked_mean(entropy.detach(), mask, token_count=token_count),
+            **self.clip_metrics(stats),
+            "policy/entropy": masked_mean(entropy.detach(), mask, token_count=tokens),
         }
         return loss, metrics

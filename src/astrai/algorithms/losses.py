@@ -1,10 +1,10 @@
-"""Token-level losses for policy-gradient training.
+"""Per-token losses for policy-gradient training, aggregated into one scalar.
 
-Every loss is a token mean over all valid tokens of its input (``masked_mean`` with
-``dim=None``), so a minibatch split into micro-batches gives the same result once each part is
-weighted by its token count. ``token_count`` replaces the divisor: a data-parallel trainer
-passes ``global_tokens / world_size`` so that the ranks' losses (and their gradients, which
-DDP averages) average to the global token mean; the detached stats follow the same rule.
+Every loss aggregates its per-token values with ``aggregation.aggregate_loss`` (a token mean by
+default) and divides by the whole minibatch's counts (``divisors``), so a minibatch split into
+micro-batches or over data-parallel ranks gives the same result; a data-parallel trainer passes
+the global counts over the world size so that the ranks' losses (and their gradients, which DDP
+averages) average to the global value. Detached statistics are always token means.
 
 References:
     Schulman et al. 2017, "Proximal Policy Optimization Algorithms" (clipped surrogate; the value
@@ -15,8 +15,33 @@ References:
 import torch
 from torch import Tensor
 
+from astrai.algorithms.aggregation import Divisors, aggregate_loss
 from astrai.algorithms.kl import kl_estimate
 from astrai.algorithms.masked import masked_mean
+
+RATIO_LEVELS = ("token", "sequence")
+
+
+def importance_log_ratio(
+    logprobs: Tensor, old_logprobs: Tensor, mask: Tensor, level: str = "token"
+) -> Tensor:
+    """``log π/π_old`` per token, or (``sequence``, GSPO) the sequence's length-normalised
+    log-ratio ``1/L Σ_t (log π − log π_old)`` broadcast to its tokens.
+
+    Args:
+        logprobs, old_logprobs: ``[N, R]`` log-probs of the taken tokens.
+        mask: ``[N, R]`` bool, True = valid token.
+        level: one of ``RATIO_LEVELS``.
+
+    Returns:
+        ``[N, R]``; the gradient of a sequence-level entry reaches every valid token of its row.
+    """
+    log_ratio = logprobs - old_logprobs
+    if level == "token":
+        return log_ratio
+    if level != "sequence":
+        raise ValueError(f"unknown ratio level {level!r}; expected one of {RATIO_LEVELS}")
+    return masked_mean(log_ratio, mask, dim=-1)[..., None].expand_as(log_ratio)
 
 
 def clipped_policy_loss(
@@ -25,39 +50,67 @@ def clipped_policy_loss(
     advantages: Tensor,
     mask: Tensor,
     clip_eps: float,
-    token_count: float | None = None,
+    divisors: Divisors | None = None,
+    *,
+    clip_eps_high: float | None = None,
+    clip_ratio_c: float | None = None,
+    ratio_level: str = "token",
+    loss_agg: str = "token_mean",
+    norm_len: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO clipped surrogate loss (to minimise).
+    """PPO clipped surrogate loss (to minimise), with DAPO's clip-higher, dual-clip and GSPO's
+    sequence-level ratio as options.
 
-    Per token, with ``ratio = exp(logprobs - old_logprobs)``:
-    ``max(-A * ratio, -A * clip(ratio, 1 - clip_eps, 1 + clip_eps))``.
+    Per token, with ``ratio = exp(importance_log_ratio(...))``:
+    ``l = max(-A * ratio, -A * clip(ratio, 1 - clip_eps, 1 + clip_eps_high))``, and with
+    dual-clip, for ``A < 0`` only, ``min(l, -A * clip_ratio_c)``: a ratio far above 1 on a
+    negative advantage no longer grows the loss without bound (Ye et al. 2020). The tokens'
+    ``l`` are then aggregated by ``loss_agg`` (``aggregation.aggregate_loss``).
 
     Args:
         logprobs: ``[N, R]`` log-probs of the taken tokens under the current policy.
         old_logprobs: ``[N, R]`` log-probs under the policy that sampled them.
         advantages: ``[N, R]`` advantages, already broadcast to tokens.
         mask: ``[N, R]`` bool, True = token counts.
-        clip_eps: clip range epsilon.
-        token_count: divisor of the token means; None = the valid tokens of ``mask``.
+        clip_eps: lower clip range (and the upper one unless ``clip_eps_high``).
+        divisors: the whole minibatch's counts (``aggregation.Divisors``); None = this
+            tensor's own.
+        clip_eps_high: upper clip range (DAPO clip-higher); None = ``clip_eps``.
+        clip_ratio_c: dual-clip bound (> 1) for negative advantages; None = off.
+        ratio_level: ``token`` (PPO) or ``sequence`` (GSPO).
+        loss_agg: one of ``aggregation.LOSS_AGG_MODES``.
+        norm_len: the constant of ``seq_mean_token_sum_norm``.
 
     Returns:
-        ``(loss, stats)``: scalar loss; stats are detached scalars ``clipfrac`` (fraction of
-        tokens where clipping was active), ``approx_kl`` (mean k2 estimate
-        ``1/2 (logprobs - old_logprobs)^2``) and ``ratio_mean``.
+        ``(loss, stats)``: scalar loss; stats are detached token means: ``clipfrac`` (tokens
+        where the ratio clip was active), ``approx_kl`` (``1/2 (logprobs - old_logprobs)^2`` of
+        the tokens themselves), ``ratio_mean``, and with dual-clip ``dual_clipfrac`` (tokens
+        where its bound was active).
     """
-    log_ratio = logprobs - old_logprobs
-    ratio = torch.exp(log_ratio)
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    ratio = torch.exp(importance_log_ratio(logprobs, old_logprobs, mask, ratio_level))
     unclipped = -advantages * ratio
-    clipped = -advantages * ratio.clamp(1 - clip_eps, 1 + clip_eps)
-    loss = masked_mean(torch.maximum(unclipped, clipped), mask, token_count=token_count)
+    clipped = -advantages * ratio.clamp(1 - clip_eps, 1 + high)
+    per_token = torch.maximum(unclipped, clipped)
+    if clip_ratio_c is not None:
+        bounded = torch.minimum(per_token, -advantages * clip_ratio_c)
+        dual_active = (advantages < 0) & (bounded < per_token)
+        per_token = torch.where(advantages < 0, bounded, per_token)
+    loss = aggregate_loss(per_token, mask, loss_agg, norm_len, divisors)
+    tokens = None if divisors is None else divisors.tokens
     with torch.no_grad():
+        log_ratio = logprobs - old_logprobs
         stats = {
             "clipfrac": masked_mean(
-                (clipped > unclipped).to(ratio.dtype), mask, token_count=token_count
+                (clipped > unclipped).to(ratio.dtype), mask, token_count=tokens
             ),
-            "approx_kl": masked_mean(0.5 * log_ratio**2, mask, token_count=token_count),
-            "ratio_mean": masked_mean(ratio, mask, token_count=token_count),
+            "approx_kl": masked_mean(0.5 * log_ratio**2, mask, token_count=tokens),
+            "ratio_mean": masked_mean(ratio, mask, token_count=tokens),
         }
+        if clip_ratio_c is not None:
+            stats["dual_clipfrac"] = masked_mean(
+                dual_active.to(ratio.dtype), mask, token_count=tokens
+            )
     return loss, stats
 
 
@@ -66,21 +119,26 @@ def kl_penalty_loss(
     ref_logprobs: Tensor,
     mask: Tensor,
     kind: str,
-    token_count: float | None = None,
+    divisors: Divisors | None = None,
+    loss_agg: str = "token_mean",
+    norm_len: float | None = None,
 ) -> Tensor:
-    """Token mean of the per-token KL(pi || pi_ref) estimate; gradient flows through ``logprobs``.
+    """The per-token KL(pi || pi_ref) estimate aggregated by ``loss_agg`` (a token mean by
+    default); gradient flows through ``logprobs``.
 
     Args:
         logprobs: ``[N, R]`` log-probs under the current policy.
         ref_logprobs: ``[N, R]`` log-probs under the reference policy.
         mask: ``[N, R]`` bool, True = token counts.
         kind: ``"k1"``, ``"k2"`` or ``"k3"`` (see ``kl.py``).
-        token_count: divisor of the token mean; None = the valid tokens of ``mask``.
+        divisors, loss_agg, norm_len: as in ``aggregation.aggregate_loss``.
 
     Returns:
         Scalar loss.
     """
-    return masked_mean(kl_estimate(logprobs, ref_logprobs, kind), mask, token_count=token_count)
+    return aggregate_loss(
+        kl_estimate(logprobs, ref_logprobs, kind), mask, loss_agg, norm_len, divisors
+    )
 
 
 def clipped_value_loss(
@@ -89,12 +147,14 @@ def clipped_value_loss(
     returns: Tensor,
     mask: Tensor,
     clip_eps: float | None,
-    token_count: float | None = None,
+    divisors: Divisors | None = None,
+    loss_agg: str = "token_mean",
+    norm_len: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Squared-error value loss, optionally with PPO2 value clipping.
 
     Unclipped: ``1/2 (V - R)^2``. Clipped: ``V_clip = V_old + clamp(V - V_old, -eps, eps)`` and
-    ``1/2 max((V - R)^2, (V_clip - R)^2)``.
+    ``1/2 max((V - R)^2, (V_clip - R)^2)``; aggregated by ``loss_agg``.
 
     Args:
         values: ``[N, R]`` current critic values.
@@ -102,13 +162,14 @@ def clipped_value_loss(
         returns: ``[N, R]`` value targets.
         mask: ``[N, R]`` bool, True = token counts.
         clip_eps: clip range for the value change; ``None`` disables clipping.
-        token_count: divisor of the token means; None = the valid tokens of ``mask``.
+        divisors, loss_agg, norm_len: as in ``aggregation.aggregate_loss``.
 
     Returns:
-        ``(loss, stats)``: scalar loss; stats hold the detached scalar ``clipfrac`` (fraction of
-        tokens where the clipped term was strictly larger; 0 without clipping).
+        ``(loss, stats)``: scalar loss; stats hold the detached scalar ``clipfrac`` (token share
+        where the clipped term was strictly larger; 0 without clipping).
     """
     unclipped = (values - returns) ** 2
+    tokens = None if divisors is None else divisors.tokens
     if clip_eps is None:
         per_token = unclipped
         clipfrac = torch.zeros((), dtype=values.dtype, device=values.device)
@@ -117,8 +178,6 @@ def clipped_value_loss(
         clipped = (clipped_values - returns) ** 2
         per_token = torch.maximum(unclipped, clipped)
         with torch.no_grad():
-            clipfrac = masked_mean(
-                (clipped > unclipped).to(values.dtype), mask, token_count=token_count
-            )
-    loss = 0.5 * masked_mean(per_token, mask, token_count=token_count)
+            clipfrac = masked_mean((clipped > unclipped).to(values.dtype), mask, token_count=tokens)
+    loss = 0.5 * aggregate_loss(per_token, mask, loss_agg, norm_len, divisors)
     return loss, {"clipfrac": clipfrac.detach()}

@@ -12,8 +12,9 @@ import torch
 from torch import Tensor, nn
 
 from astrai.algorithms.advantages import compute_gae
+from astrai.algorithms.aggregation import Divisors, aggregate_loss
 from astrai.algorithms.kl import kl_estimate
-from astrai.algorithms.losses import clipped_policy_loss, clipped_value_loss
+from astrai.algorithms.losses import clipped_value_loss
 from astrai.algorithms.masked import (
     SumFn,
     local_sum,
@@ -21,17 +22,12 @@ from astrai.algorithms.masked import (
     masked_mean,
     masked_whiten,
 )
-from astrai.algorithms.rewards import token_rewards
+from astrai.algorithms.rewards import KL_REWARD_CLAMP, token_rewards
 from astrai.algorithms.stats import explained_variance
 from astrai.algorithms.strategy import Strategy
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.scoring import response_values, split_rows
-
-# Per-token KL estimates are clamped to this magnitude before entering the rewards (as verl
-# does for its k3 "low_var_kl"): a rarely sampled token with π ≪ π_ref has r = π_ref/π huge and
-# k3 ≈ r, and one such outlier would dominate the whitened advantages of the whole rollout.
-KL_REWARD_CLAMP = 10.0
 
 
 class PPOStrategy(Strategy):
@@ -53,6 +49,7 @@ class PPOStrategy(Strategy):
 
     name = "online_ppo"
     requires_critic = True
+    ADVANTAGES = ("gae",)
 
     def __init__(
         self,
@@ -127,30 +124,39 @@ class PPOStrategy(Strategy):
         policy: nn.Module,
         batch: Minibatch,
         critic: nn.Module | None = None,
-        token_count: float | None = None,
+        divisors: Divisors | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         if critic is None or batch.values is None or batch.returns is None:
             raise ValueError("online_ppo needs a critic and a prepared rollout")
-        mask = batch.response_mask
+        mask = batch.loss_mask
         logprobs, entropy = self.policy_logprobs(policy, batch)
-        policy_loss, stats = clipped_policy_loss(
-            logprobs, batch.old_logprobs, batch.advantages, mask, self.clip_eps, token_count
-        )
+        policy_loss, stats = self.policy_loss(logprobs, batch, divisors)
         values = response_values(
-            critic, batch.prompt_ids, batch.prompt_mask, batch.response_ids, mask
+            critic, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask
         )
         value_loss, value_stats = clipped_value_loss(
-            values, batch.values, batch.returns, mask, self.value_clip, token_count
+            values,
+            batch.values,
+            batch.returns,
+            mask,
+            self.value_clip,
+            divisors,
+            self.loss_agg,
+            self.norm_len,
         )
-        entropy_mean = masked_mean(entropy, mask, token_count=token_count)
-        loss = policy_loss + self.ppo_vf_coef * value_loss - self.entropy_coef * entropy_mean
+        entropy_bonus = aggregate_loss(entropy, mask, self.loss_agg, self.norm_len, divisors)
+        loss = policy_loss + self.ppo_vf_coef * value_loss - self.entropy_coef * entropy_bonus
+        if self.loss_agg == "token_mean":  # the bonus is the token mean itself
+            entropy_mean = entropy_bonus.detach()
+        else:
+            tokens = None if divisors is None else divisors.tokens
+            entropy_mean = masked_mean(entropy.detach(), mask, token_count=tokens)
         metrics = {
             "loss/policy": policy_loss.detach(),
             "loss/value": value_loss.detach(),
             "loss/total": loss.detach(),
-            "policy/clipfrac": stats["clipfrac"],
-            "policy/approx_kl": stats["approx_kl"],
-            "policy/entropy": entropy_mean.detach(),
+            **self.clip_metrics(stats),
+            "policy/entropy": entropy_mean,
             "value/clipfrac": value_stats["clipfrac"],
         }
         return loss, metrics

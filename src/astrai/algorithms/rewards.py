@@ -9,6 +9,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+# Per-token KL estimates are clamped to this magnitude before entering the rewards (as verl
+# does for its k3 "low_var_kl"): a rarely sampled token with π ≪ π_ref has r = π_ref/π huge and
+# k3 ≈ r, and one such outlier would dominate the whitened advantages of the whole rollout.
+KL_REWARD_CLAMP = 10.0
+
 
 def last_token_index(mask: Tensor) -> Tensor:
     """``[..., R]`` right-padded bool mask -> ``[...]`` index of the last valid token (−1: none)."""

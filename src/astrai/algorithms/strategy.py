@@ -9,7 +9,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from astrai.algorithms.aggregation import LOSS_AGG_MODES, Divisors
 from astrai.algorithms.kl import KL_ESTIMATORS, kl_estimate
+from astrai.algorithms.losses import RATIO_LEVELS, clipped_policy_loss
 from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
@@ -26,11 +28,20 @@ class Strategy(ABC):
 
     Data parallelism reaches a strategy only as two explicit arguments: ``prepare`` gets the
     trainer's ``sum_over_ranks`` for statistics of the whole rollout, ``loss`` gets the
-    ``token_count`` that divides the token means (see ``algorithms.masked``).
+    ``divisors`` (the whole minibatch's token and sequence counts) that divide its means (see
+    ``algorithms.aggregation``).
+
+    The options every strategy shares (``conf/train_type/*.yaml``, ``docs/algorithms.md``):
+    ``advantage`` (the estimator; each strategy lists its own in ``ADVANTAGES``), ``loss_agg``
+    (``aggregation.LOSS_AGG_MODES``), ``clip_eps_low``/``clip_eps_high`` (None: ``clip_eps``),
+    dual-clip ``clip_ratio_c``, ``ratio_level`` (token | sequence), ``mask_truncated``
+    (responses cut at the length limit leave the loss), ``filter_groups`` with
+    ``max_resample_rounds`` (DAPO dynamic sampling, carried out by the trainer).
     """
 
     name: str = "strategy"
     requires_critic: bool = False
+    ADVANTAGES: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -46,9 +57,27 @@ class Strategy(ABC):
         sampling: SamplingConfig | dict,
         optimizer: Callable[..., torch.optim.Optimizer],
         scheduler: Callable[..., Any],
+        advantage: str,
+        loss_agg: str,
+        clip_eps_low: float | None,
+        clip_eps_high: float | None,
+        clip_ratio_c: float | None,
+        ratio_level: str,
+        mask_truncated: bool,
+        filter_groups: bool,
+        max_resample_rounds: int,
     ) -> None:
         if kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"train_type.kl_estimator must be one of {KL_ESTIMATORS}")
+        if advantage not in self.ADVANTAGES:
+            raise ValueError(
+                f"train_type.advantage must be one of {', '.join(self.ADVANTAGES)} for "
+                f"{self.name} (got {advantage!r})"
+            )
+        if loss_agg not in LOSS_AGG_MODES:
+            raise ValueError(f"train_type.loss_agg must be one of {', '.join(LOSS_AGG_MODES)}")
+        if ratio_level not in RATIO_LEVELS:
+            raise ValueError(f"train_type.ratio_level must be one of {', '.join(RATIO_LEVELS)}")
         self.group_size = group_size
         self.prompts_per_step = prompts_per_step
         self.clip_eps = clip_eps
@@ -62,6 +91,15 @@ class Strategy(ABC):
         )
         self.optimizer = optimizer
         self.scheduler = scheduler
+        self.advantage = advantage
+        self.loss_agg = loss_agg
+        self.clip_eps_low = clip_eps if clip_eps_low is None else clip_eps_low
+        self.clip_eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+        self.clip_ratio_c = clip_ratio_c
+        self.ratio_level = ratio_level
+        self.mask_truncated = mask_truncated
+        self.filter_groups = filter_groups
+        self.max_resample_rounds = max_resample_rounds
 
     @torch.no_grad()
     def score_reference(
@@ -113,13 +151,45 @@ class Strategy(ABC):
         policy: nn.Module,
         batch: Minibatch,
         critic: nn.Module | None = None,
-        token_count: float | None = None,
+        divisors: Divisors | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Token-mean loss over the whole minibatch and detached scalar metrics.
+        """The loss over the whole minibatch (aggregated by ``loss_agg``) and detached scalar
+        metrics (token means).
 
-        ``token_count`` divides every token mean (None: the minibatch's own valid tokens); a
-        data-parallel trainer passes ``global_tokens / world_size``.
+        ``divisors`` divide every mean (None: the minibatch's own counts); a data-parallel
+        trainer passes the global counts over the world size.
         """
+
+    @property
+    def norm_len(self) -> int:
+        """The constant divisor of ``loss_agg=seq_mean_token_sum_norm``: the response limit."""
+        return self.sampling.max_new_tokens
+
+    def policy_loss(
+        self, logprobs: Tensor, batch: Minibatch, divisors: Divisors | None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The clipped surrogate of the minibatch with this strategy's clipping, ratio level and
+        aggregation; stats as ``losses.clipped_policy_loss``."""
+        return clipped_policy_loss(
+            logprobs,
+            batch.old_logprobs,
+            batch.advantages,
+            batch.loss_mask,
+            self.clip_eps_low,
+            divisors,
+            clip_eps_high=self.clip_eps_high,
+            clip_ratio_c=self.clip_ratio_c,
+            ratio_level=self.ratio_level,
+            loss_agg=self.loss_agg,
+            norm_len=self.norm_len,
+        )
+
+    def clip_metrics(self, stats: dict[str, Tensor]) -> dict[str, Tensor]:
+        """``policy/*`` metrics of the clipped surrogate (dual-clip's only when it is on)."""
+        metrics = {"policy/clipfrac": stats["clipfrac"], "policy/approx_kl": stats["approx_kl"]}
+        if "dual_clipfrac" in stats:
+            metrics["policy/dual_clipfrac"] = stats["dual_clipfrac"]
+        return metrics
 
     def policy_logprobs(self, policy: nn.Module, batch: Minibatch) -> tuple[Tensor, Tensor]:
         """Current policy logprobs and entropies ``[M, R]`` of the minibatch's responses."""

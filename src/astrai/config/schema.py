@@ -67,6 +67,15 @@ class StrategyConfig:
     clip_eps: float = MISSING
     kl_coef: float = MISSING
     kl_estimator: str = MISSING
+    advantage: str = MISSING
+    loss_agg: str = MISSING
+    clip_eps_low: float | None = MISSING
+    clip_eps_high: float | None = MISSING
+    clip_ratio_c: float | None = MISSING
+    ratio_level: str = MISSING
+    mask_truncated: bool = MISSING
+    filter_groups: bool = MISSING
+    max_resample_rounds: int = MISSING
     sampling: SamplingConfigSchema = field(default_factory=SamplingConfigSchema)  # type: ignore[valid-type]
     optimizer: Any = MISSING
     scheduler: Any = MISSING
@@ -77,6 +86,7 @@ class GRPOConfig(StrategyConfig):
     """``train_type=online_grpo``: group-normalised advantages, KL in the loss."""
 
     adv_eps: float = MISSING
+    scale_rewards: str = MISSING
 
 
 @dataclass

@@ -9,7 +9,10 @@ import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from astrai.algorithms.advantages import ADVANTAGE_SCALES
+from astrai.algorithms.aggregation import LOSS_AGG_MODES
 from astrai.algorithms.kl import KL_ESTIMATORS
+from astrai.algorithms.losses import RATIO_LEVELS
 from astrai.algorithms.strategy import Strategy
 from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan, Where, infra_plan
 from astrai.config.duration import parse_duration
@@ -99,6 +102,7 @@ def _validate_train_type(tt: DictConfig, critic: DictConfig) -> None:
         f"({rollout_size})",
     )
     _require(tt.clip_eps > 0, f"train_type.clip_eps must be > 0 (got {tt.clip_eps})")
+    _validate_algorithm_options(tt, strategy)
     _require(tt.kl_coef >= 0, f"train_type.kl_coef must be >= 0 (got {tt.kl_coef})")
     _require(
         tt.kl_estimator in KL_ESTIMATORS,
@@ -112,6 +116,49 @@ def _validate_train_type(tt: DictConfig, critic: DictConfig) -> None:
     _require(0 < s.top_p <= 1, f"train_type.sampling.top_p must be in (0, 1] (got {s.top_p})")
     _check_optimizer(tt.optimizer, "train_type.optimizer")
     _require(tt.scheduler.warmup_steps >= 0, "train_type.scheduler.warmup_steps must be >= 0")
+
+
+def _validate_algorithm_options(tt: DictConfig, strategy: type[Strategy]) -> None:
+    """The options of ``docs/algorithms.md``: names from their lists, ranges that make sense."""
+    _require(
+        tt.advantage in strategy.ADVANTAGES,
+        f"train_type.advantage must be one of {', '.join(strategy.ADVANTAGES)} for "
+        f"train_type={strategy.name} (got {tt.advantage!r})",
+    )
+    _require(
+        tt.loss_agg in LOSS_AGG_MODES,
+        f"train_type.loss_agg must be one of {', '.join(LOSS_AGG_MODES)} (got {tt.loss_agg!r})",
+    )
+    _require(
+        tt.ratio_level in RATIO_LEVELS,
+        f"train_type.ratio_level must be one of {', '.join(RATIO_LEVELS)} "
+        f"(got {tt.ratio_level!r})",
+    )
+    low, high = tt.clip_eps_low, tt.clip_eps_high
+    _require(
+        low is None or 0 < low < 1,
+        f"train_type.clip_eps_low must be null or in (0, 1) (got {low})",
+    )
+    _require(high is None or high > 0, f"train_type.clip_eps_high must be null or > 0 ({high})")
+    _require(
+        tt.clip_ratio_c is None or tt.clip_ratio_c > 1,
+        f"train_type.clip_ratio_c must be null or > 1 (got {tt.clip_ratio_c})",
+    )
+    _require(
+        tt.max_resample_rounds >= 0,
+        f"train_type.max_resample_rounds must be >= 0 (got {tt.max_resample_rounds})",
+    )
+    if "scale_rewards" in tt:
+        _require(
+            tt.scale_rewards in ADVANTAGE_SCALES,
+            f"train_type.scale_rewards must be one of {', '.join(ADVANTAGE_SCALES)} "
+            f"(got {tt.scale_rewards!r})",
+        )
+        _require(
+            tt.scale_rewards == "group" or tt.advantage == "grpo",
+            f"train_type.scale_rewards={tt.scale_rewards} applies to advantage=grpo only "
+            f"(got advantage={tt.advantage})",
+        )
 
 
 def _validate_pretrained(model: DictConfig) -> tuple[LlamaConfig, Tokenizer]:

@@ -14,7 +14,9 @@ from astrai.rollout.rollout import Rollout
 @dataclass
 class Minibatch:
     """``M`` sequences (any mix of prompts and group members). Token tensors are ``[M, R]``,
-    prompts ``[M, P]``; ``values``/``returns`` only for strategies with a critic."""
+    prompts ``[M, P]``; ``values``/``returns`` only for strategies with a critic.
+    ``loss_mask``: the tokens the losses count (default: ``response_mask``; without the
+    responses cut at the length limit under ``train_type.mask_truncated``)."""
 
     prompt_ids: Tensor
     prompt_mask: Tensor
@@ -25,6 +27,11 @@ class Minibatch:
     advantages: Tensor
     values: Tensor | None = None
     returns: Tensor | None = None
+    loss_mask: Tensor = None  # type: ignore[assignment]  # set in __post_init__
+
+    def __post_init__(self) -> None:
+        if self.loss_mask is None:
+            self.loss_mask = self.response_mask
 
     def select(self, index: Tensor) -> Minibatch:
         """Rows ``index`` of every tensor."""
@@ -52,6 +59,7 @@ def flatten_rollout(rollout: Rollout) -> Minibatch:
         advantages=rollout.flat("advantages"),
         values=rollout.flat("values") if rollout.values is not None else None,
         returns=rollout.flat("returns") if rollout.returns is not None else None,
+        loss_mask=rollout.flat("loss_mask") if rollout.loss_mask is not None else None,
     )
 
 

@@ -24,6 +24,8 @@ class Rollout:
             weighted sum), for the ``reward/<name>`` metrics.
         ref_logprobs, values, advantages, returns: ``[B, G, R]`` targets filled once by
             ``Strategy.prepare`` and then pinned for every replayed gradient step.
+        loss_mask: ``[B, G, R]`` the tokens the losses count when it differs from
+            ``response_mask`` (``train_type.mask_truncated``); None = ``response_mask``.
     """
 
     prompt_ids: Tensor
@@ -40,6 +42,7 @@ class Rollout:
     values: Tensor | None = None
     advantages: Tensor | None = None
     returns: Tensor | None = None
+    loss_mask: Tensor | None = None
 
     def select(self, rows: slice) -> Rollout:
         """The prompts ``rows`` (whole groups) with their responses and any pinned targets."""
@@ -56,6 +59,7 @@ class Rollout:
                 "values",
                 "advantages",
                 "returns",
+                "loss_mask",
             )
             for value in (getattr(self, name),)
         }

@@ -1,8 +1,9 @@
 """Gradient accumulation: one minibatch's gradients from micro-batches of it.
 
-Each micro-batch's loss is divided by the *whole* minibatch's token count (``token_count``), so
-the micro-batches' gradients and detached metrics sum to exactly the minibatch's own token
-means (uneven parts included); only one micro-batch's activations are alive at a time.
+Each micro-batch's loss is divided by the *whole* minibatch's counts (``Divisors``: its tokens
+and sequences), so the micro-batches' gradients and detached metrics sum to exactly the
+minibatch's own (uneven parts included, every ``loss_agg`` mode); only one micro-batch's
+activations are alive at a time.
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
+from astrai.algorithms.aggregation import Divisors, whole_minibatch_divisors
 from astrai.rollout.minibatch import Minibatch
 
-# (part, token_count) -> (loss, detached metrics)
-LossFn = Callable[[Minibatch, float | None], tuple[Tensor, dict[str, Tensor]]]
+# (part, divisors) -> (loss, detached metrics)
+LossFn = Callable[[Minibatch, Divisors | None], tuple[Tensor, dict[str, Tensor]]]
 
 
 def accumulate_gradients(
     minibatch: Minibatch,
     micro_batch_size: int | None,
-    token_count: float | None,
+    divisors: Divisors | None,
     loss_fn: LossFn,
     replicas: Sequence[nn.Module | None] = (),
 ) -> dict[str, Tensor]:
@@ -33,23 +35,23 @@ def accumulate_gradients(
     Args:
         minibatch: ``M`` sequences.
         micro_batch_size: sequences per forward/backward; None or >= M: one pass.
-        token_count: divisor of the token means (None: the minibatch's own valid tokens).
+        divisors: the whole minibatch's counts over every rank (None: its own).
         loss_fn: the strategy's loss of one part, given the divisor.
         replicas: the DDP-wrapped models: their gradient all-reduce runs once, in the last
             micro-batch's backward (``no_sync`` before it).
     """
     rows = minibatch.response_ids.shape[0]
     if micro_batch_size is None or micro_batch_size >= rows:
-        loss, metrics = loss_fn(minibatch, token_count)
+        loss, metrics = loss_fn(minibatch, divisors)
         loss.backward()
         return metrics
-    if token_count is None:  # one process: the minibatch's own tokens
-        token_count = float(max(minibatch.num_tokens, 1))
+    if divisors is None:  # one process: the minibatch's own counts
+        divisors = whole_minibatch_divisors(minibatch.loss_mask)
     parts = torch.arange(rows, device=minibatch.response_ids.device).split(micro_batch_size)
     totals: dict[str, Tensor] = {}
     for i, part in enumerate(parts):
         with _sync_gradients(replicas, enabled=i == len(parts) - 1):
-            loss, metrics = loss_fn(minibatch.select(part), token_count)
+            loss, metrics = loss_fn(minibatch.select(part), divisors)
             loss.backward()
         for name, value in metrics.items():
             totals[name] = totals[name] + value if name in totals else value

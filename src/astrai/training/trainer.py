@@ -21,6 +21,7 @@ from torch.distributed.tensor import DTensor
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from astrai.algorithms.aggregation import Divisors, count_divisors
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.io import prune_checkpoints
 from astrai.config.duration import parse_duration
@@ -193,15 +194,17 @@ class Trainer:
         finally:
             self.reference.to("cpu")
 
-    def loss_token_count(self, minibatch: Minibatch) -> float | None:
-        """The divisor of the token-mean losses: the minibatch's tokens over every rank divided
-        by the world size, so that the ranks' losses (and the gradients DDP averages) average to
-        the global token mean. None in one process (the minibatch's own count). One collective
-        per minibatch."""
+    def loss_divisors(self, minibatch: Minibatch) -> Divisors | None:
+        """The divisors of the minibatch's losses: its loss tokens and sequences over every rank
+        divided by the world size, so that the ranks' losses (and the gradients DDP averages)
+        average to the global value. None in one process (the minibatch's own counts). One
+        collective per minibatch."""
         if self.dist.world_size == 1:
             return None
-        tokens = all_reduce_sum(minibatch.response_mask.sum().double())
-        return max(tokens.item(), 1.0) / self.dist.world_size
+        counts = all_reduce_sum(torch.stack(count_divisors(minibatch.loss_mask)))
+        tokens, sequences = counts.tolist()
+        world = self.dist.world_size
+        return Divisors(max(tokens, 1.0) / world, max(sequences, 1.0) / world)
 
     def update(self, rollout: Rollout) -> dict[str, float]:
         """3. ``ppo_epochs × minibatches`` optimizer steps on the pinned targets."""
@@ -217,7 +220,7 @@ class Trainer:
                 if self.critic is not None:
                     metrics["value/grad_norm"] = self._step_critic()
                 means.update(metrics)
-        # each rank's losses and stats are its share of the global token mean (token_count):
+        # each rank's losses and stats are its share of the global value (loss_divisors):
         # their average over ranks, taken once per update, is the global value
         result = mean_over_ranks(means.compute())
         result["policy/lr"] = self.scheduler.get_last_lr()[0]
@@ -228,16 +231,16 @@ class Trainer:
         """Gradients of the minibatch's token-mean loss, in micro-batches of
         ``train_type.micro_batch_size`` sequences (``accumulation``); returns its metrics."""
 
-        def loss(part: Minibatch, token_count: float | None) -> LossOutput:
+        def loss(part: Minibatch, divisors: Divisors | None) -> LossOutput:
             with self.autocast():
                 return self.strategy.loss(
-                    self.train_policy, part, self.train_critic, token_count=token_count
+                    self.train_policy, part, self.train_critic, divisors=divisors
                 )
 
         return accumulate_gradients(
             minibatch,
             self.strategy.micro_batch_size,
-            self.loss_token_count(minibatch),
+            self.loss_divisors(minibatch),
             loss,
             replicas=(self.train_policy, self.train_critic),
         )
