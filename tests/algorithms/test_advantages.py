@@ -1,11 +1,19 @@
 """Tests for astrai.algorithms.advantages."""
 
+import threading
+
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.testing import assert_close
 
-from astrai.algorithms.advantages import compute_gae, group_advantages
+from astrai.algorithms.advantages import (
+    compute_gae,
+    group_advantages,
+    reinforce_pp_advantages,
+    rloo_advantages,
+)
 
 
 def test_group_advantages_hand_values():
@@ -98,3 +106,163 @@ def test_gae_lambda_zero_gives_one_step_td_error():
     mask = torch.ones(1, 3, dtype=torch.bool)
     advantages, _ = compute_gae(rewards, values, mask, gamma=0.9, lam=0.0)
     assert_close(advantages, torch.tensor([[0.04, 0.03, 0.3]]))
+
+
+# --- the issue-19 estimators on one [2, 4] reward example, by hand ---
+#   row 0: [1, 0, 1, 2]  mean 1, deviations [0, -1, 0, 1], population var 2/4 -> std sqrt(1/2)
+#   row 1: [5, 5, 1, 1]  mean 3, deviations [2, 2, -2, -2], population var 4  -> std 2
+#   all 8: mean 16/8 = 2, squared deviations 1, 4, 1, 0, 9, 9, 1, 1 = 26 -> var 26/8 = 3.25,
+#          batch std sqrt(13)/2 ~ 1.8028
+REWARDS = torch.tensor([[1.0, 0.0, 1.0, 2.0], [5.0, 5.0, 1.0, 1.0]], dtype=torch.float64)
+CENTRED = torch.tensor([[0.0, -1.0, 0.0, 1.0], [2.0, 2.0, -2.0, -2.0]], dtype=torch.float64)
+EPS = 1e-6
+
+
+def test_group_advantages_scale_group_hand_values():
+    std = torch.tensor([[0.5**0.5], [2.0]], dtype=torch.float64)
+    a = 1.0 / (0.5**0.5 + EPS)  # ~ 1.41421
+    b = 2.0 / (2.0 + EPS)  # ~ 1
+    expected = torch.tensor([[0.0, -a, 0.0, a], [b, b, -b, -b]], dtype=torch.float64)
+    assert_close(group_advantages(REWARDS, eps=EPS, scale="group"), expected)
+    assert_close(expected, CENTRED / (std + EPS))
+
+
+def test_group_advantages_scale_batch_hand_values():
+    # centred on the group's mean, divided by the batch std sqrt(3.25)
+    s = 3.25**0.5 + EPS
+    expected = torch.tensor(
+        [[0.0, -1.0 / s, 0.0, 1.0 / s], [2.0 / s, 2.0 / s, -2.0 / s, -2.0 / s]],
+        dtype=torch.float64,
+    )
+    assert_close(group_advantages(REWARDS, eps=EPS, scale="batch"), expected)
+    # 2 / sqrt(3.25) = 4 / sqrt(13) ~ 1.1094004 (less ~6e-7 for eps)
+    assert_close(expected[1, 0], torch.tensor(1.1094004, dtype=torch.float64), atol=1e-6, rtol=0)
+
+
+def test_group_advantages_scale_none_is_the_centred_reward():
+    assert_close(group_advantages(REWARDS, eps=EPS, scale="none"), CENTRED)
+
+
+def test_group_advantages_unknown_scale_raises():
+    with pytest.raises(ValueError, match="unknown advantage scale"):
+        group_advantages(REWARDS, scale="global")
+
+
+def test_rloo_advantages_hand_values():
+    # A_i = r_i - (sum - r_i) / 3
+    # row 0, sum 4:  [1 - 3/3, 0 - 4/3, 1 - 3/3, 2 - 2/3]   = [0, -4/3, 0, 4/3]
+    # row 1, sum 12: [5 - 7/3, 5 - 7/3, 1 - 11/3, 1 - 11/3] = [8/3, 8/3, -8/3, -8/3]
+    expected = torch.tensor(
+        [[0.0, -4 / 3, 0.0, 4 / 3], [8 / 3, 8 / 3, -8 / 3, -8 / 3]], dtype=torch.float64
+    )
+    assert_close(rloo_advantages(REWARDS), expected)
+    assert_close(expected, CENTRED * 4 / 3)  # G / (G - 1) (r - mean)
+
+
+def test_rloo_needs_two_responses_per_prompt():
+    with pytest.raises(ValueError, match="at least 2"):
+        rloo_advantages(torch.tensor([[1.0], [0.0]]))
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        lambda r: group_advantages(r, scale="group"),
+        lambda r: group_advantages(r, scale="batch"),
+        lambda r: group_advantages(r, scale="none"),
+        rloo_advantages,
+    ],
+    ids=["group", "batch", "none", "rloo"],
+)
+def test_constant_groups_are_exactly_zero_for_every_group_estimator(estimator):
+    # row 0 constant (0.1 is inexact in float32), row 1 informative: row 0 must be exactly 0
+    # while row 1 is not (under batch scaling the informative row sets the std)
+    rewards = torch.tensor([[0.1, 0.1, 0.1, 0.1], [0.0, 1.0, 0.0, 1.0]])
+    advantages = estimator(rewards)
+    assert torch.equal(advantages[0], torch.zeros(4))
+    assert (advantages[1] != 0).all()
+
+
+class _FakeAllReduce:
+    """``sum_over_ranks`` of ``world`` ranks simulated with threads in one process: every
+    rank's call blocks until all ranks have called, then each gets the sum of all their
+    tensors (added in rank order)."""
+
+    def __init__(self, world: int) -> None:
+        self.slots: list[torch.Tensor | None] = [None] * world
+        self.barrier = threading.Barrier(world, timeout=30)
+
+    def for_rank(self, rank: int):
+        def sum_over_ranks(x: torch.Tensor) -> torch.Tensor:
+            self.slots[rank] = x
+            self.barrier.wait()
+            total = sum(s for s in self.slots if s is not None)
+            self.barrier.wait()  # nobody overwrites a slot before everyone has read it
+            return total
+
+        return sum_over_ranks
+
+
+def _run_ranks(fn, parts: list) -> list:
+    """``fn(part, sum_over_ranks)`` for every rank's part, concurrently."""
+    reduce = _FakeAllReduce(len(parts))
+    results: list = [None] * len(parts)
+
+    def run(rank: int) -> None:
+        results[rank] = fn(parts[rank], reduce.for_rank(rank))
+
+    threads = [threading.Thread(target=run, args=(rank,)) for rank in range(len(parts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(r is not None for r in results)
+    return results
+
+
+def test_batch_scale_over_two_fake_ranks_equals_one_process_over_the_concatenation():
+    # rank 0 holds group [1, 0, 1, 2], rank 1 group [5, 5, 1, 1]: the batch std is the one of
+    # all 8 rewards (sqrt(3.25)), not either rank's own (1/sqrt(2) and 2)
+    whole = group_advantages(REWARDS, eps=EPS, scale="batch")
+    ranks = _run_ranks(
+        lambda part, sum_fn: group_advantages(part, eps=EPS, scale="batch", sum_over_ranks=sum_fn),
+        [REWARDS[:1], REWARDS[1:]],
+    )
+    assert_close(torch.cat(ranks), whole)
+    # and it differs from each rank scaling by its own std
+    assert not torch.allclose(group_advantages(REWARDS[:1], eps=EPS, scale="batch"), whole[:1])
+
+
+# REINFORCE++ on [2, 3] token rewards (nan in the padding: never read):
+#   row 0 rewards [0, 0, 1]    -> returns (reverse cumsum) [1, 1, 1]
+#   row 1 rewards [0.5, 2, pad] -> returns [2.5, 2, pad]
+#   valid returns 1, 1, 1, 2.5, 2: mean 7.5/5 = 1.5, deviations [-.5, -.5, -.5], [1, .5]
+#   population var (0.25 * 3 + 1 + 0.25) / 5 = 0.4; with eps 0.1: sqrt(0.4 + 0.1) = sqrt(1/2)
+#   advantages = deviation * sqrt(2): [-.7071, -.7071, -.7071], [1.4142, .7071, 0]
+TOKEN_REWARDS = torch.tensor([[0.0, 0.0, 1.0], [0.5, 2.0, float("nan")]], dtype=torch.float64)
+TOKEN_MASK = torch.tensor([[True, True, True], [True, True, False]])
+
+
+def test_reinforce_pp_hand_values():
+    r2 = 2.0**0.5
+    expected = torch.tensor(
+        [[-0.5 * r2, -0.5 * r2, -0.5 * r2], [1.0 * r2, 0.5 * r2, 0.0]], dtype=torch.float64
+    )
+    advantages = reinforce_pp_advantages(TOKEN_REWARDS, TOKEN_MASK, eps=0.1)
+    assert_close(advantages, expected)
+    assert advantages[1, 2].item() == 0.0  # padding is 0
+    # default eps 1e-8: divide by sqrt(0.4 + 1e-8)
+    expected_default = (
+        torch.tensor([[-0.5, -0.5, -0.5], [1.0, 0.5, 0.0]], dtype=torch.float64)
+        / (0.4 + 1e-8) ** 0.5
+    )
+    assert_close(reinforce_pp_advantages(TOKEN_REWARDS, TOKEN_MASK), expected_default)
+
+
+def test_reinforce_pp_over_two_fake_ranks_equals_one_process():
+    whole = reinforce_pp_advantages(TOKEN_REWARDS, TOKEN_MASK, eps=0.1)
+    ranks = _run_ranks(
+        lambda part, sum_fn: reinforce_pp_advantages(part[0], part[1], sum_fn, eps=0.1),
+        [(TOKEN_REWARDS[:1], TOKEN_MASK[:1]), (TOKEN_REWARDS[1:], TOKEN_MASK[1:])],
+    )
+    assert_close(torch.cat(ranks), whole)

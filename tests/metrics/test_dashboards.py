@@ -23,7 +23,7 @@ from astrai.metrics.dashboards import (
     run_name,
     swept_keys,
 )
-from astrai.metrics.names import METRICS, METRICS_BY_TRAIN_TYPE
+from astrai.metrics.names import METRICS, METRICS_BY_TRAIN_TYPE, OPTION_METRICS
 from astrai.metrics.writers import RunLogger
 from astrai.training.trainer import Trainer
 
@@ -195,7 +195,7 @@ def test_start_summaries_parse_back_with_the_plugins_own_reader() -> None:
 
 def test_layout_groups_related_charts_from_documented_metrics_only() -> None:
     for tags in LAYOUT_CHARTS.values():
-        assert set(tags) <= set(METRICS)
+        assert set(tags) <= set(METRICS) | set(OPTION_METRICS)
     assert set(HPARAM_METRICS) <= set(METRICS)
     grpo = layout_charts(METRICS_BY_TRAIN_TYPE["online_grpo"])
     assert "value: loss, explained variance" not in grpo  # GRPO has no critic: no empty chart

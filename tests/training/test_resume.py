@@ -24,7 +24,17 @@ QUICK = [
     "logger.samples_every=1",
     "ckpt.every_steps=0",
 ]
-NOISY = ("time/", "perf/")  # wall-clock measurements differ between any two runs
+NOISY = ("time/", "perf/")
+# issue 19's options, several at once (docs/algorithms.md)
+OPTIONS = [
+    "train_type.advantage=rloo",
+    "train_type.loss_agg=seq_mean_token_mean",
+    "train_type.clip_eps_high=0.28",
+    "train_type.clip_ratio_c=3",
+    "train_type.filter_groups=true",
+    "train_type.max_resample_rounds=2",
+    "train_type.mask_truncated=true",
+]  # wall-clock measurements differ between any two runs
 
 
 def _trainer(run_dir: Path, train_type: str, *extra: str) -> Trainer:
@@ -65,12 +75,19 @@ def _addition_jsonl(directory: Path) -> list[str]:
 
 @pytest.fixture(
     scope="module",
-    params=["online_grpo", "online_ppo", pytest.param("dataset", marks=pytest.mark.slow)],
+    params=[
+        "online_grpo",
+        "online_ppo",
+        pytest.param("dataset", marks=pytest.mark.slow),
+        pytest.param("options", marks=pytest.mark.slow),
+    ],
 )
 def straight_and_resumed(request, tmp_path_factory) -> tuple[Trainer, Trainer, Path, Path]:  # noqa: ANN001
     train_type, extra = request.param, []
     if request.param == "dataset":
         train_type, extra = "online_grpo", _addition_jsonl(tmp_path_factory.mktemp("data"))
+    if request.param == "options":  # dynamic sampling draws a varying number of rounds
+        train_type, extra = "online_grpo", OPTIONS
     straight_dir = tmp_path_factory.mktemp("straight")
     straight = _trainer(straight_dir, train_type, *extra)
     straight.fit()

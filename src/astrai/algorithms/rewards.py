@@ -2,12 +2,25 @@
 
 ``r_t = −kl_coef · KL_t + [t = last valid token] · score`` (the reference-KL penalty folded into
 the reward, as in Ziegler et al. 2019 and "The N Implementation Details of RLHF with PPO").
+Also DAPO's soft overlong penalty on the sequence reward (``overlong_penalty``, defined in
+``astrai.rewards.overlong`` so that the rollout layer below this one can apply it).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from astrai.rewards.overlong import OVERLONG_TERM, OverlongPenalty, overlong_penalty
+
+__all__ = [
+    "KL_REWARD_CLAMP",
+    "OVERLONG_TERM",
+    "OverlongPenalty",
+    "last_token_index",
+    "overlong_penalty",
+    "token_rewards",
+]
 
 # Per-token KL estimates are clamped to this magnitude before entering the rewards (as verl
 # does for its k3 "low_var_kl"): a rarely sampled token with π ≪ π_ref has r = π_ref/π huge and

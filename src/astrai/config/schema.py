@@ -165,6 +165,8 @@ class RewardConfig:
     _target_: str = MISSING
     name: str | None = MISSING
     accuracy_threshold: float = MISSING
+    overlong_buffer: int | None = MISSING  # DAPO soft overlong penalty (training rollouts only)
+    overlong_penalty: float = MISSING
 
 
 @dataclass
@@ -186,6 +188,8 @@ class RewardModelConfig(RewardConfig):
 @dataclass
 class WeightedRewardConfig:
     accuracy_threshold: float = MISSING
+    overlong_buffer: int | None = MISSING  # on the whole reward, not on a term
+    overlong_penalty: float = MISSING
     terms: list[Any] = MISSING  # reward nodes, each with name and weight
 
 

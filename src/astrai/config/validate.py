@@ -131,8 +131,7 @@ def _validate_algorithm_options(tt: DictConfig, strategy: type[Strategy]) -> Non
     )
     _require(
         tt.ratio_level in RATIO_LEVELS,
-        f"train_type.ratio_level must be one of {', '.join(RATIO_LEVELS)} "
-        f"(got {tt.ratio_level!r})",
+        f"train_type.ratio_level must be one of {', '.join(RATIO_LEVELS)} (got {tt.ratio_level!r})",
     )
     low, high = tt.clip_eps_low, tt.clip_eps_high
     _require(
@@ -276,6 +275,17 @@ def _validate_reward(reward: DictConfig, task: ProblemSource | None) -> None:
         raise ConfigError(f"{err} (tried before the run on the first eval problems)") from err
 
 
+def _validate_overlong(cfg: DictConfig) -> None:
+    """``reward.overlong_buffer`` / ``reward.overlong_penalty`` (DAPO's soft overlong penalty)."""
+    from astrai.rewards.base import RewardConfigError
+    from astrai.rewards.config import overlong_from_config
+
+    try:
+        overlong_from_config(cfg)
+    except RewardConfigError as err:
+        raise ConfigError(str(err)) from err
+
+
 def plan_here(
     infra: DictConfig, where: Where = "host", cuda_count: int | None = None
 ) -> DevicePlan:
@@ -385,6 +395,7 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
     _require(cfg.logger.samples_every >= 1, "logger.samples_every must be >= 1")
     _require(cfg.logger.num_samples >= 0, "logger.num_samples must be >= 0")
     _validate_train_type(cfg.train_type, cfg.critic)
+    _validate_overlong(cfg)
     tokenizer: Tokenizer
     if "path" in cfg.model.keys():  # model=hf (``in`` alone is False while path is ???)
         model, tokenizer = _validate_pretrained(cfg.model)

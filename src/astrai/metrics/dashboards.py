@@ -90,9 +90,18 @@ LAYOUT_CHARTS: dict[str, tuple[str, ...]] = {
         "eval/accuracy",
         "eval/reward_mean",
     ),
-    "policy: loss, clipfrac, approx KL": ("loss/policy", "policy/clipfrac", "policy/approx_kl"),
+    "policy: loss, clipfrac, approx KL": (
+        "loss/policy",
+        "policy/clipfrac",
+        "policy/approx_kl",
+        "policy/dual_clipfrac",  # train_type.clip_ratio_c only
+    ),
     "value: loss, explained variance": ("loss/value", "value/explained_variance"),
     "KL to reference: k1, k2, k3": ("kl/k1", "kl/k2", "kl/k3"),
+    "dynamic sampling: filtered groups, rounds": (  # train_type.filter_groups only
+        "rollout/filtered_groups",
+        "rollout/resample_rounds",
+    ),
 }
 
 

@@ -5,6 +5,8 @@ A test runs the trainer and checks the emitted names against this table.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 METRICS: dict[str, str] = {
     # rollout (sampled with the live policy)
     "rollout/reward_mean": "mean reward (weighted sum of the terms) of the sampled responses",
@@ -17,8 +19,8 @@ METRICS: dict[str, str] = {
     "eval/reward_mean": "mean reward of greedy answers on held-out prompts",
     "eval/response_len": "mean greedy response length in tokens",
     # losses
-    "loss/policy": "clipped surrogate policy loss (token mean)",
-    "loss/kl": "GRPO: KL-to-reference penalty term before kl_coef (token mean)",
+    "loss/policy": "clipped surrogate policy loss (aggregated by train_type.loss_agg)",
+    "loss/kl": "GRPO: KL-to-reference term before kl_coef (in the loss unless reinforce_pp)",
     "loss/total": "loss that was back-propagated",
     # policy update
     "policy/clipfrac": "share of tokens where the ratio clip was active",
@@ -77,3 +79,26 @@ METRICS_BY_TRAIN_TYPE: dict[str, frozenset[str]] = {
     "online_grpo": frozenset(METRICS) - PPO_ONLY,
     "online_ppo": frozenset(METRICS) - GRPO_ONLY,
 }
+
+# Emitted only while the option (a ``train_type`` key) is on: name -> (key, meaning)
+OPTION_METRICS: dict[str, tuple[str, str]] = {
+    "policy/dual_clipfrac": (
+        "clip_ratio_c",
+        "share of tokens where the dual-clip bound was active (negative advantages)",
+    ),
+    "rollout/filtered_groups": (
+        "filter_groups",
+        "groups with all-equal rewards sampled this step, over every rank and round",
+    ),
+    "rollout/resample_rounds": ("filter_groups", "extra sampling rounds this step took"),
+}
+
+
+def emitted_metrics(train_type: str, options: Mapping[str, object]) -> frozenset[str]:
+    """The metric names a run emits (reward terms aside): its train type's, plus those of the
+    options that are on (``options``: the ``train_type`` node; an option is on when its value
+    is neither null nor false)."""
+    extra = {
+        name for name, (key, _) in OPTION_METRICS.items() if options.get(key) not in (None, False)
+    }
+    return METRICS_BY_TRAIN_TYPE[train_type] | extra

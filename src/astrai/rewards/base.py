@@ -24,7 +24,18 @@ import torch
 
 RewardFn = Callable[[list[str], list[str], list[str | None]], list[float]]
 # keys of a reward node that configure the run's use of it, not the callable itself
-RUN_KEYS = ("_target_", "name", "weight", "accuracy_threshold", "terms")
+RUN_KEYS = (
+    "_target_",
+    "name",
+    "weight",
+    "accuracy_threshold",
+    "terms",
+    "overlong_buffer",
+    "overlong_penalty",
+)
+# run keys of the whole reward (``astrai.rewards.config.overlong_from_config``): on the
+# top-level node only, refused on a term of ``terms``
+OVERLONG_KEYS = ("overlong_buffer", "overlong_penalty")
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
@@ -156,6 +167,13 @@ def build_reward(node: Mapping[str, Any]) -> Reward:
 def _build_term(node: Any, where: str, weight: float | None = None) -> RewardTerm:
     if not isinstance(node, Mapping):
         raise RewardConfigError(f"{where}: expected a reward node with _target_, got {node!r}")
+    if weight is None:  # a term of ``terms``
+        misplaced = [k for k in OVERLONG_KEYS if k in node]
+        if misplaced:
+            raise RewardConfigError(
+                f"{where}.{misplaced[0]}: set it on the reward node (reward.{misplaced[0]}), "
+                "not on a term"
+            )
     target = node.get("_target_")
     if not isinstance(target, str) or not target:
         raise RewardConfigError(f"{where}._target_: name the reward (module.function)")

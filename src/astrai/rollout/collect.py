@@ -11,6 +11,7 @@ from astrai.chat import Prompt
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
+from astrai.rewards.overlong import OVERLONG_TERM, OverlongPenalty
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig, generate
 from astrai.tasks.base import Problem
@@ -64,9 +65,14 @@ def collect_rollout(
     policy_version: int,
     generator: torch.Generator | None = None,
     lockstep: bool = False,
+    overlong: OverlongPenalty | None = None,
 ) -> Rollout:
     """Sample ``group_size`` responses for each of B problems and score them (``lockstep``:
-    see ``generate``)."""
+    see ``generate``).
+
+    ``overlong`` (training rollouts only): DAPO's soft overlong penalty on each response's
+    length in tokens (EOS included), added to ``rewards`` and kept as the reward term
+    ``overlong`` (logged as ``reward/overlong``)."""
     device = policy.lm_head.weight.device
     prompt_ids, prompt_mask = left_pad(tokenizer, [p.prompt for p in problems], device)
     was_training = policy.training
@@ -86,11 +92,18 @@ def collect_rollout(
     texts = decode_responses(tokenizer, gen.response_ids, gen.response_mask)
     responses = [texts[i * g : (i + 1) * g] for i in range(b)]
     rewards, terms = score_responses(reward, problems, responses)
+    response_mask = gen.response_mask.view(b, g, -1)
+    if overlong is not None:
+        if OVERLONG_TERM in terms:
+            raise ValueError(f"a reward term is already named {OVERLONG_TERM!r}")
+        penalty = overlong(response_mask.sum(-1).cpu())
+        rewards = rewards + penalty
+        terms[OVERLONG_TERM] = penalty
     return Rollout(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,
         response_ids=gen.response_ids.view(b, g, -1),
-        response_mask=gen.response_mask.view(b, g, -1),
+        response_mask=response_mask,
         logprobs=gen.logprobs.view(b, g, -1),
         rewards=rewards.to(device),
         policy_version=policy_version,

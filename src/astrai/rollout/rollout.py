@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
+from torch.nn import functional as F  # noqa: N812
+
+# the fields indexed by prompt (dimension 0)
+ROW_FIELDS = (
+    "prompt_ids",
+    "prompt_mask",
+    "response_ids",
+    "response_mask",
+    "logprobs",
+    "rewards",
+    "ref_logprobs",
+    "values",
+    "advantages",
+    "returns",
+    "loss_mask",
+)
 
 
 @dataclass
@@ -48,19 +66,7 @@ class Rollout:
         """The prompts ``rows`` (whole groups) with their responses and any pinned targets."""
         tensors = {
             name: (value[rows] if value is not None else None)
-            for name in (
-                "prompt_ids",
-                "prompt_mask",
-                "response_ids",
-                "response_mask",
-                "logprobs",
-                "rewards",
-                "ref_logprobs",
-                "values",
-                "advantages",
-                "returns",
-                "loss_mask",
-            )
+            for name in ROW_FIELDS
             for value in (getattr(self, name),)
         }
         return Rollout(
@@ -68,6 +74,22 @@ class Rollout:
             prompts=self.prompts[rows],
             responses=self.responses[rows],
             reward_terms={name: scores[rows] for name, scores in self.reward_terms.items()},
+            **tensors,  # type: ignore[arg-type]
+        )
+
+    def take(self, rows: Sequence[int]) -> Rollout:
+        """The prompts at ``rows`` (whole groups, in that order), like ``select``."""
+        index = torch.tensor(list(rows), dtype=torch.long, device=self.response_ids.device)
+        tensors = {
+            name: (value.index_select(0, index) if value is not None else None)
+            for name in ROW_FIELDS
+            for value in (getattr(self, name),)
+        }
+        return Rollout(
+            policy_version=self.policy_version,
+            prompts=[self.prompts[i] for i in rows] if self.prompts else [],
+            responses=[self.responses[i] for i in rows] if self.responses else [],
+            reward_terms={n: v.index_select(0, index) for n, v in self.reward_terms.items()},
             **tensors,  # type: ignore[arg-type]
         )
 
@@ -90,3 +112,48 @@ class Rollout:
         if value is None:
             raise ValueError(f"rollout field {name!r} has not been prepared")
         return value.flatten(0, 1)
+
+
+def cat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
+    """Sampled (not yet prepared) rollouts of one policy version as one: prompts left-padded to
+    the widest, responses right-padded to the longest (ids ``pad_id``, masks False, logprobs 0).
+
+    Args:
+        parts: rollouts with the same group size and no pinned targets.
+        pad_id: the tokenizer's padding id.
+    """
+    if not parts:
+        raise ValueError("cat_rollouts needs at least one rollout")
+    if any(p.ref_logprobs is not None or p.advantages is not None for p in parts):
+        raise ValueError("cat_rollouts joins rollouts before Strategy.prepare")
+    width = max(p.prompt_ids.shape[-1] for p in parts)
+    length = max(p.response_ids.shape[-1] for p in parts)
+
+    def left(x: Tensor, value: float | bool) -> Tensor:
+        return F.pad(x, (width - x.shape[-1], 0), value=value)
+
+    def right(x: Tensor, value: float | bool) -> Tensor:
+        return F.pad(x, (0, length - x.shape[-1]), value=value)
+
+    return Rollout(
+        prompt_ids=torch.cat([left(p.prompt_ids, pad_id) for p in parts]),
+        prompt_mask=torch.cat([left(p.prompt_mask, False) for p in parts]),
+        response_ids=torch.cat([right(p.response_ids, pad_id) for p in parts]),
+        response_mask=torch.cat([right(p.response_mask, False) for p in parts]),
+        logprobs=torch.cat([right(p.logprobs, 0.0) for p in parts]),
+        rewards=torch.cat([p.rewards for p in parts]),
+        policy_version=parts[0].policy_version,
+        prompts=[text for p in parts for text in p.prompts],
+        responses=[group for p in parts for group in p.responses],
+        reward_terms={
+            name: torch.cat([p.reward_terms[name] for p in parts]) for name in parts[0].reward_terms
+        },
+    )
+
+
+def ended_with_eos(response_ids: Tensor, response_mask: Tensor, eos_id: int) -> Tensor:
+    """``[..., R]`` right-padded responses -> ``[...]`` bool: the last valid token is EOS (False
+    for a response cut at the length limit, and for an empty one)."""
+    lengths = response_mask.sum(-1)
+    last = (lengths - 1).clamp_min(0)[..., None]
+    return (response_ids.gather(-1, last).squeeze(-1) == eos_id) & (lengths > 0)

@@ -18,7 +18,7 @@ from astrai.metrics.dashboards import (
     layout_summary,
     run_hparams,
 )
-from astrai.metrics.names import METRICS_BY_TRAIN_TYPE
+from astrai.metrics.names import emitted_metrics
 from astrai.training.banner import RunFacts, cpu_reason, format_banner, ignored_gpu_warning
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ def count_parameters(module: nn.Module) -> int:
 def write_dashboards(trainer: Trainer) -> None:
     """Custom-scalars layout and HParams record (the job's overrides and key knobs) into the
     run's own event files; written at every start, TensorBoard keeps the first."""
-    emitted = METRICS_BY_TRAIN_TYPE[trainer.strategy.name]
+    emitted = emitted_metrics(trainer.strategy.name, trainer.cfg.train_type)
     hparams = run_hparams(trainer.cfg, trainer.job_overrides, trainer.job_choices)
     metrics = [name for name in HPARAM_METRICS if name in emitted]
     summaries = [layout_summary(emitted), *hparams_start_summaries(hparams, metrics)]

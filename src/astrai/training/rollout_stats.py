@@ -6,7 +6,7 @@ import torch
 
 from astrai.algorithms.masked import masked_global_mean, masked_var
 from astrai.distributed import all_reduce_sum
-from astrai.rollout.rollout import Rollout
+from astrai.rollout.rollout import Rollout, ended_with_eos
 
 
 def rollout_metrics(rollout: Rollout, eos_id: int, accuracy_threshold: float) -> dict[str, float]:
@@ -15,8 +15,7 @@ def rollout_metrics(rollout: Rollout, eos_id: int, accuracy_threshold: float) ->
     reaches ``accuracy_threshold``; ``reward/<name>``: each reward term's mean."""
     mask = rollout.response_mask
     lengths = mask.sum(-1).float()  # [B, G]
-    last = (lengths - 1).clamp_min(0).long()[..., None]
-    ended_with_eos = rollout.response_ids.gather(-1, last).squeeze(-1)
+    with_eos = ended_with_eos(rollout.response_ids, mask, eos_id)
     assert rollout.advantages is not None
     rewards = rollout.rewards.double()
     names = sorted(rollout.reward_terms)
@@ -26,7 +25,7 @@ def rollout_metrics(rollout: Rollout, eos_id: int, accuracy_threshold: float) ->
                 rewards.sum(),
                 (rewards**2).sum(),
                 lengths.double().sum(),
-                (ended_with_eos == eos_id).double().sum(),
+                with_eos.double().sum(),
                 (rewards >= accuracy_threshold).double().sum(),
                 *(rollout.reward_terms[name].double().sum() for name in names),
                 torch.tensor(float(rewards.numel()), dtype=torch.float64, device=rewards.device),

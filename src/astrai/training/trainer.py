@@ -41,10 +41,10 @@ from astrai.models.pretrained import tokenizer_for
 from astrai.models.tokenizer import Tokenizer
 from astrai.models.value_model import ValueModel, build_value_model
 from astrai.rewards.base import build_reward
-from astrai.rewards.config import reward_node
+from astrai.rewards.config import overlong_from_config, reward_node
 from astrai.rollout.collect import collect_rollout
 from astrai.rollout.minibatch import Minibatch, flatten_rollout, iter_minibatches
-from astrai.rollout.rollout import Rollout
+from astrai.rollout.rollout import Rollout, ended_with_eos
 from astrai.tasks.base import ProblemSource
 from astrai.training.accumulation import accumulate_gradients
 from astrai.training.announce import announce_run, count_parameters, write_dashboards
@@ -54,6 +54,7 @@ from astrai.training.checkpointing import (
     restore_training_checkpoint,
     save_training_checkpoint,
 )
+from astrai.training.dynamic_sampling import RESAMPLE_SEED_STRIDE, sample_informative
 from astrai.training.evaluation import EvalResult, evaluate
 from astrai.training.parallel import shard_policy, wrap_data_parallel
 from astrai.training.rollout_stats import rollout_metrics, rollout_samples
@@ -107,6 +108,7 @@ class Trainer:
         # after every model init: a reward model's construction must not move the global RNG
         with torch.random.fork_rng(devices=[]):
             self.reward = build_reward(reward_node(cfg.reward)).to(self.device)
+        self.overlong = overlong_from_config(cfg)  # training rollouts only, never evaluation
         self.sharded = cfg.infra.parallel == "fsdp" and self.dist.world_size > 1
         if self.sharded:  # in place; the optimizer must then see the sharded parameters
             shard_policy(self.policy, self.device)
@@ -122,6 +124,7 @@ class Trainer:
         self.policy_version = 0
         self.step = 0
         self.initial_metrics: dict[str, float] = {}  # the step-0 evaluation
+        self.sampling_metrics: dict[str, float] = {}  # the last rollout's dynamic sampling
         # restore before anything is written: a bad checkpoint leaves the run dir untouched
         self.resumed_from = resolve_resume(cfg.ckpt.resume, self.run_dir, self.strategy.name)
         if self.resumed_from is not None:
@@ -153,10 +156,25 @@ class Trainer:
     # --- one RL step ---------------------------------------------------------------------------
 
     def rollout(self) -> Rollout:
-        """1. Sample G responses for this step's prompts with the live policy and score them."""
-        problems = self.task.train_problems(
-            self.cfg.seed, self.step, self.strategy.prompts_per_step
+        """1. Sample G responses for this step's prompts with the live policy and score them;
+        under ``train_type.filter_groups``, resample until the groups are informative
+        (``dynamic_sampling``; its metrics land in ``sampling_metrics``)."""
+        if not self.strategy.filter_groups:
+            return self.sample_round(0)
+        rollout, self.sampling_metrics = sample_informative(
+            self.sample_round,
+            self.strategy.prompts_per_step // self.dist.world_size,
+            self.strategy.max_resample_rounds,
+            self.tokenizer.pad_id,
+            sum_over_ranks=all_reduce_sum,
         )
+        return rollout
+
+    def sample_round(self, round_index: int) -> Rollout:
+        """This rank's share of the step's prompts (round 0) or of an extra round's, sampled
+        and scored."""
+        seed = self.cfg.seed + RESAMPLE_SEED_STRIDE * round_index
+        problems = self.task.train_problems(seed, self.step, self.strategy.prompts_per_step)
         share = len(problems) // self.dist.world_size  # validated: divides evenly
         problems = problems[self.dist.rank * share : (self.dist.rank + 1) * share]
         with self.autocast():
@@ -170,11 +188,16 @@ class Trainer:
                 self.policy_version,
                 self.sample_generator,
                 lockstep=self.sharded,
+                overlong=self.overlong,
             )
 
     def prepare(self, rollout: Rollout) -> dict[str, float]:
         """2. Reference logprobs, (critic values,) advantages, pinned on the rollout; statistics
-        of the whole rollout are summed over the ranks."""
+        of the whole rollout are summed over the ranks. ``train_type.mask_truncated``: the
+        responses cut at the length limit leave the loss (``rollout.loss_mask``)."""
+        if self.strategy.mask_truncated:
+            eos = ended_with_eos(rollout.response_ids, rollout.response_mask, self.tokenizer.eos_id)
+            rollout.loss_mask = rollout.response_mask & eos[..., None]
         with self.reference_on_device(), self.autocast():
             return self.strategy.prepare(
                 rollout, self.reference, self.critic, sum_over_ranks=all_reduce_sum
@@ -281,8 +304,9 @@ class Trainer:
     def train_step(self) -> dict[str, float]:
         """One RL step; returns its metrics."""
         t0 = time.perf_counter()
+        self.sampling_metrics = {}
         rollout = self.rollout()
-        metrics = self.prepare(rollout)
+        metrics = {**self.sampling_metrics, **self.prepare(rollout)}
         t1 = time.perf_counter()
         metrics.update(self.update(rollout))
         t2 = time.perf_counter()

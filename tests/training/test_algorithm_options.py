@@ -1,0 +1,108 @@
+"""Issue 19's options through the real trainer: what they log, the loss mask of
+``mask_truncated``, dynamic sampling's step shape, and one-line config errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from tests.helpers import compose_config
+
+from astrai.config.errors import ConfigError
+from astrai.metrics.names import OPTION_METRICS, emitted_metrics, reward_term_names
+from astrai.rollout.rollout import ended_with_eos
+from astrai.training.trainer import Trainer
+
+SMALL = [
+    "debug=quick",
+    "trainer.total_steps=2",
+    "train_type.prompts_per_step=4",
+    "train_type.group_size=4",
+    "train_type.minibatches=2",
+    "logger.tensorboard=false",
+]
+ON = [
+    "train_type.clip_ratio_c=3",
+    "train_type.filter_groups=true",
+    "train_type.max_resample_rounds=1",
+    "train_type.mask_truncated=true",
+    "train_type.loss_agg=seq_mean_token_sum_norm",
+]
+
+
+@pytest.mark.parametrize(
+    ("train_type", "advantage"), [("online_grpo", "rloo"), ("online_ppo", "gae")]
+)
+def test_options_log_their_documented_metrics(
+    tmp_path: Path, train_type: str, advantage: str
+) -> None:
+    cfg = compose_config(
+        [f"train_type={train_type}", f"train_type.advantage={advantage}", *SMALL, *ON]
+    )
+    trainer = Trainer(cfg, tmp_path)
+    trainer.fit()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    emitted = set().union(*(row.keys() for row in rows)) - {"step"}
+    expected = emitted_metrics(train_type, cfg.train_type)
+    assert set(OPTION_METRICS) <= expected
+    assert emitted - reward_term_names(emitted) == expected
+    for row in rows[1:]:  # every training step says how it sampled
+        assert row["rollout/resample_rounds"] in (0.0, 1.0)
+        assert 0 <= row["rollout/filtered_groups"] <= 4 * (1 + row["rollout/resample_rounds"])
+
+
+def test_default_job_emits_no_option_metric() -> None:
+    cfg = compose_config(SMALL)
+    assert not set(OPTION_METRICS) & emitted_metrics("online_grpo", cfg.train_type)
+
+
+def test_dynamic_sampling_keeps_the_step_shape(tmp_path: Path) -> None:
+    trainer = Trainer(compose_config([*SMALL, *ON]), tmp_path)
+    rollout = trainer.rollout()
+    assert rollout.rewards.shape == (4, 4) and len(rollout.prompts) == 4
+    assert trainer.sampling_metrics["rollout/resample_rounds"] in (0.0, 1.0)
+
+
+def test_mask_truncated_leaves_cut_responses_out_of_the_loss(tmp_path: Path) -> None:
+    # max_new_tokens=3 is too short for most answers of the random policy: some are cut
+    trainer = Trainer(
+        compose_config(
+            [*SMALL, "train_type.mask_truncated=true", "train_type.sampling.max_new_tokens=3"]
+        ),
+        tmp_path,
+    )
+    rollout = trainer.rollout()
+    ends = ended_with_eos(rollout.response_ids, rollout.response_mask, trainer.tokenizer.eos_id)
+    assert not ends.all()  # the check below means something
+    trainer.prepare(rollout)
+    assert rollout.loss_mask is not None
+    assert torch.equal(rollout.loss_mask, rollout.response_mask & ends[..., None])
+    assert not rollout.loss_mask[~ends].any()
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train_type.advantage=gae", "train_type.advantage must be one of grpo, dr_grpo"),
+        ("train_type.loss_agg=seq_mean", "train_type.loss_agg must be one of token_mean"),
+        ("train_type.ratio_level=group", "train_type.ratio_level must be one of token, sequence"),
+        ("train_type.clip_eps_low=1.5", "train_type.clip_eps_low must be null or in (0, 1)"),
+        ("train_type.clip_eps_high=0", "train_type.clip_eps_high must be null or > 0"),
+        ("train_type.clip_ratio_c=1", "train_type.clip_ratio_c must be null or > 1"),
+        ("train_type.max_resample_rounds=-1", "train_type.max_resample_rounds must be >= 0"),
+        ("train_type.scale_rewards=std", "train_type.scale_rewards must be one of group"),
+    ],
+)
+def test_bad_option_values_are_one_line_errors(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        compose_config([override])
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_scale_rewards_belongs_to_grpo_advantages_only() -> None:
+    with pytest.raises(ConfigError, match="scale_rewards=batch applies to advantage=grpo only"):
+        compose_config(["train_type.advantage=rloo", "train_type.scale_rewards=batch"])
+    with pytest.raises(ConfigError, match="advantage must be one of gae"):
+        compose_config(["train_type=online_ppo", "train_type.advantage=rloo"])
