@@ -120,18 +120,10 @@ class Table:
         return [job.name, *(job.overrides.get(k, "-") for k in self.keys), *values, job.status]
 
     def to_text(self) -> str:
-        rows = [self.header(), *(self.cells(j) for j in self.jobs)]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-        return "\n".join(line.rstrip() for line in lines)
+        return text_table([self.header(), *(self.cells(j) for j in self.jobs)])
 
     def to_markdown(self, title: str) -> str:
-        head = self.header()
-        lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for job in self.jobs:
-            cells = [c.replace("|", "\\|") for c in self.cells(job)]
-            lines.append("| " + " | ".join(cells) + " |")
-        return "\n".join(lines) + "\n"
+        return markdown_table(title, [self.header(), *(self.cells(j) for j in self.jobs)])
 
     def write_csv(self, path: Path) -> None:
         """Raw values: full override keys, unformatted numbers, the job dir and all overrides."""
@@ -148,9 +140,9 @@ class Table:
                     [
                         job.name,
                         *(job.overrides.get(k, "") for k in self.keys),
-                        _raw(best),
+                        raw_number(best),
                         "" if best_step is None else best_step,
-                        *(_raw(metric_value(job, c)) for c in columns),
+                        *(raw_number(metric_value(job, c)) for c in columns),
                         "" if job.total_steps is None else job.total_steps,
                         job.status,
                         "" if job.path is None else str(job.path),
@@ -159,7 +151,24 @@ class Table:
                 )
 
 
-def _raw(value: float | None) -> str:
+def text_table(rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns two spaces apart; ``rows[0]`` is the header."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def markdown_table(title: str, rows: Sequence[Sequence[str]], note: str = "") -> str:
+    """``# title``, an optional paragraph, then the table (``rows[0]`` is the header)."""
+    head, *body = rows
+    lines = [f"# {title}", "", *([note, ""] if note else [])]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cells in body:
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def raw_number(value: float | None) -> str:
     if value is None:
         return ""
     return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
