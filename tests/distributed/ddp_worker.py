@@ -12,18 +12,45 @@ from omegaconf import OmegaConf
 
 
 def one_update(rank: int, world: int, resolved: str, rollout_file: str, out: str) -> None:
+    _join(rank, world, out)
+    result = _update(rank, world, resolved, rollout_file, Path(out) / "run")
+    if rank == 0:
+        torch.save(result, Path(out) / f"rank{rank}.pt")
+    _leave()
+
+
+def many_updates(rank: int, world: int, jobs: dict[str, str], rollout_file: str, out: str) -> None:
+    """``one_update`` for each ``name -> resolved config`` of ``jobs`` in turn, every one from
+    fresh weights on the same rollout, under one process group (one launch for them all); rank
+    0 saves ``{name: result}`` to ``out/updates.pt``."""
+    _join(rank, world, out)
+    results = {
+        name: _update(rank, world, resolved, rollout_file, Path(out) / name)
+        for name, resolved in jobs.items()
+    }
+    if rank == 0:
+        torch.save(results, Path(out) / "updates.pt")
+    _leave()
+
+
+def _join(rank: int, world: int, out: str) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
     # a file rendezvous: no TCP port that another process on the machine could take first
     torch.distributed.init_process_group(
         "gloo", init_method=f"file://{Path(out) / 'rendezvous'}", rank=rank, world_size=world
     )
+
+
+def _update(rank: int, world: int, resolved: str, rollout_file: str, run_dir: Path) -> dict:
+    """One update of a fresh trainer on this rank's share of the rollout: the full weights
+    (gathered under FSDP), the critic's, the metrics."""
     from astrai.training.parallel import full_model_state
     from astrai.training.rollout_stats import rollout_metrics
     from astrai.training.trainer import Trainer
 
     cfg = OmegaConf.create(resolved)
-    trainer = Trainer(cfg, Path(out) / "run")
+    trainer = Trainer(cfg, run_dir)
     rollout = torch.load(rollout_file, weights_only=False)
     share = rollout.num_prompts // world
     mine = rollout.select(slice(rank * share, (rank + 1) * share))
@@ -34,16 +61,16 @@ def one_update(rank: int, world: int, resolved: str, rollout_file: str, out: str
     )
     critic = trainer.critic.state_dict() if trainer.critic is not None else None
     policy = full_model_state(trainer.policy, trainer.sharded)  # collective under FSDP
-    if rank == 0:
-        torch.save(
-            {"policy": policy, "critic": critic, "metrics": metrics, "sharded": trainer.sharded},
-            Path(out) / f"rank{rank}.pt",
-        )
-    # both ranks done before either tears down; the DDP wrappers (and their reducer threads)
-    # go before the process group, or interpreter shutdown can abort the process
-    torch.distributed.barrier()
+    result = {"policy": policy, "critic": critic, "metrics": metrics, "sharded": trainer.sharded}
+    # the DDP wrappers (and their reducer threads) go before the process group, or
+    # interpreter shutdown can abort the process
     del trainer
     gc.collect()
+    return result
+
+
+def _leave() -> None:
+    torch.distributed.barrier()  # every rank done before any tears down
     torch.distributed.destroy_process_group()
 
 
