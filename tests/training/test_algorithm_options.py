@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import DictConfig, OmegaConf
 from tests.helpers import compose_config
 
 from astrai.config.errors import ConfigError
+from astrai.config.validate import validate_config
 from astrai.metrics.names import OPTION_METRICS, emitted_metrics, reward_term_names
 from astrai.rollout.rollout import ended_with_eos
 from astrai.training.trainer import Trainer
@@ -82,27 +85,46 @@ def test_mask_truncated_leaves_cut_responses_out_of_the_loss(tmp_path: Path) -> 
     assert not rollout.loss_mask[~ends].any()
 
 
+@pytest.fixture(scope="module")
+def composed() -> DictConfig:
+    """The default job, composed once (each case below edits a copy and validates it)."""
+    return compose_config(validate=False)
+
+
+def _validate_with(cfg: DictConfig, **train_type: object) -> None:
+    edited = copy.deepcopy(cfg)
+    for key, value in train_type.items():
+        OmegaConf.update(edited, f"train_type.{key}", value)
+    validate_config(edited)
+
+
 @pytest.mark.parametrize(
-    ("override", "message"),
+    ("key", "value", "message"),
     [
-        ("train_type.advantage=gae", "train_type.advantage must be one of grpo, dr_grpo"),
-        ("train_type.loss_agg=seq_mean", "train_type.loss_agg must be one of token_mean"),
-        ("train_type.ratio_level=group", "train_type.ratio_level must be one of token, sequence"),
-        ("train_type.clip_eps_low=1.5", "train_type.clip_eps_low must be null or in (0, 1)"),
-        ("train_type.clip_eps_high=0", "train_type.clip_eps_high must be null or > 0"),
-        ("train_type.clip_ratio_c=1", "train_type.clip_ratio_c must be null or > 1"),
-        ("train_type.max_resample_rounds=-1", "train_type.max_resample_rounds must be >= 0"),
-        ("train_type.scale_rewards=std", "train_type.scale_rewards must be one of group"),
+        ("advantage", "gae", "train_type.advantage must be one of grpo, dr_grpo"),
+        ("loss_agg", "seq_mean", "train_type.loss_agg must be one of token_mean"),
+        ("ratio_level", "group", "train_type.ratio_level must be one of token, sequence"),
+        ("clip_eps_low", 1.5, "train_type.clip_eps_low must be null or in (0, 1)"),
+        ("clip_eps_high", 0.0, "train_type.clip_eps_high must be null or > 0"),
+        ("clip_ratio_c", 1.0, "train_type.clip_ratio_c must be null or > 1"),
+        ("max_resample_rounds", -1, "train_type.max_resample_rounds must be >= 0"),
+        ("scale_rewards", "std", "train_type.scale_rewards must be one of group"),
     ],
 )
-def test_bad_option_values_are_one_line_errors(override: str, message: str) -> None:
+def test_bad_option_values_are_one_line_errors(
+    composed: DictConfig, key: str, value: object, message: str
+) -> None:
     with pytest.raises(ConfigError) as err:
-        compose_config([override])
+        _validate_with(composed, **{key: value})
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_scale_rewards_belongs_to_grpo_advantages_only() -> None:
+def test_scale_rewards_belongs_to_grpo_advantages_only(composed: DictConfig) -> None:
     with pytest.raises(ConfigError, match="scale_rewards=batch applies to advantage=grpo only"):
-        compose_config(["train_type.advantage=rloo", "train_type.scale_rewards=batch"])
+        _validate_with(composed, advantage="rloo", scale_rewards="batch")
+    _validate_with(composed, advantage="grpo", scale_rewards="batch")  # fine
+
+
+def test_ppo_has_only_the_gae_estimator() -> None:
     with pytest.raises(ConfigError, match="advantage must be one of gae"):
         compose_config(["train_type=online_ppo", "train_type.advantage=rloo"])
