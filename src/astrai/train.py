@@ -17,6 +17,7 @@ from astrai.checkpoints.layout import CheckpointError
 from astrai.config.compose import check_overrides, check_preset_syntax
 from astrai.config.help import help_text
 from astrai.config.store import register_configs
+from astrai.config.threads import available_cores, launcher_parallel_jobs
 from astrai.config.validate import ConfigError, validate_config
 from astrai.files import discard_fresh_dir
 from astrai.paths import CONFIG_DIR
@@ -25,14 +26,24 @@ from astrai.rewards.base import RewardError
 log = logging.getLogger(__name__)
 
 
-def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, object]:
-    """Train with a composed, validated config; return the run summary."""
+def run(cfg: DictConfig, run_dir: str | Path, parallel_jobs: int = 1) -> dict[str, object]:
+    """Train with a composed, validated config; return the run summary. ``parallel_jobs``: the
+    jobs of the multirun running side by side with this one (``infra.num_threads=auto``)."""
     from astrai.training.launch import (  # heavy imports after validation
         launch_workers,
         needs_launch,
     )
+    from astrai.training.setup import apply_num_threads
     from astrai.training.trainer import Trainer
 
+    threads = apply_num_threads(cfg.infra.num_threads, parallel_jobs)  # before any model
+    if cfg.infra.num_threads != "auto" or parallel_jobs > 1:  # the default run says nothing
+        log.info(
+            "torch intra-op threads: %d (infra.num_threads=%s; jobs side by side: %d)",
+            threads,
+            cfg.infra.num_threads,
+            parallel_jobs,
+        )
     if needs_launch(cfg.infra):
         summary = launch_workers(cfg, Path(run_dir))
     else:
@@ -79,6 +90,14 @@ def check_where_it_runs(cfg: DictConfig) -> None:
         )
 
 
+def parallel_jobs() -> int:
+    """The jobs the current Hydra job's launcher runs side by side (the joblib launcher's
+    ``n_jobs``; 1 for the basic launcher and outside a multirun)."""
+    hydra_cfg = HydraConfig.get()
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    return launcher_parallel_jobs(hydra_cfg.launcher, multirun, available_cores())
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 def _hydra_main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -90,7 +109,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         print(f"astrai: config error: {err}", file=sys.stderr)
         sys.exit(2)
     try:
-        summary = run(cfg, run_dir)
+        summary = run(cfg, run_dir, parallel_jobs())
     except ConfigError as err:  # found once the run starts (e.g. the launch's grace period)
         _discard_run_dir(run_dir)
         print(f"astrai: config error: {err}", file=sys.stderr)

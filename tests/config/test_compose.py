@@ -149,6 +149,7 @@ def test_optimizer_and_scheduler_are_partials() -> None:
         (["train_type.optimizer.lr=-1"], "train_type.optimizer.lr"),
         (["trainer.total_steps=0"], "trainer.total_steps"),
         (["trainer.eval_every=0"], "trainer.eval_every"),
+        (["logger.kl_every=0"], "logger.kl_every"),
         (["infra.device=tpu"], "infra.device"),
         (["infra.gpu.devices=[0,0]"], "infra.gpu.devices"),
         (["infra.gpu.devices=[-1]"], "infra.gpu.devices"),

@@ -11,6 +11,7 @@ from astrai.models.decode import Decoder, packed_qkv, rope_table
 from astrai.models.llama import (
     LlamaConfig,
     LlamaForCausalLM,
+    RotaryEmbedding,
     position_ids_from_mask,
 )
 
@@ -193,6 +194,56 @@ def test_rope_table_rows_are_counts_of_attended_tokens(tiny_model: LlamaForCausa
     cos, sin = rotary(torch.tensor([[0], [0], [17], [39]]))
     expected = torch.cat((cos, torch.cat((-sin[..., :8], sin[..., 8:]), dim=-1)), dim=-1)
     assert torch.equal(table[[0, 1, 18, 40]], expected[:, 0, 0])
+
+
+def _left_padded_mask(lengths: list[int], width: int) -> torch.Tensor:
+    return torch.stack([torch.arange(width) >= width - n for n in lengths])
+
+
+@pytest.mark.parametrize(
+    "position_ids",
+    [
+        torch.arange(7)[None],  # one unpadded row
+        position_ids_from_mask(_left_padded_mask([5, 9, 1, 0], 9)),  # left padding, empty row
+        position_ids_from_mask(_left_padded_mask([3, 70], 70))[:, 69:],  # a KV-cache step, > 64
+        torch.tensor([[0, 0, 0, 1, 2], [200, 201, 202, 203, 204]]),  # beyond the first table
+    ],
+)
+def test_cached_rope_table_is_bitwise_the_computed_values(position_ids: torch.Tensor) -> None:
+    rotary = RotaryEmbedding(head_dim=16, theta=10000.0)
+    computed = rotary(position_ids)
+    bound = int(position_ids.max()) + 1
+    for max_position in (bound, bound + 300):  # a table grown past the bound reads the same
+        cached = rotary(position_ids, max_position=max_position)
+        assert (
+            cached[0].shape
+            == computed[0].shape
+            == (*position_ids.shape[:1], 1, position_ids.shape[1], 16)
+        )
+        assert torch.equal(cached[0], computed[0]) and torch.equal(cached[1], computed[1])
+
+
+def test_rope_table_is_built_once_and_rebuilt_only_when_outgrown() -> None:
+    rotary = RotaryEmbedding(head_dim=16, theta=10000.0)
+    first = rotary.table(10)
+    assert first[0].shape == (64, 16)  # at least 64 rows
+    assert rotary.table(64)[0] is first[0]  # reused, not recomputed
+    grown = rotary.table(65)
+    assert grown[0].shape == (128, 16) and torch.equal(grown[0][:64], first[0])
+    rotary.inv_freq = rotary.inv_freq.double()  # a new dtype: a new table
+    with torch.inference_mode():  # built under inference mode, it is still an ordinary tensor
+        rebuilt = rotary.table(5)[0]
+    assert rebuilt.dtype == torch.float64 and not rebuilt.is_inference()
+
+
+def test_model_forward_with_cached_rope_matches_computed(tiny_model: LlamaForCausalLM) -> None:
+    torch.manual_seed(1)
+    mask = _left_padded_mask([4, 11, 7], 11)
+    ids = torch.randint(0, tiny_model.config.vocab_size, mask.shape)
+    with torch.no_grad():
+        cached = tiny_model(ids, attention_mask=mask).logits  # positions from the mask: cached
+        computed = tiny_model(ids, mask, position_ids=position_ids_from_mask(mask)).logits
+    assert torch.equal(cached, computed)
 
 
 def test_packed_projections_are_q_k_v_with_scaled_queries() -> None:

@@ -14,10 +14,9 @@ from astrai.algorithms.advantages import (
     rloo_advantages,
 )
 from astrai.algorithms.aggregation import Divisors
-from astrai.algorithms.kl import kl_estimate
 from astrai.algorithms.losses import kl_penalty_loss
 from astrai.algorithms.masked import SumFn, local_sum, masked_mean
-from astrai.algorithms.rewards import KL_REWARD_CLAMP, token_rewards
+from astrai.algorithms.rewards import token_rewards
 from astrai.algorithms.strategy import Strategy
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
@@ -53,13 +52,15 @@ class GRPOStrategy(Strategy):
 
     @property
     def kl_in_loss(self) -> bool:
-        """REINFORCE++ folds the KL into the token rewards instead of the loss."""
-        return self.advantage != "reinforce_pp"
+        """Whether the loss holds ``kl_coef ×`` the KL term: REINFORCE++ folds the KL into the
+        token rewards instead, and at ``kl_coef`` 0 the term is left out (``0 ×`` a finite
+        term changes nothing, and the reference is then scored only for the metrics)."""
+        return self.advantage != "reinforce_pp" and self.kl_coef != 0
 
     def prepare(
         self,
         rollout: Rollout,
-        reference: nn.Module,
+        reference: nn.Module | None,
         critic: nn.Module | None = None,
         sum_over_ranks: SumFn = local_sum,
     ) -> dict[str, float]:
@@ -72,9 +73,7 @@ class GRPOStrategy(Strategy):
         """``[B, G, R]`` advantages of a rollout with pinned reference logprobs (0 at padding)."""
         mask = rollout.response_mask
         if self.advantage == "reinforce_pp":
-            assert rollout.ref_logprobs is not None
-            kl = kl_estimate(rollout.logprobs, rollout.ref_logprobs, self.kl_estimator)
-            kl = kl.clamp(-KL_REWARD_CLAMP, KL_REWARD_CLAMP)
+            kl = self.reward_kl(rollout)
             rewards = token_rewards(rollout.rewards, kl, mask, self.kl_coef)  # [B, G, R]
             return reinforce_pp_advantages(rewards, mask, sum_over_ranks)
         if self.advantage == "rloo":
@@ -93,25 +92,31 @@ class GRPOStrategy(Strategy):
         critic: nn.Module | None = None,
         divisors: Divisors | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        logprobs, entropy = self.policy_logprobs(policy, batch)
+        logprobs, entropy = self.policy_logprobs(policy, batch)  # entropy: a metric only
         mask = batch.loss_mask
         policy_loss, stats = self.policy_loss(logprobs, batch, divisors)
-        kl_loss = kl_penalty_loss(
-            logprobs,
-            batch.ref_logprobs,
-            mask,
-            self.kl_estimator,
-            divisors,
-            self.loss_agg,
-            self.norm_len,
-        )
-        loss = policy_loss + self.kl_coef * kl_loss if self.kl_in_loss else policy_loss
+        loss, kl_metric = policy_loss, {}
+        if batch.ref_logprobs is not None:  # None at kl_coef 0 between kl_every steps
+            kl_loss = kl_penalty_loss(
+                logprobs if self.kl_in_loss else logprobs.detach(),
+                batch.ref_logprobs,
+                mask,
+                self.kl_estimator,
+                divisors,
+                self.loss_agg,
+                self.norm_len,
+            )
+            if self.kl_in_loss:
+                loss = policy_loss + self.kl_coef * kl_loss
+            kl_metric = {"loss/kl": kl_loss.detach()}
+        elif self.kl_in_loss:
+            raise ValueError("a prepared rollout without ref_logprobs needs kl_coef 0")
         tokens = None if divisors is None else divisors.tokens
         metrics = {
             "loss/policy": policy_loss.detach(),
-            "loss/kl": kl_loss.detach(),
+            **kl_metric,
             "loss/total": loss.detach(),
             **self.clip_metrics(stats),
-            "policy/entropy": masked_mean(entropy.detach(), mask, token_count=tokens),
+            "policy/entropy": masked_mean(entropy, mask, token_count=tokens),
         }
         return loss, metrics

@@ -13,7 +13,6 @@ from torch import Tensor, nn
 
 from astrai.algorithms.advantages import compute_gae
 from astrai.algorithms.aggregation import Divisors, aggregate_loss
-from astrai.algorithms.kl import kl_estimate
 from astrai.algorithms.losses import clipped_value_loss
 from astrai.algorithms.masked import (
     SumFn,
@@ -22,7 +21,7 @@ from astrai.algorithms.masked import (
     masked_mean,
     masked_whiten,
 )
-from astrai.algorithms.rewards import KL_REWARD_CLAMP, token_rewards
+from astrai.algorithms.rewards import token_rewards
 from astrai.algorithms.stats import explained_variance
 from astrai.algorithms.strategy import Strategy
 from astrai.rollout.minibatch import Minibatch
@@ -74,19 +73,15 @@ class PPOStrategy(Strategy):
     def prepare(
         self,
         rollout: Rollout,
-        reference: nn.Module,
+        reference: nn.Module | None,
         critic: nn.Module | None = None,
         sum_over_ranks: SumFn = local_sum,
     ) -> dict[str, float]:
         if critic is None:
             raise ValueError("online_ppo needs a critic (critic=value_model)")
         metrics = self.score_reference(rollout, reference, sum_over_ranks)
-        assert rollout.ref_logprobs is not None
         mask = rollout.response_mask
-        kl = kl_estimate(rollout.logprobs, rollout.ref_logprobs, self.kl_estimator).clamp(
-            -KL_REWARD_CLAMP, KL_REWARD_CLAMP
-        )
-        rewards = token_rewards(rollout.rewards, kl, mask, self.kl_coef)  # [B, G, R]
+        rewards = token_rewards(rollout.rewards, self.reward_kl(rollout), mask, self.kl_coef)
         prompt_ids, prompt_mask = rollout.flat_prompts()
         parts = split_rows(
             self.micro_batch_size,
@@ -95,7 +90,9 @@ class PPOStrategy(Strategy):
             rollout.flat("response_ids"),
             rollout.flat("response_mask"),
         )
-        values = torch.cat([response_values(critic, *part) for part in parts]).view_as(rewards)
+        with torch.inference_mode():  # targets only; cat below makes an ordinary tensor
+            value_parts = [response_values(critic, *part) for part in parts]
+        values = torch.cat(value_parts).view_as(rewards)  # [B, G, R]
         advantages, returns = compute_gae(
             rewards, values, mask, self.ppo_gamma, self.ppo_gae_lambda
         )
@@ -129,7 +126,8 @@ class PPOStrategy(Strategy):
         if critic is None or batch.values is None or batch.returns is None:
             raise ValueError("online_ppo needs a critic and a prepared rollout")
         mask = batch.loss_mask
-        logprobs, entropy = self.policy_logprobs(policy, batch)
+        # the entropy needs gradients only for a bonus in the loss
+        logprobs, entropy = self.policy_logprobs(policy, batch, self.entropy_coef != 0)
         policy_loss, stats = self.policy_loss(logprobs, batch, divisors)
         values = response_values(
             critic, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask

@@ -13,6 +13,7 @@ from astrai.algorithms.aggregation import LOSS_AGG_MODES, Divisors
 from astrai.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from astrai.algorithms.losses import RATIO_LEVELS, clipped_policy_loss
 from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean
+from astrai.algorithms.rewards import KL_REWARD_CLAMP
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig
@@ -101,12 +102,20 @@ class Strategy(ABC):
         self.filter_groups = filter_groups
         self.max_resample_rounds = max_resample_rounds
 
-    @torch.no_grad()
     def score_reference(
-        self, rollout: Rollout, reference: nn.Module, sum_over_ranks: SumFn = local_sum
+        self, rollout: Rollout, reference: nn.Module | None, sum_over_ranks: SumFn = local_sum
     ) -> dict[str, float]:
         """Pin ``rollout.ref_logprobs`` and return k1/k2/k3 of behaviour vs reference (token
-        means over every rank's rollout)."""
+        means over every rank's rollout).
+
+        ``reference`` None (allowed only at ``kl_coef`` 0, where nothing but the ``kl/*``
+        metrics reads it): no forward, ``ref_logprobs`` stays None and no metric is returned.
+        """
+        if reference is None:
+            if self.kl_coef != 0:
+                raise ValueError("a reference is needed while train_type.kl_coef is nonzero")
+            rollout.ref_logprobs = None
+            return {}
         prompt_ids, prompt_mask = rollout.flat_prompts()
         parts = split_rows(
             self.micro_batch_size,  # the memory bound of the update holds here too
@@ -116,13 +125,13 @@ class Strategy(ABC):
             rollout.flat("response_mask"),
         )
         temperature = self.sampling.temperature
-        ref = torch.cat(
-            [
+        with torch.inference_mode():
+            ref_parts = [
                 response_logprobs(reference, ids, mask, response_ids, response_mask, temperature)[0]
                 for ids, mask, response_ids, response_mask in parts
             ]
-        )
-        rollout.ref_logprobs = ref.view_as(rollout.logprobs)
+        # concatenated outside inference mode: an ordinary tensor, which the losses may save
+        rollout.ref_logprobs = torch.cat(ref_parts).view_as(rollout.logprobs)
         mask = rollout.response_mask
         return {
             f"kl/{kind}": masked_global_mean(
@@ -131,11 +140,23 @@ class Strategy(ABC):
             for kind in KL_ESTIMATORS
         }
 
+    @torch.no_grad()
+    def reward_kl(self, rollout: Rollout) -> Tensor:
+        """``[B, G, R]`` per-token KL of behaviour vs reference for KL-shaped token rewards,
+        clamped to ``±KL_REWARD_CLAMP``; zeros at ``kl_coef`` 0, where the penalty
+        ``−kl_coef·KL`` is ``−0.0`` either way (bitwise what k2 and k3, both ≥ 0, would give)
+        and the reference may not have been scored."""
+        if self.kl_coef == 0:
+            return torch.zeros_like(rollout.logprobs)
+        assert rollout.ref_logprobs is not None
+        kl = kl_estimate(rollout.logprobs, rollout.ref_logprobs, self.kl_estimator)
+        return kl.clamp(-KL_REWARD_CLAMP, KL_REWARD_CLAMP)
+
     @abstractmethod
     def prepare(
         self,
         rollout: Rollout,
-        reference: nn.Module,
+        reference: nn.Module | None,
         critic: nn.Module | None = None,
         sum_over_ranks: SumFn = local_sum,
     ) -> dict[str, float]:
@@ -143,6 +164,8 @@ class Strategy(ABC):
 
         ``sum_over_ranks`` sums a tensor over the data-parallel ranks, so statistics of the
         whole rollout (advantage whitening, logged means) cover every rank's share.
+        ``reference`` None skips the reference forward (``score_reference``; ``kl_coef`` 0
+        only): no ``kl/*`` metrics and ``rollout.ref_logprobs`` None.
         """
 
     @abstractmethod
@@ -191,8 +214,11 @@ class Strategy(ABC):
             metrics["policy/dual_clipfrac"] = stats["dual_clipfrac"]
         return metrics
 
-    def policy_logprobs(self, policy: nn.Module, batch: Minibatch) -> tuple[Tensor, Tensor]:
-        """Current policy logprobs and entropies ``[M, R]`` of the minibatch's responses."""
+    def policy_logprobs(
+        self, policy: nn.Module, batch: Minibatch, entropy_grad: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        """Current policy logprobs and entropies ``[M, R]`` of the minibatch's responses; the
+        entropies carry gradients only with ``entropy_grad`` (an entropy bonus in the loss)."""
         logprobs, entropy = response_logprobs(
             policy,
             batch.prompt_ids,
@@ -201,6 +227,7 @@ class Strategy(ABC):
             batch.response_mask,
             self.sampling.temperature,
             with_entropy=True,
+            entropy_grad=entropy_grad,
         )
         assert entropy is not None
         return logprobs, entropy

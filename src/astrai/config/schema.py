@@ -231,6 +231,7 @@ class InfraConfig:
     parallel: str = MISSING
     precision: str = MISSING  # fp32 | bf16
     offload_reference: bool = MISSING
+    num_threads: Any = MISSING  # "auto" or a positive int (astrai.config.threads)
     container: ContainerConfig = field(default_factory=ContainerConfig)
     mounts: MountsConfig = field(default_factory=MountsConfig)
     environment: dict[str, str] = MISSING
@@ -242,6 +243,7 @@ class LoggerConfig:
     samples_every: int = MISSING
     num_samples: int = MISSING
     flush_secs: int = MISSING
+    kl_every: int = MISSING
 
 
 @dataclass

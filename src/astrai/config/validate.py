@@ -19,6 +19,7 @@ from astrai.config.duration import parse_duration
 from astrai.config.environment import reserved_reason
 from astrai.config.errors import ConfigError
 from astrai.config.keys import check_known_keys
+from astrai.config.threads import parse_num_threads
 from astrai.models.llama import LlamaConfig
 from astrai.models.tokenizer import CharTokenizer, Tokenizer
 from astrai.tasks.base import ProblemSource
@@ -326,6 +327,7 @@ def _validate_infra(infra: DictConfig, where: Where) -> None:
         f"infra.precision must be fp32 or bf16 (got {infra.precision!r})",
     )
     _require(infra.nnodes >= 1, f"infra.nnodes must be >= 1 (got {infra.nnodes})")
+    parse_num_threads(infra.num_threads)
     _require(
         0 <= infra.node_rank < infra.nnodes,
         f"infra.node_rank must be in [0, infra.nnodes) (got {infra.node_rank})",
@@ -394,6 +396,7 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
     _validate_ckpt(cfg.ckpt)
     _require(cfg.logger.samples_every >= 1, "logger.samples_every must be >= 1")
     _require(cfg.logger.num_samples >= 0, "logger.num_samples must be >= 0")
+    _require(cfg.logger.kl_every >= 1, "logger.kl_every must be >= 1")
     _validate_train_type(cfg.train_type, cfg.critic)
     _validate_overlong(cfg)
     tokenizer: Tokenizer

@@ -80,6 +80,19 @@ METRICS_BY_TRAIN_TYPE: dict[str, frozenset[str]] = {
     "online_ppo": frozenset(METRICS) - GRPO_ONLY,
 }
 
+# Need the reference forward. Every step while ``train_type.kl_coef`` > 0 (the KL is then in
+# the reward or the loss); at kl_coef = 0 nothing but these metrics reads the reference, so it
+# is scored only at the steps ``kl_logged_at`` names (step 1, then every ``logger.kl_every``).
+KL_METRICS: frozenset[str] = frozenset({"kl/k1", "kl/k2", "kl/k3", "loss/kl"})
+
+
+def kl_logged_at(step: int, kl_coef: float, kl_every: int) -> bool:
+    """Whether step ``step`` (1-based: the step being taken) scores the reference and logs the
+    ``KL_METRICS``: always while ``kl_coef`` is nonzero, else at step 1 (so every run emits
+    them) and every ``kl_every`` steps."""
+    return kl_coef != 0 or step == 1 or step % kl_every == 0
+
+
 # Emitted only while the option (a ``train_type`` key) is on: name -> (key, meaning)
 OPTION_METRICS: dict[str, tuple[str, str]] = {
     "policy/dual_clipfrac": (

@@ -114,18 +114,57 @@ class RMSNorm(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotary position embedding (Su et al. 2021), HF's ``rotate_half`` convention."""
+    """Rotary position embedding (Su et al. 2021), HF's ``rotate_half`` convention.
+
+    Given a bound on the positions, cos and sin are read from a cached table of every position
+    below it (one per device and dtype of ``inv_freq``, grown to the next power of two when a
+    longer sequence comes) instead of being computed over ``[N, T, head_dim]`` in every
+    forward. The table holds the same elementwise products, cosines and sines, so the rows are
+    bitwise the values computed directly (a test pins it).
+    """
 
     def __init__(self, head_dim: int, theta: float) -> None:
         super().__init__()
         inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        # (device, dtype) of inv_freq -> (cos, sin) ``[L, head_dim]``; a plain attribute, not a
+        # buffer: never saved, and rebuilt when the module moves (the key no longer matches)
+        self._table: tuple[tuple[torch.device, torch.dtype], Tensor, Tensor] | None = None
 
-    def forward(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
-        """``[N, T]`` positions -> (cos, sin), each ``[N, 1, T, head_dim]``."""
+    def forward(
+        self, position_ids: Tensor, max_position: int | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """``[N, T]`` positions -> (cos, sin), each ``[N, 1, T, head_dim]``.
+
+        ``max_position``: a bound (exclusive) on ``position_ids`` known without looking at them
+        (no device sync); with it the cached table is indexed, without it the values are
+        computed.
+        """
+        if max_position is None:
+            cos, sin = self.compute(position_ids)
+        else:
+            cos_table, sin_table = self.table(max_position)
+            # a row lookup (embedding) is several times faster than advanced indexing on CPU
+            cos, sin = F.embedding(position_ids, cos_table), F.embedding(position_ids, sin_table)
+        return cos[:, None], sin[:, None]
+
+    def compute(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+        """``[...]`` positions -> (cos, sin) ``[..., head_dim]``, computed."""
         freqs = position_ids.float()[..., None] * self.inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)[:, None]
+        emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos(), emb.sin()
+
+    def table(self, length: int) -> tuple[Tensor, Tensor]:
+        """(cos, sin) ``[L, head_dim]`` of positions ``0 .. L - 1`` for some ``L >= length``."""
+        key = (self.inv_freq.device, self.inv_freq.dtype)
+        if self._table is None or self._table[0] != key or self._table[1].shape[0] < length:
+            rows = 1 << max(length - 1, 63).bit_length()  # a power of two, at least 64
+            # ordinary tensors even when first asked for under inference mode (the training
+            # forward saves what it indexes from them for backward)
+            with torch.inference_mode(False), torch.no_grad():
+                positions = torch.arange(rows, device=self.inv_freq.device)
+                self._table = (key, *self.compute(positions))
+        return self._table[1], self._table[2]
 
 
 def _rotate_half(x: Tensor) -> Tensor:
@@ -242,9 +281,11 @@ class LlamaModel(nn.Module):
         n, t = input_ids.shape
         s = attention_mask.shape[1]
         past = s - t
-        if position_ids is None:
+        if position_ids is None:  # from the mask: below s, the table's bound
             position_ids = position_ids_from_mask(attention_mask)[:, past:]
-        cos, sin = self.rotary_emb(position_ids)
+            cos, sin = self.rotary_emb(position_ids, max_position=s)
+        else:
+            cos, sin = self.rotary_emb(position_ids)
         attn_mask = _causal_padding_mask(attention_mask, t)
         x = self.embed_tokens(input_ids)
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()

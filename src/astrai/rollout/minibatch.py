@@ -14,7 +14,9 @@ from astrai.rollout.rollout import Rollout
 @dataclass
 class Minibatch:
     """``M`` sequences (any mix of prompts and group members). Token tensors are ``[M, R]``,
-    prompts ``[M, P]``; ``values``/``returns`` only for strategies with a critic.
+    prompts ``[M, P]``; ``values``/``returns`` only for strategies with a critic;
+    ``ref_logprobs`` None where the reference was not scored (``kl_coef`` 0, between the
+    ``logger.kl_every`` steps).
     ``loss_mask``: the tokens the losses count (default: ``response_mask``; without the
     responses cut at the length limit under ``train_type.mask_truncated``)."""
 
@@ -23,7 +25,7 @@ class Minibatch:
     response_ids: Tensor
     response_mask: Tensor
     old_logprobs: Tensor
-    ref_logprobs: Tensor
+    ref_logprobs: Tensor | None
     advantages: Tensor
     values: Tensor | None = None
     returns: Tensor | None = None
@@ -55,7 +57,7 @@ def flatten_rollout(rollout: Rollout) -> Minibatch:
         response_ids=rollout.flat("response_ids"),
         response_mask=rollout.flat("response_mask"),
         old_logprobs=rollout.flat("logprobs"),
-        ref_logprobs=rollout.flat("ref_logprobs"),
+        ref_logprobs=rollout.flat("ref_logprobs") if rollout.ref_logprobs is not None else None,
         advantages=rollout.flat("advantages"),
         values=rollout.flat("values") if rollout.values is not None else None,
         returns=rollout.flat("returns") if rollout.returns is not None else None,

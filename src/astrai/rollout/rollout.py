@@ -41,7 +41,9 @@ class Rollout:
         reward_terms: ``[B, G]`` scores of each named reward term (``rewards`` is their
             weighted sum), for the ``reward/<name>`` metrics.
         ref_logprobs, values, advantages, returns: ``[B, G, R]`` targets filled once by
-            ``Strategy.prepare`` and then pinned for every replayed gradient step.
+            ``Strategy.prepare`` and then pinned for every replayed gradient step;
+            ``ref_logprobs`` stays None where the reference was not scored (``kl_coef`` 0,
+            between the ``logger.kl_every`` steps).
         loss_mask: ``[B, G, R]`` the tokens the losses count when it differs from
             ``response_mask`` (``train_type.mask_truncated``); None = ``response_mask``.
     """

@@ -47,6 +47,7 @@ def response_logprobs(
     response_mask: Tensor,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    entropy_grad: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Logprobs of each response token under ``model`` at ``temperature``.
 
@@ -56,7 +57,9 @@ def response_logprobs(
 
     Returns:
         ``logprobs [N, R]`` (0 at padding) and, when asked, ``entropy [N, R]`` of the scaled
-        distribution at each response position (with grad, for an entropy bonus).
+        distribution at each response position: with grad (for an entropy bonus) unless
+        ``entropy_grad`` is False, where it is computed from detached logits (a metric only;
+        the same values without its autograd graph and backward pass).
     """
     input_ids, attention_mask = concat_sequences(
         prompt_ids, prompt_mask, response_ids, response_mask
@@ -67,7 +70,9 @@ def response_logprobs(
     logits = scaled_logits(logits[:, p - 1 : p + r - 1].float(), temperature)
     logprobs = logits.log_softmax(-1).gather(-1, response_ids[..., None]).squeeze(-1)
     logprobs = logprobs.masked_fill(~response_mask.bool(), 0.0)
-    entropy = entropy_from_logits(logits) if with_entropy else None
+    entropy = None
+    if with_entropy:
+        entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
     return logprobs, entropy
 
 

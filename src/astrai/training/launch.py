@@ -35,6 +35,7 @@ from astrai.config.devices import CUDA_VISIBLE_DEVICES
 from astrai.config.duration import parse_duration
 from astrai.config.validate import ConfigError, plan_here
 from astrai.metrics.dashboards import hydra_job_context
+from astrai.training.setup import apply_num_threads
 from astrai.training.stopping import StopForwarder
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,8 @@ def run_worker(
             logging.getLogger().addHandler(handler)
     cfg = OmegaConf.create(resolved_config)
     assert isinstance(cfg, DictConfig)
+    # a number is every rank's own count; auto: torch's default, as each rank had before
+    apply_num_threads(cfg.infra.num_threads)
     trainer = Trainer(cfg, run_dir, job_context)
     trainer.save_config()
     summary = trainer.fit()

@@ -1,4 +1,5 @@
-"""Run set-up helpers: device choice, seeding, and RNG state capture for exact resume."""
+"""Run set-up helpers: device choice, CPU threads, seeding, and RNG state capture for exact
+resume."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from astrai.config.threads import available_cores, resolve_num_threads
 from astrai.config.validate import plan_here
 from astrai.distributed import DistContext
 
@@ -34,6 +36,27 @@ def resolve_device(
         return torch.device("cpu")
     torch.cuda.set_device(index)
     return torch.device("cuda", index)
+
+
+# torch's own intra-op default in this process (OMP_NUM_THREADS, else the cores), read before
+# any job of the process sets its own: ``auto`` restores it for a job that runs alone, also
+# after an earlier job of the same multirun process set another count
+TORCH_DEFAULT_THREADS = torch.get_num_threads()
+
+
+def apply_num_threads(setting: object, parallel_jobs: int = 1) -> int:
+    """Set torch's intra-op threads for this job (before any model is built); returns the count.
+
+    Args:
+        setting: ``infra.num_threads`` (``"auto"`` or an int >= 1).
+        parallel_jobs: the jobs running side by side with this one (the joblib launcher's).
+    """
+    threads = resolve_num_threads(
+        setting, available_cores(), parallel_jobs, default=TORCH_DEFAULT_THREADS
+    )
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return threads
 
 
 def seed_everything(seed: int) -> None:

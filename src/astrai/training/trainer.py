@@ -35,6 +35,7 @@ from astrai.distributed import (
 )
 from astrai.metrics.aggregate import MetricMeans
 from astrai.metrics.dashboards import hparams_end_summary, hydra_job_context
+from astrai.metrics.names import kl_logged_at
 from astrai.metrics.writers import RunLogger, samples_markdown
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.pretrained import tokenizer_for
@@ -194,21 +195,28 @@ class Trainer:
     def prepare(self, rollout: Rollout) -> dict[str, float]:
         """2. Reference logprobs, (critic values,) advantages, pinned on the rollout; statistics
         of the whole rollout are summed over the ranks. ``train_type.mask_truncated``: the
-        responses cut at the length limit leave the loss (``rollout.loss_mask``)."""
+        responses cut at the length limit leave the loss (``rollout.loss_mask``).
+
+        At ``kl_coef`` 0 the reference feeds only the ``kl/*`` metrics, so it is scored only on
+        the steps that log them (``metrics.names.kl_logged_at``: step 1 and every
+        ``logger.kl_every``)."""
         if self.strategy.mask_truncated:
             eos = ended_with_eos(rollout.response_ids, rollout.response_mask, self.tokenizer.eos_id)
             rollout.loss_mask = rollout.response_mask & eos[..., None]
-        with self.reference_on_device(), self.autocast():
+        score = kl_logged_at(self.step + 1, self.strategy.kl_coef, self.cfg.logger.kl_every)
+        reference = self.reference if score else None
+        with self.reference_on_device(score), self.autocast():
             return self.strategy.prepare(
-                rollout, self.reference, self.critic, sum_over_ranks=all_reduce_sum
+                rollout, reference, self.critic, sum_over_ranks=all_reduce_sum
             )
 
     @contextlib.contextmanager
-    def reference_on_device(self) -> Iterator[None]:
+    def reference_on_device(self, needed: bool = True) -> Iterator[None]:
         """``infra.offload_reference``: the frozen reference is moved to the training device
         for its scoring pass only and back to the CPU after it (as OpenRLHF's
-        ``--ref_reward_offload``), so it holds no device memory while the update runs."""
-        if not self.cfg.infra.offload_reference:
+        ``--ref_reward_offload``), so it holds no device memory while the update runs; not
+        moved at all on a step that does not score it (not ``needed``)."""
+        if not self.cfg.infra.offload_reference or not needed:
             yield
             return
         self.reference.to(self.device)
