@@ -1,0 +1,36 @@
+"""bench/step_overhead.py at a reduced shape: the bare loop's weights agree with the Trainer's
+after one step (the math check passes) and the last line is ``ratio: <float>``."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from astrai.paths import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "bench" / "step_overhead.py"
+
+
+@pytest.mark.slow  # ~6 s: a Trainer build and three steps of each loop
+def test_one_round_checks_the_math_and_ends_with_the_ratio() -> None:
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--rounds", "1", "--prompts", "8", "--group", "4"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    check = next(line for line in lines if line.startswith("math check:"))
+    assert check.endswith(": ok"), check
+    diff = float(re.search(r"max \|Δweight\| (\S+) ", check)[1])
+    assert diff <= 1e-5
+    assert sum(line.startswith("round ") for line in lines) == 1
+    ratio = re.fullmatch(r"ratio: (\d+\.\d+)", lines[-1])
+    assert ratio is not None, lines[-1]
+    assert float(ratio[1]) > 0
