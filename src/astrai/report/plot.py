@@ -56,6 +56,9 @@ def plot_curves(jobs: Sequence[Job], labels: dict[str, str]) -> Figure:
     return _finish(fig, axes)
 
 
+GROUP_LINE_STYLES = ("-", "--", ":", "-.")
+
+
 def plot_group_curves(groups: Sequence[Group], labels: Sequence[str]) -> Figure:
     """One panel per metric in ``PANELS``, one line per group: the mean over its done jobs at
     the steps all of them logged, shaded from their min to their max. Groups without a done job
@@ -67,7 +70,9 @@ def plot_group_curves(groups: Sequence[Group], labels: Sequence[str]) -> Figure:
             if not steps:
                 continue
             marker = "." if len(steps) <= MAX_MARKED_POINTS else None
-            ax.plot(steps, means, "-", marker=marker, color=f"C{i % 10}", label=label)
+            # ten colours, then the next ten groups dashed, ...: no two lines look alike
+            style = GROUP_LINE_STYLES[(i // 10) % len(GROUP_LINE_STYLES)]
+            ax.plot(steps, means, style, marker=marker, color=f"C{i % 10}", label=label)
             if len(group.done) > 1:
                 ax.fill_between(steps, lows, highs, color=f"C{i % 10}", alpha=0.2, linewidth=0)
     return _finish(fig, axes)
