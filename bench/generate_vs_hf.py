@@ -20,6 +20,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -34,11 +35,13 @@ PAD_ID = 0
 
 
 def load_model_preset(name: str) -> LlamaConfig:
-    """``conf/model/<name>.yaml`` -> ``LlamaConfig`` (the keys are HF ``LlamaConfig`` names)."""
+    """``conf/model/<name>.yaml`` -> ``LlamaConfig`` (the keys are HF ``LlamaConfig`` names;
+    the preset's other keys, e.g. ``gradient_checkpointing``, are not architecture)."""
     path = Path(CONFIG_DIR) / "model" / f"{name}.yaml"
     keys = OmegaConf.to_container(OmegaConf.load(path))
     assert isinstance(keys, dict)
-    return LlamaConfig(**{k: v for k, v in keys.items() if k not in ("defaults", "_target_")})
+    architecture = {f.name for f in fields(LlamaConfig)}
+    return LlamaConfig(**{k: v for k, v in keys.items() if k in architecture})
 
 
 def build_models(config: LlamaConfig) -> tuple[LlamaForCausalLM, torch.nn.Module]:
