@@ -20,8 +20,6 @@ FACTORIES = {
 HOST_SIDE = {
     ("distributed.py", "all_reduce_max"): "a Python float, reduced on the CPU (gloo)",
     ("distributed.py", "mean_over_ranks"): "Python floats, reduced on the CPU (gloo)",
-    ("metrics/aggregate.py", "update"): "a Python-float metric's sums live on the CPU; a "
-    "tensor's sums on its own device",
     ("training/dynamic_sampling.py", "sample_informative"): "round flags and counts, reduced on "
     "the CPU (gloo)",
     ("rollout/collect.py", "left_pad"): "built on the host, returned with .to(device)",

@@ -29,4 +29,13 @@ def test_a_nan_is_left_out_with_a_warning() -> None:
 def test_sums_stay_on_the_metric_device_until_compute() -> None:
     means = MetricMeans()
     means.update({"loss": torch.tensor(2.0, device="meta")})  # no data: any read would fail
-    assert means._sums["loss"].device.type == "meta"
+    assert means._sums[("loss",)].device.type == "meta"
+
+
+def test_updates_with_other_names_are_summed_per_name() -> None:
+    means = MetricMeans()
+    means.update({"loss": 1.0, "acc": 0.0})
+    means.update({"loss": 3.0})  # another set of names: its own sums, merged by name
+    means.update({"acc": 1.0, "loss": 5.0})  # another order: another set too
+    # loss: (1 + 3 + 5) / 3 = 3; acc: (0 + 1) / 2 = 0.5
+    assert means.compute() == {"loss": 3.0, "acc": 0.5}

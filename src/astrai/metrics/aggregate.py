@@ -19,34 +19,55 @@ import torch.distributed as dist
 
 
 class MetricMeans:
-    """Accumulates ``name -> scalar`` dicts, weighted, and reports the means."""
+    """Accumulates ``name -> scalar`` dicts, weighted, and reports the means.
+
+    One update adds all its values at once: the values are stacked into one vector (on the
+    device of the first tensor among them) and added to the running sums of the dicts with the
+    same names, elementwise — the same float32 additions, per name, as one sum per name, in a
+    handful of operations instead of a handful per name.
+    """
 
     def __init__(self) -> None:
-        # name -> float32 [3] on the metric's device: (Σ value·weight, Σ weight, NaN values)
-        self._sums: dict[str, torch.Tensor] = {}
+        # names of an update -> float32 [n, 3]: (Σ value·weight, Σ weight, NaN values) per name
+        self._sums: dict[tuple[str, ...], torch.Tensor] = {}
 
     def update(self, metrics: dict[str, torch.Tensor | float], weight: float = 1.0) -> None:
         if math.isnan(weight):
             warnings.warn("a NaN weight: these metrics were left out of their means", stacklevel=2)
             return
-        for name, value in metrics.items():
-            value_t = torch.as_tensor(value, dtype=torch.float32).detach()
-            sums = self._sums.get(name)
-            if sums is None:
-                sums = self._sums[name] = torch.zeros(3, device=value_t.device)
-            nan = torch.isnan(value_t)
-            zero = torch.zeros((), device=value_t.device)
-            # the same float32 additions as before, a NaN adding exactly nothing
-            sums[0] += torch.where(nan, zero, value_t * weight)
-            sums[1] += torch.where(nan, zero, torch.ones((), device=value_t.device) * weight)
-            sums[2] += nan.to(torch.float32)
+        if not metrics:
+            return
+        names = tuple(metrics)
+        device = next(
+            (v.device for v in metrics.values() if isinstance(v, torch.Tensor)),
+            torch.device("cpu"),
+        )
+        values = torch.stack(
+            [
+                torch.as_tensor(v, dtype=torch.float32, device=device).detach()
+                for v in metrics.values()
+            ]
+        )  # [n]
+        sums = self._sums.get(names)
+        if sums is None:
+            sums = self._sums[names] = torch.zeros(len(names), 3, device=device)
+        nan = torch.isnan(values)
+        zero = torch.zeros((), device=device)
+        # the same float32 additions as before, a NaN adding exactly nothing
+        sums[:, 0] += torch.where(nan, zero, values * weight)
+        sums[:, 1] += torch.where(nan, zero, torch.ones((), device=device) * weight)
+        sums[:, 2] += nan.to(torch.float32)
 
     def compute(self) -> dict[str, float]:
         """The weighted means, over every rank of a distributed run (one all-reduce)."""
-        if not self._sums:
+        totals: dict[str, torch.Tensor] = {}
+        for names, sums in self._sums.items():
+            for name, row in zip(names, sums.cpu(), strict=True):
+                totals[name] = totals[name] + row if name in totals else row
+        if not totals:
             return {}
-        names = list(self._sums)
-        sums = torch.stack([self._sums[name].cpu() for name in names])  # [metrics, 3]
+        names = list(totals)
+        sums = torch.stack([totals[name] for name in names])  # [metrics, 3]
         for name, nans in zip(names, sums[:, 2].tolist(), strict=True):
             if nans:
                 warnings.warn(f"{name}: a NaN value was left out of its mean", stacklevel=2)
