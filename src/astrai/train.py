@@ -123,8 +123,29 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         log.error("stopped: %s", err)
         print(f"astrai: reward error: {err}", file=sys.stderr)
         sys.exit(2)
+    stop_sweep_after_a_signal(summary.get("stopped"))
     value = summary.get(cfg.optimized_metric)
     return float(value) if isinstance(value, int | float) else None
+
+
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+STOP_SIGNALS = ("SIGTERM", "SIGINT")
+
+
+def stop_sweep_after_a_signal(stopped: object) -> None:
+    """A SIGTERM or Ctrl-C stops a sequential sweep, not only its running job: that job has
+    checkpointed, and without this the basic launcher would start the next one. Exit 0; the
+    same command resumes the stopped job and runs the rest. (Other launchers run each job in
+    its own process and signal them there.)"""
+    hydra_cfg = HydraConfig.get()
+    if stopped not in STOP_SIGNALS or hydra_cfg.mode != RunMode.MULTIRUN:
+        return
+    if hydra_cfg.launcher.get("_target_") != BASIC_LAUNCHER:
+        return
+    log.warning(
+        "sweep stopped (%s) at job %s; the same command resumes it", stopped, hydra_cfg.job.num
+    )
+    sys.exit(0)
 
 
 def _torchrun_arguments(argv: list[str], environ: dict[str, str]) -> list[str] | None:
