@@ -22,6 +22,7 @@ from astrai.config.validate import ConfigError, validate_config
 from astrai.files import discard_fresh_dir
 from astrai.paths import CONFIG_DIR
 from astrai.rewards.base import RewardError
+from astrai.run_lock import LOCK_NAME, RunDirBusy, lock_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,9 @@ def run(cfg: DictConfig, run_dir: str | Path, parallel_jobs: int = 1) -> dict[st
 
 
 def _discard_run_dir(run_dir: Path) -> None:
-    """Undo a fresh run dir (``.hydra/``, the job log) of a run that failed validation."""
-    discard_fresh_dir(run_dir, {".hydra", f"{HydraConfig.get().job.name}.log"})
+    """Undo a fresh run dir (``.hydra/``, the job log, its lock file) of a run that failed
+    validation."""
+    discard_fresh_dir(run_dir, {".hydra", f"{HydraConfig.get().job.name}.log", LOCK_NAME})
 
 
 IN_CONTAINER_VARIABLE = "ASTRAI_IN_CONTAINER"  # set by docker/Dockerfile
@@ -107,6 +109,12 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     except ConfigError as err:
         _discard_run_dir(run_dir)
         print(f"astrai: config error: {err}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 owns the dir
+            lock_run_dir(run_dir)
+    except RunDirBusy as err:  # another run's dir: leave everything in it as it is
+        print(f"astrai: {err}", file=sys.stderr)
         sys.exit(2)
     try:
         summary = run(cfg, run_dir, parallel_jobs())
@@ -213,7 +221,23 @@ def main() -> None:
             check_overrides(overrides)
     except ConfigError as err:
         _config_error(str(err))
+    explicit_dir = _explicit_run_dir(overrides or [])
+    if explicit_dir is not None and int(os.environ.get("RANK", "0")) == 0:
+        try:  # before Hydra writes .hydra/ into a dir another run owns
+            lock_run_dir(explicit_dir)
+        except RunDirBusy as err:
+            print(f"astrai: {err}", file=sys.stderr)
+            sys.exit(2)
     _hydra_main()
+
+
+def _explicit_run_dir(overrides: list[str]) -> Path | None:
+    """A single run's ``hydra.run.dir=DIR`` given literally (no interpolation), else None."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key == "hydra.run.dir" and value and "${" not in value:
+            return Path(value)
+    return None
 
 
 if __name__ == "__main__":  # python -m astrai.train: run the importable module's main, so

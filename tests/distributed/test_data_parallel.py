@@ -108,6 +108,7 @@ def test_two_process_run_writes_one_run_dir_and_resumes(tmp_path: Path, parallel
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").open()]
     assert steps == [0, 1, 2, 3]  # one writer: no duplicated rows
     assert sorted(p.name for p in run_dir.iterdir()) == [
+        ".astrai.lock",  # the launcher's, for the whole run (astrai.run_lock)
         ".hydra",
         "checkpoints",
         "config.yaml",
