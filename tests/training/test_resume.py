@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tests.helpers import compose_config
 
 from astrai.checkpoints import io
@@ -211,3 +212,22 @@ def test_a_failed_save_keeps_the_previous_checkpoint_usable(
     resumed = _trainer(tmp_path, "online_ppo", "ckpt.every_steps=2")
     assert resumed.resumed_from == tmp_path / "checkpoints" / "step_2"
     _assert_same_tensors(trainer.reference.state_dict(), resumed.reference.state_dict(), "ref")
+
+
+def test_a_restart_before_the_first_checkpoint_logs_each_step_once(tmp_path: Path) -> None:
+    # a run that logged steps 0-2 and died before any checkpoint (no checkpoints/ at all)
+    crashed = _trainer(tmp_path, "online_grpo")
+    for step in range(3):
+        crashed.logger.log(step, {"rollout/reward_mean": 0.5, "eval/accuracy": 0.25})
+    crashed.logger.close()
+    assert not (tmp_path / "checkpoints").exists()
+
+    restarted = _trainer(tmp_path, "online_grpo")  # ckpt.resume=auto: nothing to resume
+    assert restarted.resumed_from is None and restarted.logger.latest == {}
+    restarted.fit()
+    steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").open()]
+    assert steps == list(range(7))  # 0..6 once: the crashed run's rows are gone
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("eval/accuracy")] == [0, 2, 4, 6]
+    assert [e.step for e in events.Scalars("rollout/reward_mean")] == [1, 2, 3, 4, 5, 6]

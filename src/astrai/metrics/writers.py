@@ -70,7 +70,8 @@ class RunLogger:
     Args:
         resume_step: when resuming from a checkpoint at this step, rows logged after it (by a
             run that went on past its last checkpoint) are dropped from ``metrics.jsonl`` and
-            purged from TensorBoard, so the resumed run's records read as one uninterrupted run.
+            purged from TensorBoard, so the resumed run's records read as one uninterrupted run;
+            -1 drops them all (a restart of a run that crashed before its first checkpoint).
         enabled: False on every rank but 0 of a distributed run: nothing is written, only
             ``latest`` is kept.
         tb_run: the TensorBoard run: events go to ``tb/<tb_run>/`` (``""``: ``tb/`` itself).

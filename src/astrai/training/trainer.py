@@ -36,7 +36,7 @@ from astrai.distributed import (
 from astrai.metrics.aggregate import MetricMeans
 from astrai.metrics.dashboards import hparams_end_summary, hydra_job_context
 from astrai.metrics.names import kl_logged_at
-from astrai.metrics.writers import RunLogger, samples_markdown
+from astrai.metrics.writers import METRICS_FILE, RunLogger, samples_markdown
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.pretrained import tokenizer_for
 from astrai.models.tokenizer import Tokenizer
@@ -135,7 +135,7 @@ class Trainer:
             self.run_dir,
             cfg.logger.tensorboard,
             cfg.logger.flush_secs,
-            resume_step=self.step if self.resumed_from is not None else None,
+            resume_step=self.logged_up_to(),
             enabled=self.dist.is_main,
         )
         # data parallel: gradients averaged over ranks (the critic too, so critics never drift);
@@ -149,6 +149,14 @@ class Trainer:
         self.train_critic: nn.Module | None = self.critic
         if self.critic is not None and replicate:
             self.train_critic = wrap_data_parallel(self.critic, self.device)
+
+    def logged_up_to(self) -> int | None:
+        """The last step whose logged rows a (re)start keeps: the checkpoint's step on resume;
+        -1 (none) for a fresh start into a dir a crashed run logged into before its first
+        checkpoint, so its rows are not logged twice; None for a fresh dir."""
+        if self.resumed_from is not None:
+            return self.step
+        return -1 if (self.run_dir / METRICS_FILE).is_file() else None
 
     def generators(self) -> dict[str, torch.Generator]:
         """The run's dedicated random streams (saved and restored with checkpoints)."""
