@@ -1,14 +1,28 @@
-"""Helpers shared by tests: compose the real Hydra config from ``conf/``; write a small
-Hugging Face tokenizer directory locally."""
+"""Helpers shared by tests: compose the real Hydra config from ``conf/``; wait for a running
+``train.py`` to log; write a small Hugging Face tokenizer directory locally."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from pathlib import Path
 
 from astrai.config.compose import compose_train_config as compose_config
 
-__all__ = ["compose_config", "write_byte_level_tokenizer"]
+__all__ = ["compose_config", "wait_for_rows", "write_byte_level_tokenizer"]
+
+
+def wait_for_rows(
+    process: subprocess.Popen, metrics: Path, rows: int = 3, timeout: float = 120
+) -> None:
+    """Wait until a running ``train.py`` has logged ``rows`` rows to ``metrics`` (fails if it
+    exits or the time runs out first)."""
+    deadline = time.monotonic() + timeout
+    while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= rows):
+        assert process.poll() is None, f"train.py exited ({process.returncode}) before {rows} rows"
+        assert time.monotonic() < deadline, f"no {rows} rows in {metrics} after {timeout} s"
+        time.sleep(0.2)
 
 
 def write_byte_level_tokenizer(

@@ -6,10 +6,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from tests.helpers import wait_for_rows
 
 from astrai.paths import REPO_ROOT
 from astrai.run_lock import LOCK_NAME, RunDirBusy, lock_run_dir
@@ -66,11 +66,7 @@ def test_two_concurrent_runs_into_one_dir(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    metrics = run_dir / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
-        assert first.poll() is None and time.monotonic() < deadline, "the first run never started"
-        time.sleep(0.2)
+    wait_for_rows(first, run_dir / "metrics.jsonl")
     hydra_files = {p: p.read_bytes() for p in (run_dir / ".hydra").iterdir()}
     second = subprocess.run(
         [*common, "seed=5"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120

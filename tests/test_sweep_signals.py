@@ -7,10 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from tests.helpers import wait_for_rows
 
 from astrai.paths import REPO_ROOT
 
@@ -30,11 +30,7 @@ def test_sigterm_stops_the_sweep_after_the_running_job_checkpoints(tmp_path: Pat
         f"hydra.sweep.dir={sweep}",
     ]
     process = subprocess.Popen(args, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
-    metrics = sweep / "0" / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
-        assert process.poll() is None and time.monotonic() < deadline, "job 0 never got going"
-        time.sleep(0.2)
+    wait_for_rows(process, sweep / "0" / "metrics.jsonl")
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
 
