@@ -5,3 +5,9 @@ from __future__ import annotations
 
 class ConfigError(ValueError):
     """Invalid configuration; the message names the offending key."""
+
+
+def require(condition: bool, message: str) -> None:
+    """``ConfigError(message)`` unless ``condition``."""
+    if not condition:
+        raise ConfigError(message)

@@ -6,159 +6,21 @@ import os
 import re
 
 import torch
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from astrai.algorithms.advantages import ADVANTAGE_SCALES
-from astrai.algorithms.aggregation import LOSS_AGG_MODES
-from astrai.algorithms.kl import KL_ESTIMATORS
-from astrai.algorithms.losses import RATIO_LEVELS
-from astrai.algorithms.strategy import Strategy
 from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan, Where, infra_plan
 from astrai.config.duration import parse_duration
 from astrai.config.environment import reserved_reason
-from astrai.config.errors import ConfigError
+from astrai.config.errors import ConfigError, require
 from astrai.config.keys import check_known_keys
 from astrai.config.threads import parse_num_threads
+from astrai.config.train_type_checks import check_world_batch, validate_train_type
 from astrai.models.llama import LlamaConfig
 from astrai.models.tokenizer import CharTokenizer, Tokenizer
 from astrai.tasks.base import ProblemSource
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ConfigError(message)
-
-
-def _check_optimizer(node: DictConfig, key: str) -> None:
-    _require(
-        node.get("_partial_") is True,
-        f"{key} must be a _partial_ optimizer (set {key}._partial_=true)",
-    )
-    lr = node.get("lr")
-    _require(
-        isinstance(lr, int | float) and not isinstance(lr, bool) and lr > 0,
-        f"{key}.lr must be a number > 0 (got {lr!r})",
-    )
-    try:
-        get_class(node._target_)
-    except Exception as err:
-        raise ConfigError(f"{key}._target_ {node.get('_target_')!r} cannot be imported") from err
-
-
-def _strategy_class(tt: DictConfig) -> type[Strategy]:
-    try:
-        cls = get_class(tt._target_)
-    except Exception as err:
-        raise ConfigError(f"train_type._target_ {tt._target_!r} cannot be imported") from err
-    _require(
-        isinstance(cls, type) and issubclass(cls, Strategy),
-        f"train_type._target_ {tt._target_!r} is not an astrai Strategy",
-    )
-    return cls
-
-
-def _validate_train_type(tt: DictConfig, critic: DictConfig) -> None:
-    strategy = _strategy_class(tt)
-    if strategy.requires_critic:
-        _require(
-            critic.name != "none",
-            f"train_type={strategy.name} needs a critic: use critic=value_model "
-            f"(got critic={critic.name})",
-        )
-        for key in ("ppo_gamma", "ppo_gae_lambda"):
-            _require(0 <= tt[key] <= 1, f"train_type.{key} must be in [0, 1] (got {tt[key]})")
-        _require(tt.ppo_vf_coef >= 0, f"train_type.ppo_vf_coef must be >= 0 ({tt.ppo_vf_coef})")
-        _require(
-            tt.value_clip is None or tt.value_clip > 0,
-            f"train_type.value_clip must be null or > 0 (got {tt.value_clip})",
-        )
-        _require(
-            critic.optimizer.lr > 0, f"critic.optimizer.lr must be > 0 (got {critic.optimizer.lr})"
-        )
-    else:
-        _require(
-            critic.name == "none",
-            f"train_type={strategy.name} uses no critic: use critic=none "
-            f"(got critic={critic.name})",
-        )
-        _require(
-            tt.group_size >= 2,
-            f"train_type.group_size must be >= 2 for {strategy.name} (got {tt.group_size})",
-        )
-    _require(tt.group_size >= 1, f"train_type.group_size must be >= 1 (got {tt.group_size})")
-    _require(tt.prompts_per_step >= 1, "train_type.prompts_per_step must be >= 1")
-    _require(tt.ppo_epochs >= 1, f"train_type.ppo_epochs must be >= 1 (got {tt.ppo_epochs})")
-    _require(tt.minibatches >= 1, f"train_type.minibatches must be >= 1 (got {tt.minibatches})")
-    _require(
-        tt.micro_batch_size is None or tt.micro_batch_size >= 1,
-        f"train_type.micro_batch_size must be null or >= 1 (got {tt.micro_batch_size})",
-    )
-    rollout_size = tt.prompts_per_step * tt.group_size
-    _require(
-        rollout_size % tt.minibatches == 0,
-        f"train_type.minibatches ({tt.minibatches}) must divide prompts_per_step × group_size "
-        f"({rollout_size})",
-    )
-    _require(tt.clip_eps > 0, f"train_type.clip_eps must be > 0 (got {tt.clip_eps})")
-    _validate_algorithm_options(tt, strategy)
-    _require(tt.kl_coef >= 0, f"train_type.kl_coef must be >= 0 (got {tt.kl_coef})")
-    _require(
-        tt.kl_estimator in KL_ESTIMATORS,
-        f"train_type.kl_estimator must be one of {', '.join(KL_ESTIMATORS)} "
-        f"(got {tt.kl_estimator!r})",
-    )
-    s = tt.sampling
-    _require(s.max_new_tokens >= 1, "train_type.sampling.max_new_tokens must be >= 1")
-    _require(s.temperature > 0, "train_type.sampling.temperature must be > 0 for training")
-    _require(s.top_k >= 0, f"train_type.sampling.top_k must be >= 0 (got {s.top_k})")
-    _require(0 < s.top_p <= 1, f"train_type.sampling.top_p must be in (0, 1] (got {s.top_p})")
-    _check_optimizer(tt.optimizer, "train_type.optimizer")
-    _require(tt.scheduler.warmup_steps >= 0, "train_type.scheduler.warmup_steps must be >= 0")
-
-
-def _validate_algorithm_options(tt: DictConfig, strategy: type[Strategy]) -> None:
-    """The options of ``docs/algorithms.md``: names from their lists, ranges that make sense."""
-    _require(
-        tt.advantage in strategy.ADVANTAGES,
-        f"train_type.advantage must be one of {', '.join(strategy.ADVANTAGES)} for "
-        f"train_type={strategy.name} (got {tt.advantage!r})",
-    )
-    _require(
-        tt.loss_agg in LOSS_AGG_MODES,
-        f"train_type.loss_agg must be one of {', '.join(LOSS_AGG_MODES)} (got {tt.loss_agg!r})",
-    )
-    _require(
-        tt.ratio_level in RATIO_LEVELS,
-        f"train_type.ratio_level must be one of {', '.join(RATIO_LEVELS)} (got {tt.ratio_level!r})",
-    )
-    low, high = tt.clip_eps_low, tt.clip_eps_high
-    _require(
-        low is None or 0 < low < 1,
-        f"train_type.clip_eps_low must be null or in (0, 1) (got {low})",
-    )
-    _require(high is None or high > 0, f"train_type.clip_eps_high must be null or > 0 ({high})")
-    _require(
-        tt.clip_ratio_c is None or tt.clip_ratio_c > 1,
-        f"train_type.clip_ratio_c must be null or > 1 (got {tt.clip_ratio_c})",
-    )
-    _require(
-        tt.max_resample_rounds >= 0,
-        f"train_type.max_resample_rounds must be >= 0 (got {tt.max_resample_rounds})",
-    )
-    if "scale_rewards" in tt:
-        _require(
-            tt.scale_rewards in ADVANTAGE_SCALES,
-            f"train_type.scale_rewards must be one of {', '.join(ADVANTAGE_SCALES)} "
-            f"(got {tt.scale_rewards!r})",
-        )
-        _require(
-            tt.scale_rewards == "group" or tt.advantage == "grpo",
-            f"train_type.scale_rewards={tt.scale_rewards} applies to advantage=grpo only "
-            f"(got advantage={tt.advantage})",
-        )
 
 
 def _validate_pretrained(model: DictConfig) -> tuple[LlamaConfig, Tokenizer]:
@@ -173,7 +35,7 @@ def _validate_pretrained(model: DictConfig) -> tuple[LlamaConfig, Tokenizer]:
     )
 
     path = None if OmegaConf.is_missing(model, "path") else model.path
-    _require(
+    require(
         isinstance(path, str) and path.strip() != "",
         "model.path must name a local Hugging Face model directory (model=hf model.path=<dir>)",
     )
@@ -184,7 +46,7 @@ def _validate_pretrained(model: DictConfig) -> tuple[LlamaConfig, Tokenizer]:
         tokenizer = tokenizer_for(model)
     except (ModelDirError, TokenizerFileError) as err:
         raise ConfigError(f"model.path: {err}") from err
-    _require(
+    require(
         tokenizer.vocab_size <= config.vocab_size,
         f"model.path: the tokenizer has {tokenizer.vocab_size} ids but the model only "
         f"{config.vocab_size} embeddings",
@@ -201,7 +63,7 @@ def _validate_model(model: DictConfig, tokenizer: CharTokenizer) -> LlamaConfig:
         config = LlamaConfig(**kwargs)
     except (TypeError, ValueError) as err:
         raise ConfigError(str(err)) from err
-    _require(
+    require(
         config.vocab_size == tokenizer.vocab_size,
         f"model.vocab_size ({config.vocab_size}) must equal the tokenizer's vocabulary size "
         f"({tokenizer.vocab_size})",
@@ -234,14 +96,14 @@ def _validate_task(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) ->
             raise ConfigError(str(err)) from err
         return task
     missing = sorted(set(task.alphabet()) - set(tokenizer.alphabet))
-    _require(not missing, f"task uses characters the tokenizer lacks: {missing}")
-    _require(
+    require(not missing, f"task uses characters the tokenizer lacks: {missing}")
+    require(
         max_new_tokens >= task.max_answer_len(),
         f"train_type.sampling.max_new_tokens ({max_new_tokens}) cannot hold the task's longest "
         f"answer ({task.max_answer_len()} characters; one more for EOS)",
     )
     longest = 1 + task.max_prompt_len() + max_new_tokens
-    _require(
+    require(
         longest <= model.max_position_embeddings,
         f"model.max_position_embeddings ({model.max_position_embeddings}) is shorter than "
         f"<bos> + longest prompt + train_type.sampling.max_new_tokens ({longest})",
@@ -308,67 +170,51 @@ def _validate_environment(environment: DictConfig) -> None:
     launcher or the trainer rely on (``astrai.config.environment``)."""
     for key in environment:
         name = str(key)
-        _require(
+        require(
             ENV_NAME.fullmatch(name) is not None,
             f"infra.environment: {name!r} is not a valid environment variable name",
         )
         reason = reserved_reason(name)
-        _require(reason is None, f"infra.environment.{name} cannot be set per job: {reason}")
+        require(reason is None, f"infra.environment.{name} cannot be set per job: {reason}")
 
 
 def _validate_infra(infra: DictConfig, where: Where) -> None:
     plan_here(infra, where)  # device, GPU indices and process count
-    _require(
+    require(
         infra.parallel in ("ddp", "fsdp"),
         f"infra.parallel must be ddp or fsdp (got {infra.parallel!r})",
     )
-    _require(
+    require(
         infra.precision in ("fp32", "bf16"),
         f"infra.precision must be fp32 or bf16 (got {infra.precision!r})",
     )
-    _require(infra.nnodes >= 1, f"infra.nnodes must be >= 1 (got {infra.nnodes})")
+    require(infra.nnodes >= 1, f"infra.nnodes must be >= 1 (got {infra.nnodes})")
     parse_num_threads(infra.num_threads)
-    _require(
+    require(
         0 <= infra.node_rank < infra.nnodes,
         f"infra.node_rank must be in [0, infra.nnodes) (got {infra.node_rank})",
     )
-    _require(
+    require(
         infra.nnodes == 1 or bool(infra.rdzv_endpoint),
         "infra.rdzv_endpoint (host:port of node 0) is required when infra.nnodes > 1",
     )
     _validate_environment(infra.environment)
     for key in ("data", "models", "outputs"):
         value = infra.mounts[key]
-        _require(bool(value and str(value).strip()), f"infra.mounts.{key} must be a path")
+        require(bool(value and str(value).strip()), f"infra.mounts.{key} must be a path")
     for key in ("image", "shm_size", "ipc", "stop_grace_period"):
         value = infra.container[key]
-        _require(bool(value and str(value).strip()), f"infra.container.{key} must not be empty")
+        require(bool(value and str(value).strip()), f"infra.container.{key} must not be empty")
     try:  # also the grace period of a multi-process run's workers on the host
         parse_duration(infra.container.stop_grace_period)
     except ValueError as err:
         raise ConfigError(f"infra.container.stop_grace_period: {err}") from None
 
 
-def check_world_batch(tt: DictConfig, world_size: int) -> None:
-    """Every rank gets ``prompts_per_step / world_size`` whole prompt groups, split into
-    ``minibatches`` equal parts."""
-    _require(
-        tt.prompts_per_step % world_size == 0,
-        f"train_type.prompts_per_step ({tt.prompts_per_step}) must be divisible by the number "
-        f"of processes ({world_size}: infra.nproc_per_node × infra.nnodes)",
-    )
-    per_rank = tt.prompts_per_step // world_size * tt.group_size
-    _require(
-        per_rank % tt.minibatches == 0,
-        f"train_type.minibatches ({tt.minibatches}) must divide each process's "
-        f"{per_rank} sequences (prompts_per_step / processes × group_size)",
-    )
-
-
 def _validate_ckpt(ckpt: DictConfig) -> None:
-    _require(ckpt.every_steps >= 0, f"ckpt.every_steps must be >= 0 (got {ckpt.every_steps})")
-    _require(ckpt.keep_last >= 1, f"ckpt.keep_last must be >= 1 (got {ckpt.keep_last})")
-    _require(
+    require(ckpt.every_steps >= 0, f"ckpt.every_steps must be >= 0 (got {ckpt.every_steps})")
+    require(ckpt.keep_last >= 1, f"ckpt.keep_last must be >= 1 (got {ckpt.keep_last})")
+    require(
         ckpt.resume is None or (isinstance(ckpt.resume, str) and ckpt.resume.strip() != ""),
         f"ckpt.resume must be 'auto', a checkpoint path or null (got {ckpt.resume!r})",
     )
@@ -384,20 +230,20 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
     """
     check_known_keys(cfg)  # a key added with ``+`` that no schema defines
     t = cfg.trainer
-    _require(t.total_steps >= 1, f"trainer.total_steps must be >= 1 (got {t.total_steps})")
-    _require(t.eval_every >= 1, f"trainer.eval_every must be >= 1 (got {t.eval_every})")
-    _require(t.eval_prompts >= 1, f"trainer.eval_prompts must be >= 1 (got {t.eval_prompts})")
-    _require(t.max_grad_norm > 0, f"trainer.max_grad_norm must be > 0 (got {t.max_grad_norm})")
+    require(t.total_steps >= 1, f"trainer.total_steps must be >= 1 (got {t.total_steps})")
+    require(t.eval_every >= 1, f"trainer.eval_every must be >= 1 (got {t.eval_every})")
+    require(t.eval_prompts >= 1, f"trainer.eval_prompts must be >= 1 (got {t.eval_prompts})")
+    require(t.max_grad_norm > 0, f"trainer.max_grad_norm must be > 0 (got {t.max_grad_norm})")
     if t.max_duration is not None:
         try:
             parse_duration(t.max_duration)
         except ValueError as err:
             raise ConfigError(f"trainer.max_duration: {err}") from err
     _validate_ckpt(cfg.ckpt)
-    _require(cfg.logger.samples_every >= 1, "logger.samples_every must be >= 1")
-    _require(cfg.logger.num_samples >= 0, "logger.num_samples must be >= 0")
-    _require(cfg.logger.kl_every >= 1, "logger.kl_every must be >= 1")
-    _validate_train_type(cfg.train_type, cfg.critic)
+    require(cfg.logger.samples_every >= 1, "logger.samples_every must be >= 1")
+    require(cfg.logger.num_samples >= 0, "logger.num_samples must be >= 0")
+    require(cfg.logger.kl_every >= 1, "logger.kl_every must be >= 1")
+    validate_train_type(cfg.train_type, cfg.critic)
     _validate_overlong(cfg)
     tokenizer: Tokenizer
     if "path" in cfg.model.keys():  # model=hf (``in`` alone is False while path is ???)
