@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
-from astrai.algorithms.masked import masked_mean, masked_sum
+from astrai.algorithms.masked import SumFn, local_sum, masked_mean, masked_sum
 
 LOSS_AGG_MODES = (
     "token_mean",
@@ -91,7 +92,12 @@ def aggregate_loss(
     return per_sequence.sum() / sequences
 
 
-def whole_minibatch_divisors(mask: Tensor) -> Divisors:
-    """The divisors of a minibatch in one process: its own counts (at least 1 each)."""
-    tokens, sequences = count_divisors(mask)
-    return Divisors(max(tokens.item(), 1.0), max(sequences.item(), 1.0))
+def whole_minibatch_divisors(
+    mask: Tensor, sum_over_ranks: SumFn = local_sum, world_size: int = 1
+) -> Divisors:
+    """The divisors of a minibatch (``[N, R]`` loss mask): its counts (at least 1 each) summed
+    over the ranks in one collective and divided by the world size, so that the ranks' losses
+    (and the gradients DDP averages) average to the global value; in one process its own."""
+    counts = sum_over_ranks(torch.stack(count_divisors(mask)))
+    tokens, sequences = counts.tolist()
+    return Divisors(max(tokens, 1.0) / world_size, max(sequences, 1.0) / world_size)

@@ -1,4 +1,4 @@
-"""Learning-rate schedules (Hydra ``_partial_`` targets).
+"""Learning-rate schedules (Hydra ``_partial_`` targets), and one clipped optimizer step.
 
 Each receives the optimizer and the run's total number of optimizer steps
 (``trainer.total_steps × ppo_epochs × minibatches``) from the trainer; the other arguments
@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LambdaLR
 
 
@@ -48,3 +50,14 @@ def warmup_cosine(
         return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return LambdaLR(optimizer, factor)
+
+
+def clip_and_step(model: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float) -> Tensor:
+    """Clip ``model``'s gradients to ``max_norm`` (global norm), step ``optimizer``, clear the
+    gradients; returns the norm before clipping (the global one under FSDP, a plain tensor)."""
+    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if isinstance(grad_norm, DTensor):  # FSDP: the global norm, as a DTensor
+        grad_norm = grad_norm.full_tensor()
+    return grad_norm

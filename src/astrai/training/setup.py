@@ -4,12 +4,15 @@ resume."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 from omegaconf import DictConfig
+from torch import nn
 
 from astrai.config.threads import available_cores, resolve_num_threads
 from astrai.config.validate import plan_here
@@ -108,3 +111,17 @@ def restore_rng_state(state: dict[str, Any], generators: dict[str, torch.Generat
         torch.cuda.set_rng_state_all([_decode_bytes(s) for s in state["torch_cuda"]])
     for gen_name, generator in generators.items():
         generator.set_state(_decode_bytes(state["generators"][gen_name]))
+
+
+@contextlib.contextmanager
+def on_device_while(module: nn.Module, device: torch.device, enabled: bool) -> Iterator[None]:
+    """Inside the block ``module`` is on ``device``, and back on the CPU after it (enabled);
+    a no-op context when not enabled."""
+    if not enabled:
+        yield
+        return
+    module.to(device)
+    try:
+        yield
+    finally:
+        module.to("cpu")

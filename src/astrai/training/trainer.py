@@ -10,22 +10,20 @@ import copy
 import logging
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
-from torch.distributed.tensor import DTensor
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from astrai.algorithms.aggregation import Divisors, count_divisors
+from astrai.algorithms.aggregation import Divisors, whole_minibatch_divisors
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.io import prune_checkpoints
 from astrai.config.duration import parse_duration
-from astrai.config.validate import check_world_batch
+from astrai.config.train_type_checks import check_world_batch
 from astrai.distributed import (
     all_reduce_sum,
     env_context,
@@ -57,9 +55,15 @@ from astrai.training.checkpointing import (
 )
 from astrai.training.dynamic_sampling import RESAMPLE_SEED_STRIDE, sample_informative
 from astrai.training.evaluation import EvalResult, evaluate
+from astrai.training.optim import clip_and_step
 from astrai.training.parallel import shard_policy, wrap_data_parallel
 from astrai.training.rollout_stats import rollout_metrics, rollout_samples
-from astrai.training.setup import make_generator, resolve_device, seed_everything
+from astrai.training.setup import (
+    make_generator,
+    on_device_while,
+    resolve_device,
+    seed_everything,
+)
 from astrai.training.stopping import StopRequest, agreed_stop_reason
 
 log = logging.getLogger(__name__)
@@ -218,32 +222,20 @@ class Trainer:
                 rollout, reference, self.critic, sum_over_ranks=all_reduce_sum
             )
 
-    @contextlib.contextmanager
-    def reference_on_device(self, needed: bool = True) -> Iterator[None]:
+    def reference_on_device(self, needed: bool = True) -> contextlib.AbstractContextManager:
         """``infra.offload_reference``: the frozen reference is moved to the training device
         for its scoring pass only and back to the CPU after it (as OpenRLHF's
         ``--ref_reward_offload``), so it holds no device memory while the update runs; not
         moved at all on a step that does not score it (not ``needed``)."""
-        if not self.cfg.infra.offload_reference or not needed:
-            yield
-            return
-        self.reference.to(self.device)
-        try:
-            yield
-        finally:
-            self.reference.to("cpu")
+        enabled = bool(self.cfg.infra.offload_reference) and needed
+        return on_device_while(self.reference, self.device, enabled)
 
     def loss_divisors(self, minibatch: Minibatch) -> Divisors | None:
-        """The divisors of the minibatch's losses: its loss tokens and sequences over every rank
-        divided by the world size, so that the ranks' losses (and the gradients DDP averages)
-        average to the global value. None in one process (the minibatch's own counts). One
-        collective per minibatch."""
+        """The divisors of the minibatch's losses over every rank (one collective); None in one
+        process, where the minibatch's own counts divide."""
         if self.dist.world_size == 1:
             return None
-        counts = all_reduce_sum(torch.stack(count_divisors(minibatch.loss_mask)))
-        tokens, sequences = counts.tolist()
-        world = self.dist.world_size
-        return Divisors(max(tokens, 1.0) / world, max(sequences, 1.0) / world)
+        return whole_minibatch_divisors(minibatch.loss_mask, all_reduce_sum, self.dist.world_size)
 
     def update(self, rollout: Rollout) -> dict[str, float]:
         """3. ``ppo_epochs × minibatches`` optimizer steps on the pinned targets."""
@@ -295,27 +287,16 @@ class Trainer:
     def _step_policy(self) -> torch.Tensor:
         """Clip, step the policy optimizer and scheduler, clear the grads. The policy-version
         guard: the only place ``policy_version`` changes, once per policy optimizer step."""
-        grad_norm = nn.utils.clip_grad_norm_(
-            self.policy.parameters(), self.cfg.trainer.max_grad_norm
-        )
-        self.optimizer.step()
+        grad_norm = clip_and_step(self.policy, self.optimizer, self.cfg.trainer.max_grad_norm)
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
         self.policy_version += 1
-        if isinstance(grad_norm, DTensor):  # FSDP: the global norm, as a DTensor
-            grad_norm = grad_norm.full_tensor()
         return grad_norm
 
     def _step_critic(self) -> torch.Tensor:
         """Clip with the same ``max_grad_norm``, step the critic optimizer, clear its grads.
         Outside the policy-version guard: a critic step never changes ``policy_version``."""
         assert self.critic is not None and self.critic_optimizer is not None
-        grad_norm = nn.utils.clip_grad_norm_(
-            self.critic.parameters(), self.cfg.trainer.max_grad_norm
-        )
-        self.critic_optimizer.step()
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        return grad_norm
+        return clip_and_step(self.critic, self.critic_optimizer, self.cfg.trainer.max_grad_norm)
 
     def train_step(self) -> dict[str, float]:
         """One RL step; returns its metrics."""
