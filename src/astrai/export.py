@@ -12,15 +12,14 @@ place; an existing OUT is refused. Exit status 0, or 2 with one line on stderr.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from astrai.checkpoints.layout import CheckpointError
 from astrai.checkpoints.policy import load_checkpoint_policy
+from astrai.cli_errors import ArgumentParser, one_line_errors, report_error
 from astrai.files import write_dir_atomic
-from astrai.models.hf_tokenizer import TokenizerFileError
-from astrai.models.pretrained import DTYPES, ModelDirError, save_critic_dir, save_policy_dir
+from astrai.models.pretrained import DTYPES, save_critic_dir, save_policy_dir
 
 CRITIC_SUBDIR = "critic"
 
@@ -59,8 +58,11 @@ def export_checkpoint(
     return written
 
 
+@one_line_errors("astrai.export")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m astrai.export", description=__doc__)
+    """Exit status 0; a bad checkpoint, an existing or unwritable OUT, a full disk: one line,
+    2 (``one_line_errors`` reports the OSErrors)."""
+    parser = ArgumentParser(prog="python -m astrai.export", description=__doc__)
     parser.add_argument("checkpoint", type=Path, help="a step_<N> checkpoint dir or a run dir")
     parser.add_argument("out", type=Path, help="new Hugging Face model directory")
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
@@ -68,9 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         written = export_checkpoint(args.checkpoint, args.out, args.dtype, args.critic_out)
-    except (CheckpointError, ModelDirError, TokenizerFileError, FileExistsError, ValueError) as err:
-        print(f"astrai.export: {err}", file=sys.stderr)
-        return 2
+    except CheckpointError as err:  # a RuntimeError: not one of one_line_errors' own
+        return report_error("astrai.export", err)
     for directory in written:
         print(f"wrote {directory}")
     return 0

@@ -17,6 +17,7 @@ Exit status 0, or 2 with one line on stderr for a bad source or option.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from astrai.checkpoints.layout import RUN_CONFIG_FILE, CheckpointError
 from astrai.checkpoints.policy import LoadedPolicy, load_policy
+from astrai.cli_errors import ArgumentParser, one_line_errors
 from astrai.models.hf_tokenizer import TokenizerFileError
 from astrai.models.pretrained import ModelDirError, is_hf_model_dir
 from astrai.rewards.base import Reward, RewardConfigError, RewardError, build_reward
@@ -39,6 +41,7 @@ RUN_TASK = "run"  # `--task` without a name, or `--task run`: the run's own task
 DEFAULT_MAX_NEW_TOKENS = 32  # a model directory records no response length
 DEFAULT_TASK_PROMPTS = 8
 DATASET_PATH_KEYS = ("train_path", "eval_path")  # task=dataset: read relative to the run's cwd
+MAX_N = 4096  # task prompts / samples per prompt: more is a benchmark, not a look at a model
 
 
 @dataclass
@@ -181,8 +184,76 @@ def _device_error(name: str) -> str | None:
     return None
 
 
+def _count(text: str) -> int:
+    """An ``--n``: an integer, also written as a float (``1e3``)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    return int(value)
+
+
+def option_error(args: argparse.Namespace) -> str | None:
+    """Why the sampling options cannot be used (one line), or None."""
+    if args.n is not None and not 1 <= args.n <= MAX_N:
+        return f"--n must be in [1, {MAX_N}] (got {args.n})"
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        return f"--max-new-tokens must be >= 1 (got {args.max_new_tokens})"
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        return f"--temperature must be a finite number >= 0 (got {args.temperature})"
+    if args.top_k < 0:
+        return f"--top-k must be >= 0, 0 = off (got {args.top_k})"
+    if not 0 < args.top_p <= 1:  # NaN fails too
+        return f"--top-p must be in (0, 1], 1 = off (got {args.top_p})"
+    return None
+
+
+def unknown_characters(tokenizer: Any, text: str) -> list[str]:
+    """The characters of ``text`` that ``tokenizer`` cannot encode: encoding one alone raises
+    (the character tokenizer) or does not decode back to it (a vocabulary's unknown token)."""
+    unknown = []
+    for char in dict.fromkeys(text):
+        if not char.strip():
+            continue  # decoding may strip whitespace
+        try:
+            known = char in tokenizer.decode(tokenizer.encode(char, False))
+        except ValueError:
+            known = False
+        if not known:
+            unknown.append(char)
+    return unknown
+
+
+def check_prompts(tokenizer: Any, prompts: list[str]) -> None:
+    """ValueError naming the first prompt character the tokenizer does not know."""
+    for prompt in prompts:
+        unknown = unknown_characters(tokenizer, prompt)
+        if unknown:
+            chars = ", ".join(repr(c) for c in unknown)
+            raise ValueError(
+                f"prompt {prompt!r}: the tokenizer does not know the character(s) {chars}"
+            )
+
+
+def check_length(policy: torch.nn.Module, prompt_width: int, max_new_tokens: int) -> None:
+    """ValueError unless the prompts and ``max_new_tokens`` fit the model's positions."""
+    limit = getattr(getattr(policy, "config", None), "max_position_embeddings", None)
+    if isinstance(limit, int) and prompt_width + max_new_tokens > limit:
+        raise ValueError(
+            f"--max-new-tokens {max_new_tokens}: with the longest prompt ({prompt_width} "
+            f"tokens) that passes the model's max_position_embeddings ({limit}); use at most "
+            f"{max(limit - prompt_width, 0)}"
+        )
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m astrai.generate", description=__doc__)
+    parser = ArgumentParser(prog="python -m astrai.generate", description=__doc__)
     parser.add_argument("source", type=Path, help="checkpoint, run dir or Hugging Face model dir")
     parser.add_argument("prompts", nargs="*", help="prompts to answer (without --task)")
     parser.add_argument(
@@ -193,7 +264,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="answer held-out prompts and score them: the run's own task (no NAME, or 'run') "
         "or conf/task/NAME.yaml",
     )
-    parser.add_argument("--n", type=int, default=None, help="task prompts (8) / samples (1)")
+    parser.add_argument(
+        "--n", type=_count, default=None, help=f"task prompts (8) / samples (1), at most {MAX_N}"
+    )
     parser.add_argument(
         "--max-new-tokens",
         type=int,
@@ -204,8 +277,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--temperature", type=float, default=0.0, help="0 = greedy (the default, as eval)"
     )
-    parser.add_argument("--top-k", type=int, default=0)
-    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0, help="0 = off")
+    parser.add_argument("--top-p", type=float, default=1.0, help="in (0, 1]; 1 = off")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument(
@@ -214,14 +287,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if (args.task is None) == (not args.prompts):
         parser.error("give either --task [NAME] or one or more prompts")
-    if args.n is not None and args.n < 1:
-        parser.error("--n must be >= 1")
-    if (args.max_new_tokens is not None and args.max_new_tokens < 1) or args.temperature < 0:
-        parser.error("--max-new-tokens must be >= 1 and --temperature >= 0")
+    error = option_error(args)
+    if error is not None:
+        parser.error(error)
     return args
 
 
+@one_line_errors("astrai.generate")
 def main(argv: list[str] | None = None) -> int:
+    """Exit status 0; a bad source, option, prompt or device: one line, 2."""
     args = parse_args(argv)
     device_error = _device_error(args.device)
     if device_error is not None:
@@ -252,12 +326,14 @@ def main(argv: list[str] | None = None) -> int:
         prompts, samples = [p.prompt for p in scoring.problems], 1
     else:
         prompts, samples = list(args.prompts), args.n or 1
+        check_prompts(tokenizer, list(args.prompts))
     rows = [p for p in prompts for _ in range(samples)]
     max_new_tokens = args.max_new_tokens or run_sampling_default(
         run, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS
     )
     sampling = SamplingConfig(max_new_tokens, args.temperature, args.top_k, args.top_p)
-    ids, mask = left_pad(tokenizer, rows, device)
+    ids, mask = left_pad(tokenizer, rows, device)  # a character it does not know: ValueError
+    check_length(policy, ids.shape[1], max_new_tokens)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     out = generate(policy, ids, mask, sampling, tokenizer.eos_id, tokenizer.pad_id, generator)
     completions = decode_responses(tokenizer, out.response_ids, out.response_mask)

@@ -136,6 +136,34 @@ def test_launcher_owned_variables_win_over_infra_environment() -> None:
     assert "CUDA_VISIBLE_DEVICES" not in env
 
 
+def test_reserved_names_in_infra_environment_never_reach_docker_or_the_container() -> None:
+    # issue 21: a launcher-owned or Docker CLI name the host does not set (DOCKER_HOST here)
+    # must not come from infra.environment either, nor be forwarded with -e
+    host = {k: v for k, v in HOST.items() if k != "DOCKER_HOST"}
+    hostile = {
+        "DOCKER_HOST": "tcp://evil:2375",
+        "COMPOSE_FILE": "/evil.yaml",
+        "ASTRAI_UID": "0",
+        "ASTRAI_GID": "0",
+        "PATH": "/evil",
+        "CUDA_VISIBLE_DEVICES": "",
+        "LD_PRELOAD": "/evil.so",
+        "MY_FLAG": "x",
+    }
+    infra = _infra([1], hostile)
+    env = compose_environment(infra, host, 1000, 1001, REPO)
+    assert "DOCKER_HOST" not in env and "COMPOSE_FILE" not in env and "LD_PRELOAD" not in env
+    assert (env["ASTRAI_UID"], env["ASTRAI_GID"]) == ("1000", "1001")
+    assert env["PATH"] == "/usr/bin" and env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env["MY_FLAG"] == "x"
+    assert forwarded_names(env, infra) == [
+        "CUDA_VISIBLE_DEVICES",
+        "MY_FLAG",
+        "NCCL_DEBUG",
+        "NCCL_SOCKET_IFNAME",
+    ]
+
+
 def test_the_container_is_told_all_when_its_gpus_are_narrowed() -> None:
     overrides = ["seed=1", "infra.gpu.devices=[1,0]", "+infra.environment.X=1"]
     plan = container_plan(_infra([1, 0]))

@@ -3,19 +3,24 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hydra._internal.callbacks import Callbacks
+from hydra._internal.utils import run_and_report
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobStatus
 from hydra.types import HydraContext, RunMode
-from hydra_plugins.astrai_docker_launcher._core import DockerJobError
+from hydra_plugins.astrai_docker_launcher import _core
+from hydra_plugins.astrai_docker_launcher._core import DockerJobError, Job
+from omegaconf import OmegaConf
 from tests.launcher.helpers import install_fake_docker, read_calls
 from tests.test_train_cli import QUICK, REPO, run_train
 
@@ -149,10 +154,11 @@ def test_multirun_through_the_cli_runs_each_job_via_docker_compose(tmp_path: Pat
         tmp_path,
         env,
     )
-    # job 1 fails in its container; the sweeper reports it and the multirun exits non-zero
-    assert result.returncode != 0
+    # job 1 fails in its container; the launcher reports it and the multirun exits 2
+    assert result.returncode == 2
     assert "job #1 failed (exit code 2)" in result.stderr
     assert "no checkpoint directory at /nonexistent/step_1" in result.stderr
+    assert "Traceback" not in result.stderr  # the exit code and log lines, not launcher code
     summary = json.loads((sweep / "0" / "summary.json").read_text())
     assert summary["step"] == 2 and summary["run_dir"] == str(sweep / "0")
     assert (sweep / "0" / "docker.log").is_file()
@@ -383,3 +389,61 @@ def test_a_named_sweep_puts_its_jobs_under_the_name(tmp_path: Path) -> None:
     sweep = _train([*args, "hydra.launcher.job_name=one", "seed=0,1"], tmp_path, env)
     assert sweep.returncode == 2 and "holds a single run, not a sweep" in sweep.stderr
     assert len(_compose_calls(tmp_path)) == 2  # no container for the refused ones
+
+
+def _fake_job(tmp_path: Path) -> tuple[SimpleNamespace, Job]:
+    config = OmegaConf.create({"seed": 0, "hydra": {"job": {"name": "train"}}})
+    launcher = SimpleNamespace(detach=False, job_name=None)
+    return launcher, Job(3, ["seed=0"], config, {}, tmp_path / "3", None)
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "summary", "reason"),
+    [
+        (2, None, "exit code 2"),
+        (137, None, "exit code 137"),
+        (0, None, "exit code 0 but no summary.json in"),
+        (0, "[1, 2", "exit code 0 but {job}/summary.json is unreadable"),
+    ],
+)
+def test_a_failed_job_reports_its_exit_code_and_log_lines_without_a_traceback(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    exit_code: int,
+    summary: str | None,
+    reason: str,
+) -> None:
+    launcher, job = _fake_job(tmp_path)
+    job.job_dir.mkdir()
+    if summary is not None:
+        (job.job_dir / "summary.json").write_text(summary)
+    tail = ["step 1 ...", "astrai: reward error: boom"]
+    monkeypatch.setattr(_core, "_start_job", lambda *args: (exit_code, tail))
+    result = _core._run_job(launcher, job, [], tmp_path)  # type: ignore[arg-type]
+    assert result.status == JobStatus.FAILED
+    # what Hydra's sweep does with the result: read it, and report what it raises
+    with pytest.raises(SystemExit) as exit_:
+        run_and_report(lambda: result.return_value)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err  # the report, printed when the job ended, then Hydra's line
+    assert "Traceback" not in err and 'File "' not in err
+    lines = err.splitlines()  # Hydra's "Error executing job with overrides: ..." first
+    first = next(line for line in lines if line.startswith("astrai: docker job #3 failed ("))
+    assert reason.format(job=job.job_dir) in first and first.endswith("last log lines:")
+    assert "    step 1 ...\n    astrai: reward error: boom" in err
+
+
+def test_a_job_whose_run_dir_cannot_be_written_fails_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launcher, job = _fake_job(tmp_path)
+
+    def no_space(*args: object) -> tuple[int, list[str]]:
+        raise OSError(errno.ENOSPC, "No space left on device", str(job.job_dir / "docker.log"))
+
+    monkeypatch.setattr(_core, "_start_job", no_space)
+    result = _core._run_job(launcher, job, [], tmp_path)  # type: ignore[arg-type]
+    assert result.status == JobStatus.FAILED
+    with pytest.raises(DockerJobError, match="docker.log: No space left on device"):
+        result.return_value  # noqa: B018

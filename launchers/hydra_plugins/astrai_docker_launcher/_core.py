@@ -57,8 +57,16 @@ SWEEP_FILE = "multirun.yaml"  # what Hydra writes into the sweep dir before laun
 PREFLIGHT_SCRIPT = Path("docker") / "preflight.py"  # relative to the repository root
 
 
-class DockerJobError(RuntimeError):
-    """A job whose container exited non-zero or left no summary.json."""
+class DockerJobError(SystemExit):
+    """A job whose container exited non-zero or left no readable summary.json. The launcher
+    prints the report (exit code, last log lines) when the job ends; this is what the sweep
+    raises when it reads the job's result: exit 2 without a Python traceback (a
+    ``SystemExit``, which Hydra's error reporting lets pass; Hydra first names the job's
+    overrides in one line). ``str()`` is the report."""
+
+    def __init__(self, report: str) -> None:
+        super().__init__(report)
+        self.code = 2
 
 
 class _HostError(Exception):
@@ -285,8 +293,10 @@ def launch(
             _place_named_jobs(launcher, jobs, sweep_dir, repo_root)
             for job in jobs:
                 _free_container_name(launcher, job, repo_root)
-    except (_HostError, DockerCallError, ValueError) as err:
-        _fail_before_launch(str(err), sweep_dir, kind="docker error")
+    except (_HostError, DockerCallError, ValueError, OSError) as err:
+        from astrai.cli_errors import error_line
+
+        _fail_before_launch(error_line(err), sweep_dir, kind="docker error")
     if launcher.job_name is not None:
         from astrai.files import discard_fresh_dir
 
@@ -302,6 +312,64 @@ def launch(
 
 
 def _run_job(launcher: DockerLauncher, job: Job, files: list[Path], repo_root: Path) -> JobReturn:
+    task_config = OmegaConf.masked_copy(job.config, [str(k) for k in job.config if k != "hydra"])
+    result = JobReturn(
+        overrides=job.overrides,
+        cfg=task_config,
+        hydra_cfg=job.config,
+        working_dir=str(job.job_dir),
+        task_name=job.config.hydra.job.name,
+    )
+    try:
+        returncode, tail = _start_job(launcher, job, files, repo_root)
+    except OSError as err:  # the run dir or its docker.log cannot be written (disk full, ...)
+        return _failed(result, job, f"cannot write {err.filename}: {err.strerror or err}", [])
+    summary_path = job.job_dir / SUMMARY_FILE
+    if launcher.detach and returncode == 0:
+        name = launcher.job_name
+        result.status = JobStatus.COMPLETED
+        result.return_value = {"container": job.container, "run_dir": str(job.job_dir)}
+        log.info(
+            "\t#%d : started %s in the background, run dir %s "
+            "(make docker-logs NAME=%s, make docker-status, make docker-stop NAME=%s)",
+            job.idx,
+            job.container,
+            job.job_dir,
+            name,
+            name,
+        )
+        return result
+    if returncode != 0:
+        return _failed(result, job, f"exit code {returncode}", tail)
+    if not summary_path.is_file():
+        return _failed(result, job, f"exit code 0 but no {SUMMARY_FILE} in {job.job_dir}", tail)
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        reason = f"exit code 0 but {summary_path} is unreadable ({' '.join(str(err).split())})"
+        return _failed(result, job, reason, tail)
+    result.status = JobStatus.COMPLETED
+    result.return_value = summary
+    log.info("\t#%d : completed, %s", job.idx, summary_path)
+    return result
+
+
+def _failed(result: JobReturn, job: Job, reason: str, tail: list[str]) -> JobReturn:
+    """``result`` marked failed with a ``DockerJobError``: the reason (the exit code) and the
+    last log lines, which Hydra prints without a traceback when the sweep reads the result."""
+    last = "\n".join(f"    {line}" for line in tail) if tail else "    (no output)"
+    message = f"astrai: docker job #{job.idx} failed ({reason}); last log lines:\n{last}"
+    log.error("\t#%d : FAILED (%s)", job.idx, reason)
+    print(message, file=sys.stderr, flush=True)
+    result.status = JobStatus.FAILED
+    result.return_value = DockerJobError(message)
+    return result
+
+
+def _start_job(
+    launcher: DockerLauncher, job: Job, files: list[Path], repo_root: Path
+) -> tuple[int, list[str]]:
+    """Run the job's ``docker compose run``; (exit code, last log lines)."""
     make_dirs(job.job_dir)
     env = _environment(job.infra, repo_root)
     argv = compose_argv(
@@ -321,42 +389,7 @@ def _run_job(launcher: DockerLauncher, job: Job, files: list[Path], repo_root: P
         (job.job_dir / JOB_FILE).write_text(json.dumps(record, indent=2) + "\n")
     log.info("\t#%d : %s", job.idx, " ".join(filter_overrides(job.overrides)))
     log_file = job.job_dir / JOB_LOG_FILE
-    returncode, tail = _stream(argv, env, repo_root, log_file, launcher.tail_lines)
-
-    task_config = OmegaConf.masked_copy(job.config, [str(k) for k in job.config if k != "hydra"])
-    result = JobReturn(
-        overrides=job.overrides,
-        cfg=task_config,
-        hydra_cfg=job.config,
-        working_dir=str(job.job_dir),
-        task_name=job.config.hydra.job.name,
-    )
-    summary_path = job.job_dir / SUMMARY_FILE
-    if launcher.detach and returncode == 0:
-        name = launcher.job_name
-        result.status = JobStatus.COMPLETED
-        result.return_value = {"container": job.container, "run_dir": str(job.job_dir)}
-        log.info(
-            "\t#%d : started %s in the background, run dir %s "
-            "(make docker-logs NAME=%s, make docker-status, make docker-stop NAME=%s)",
-            job.idx,
-            job.container,
-            job.job_dir,
-            name,
-            name,
-        )
-    elif returncode == 0 and summary_path.is_file():
-        result.status = JobStatus.COMPLETED
-        result.return_value = json.loads(summary_path.read_text())
-        log.info("\t#%d : completed, %s", job.idx, summary_path)
-    else:
-        reason = f"exit code {returncode}" if returncode else f"no {SUMMARY_FILE} in {job.job_dir}"
-        last = "\n".join(f"    {line}" for line in tail)
-        message = f"job #{job.idx} failed ({reason}); last log lines:\n{last}"
-        log.error("\t#%d : FAILED (%s)", job.idx, reason)
-        result.status = JobStatus.FAILED
-        result.return_value = DockerJobError(message)
-    return result
+    return _stream(argv, env, repo_root, log_file, launcher.tail_lines)
 
 
 def _stream(
@@ -375,6 +408,7 @@ def _stream(
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 text=True,
+                errors="replace",  # a container's output need not be UTF-8
                 bufsize=1,
             )
         except FileNotFoundError as err:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan, infra_plan
-from astrai.config.environment import DOCKER_CLI_VARIABLES
+from astrai.config.environment import DOCKER_CLI_VARIABLES, reserved_reason
 
 # DOCKER_CLI_VARIABLES: what the Docker CLI itself needs to reach the engine, from the host
 # only (validate_config refuses them in infra.environment); none of it is passed into the
@@ -22,6 +22,14 @@ RUN_DIR_LABEL = "astrai.run_dir"  # the job's run dir on the host, on every cont
 JOB_FILE = "docker-job.json"  # in a named job's run dir: what `make docker-status` lists
 # a Docker container name without the prefix; no "/" or ".." (it also names a folder)
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
+
+
+def user_environment(infra: Mapping[str, Any]) -> dict[str, str]:
+    """``infra.environment`` without the names the launcher, the Docker CLI, compose, the image
+    or torchrun own (``reserved_reason``): ``validate_config`` refuses them; should one get
+    through, it is dropped here rather than override what the launcher sets."""
+    pairs = (infra.get("environment") or {}).items()
+    return {str(k): str(v) for k, v in pairs if reserved_reason(str(k)) is None}
 
 
 def container_plan(infra: Mapping[str, Any]) -> DevicePlan:
@@ -92,9 +100,10 @@ def compose_environment(
     the container settings and mounts as ``ASTRAI_*`` interpolation variables and
     ``CUDA_VISIBLE_DEVICES`` from the device plan (absent for ``all``; an inherited value,
     empty or not, is never used). ``validate_config`` has refused every launcher-owned name in
-    ``infra.environment``."""
+    ``infra.environment``; ``user_environment`` drops any that got through, so the launcher's
+    own variables always win (a Docker CLI variable the host does not set stays unset)."""
     env = {k: v for k, v in host_env.items() if k.startswith(FORWARDED_PREFIX)}
-    env.update({str(k): str(v) for k, v in (infra.get("environment") or {}).items()})
+    env.update(user_environment(infra))
     env.update({name: host_env[name] for name in DOCKER_CLI_VARIABLES if name in host_env})
     container, mounts = infra["container"], infra["mounts"]
     env.update(
@@ -122,7 +131,7 @@ def compose_environment(
 def forwarded_names(env: Mapping[str, str], infra: Mapping[str, Any]) -> list[str]:
     """Variables passed into the container with value-less ``-e NAME`` flags."""
     names = {k for k in env if k.startswith(FORWARDED_PREFIX)}
-    names |= {str(k) for k in (infra.get("environment") or {})}
+    names |= set(user_environment(infra))
     if CUDA_VISIBLE_DEVICES in env:
         names.add(CUDA_VISIBLE_DEVICES)
     return sorted(names)

@@ -10,6 +10,7 @@ names it.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -94,11 +95,49 @@ def read_hf_config(path: str | Path) -> LlamaConfig:
         raise ModelDirError(f"{config_path}: {err}") from err
 
 
+def check_safetensors_size(file: Path) -> None:
+    """``ModelDirError`` naming ``file`` unless its header is readable and the file is as long
+    as the header says (a truncated download or copy): read before any weights are loaded, so
+    the config check at start-up already refuses it."""
+    try:
+        with open(file, "rb") as handle:
+            prefix = handle.read(8)
+            length = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
+            size = os.fstat(handle.fileno()).st_size
+            if not 0 < length <= size - 8:
+                raise ModelDirError(f"{file}: not a safetensors file, or truncated ({size} bytes)")
+            header = json.loads(handle.read(length))
+    except OSError as err:
+        raise ModelDirError(f"{file}: unreadable ({err.strerror or err})") from err
+    except ValueError as err:  # JSON (and UTF-8) errors; ModelDirError passes through
+        if isinstance(err, ModelDirError):
+            raise
+        raise ModelDirError(f"{file}: unreadable safetensors header ({err})") from err
+    if not isinstance(header, dict):
+        raise ModelDirError(f"{file}: unreadable safetensors header (not a JSON object)")
+    try:
+        ends = [
+            int(entry["data_offsets"][1])
+            for name, entry in header.items()
+            if name != "__metadata__" and isinstance(entry, dict) and "data_offsets" in entry
+        ]
+    except (TypeError, ValueError, IndexError) as err:
+        raise ModelDirError(f"{file}: unreadable safetensors header ({err})") from err
+    expected = 8 + length + max(ends, default=0)
+    if size < expected:
+        raise ModelDirError(
+            f"{file}: truncated safetensors file ({size} of {expected} bytes): download or "
+            "copy it again"
+        )
+
+
 def weight_files(path: str | Path) -> list[Path]:
-    """The safetensors file(s) of a model directory (one file, or the shards of the index)."""
+    """The safetensors file(s) of a model directory (one file, or the shards of the index),
+    each checked to be complete (``check_safetensors_size``)."""
     directory = Path(path)
     single = directory / WEIGHTS_FILE
     if single.is_file():
+        check_safetensors_size(single)
         return [single]
     index = directory / WEIGHTS_INDEX_FILE
     if index.is_file():
@@ -109,6 +148,7 @@ def weight_files(path: str | Path) -> list[Path]:
         for shard in shards:
             if not shard.is_file():
                 raise ModelDirError(f"{shard}: file is missing (listed in {index.name})")
+            check_safetensors_size(shard)
         return shards
     hint = " (PyTorch .bin weights are not read: convert them to safetensors)"
     has_bin = any(directory.glob("pytorch_model*.bin"))

@@ -17,6 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from astrai.cli_errors import ArgumentParser, one_line_errors
 from astrai.report.groups import NOTE, GroupTable, group_label
 from astrai.report.jobs import STALE_AFTER_S, Job, load_sweep
 from astrai.report.table import ReportError, Table, job_label, short_names
@@ -25,7 +26,7 @@ DEFAULT_METRIC = "eval/accuracy"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m astrai.report", description="Compare the jobs of a sweep."
     )
     parser.add_argument("sweep_dir", type=Path, help="a multirun sweep dir (or one run dir)")
@@ -94,7 +95,8 @@ def report(
     mean_over: str | None = None,
 ) -> Table:
     """Build the table, print it, write ``report.{csv,md,png}`` (and, given ``mean_over``,
-    ``report_mean.{csv,md,png}``); raises ``ReportError`` before writing anything."""
+    ``report_mean.{csv,md,png}``); raises ``ReportError`` (or ``JobFileError``) before
+    writing anything."""
     if not sweep_dir.is_dir():
         raise ReportError(f"no such directory: {sweep_dir}")
     jobs = load_sweep(sweep_dir, stale_after=stale_after_min * 60)
@@ -104,6 +106,8 @@ def report(
     table = Table.build(jobs, metric, ascending)
     groups = GroupTable.build(jobs, mean_over, metric, ascending) if mean_over else None
     out = out or sweep_dir
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"--out {out}: not a directory")
     out.mkdir(parents=True, exist_ok=True)
     order = "lowest" if ascending else "highest"
     title = f"Sweep {sweep_dir}: {len(jobs)} jobs, sorted by {metric} ({order} first)"
@@ -117,15 +121,11 @@ def report(
     return table
 
 
+@one_line_errors("astrai.report")
 def main(argv: list[str] | None = None) -> int:
+    """Exit status 0; bad input, unreadable job files and a full disk: one line, 2."""
     args = _parser().parse_args(argv)
-    try:
-        report(
-            args.sweep_dir, args.sort, args.ascending, args.out, args.stale_after, args.mean_over
-        )
-    except ReportError as err:
-        print(f"astrai.report: {err}", file=sys.stderr)
-        return 2
+    report(args.sweep_dir, args.sort, args.ascending, args.out, args.stale_after, args.mean_over)
     return 0
 
 

@@ -15,14 +15,28 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from omegaconf import OmegaConf
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from astrai.cli_errors import error_line
 from astrai.metrics.writers import METRICS_FILE, SUMMARY_FILE, read_metrics
 
 MULTIRUN_FILE = "multirun.yaml"
 LOG_TAIL_BYTES = 64 * 1024
 STALE_AFTER_S = 30 * 60.0  # a job without a summary and no write for this long: "stale"
+
+
+class JobFileError(ValueError):
+    """A job file that cannot be read: the message names the file (one line)."""
+
+    def __init__(self, path: Path, reason: BaseException | str) -> None:
+        if isinstance(reason, OSError) and reason.strerror:
+            why = reason.strerror  # the path is already named
+        else:
+            why = reason if isinstance(reason, str) else error_line(reason)
+        super().__init__(f"{path}: {why}")
 
 
 @dataclass
@@ -121,26 +135,65 @@ def job_status(job: Job, stale_after: float, now: float) -> str:
     return "running" if now - _last_write(job.path) <= stale_after else "stale"
 
 
+def read_yaml(path: Path, kind: type[DictConfig | ListConfig] = DictConfig) -> Any:
+    """``path`` loaded with OmegaConf; a ``JobFileError`` naming the file when it is unreadable,
+    not UTF-8, not YAML or not a ``kind`` (a mapping, or a list)."""
+    try:
+        loaded = OmegaConf.load(path)
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        raise JobFileError(path, err) from err
+    if not isinstance(loaded, kind):
+        raise JobFileError(path, "not a YAML " + ("list" if kind is ListConfig else "mapping"))
+    return loaded
+
+
+def read_summary(path: Path) -> dict[str, object]:
+    """``summary.json`` (empty when there is none yet, or a torn one of a running job); a
+    ``JobFileError`` for one that is not a JSON object or not UTF-8."""
+    if not path.is_file():
+        return {}
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise JobFileError(path, err) from err
+    except ValueError:
+        return {}
+    except OSError as err:
+        raise JobFileError(path, err) from err
+    if not isinstance(summary, dict):
+        raise JobFileError(path, f"not a JSON object (got {type(summary).__name__})")
+    return summary
+
+
+def read_history(path: Path) -> list[dict[str, float]]:
+    """The rows of ``metrics.jsonl``; a ``JobFileError`` for a non-numeric value or bytes that
+    are not UTF-8."""
+    try:
+        return read_metrics(path)
+    except (OSError, ValueError, TypeError) as err:
+        reason = error_line(err)
+        if isinstance(err, ValueError | TypeError) and not isinstance(err, UnicodeDecodeError):
+            reason = f"a metric value that is not a number ({reason})"
+        raise JobFileError(path, reason) from err
+
+
 def _job_number(job_dir: Path) -> int | None:
     if job_dir.name.isdigit():
         return int(job_dir.name)
     hydra_yaml = job_dir / ".hydra" / "hydra.yaml"
     if hydra_yaml.is_file():
-        num = OmegaConf.select(OmegaConf.load(hydra_yaml), "hydra.job.num", default=None)
+        num = OmegaConf.select(read_yaml(hydra_yaml), "hydra.job.num", default=None)
         return num if isinstance(num, int) else None
     return None
 
 
 def load_job(job_dir: Path, stale_after: float = STALE_AFTER_S, now: float | None = None) -> Job:
-    """Read one job folder (``.hydra/``, ``metrics.jsonl``, ``summary.json``)."""
-    overrides = OmegaConf.load(job_dir / ".hydra" / "overrides.yaml")
+    """Read one job folder (``.hydra/``, ``metrics.jsonl``, ``summary.json``); a
+    ``JobFileError`` naming the first file that cannot be read."""
+    overrides = read_yaml(job_dir / ".hydra" / "overrides.yaml", ListConfig)
     config_path = job_dir / ".hydra" / "config.yaml"
-    config = OmegaConf.load(config_path) if config_path.is_file() else OmegaConf.create()
-    summary_path = job_dir / SUMMARY_FILE
-    try:
-        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-    except ValueError:
-        summary = {}
+    config = read_yaml(config_path) if config_path.is_file() else OmegaConf.create()
+    summary = read_summary(job_dir / SUMMARY_FILE)
     total = OmegaConf.select(config, "trainer.total_steps", default=None)
     job = Job(
         name=job_dir.name,
@@ -148,7 +201,7 @@ def load_job(job_dir: Path, stale_after: float = STALE_AFTER_S, now: float | Non
         path=job_dir,
         overrides=parse_overrides(list(overrides)),
         status="",
-        history=read_metrics(job_dir / METRICS_FILE),
+        history=read_history(job_dir / METRICS_FILE),
         summary=summary,
         total_steps=total if isinstance(total, int) else None,
         optimized_metric=OmegaConf.select(config, "optimized_metric", default=None),
