@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -312,6 +313,10 @@ def test_named_tensorboard_run_resumes_into_one_record(tmp_path: Path) -> None:
     for step in range(5):  # steps 3 and 4 come after the checkpoint at step 2
         first.log(step, {"loss/policy": float(step)})
     first.close()
+    # a resume is a later process: its event file's name (time, host, pid, a per-process
+    # counter) sorts after the first's. In one test process the counter runs on across tests
+    # (".9" sorts after ".10"), so the second file must not share the first's second
+    time.sleep(1.1)
     # resumed from step 2 under whatever name: the same run, purged after the checkpoint
     second = RunLogger(tmp_path, tb_run="another", resume_step=2, flush_secs=1)
     assert second.tb_dir == tmp_path / "tb" / run

@@ -2,13 +2,15 @@
 
 DIR is a run dir, its ``checkpoints/`` folder, (for ``list`` and ``prune``) a sweep dir, whose
 numbered job dirs are listed or pruned one by one, or (for ``verify``) one ``step_<N>`` directory.
-Exit status: 0 on success, 1 when ``list`` finds no checkpoints or ``verify`` finds a problem,
-2 on bad usage.
+Exit status: 0 on success, 1 when ``list`` finds no checkpoints or ``verify`` finds a missing or
+unreadable file, 2 on bad usage or when ``verify`` finds a checkpoint that resume would refuse
+(its step against its directory name and ``trainer.total_steps``), with the line resume prints.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -87,7 +89,7 @@ def cmd_verify(directory: Path, train_type: str | None) -> int:
     if not targets:
         print(f"no checkpoints under {directory}", file=sys.stderr)
         return 1
-    failed = 0
+    failed, refused = 0, 0
     for info in targets:
         verdict = verify_checkpoint(info, train_type)
         label = verdict.train_type or "?"
@@ -95,9 +97,19 @@ def cmd_verify(directory: Path, train_type: str | None) -> int:
             print(f"OK    {info.path} ({label})")
         else:
             failed += 1
-            for problem in verdict.problems:
+            for problem in [*verdict.problems, *filter(None, [verdict.refusal])]:
                 print(f"FAIL  {info.path} ({label}): {problem}")
-    return 1 if failed else 0
+        if verdict.refusal is not None:  # the line resume would print, on stderr as train.py
+            refused += 1
+            print(f"astrai: checkpoint error: {verdict.refusal}", file=sys.stderr)
+        print(f"      fingerprint: {_fingerprint_line(verdict.fingerprint)}")
+    return 2 if refused else 1 if failed else 0
+
+
+def _fingerprint_line(fingerprint: dict | None) -> str:
+    if fingerprint is None:
+        return "none (written before astrai recorded one; resume warns and checks less)"
+    return json.dumps(fingerprint, sort_keys=True, separators=(",", ":"))
 
 
 def cmd_prune(directory: Path, keep: int, force: bool) -> int:

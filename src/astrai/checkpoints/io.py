@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,7 +19,7 @@ from astrai.checkpoints.layout import (
     stale_temporaries,
     step_dir_name,
 )
-from astrai.files import FileWriter, write_files_atomic
+from astrai.files import FileWriter, temporary_sibling, write_files_atomic
 from astrai.models.weights import stored_names
 
 
@@ -54,7 +55,11 @@ def prune_checkpoints(root: str | Path, keep_last: int, dry_run: bool = False) -
     doomed = [info.path for info in list_checkpoints(root)[:-keep_last]]
     if not dry_run:
         for path in doomed:
-            shutil.rmtree(path)
+            # renamed to a temporary name first: a kill mid-delete leaves a stale temporary
+            # (ignored, removed by the next save), never an incomplete step_<N>
+            trash = temporary_sibling(path)
+            os.rename(path, trash)
+            shutil.rmtree(trash)
     return doomed
 
 
@@ -92,11 +97,23 @@ def _require_file(path: Path) -> None:
 
 
 def load_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors; an unreadable file or a non-finite value (which would only
+    fail later, in sampling) is a ``CheckpointError`` naming the file and the tensor."""
     _require_file(path)
     try:
-        return load_file(str(path))
+        tensors = load_file(str(path))
     except Exception as err:
-        raise CheckpointError(f"{path}: unreadable safetensors file ({err})") from err
+        raise CheckpointError(f"{path}: unreadable safetensors file ({_one_line(err)})") from err
+    check_finite(tensors, path)
+    return tensors
+
+
+def check_finite(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """Every floating-point tensor holds finite values only."""
+    for name in sorted(tensors):
+        tensor = tensors[name]
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"{path}: tensor {name!r} holds non-finite values (NaN or inf)")
 
 
 def check_names(tensors: dict[str, torch.Tensor], like: nn.Module, path: Path) -> None:
@@ -134,7 +151,31 @@ def load_torch(path: Path) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise CheckpointError(f"{path}: unreadable torch file ({err})") from err
+        problem = _torch_load_problem(err)
+        raise CheckpointError(f"{path}: unreadable torch file ({problem})") from err
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+_REFUSED = "holds objects other than tensors and plain containers; refused: loading them runs code"
+
+
+def _torch_load_problem(err: BaseException) -> str:
+    """One line for a failed ``torch.load(weights_only=True)``, without PyTorch's advice to
+    retry with weights_only off, which would run whatever code the file holds."""
+    text = str(err)
+    if "Weights only load failed" not in text:
+        return _one_line(err)
+    _, _, detail = text.partition("WeightsUnpickler error:")
+    detail = " ".join(detail.split())
+    for cut in (". Please", " Please", " Check the documentation"):
+        detail = detail.split(cut, 1)[0]
+    detail = detail.strip(" .")
+    if "weights_only" in detail:
+        detail = ""
+    return f"{_REFUSED} ({detail})" if detail else _REFUSED
 
 
 def load_state_dict_into(target: Any, path: Path) -> None:

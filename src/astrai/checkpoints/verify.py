@@ -1,10 +1,20 @@
-"""Is a checkpoint complete and readable for its train_type? (Used by the CLI.)"""
+"""Is a checkpoint complete, readable and what it says it is? (Used by the CLI.)
+
+The identity part (step against directory name and ``total_steps``) is
+``identity.check_checkpoint_identity``, the same check resume runs.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from astrai.checkpoints import io
+from astrai.checkpoints.identity import (
+    check_checkpoint_identity,
+    recorded_total_steps,
+    saved_fingerprint,
+)
 from astrai.checkpoints.layout import (
     MODEL_CONFIG_FILE,
     MODEL_FILE,
@@ -31,10 +41,13 @@ class Verdict:
     info: CheckpointInfo
     train_type: str | None
     problems: list[str] = field(default_factory=list)
+    # the identity check's refusal: the very line resume would print (resume exits 2 on it)
+    refusal: str | None = None
+    fingerprint: dict[str, Any] | None = None  # None: written before fingerprints were saved
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problems and self.refusal is None
 
 
 def verify_checkpoint(info: CheckpointInfo, train_type: str | None = None) -> Verdict:
@@ -62,6 +75,7 @@ def verify_checkpoint(info: CheckpointInfo, train_type: str | None = None) -> Ve
                 io.load_json(path)
         except CheckpointError as err:
             verdict.problems.append(str(err))
+    _check_identity(verdict)
     reference = info.path.parent / REFERENCE_FILE
     if not reference.is_file():
         verdict.problems.append(f"{reference}: missing (the run's frozen reference policy)")
@@ -71,3 +85,22 @@ def verify_checkpoint(info: CheckpointInfo, train_type: str | None = None) -> Ve
         except CheckpointError as err:
             verdict.problems.append(str(err))
     return verdict
+
+
+def _check_identity(verdict: Verdict) -> None:
+    """The step checks of resume, against the total_steps of the run that wrote it."""
+    path = verdict.info.path / TRAINER_STATE_FILE
+    if not path.is_file():
+        return  # already reported as missing
+    try:
+        state = io.load_json(path)
+    except CheckpointError:
+        return  # already reported as unreadable
+    if isinstance(state, dict):
+        fingerprint, complete = saved_fingerprint(state)
+        verdict.fingerprint = fingerprint if complete else None
+    try:
+        total = recorded_total_steps(verdict.info.path, state) if isinstance(state, dict) else None
+        check_checkpoint_identity(verdict.info.path, state, total)
+    except CheckpointError as err:
+        verdict.refusal = str(err)

@@ -43,6 +43,47 @@ def read_metrics(path: Path) -> list[dict[str, float]]:
     return rows
 
 
+class MetricsFileError(ValueError):
+    """A ``metrics.jsonl`` a resume cannot keep rows of; the message names the file and line."""
+
+
+def _row_for_resume(line: bytes) -> dict[str, float]:
+    record = json.loads(line.decode("utf-8"))
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    step = record.get("step")
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise ValueError(f"'step' is {step!r}, not an integer")
+    row = {}
+    for name, value in record.items():
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
+            raise ValueError(f"{name!r} is {value!r}, not a number")
+        row[name] = float("nan") if value is None else float(value)
+    return row
+
+
+def read_metrics_for_resume(path: Path) -> list[dict[str, float]]:
+    """Rows of ``metrics.jsonl`` that a resume keeps, strictly: only a torn last line (a run
+    killed mid-write) is dropped; any other line that is not a JSON object of numbers with an
+    integer ``step`` raises ``MetricsFileError`` naming the file and line."""
+    lines = path.read_bytes().split(b"\n")
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(_row_for_resume(line))
+        except (ValueError, UnicodeDecodeError, OverflowError) as err:
+            if number == len(lines):  # no newline after it: torn by a kill, dropped
+                continue
+            problem = "not UTF-8" if isinstance(err, UnicodeDecodeError) else err
+            raise MetricsFileError(
+                f"{path} line {number}: malformed row ({problem}); fix or delete that line "
+                f"(rows after the checkpoint's step are dropped on resume anyway)"
+            ) from err
+    return rows
+
+
 def tensorboard_dir(run_dir: Path, tb_run: str | None = None, resuming: bool = False) -> Path:
     """The folder of a run's event files: ``tb/`` or ``tb/<run name>/`` (see ``RunLogger``).
 
@@ -111,11 +152,13 @@ class RunLogger:
 
     def _truncate_after(self, step: int) -> None:
         """Keep the rows with ``step <= step`` (rewritten atomically) and replay them into
-        ``latest``."""
+        ``latest``; a malformed row before the last is a ``MetricsFileError`` (see
+        ``read_metrics_for_resume``)."""
         path = self.run_dir / METRICS_FILE
         if not path.is_file():
             return
-        kept = [row for row in read_metrics(path) if row["step"] <= step]
+        rows = read_metrics_for_resume(path) if step >= 0 else []
+        kept = [row for row in rows if row["step"] <= step]
         lines = []
         for row in kept:
             lines.append(json.dumps({"step": int(row.pop("step")), **_json_record(row)}))

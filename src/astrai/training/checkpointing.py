@@ -9,12 +9,14 @@ is the same before and after a restart.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
 from astrai.checkpoints import io
+from astrai.checkpoints.identity import check_checkpoint_identity, model_fingerprint
 from astrai.checkpoints.layout import (
     CHECKPOINTS_DIR,
     MODEL_CONFIG_FILE,
@@ -28,12 +30,14 @@ from astrai.checkpoints.layout import (
     VALUE_MODEL_FILE,
     VALUE_OPTIMIZER_FILE,
     CheckpointError,
+    CheckpointInfo,
     latest_checkpoint,
     missing_files,
     step_dir_name,
 )
 from astrai.distributed import all_reduce_max, gather_objects
 from astrai.files import FileWriter, write_file_atomic
+from astrai.metrics.writers import METRICS_FILE, MetricsFileError, read_metrics_for_resume
 from astrai.models.weights import stored_names
 from astrai.training.parallel import (
     full_model_state,
@@ -45,6 +49,8 @@ from astrai.training.setup import capture_rng_state, restore_rng_state
 
 if TYPE_CHECKING:
     from astrai.training.trainer import Trainer
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 
@@ -75,12 +81,43 @@ def resolve_resume(resume: str | None, run_dir: Path, train_type: str) -> Path |
         path = Path(resume).expanduser()
         if not path.is_dir():
             raise CheckpointError(f"ckpt.resume: no checkpoint directory at {path}")
+    check_metrics_for_resume(run_dir)
     missing = missing_files(path, train_type)
     if missing:
+        recorded = CheckpointInfo(0, path).train_type()
+        written_by = f" (written by train_type={recorded})" if recorded != train_type else ""
         raise CheckpointError(
             f"{path}: incomplete checkpoint for {train_type}: missing {', '.join(missing)}"
+            f"{written_by}"
         )
     return path
+
+
+def check_metrics_for_resume(run_dir: Path) -> None:
+    """The run dir's ``metrics.jsonl`` is one a resume can truncate at its step: a malformed
+    row is a one-line ``CheckpointError`` before anything is written."""
+    path = run_dir / METRICS_FILE
+    if not path.is_file():
+        return
+    try:
+        read_metrics_for_resume(path)
+    except MetricsFileError as err:
+        raise CheckpointError(str(err)) from err
+    except OSError as err:
+        raise CheckpointError(f"{path}: unreadable ({err.strerror or err})") from err
+
+
+def run_fingerprint(trainer: Trainer) -> dict[str, Any]:
+    """What must not change across a resume (``astrai.checkpoints.identity``): saved with
+    every checkpoint and compared on resume."""
+    return {
+        "train_type": trainer.strategy.name,
+        "model": model_fingerprint(dataclasses.asdict(trainer.policy.config)),
+        "task": OmegaConf.to_container(trainer.cfg.task, resolve=True),
+        "seed": int(trainer.cfg.seed),
+        "world_size": trainer.dist.world_size,
+        "parallel": "fsdp" if trainer.sharded else "ddp",
+    }
 
 
 def save_training_checkpoint(trainer: Trainer) -> Path:
@@ -129,6 +166,8 @@ def _write(
         "format_version": FORMAT_VERSION,
         "train_type": trainer.strategy.name,
         "step": trainer.step,
+        "total_steps": int(trainer.cfg.trainer.total_steps),
+        "fingerprint": run_fingerprint(trainer),
         # the train prompt stream is indexed by (seed, step): the step is the data position
         "data_position": trainer.step,
         "samples_seen": trainer.step
@@ -171,15 +210,19 @@ def _save_tokenizer(trainer: Trainer, path: Path) -> None:
 def restore_training_checkpoint(trainer: Trainer, path: Path) -> dict[str, Any]:
     """Load every piece of trainer state from ``path``; return the parsed trainer state."""
     state = io.load_json(path / TRAINER_STATE_FILE)
+    # before anything is loaded: a checkpoint of another setup (or world size) fails in one line
+    warning = check_checkpoint_identity(
+        path,
+        state,
+        int(trainer.cfg.trainer.total_steps),
+        run_fingerprint(trainer),
+        trainer.cfg.ckpt.get("allow_changes") or (),
+    )
+    if warning is not None:
+        log.warning("%s", warning)
     _check_state(state, path / TRAINER_STATE_FILE)
     reference = path.parent / REFERENCE_FILE
     io.load_module(trainer.reference, reference)
-    parallel = "fsdp" if trainer.sharded else "ddp"
-    if state.get("parallel", "ddp") != parallel:
-        raise CheckpointError(
-            f"{path / TRAINER_STATE_FILE}: saved with infra.parallel={state.get('parallel')}, "
-            f"this run uses {parallel}; resume with the same setting"
-        )
     if trainer.sharded:
         tensors = io.load_tensors(path / MODEL_FILE)
         io.check_names(tensors, trainer.reference, path / MODEL_FILE)
@@ -193,15 +236,17 @@ def restore_training_checkpoint(trainer: Trainer, path: Path) -> dict[str, Any]:
     if trainer.critic is not None and trainer.critic_optimizer is not None:
         io.load_state_dict_into(trainer.critic, path / VALUE_MODEL_FILE)
         io.load_state_dict_into(trainer.critic_optimizer, path / VALUE_OPTIMIZER_FILE)
-    world = state.get("world_size", 1)
-    if world != trainer.dist.world_size:
-        raise CheckpointError(
-            f"{path / TRAINER_STATE_FILE}: written by {world} process(es), this run has "
-            f"{trainer.dist.world_size}; exact resume needs the same number (infra.nproc_per_node)"
-        )
+    per_rank = state.get("rng_per_rank")
+    rank = trainer.dist.rank
+    # a rank the checkpoint lacks (ckpt.allow_changes=[world_size]) keeps its freshly seeded
+    # streams: rank 0's would make it sample the same responses
+    if isinstance(per_rank, list) and rank >= len(per_rank):
+        per_rank = None
+        log.warning("rank %d: no RNG state in %s; its streams start fresh", rank, path.name)
     try:
-        rng = state["rng_per_rank"][trainer.dist.rank] if "rng_per_rank" in state else state["rng"]
-        restore_rng_state(rng, trainer.generators())
+        if per_rank is not None or "rng_per_rank" not in state:
+            rng = per_rank[rank] if per_rank is not None else state["rng"]
+            restore_rng_state(rng, trainer.generators())
     except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as err:
         raise CheckpointError(f"{path / TRAINER_STATE_FILE}: bad RNG state ({err})") from err
     trainer.step = state["step"]

@@ -1,0 +1,184 @@
+"""What a checkpoint is: its step, and the fingerprint of the setup that wrote it.
+
+One check, shared by resume (``training.checkpointing``) and ``python -m astrai.checkpoints
+verify``, so the two never disagree: ``trainer_state.json``'s step must equal the ``step_<N>``
+directory name and lie in ``0 <= step <= total_steps``, and on resume the fingerprint (what must
+not change across a resume: train type, model architecture, task, seed, world size, parallelism)
+must equal the current run's, except for the keys the run allows to change
+(``ckpt.allow_changes``). ``total_steps`` is not in the fingerprint: a longer run is a normal
+resume.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from astrai.checkpoints.layout import (
+    RUN_CONFIG_FILE,
+    TRAINER_STATE_FILE,
+    CheckpointError,
+    parse_step,
+)
+
+# ``ckpt.allow_changes`` names these keys; ``model`` and ``task`` are dicts of their fields
+FINGERPRINT_KEYS = ("train_type", "model", "task", "seed", "world_size", "parallel")
+# fields of the model config that do not change what a checkpoint's weights mean
+_NOT_ARCHITECTURE = frozenset({"initializer_range", "gradient_checkpointing"})
+
+
+def model_fingerprint(model_fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The architecture fields of a model config (``LlamaConfig`` fields as a dict)."""
+    return {k: v for k, v in sorted(model_fields.items()) if k not in _NOT_ARCHITECTURE}
+
+
+def check_step(checkpoint: Path, state: Mapping[str, Any], total_steps: int | None) -> int:
+    """``state["step"]`` as an int, or a ``CheckpointError`` naming ``trainer_state.json``.
+
+    The step must be an integer, equal the ``step_<N>`` directory's N (a directory with another
+    name, e.g. a copy, is not compared), and lie in ``0 <= step <= total_steps`` (no upper bound
+    when ``total_steps`` is None).
+    """
+    where = checkpoint / TRAINER_STATE_FILE
+    step = state.get("step")
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise CheckpointError(f"{where}: missing or invalid 'step' ({step!r})")
+    if step < 0:
+        raise CheckpointError(f"{where}: step {step} is negative")
+    named = parse_step(checkpoint.name)
+    if named is not None and named != step:
+        raise CheckpointError(
+            f"{where}: step {step} does not match its directory {checkpoint.name}"
+        )
+    if total_steps is not None and step > total_steps:
+        raise CheckpointError(f"{where}: step {step} is beyond trainer.total_steps={total_steps}")
+    return step
+
+
+def saved_fingerprint(state: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """(fingerprint, complete): the one ``trainer_state.json`` records, or for a checkpoint
+    written before fingerprints were saved, what its older fields say (train type, world size,
+    parallelism) and ``complete=False``."""
+    recorded = state.get("fingerprint")
+    if isinstance(recorded, dict):
+        return dict(recorded), True
+    legacy = {
+        "train_type": state.get("train_type"),
+        "world_size": state.get("world_size", 1),
+        "parallel": state.get("parallel", "ddp"),
+    }
+    return {k: v for k, v in legacy.items() if v is not None}, False
+
+
+def _flatten(key: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        flat: dict[str, Any] = {}
+        for sub in sorted(set(value)):
+            flat.update(_flatten(f"{key}.{sub}", value[sub]))
+        return flat or {key: {}}
+    return {key: value}
+
+
+def _differences(saved: Mapping[str, Any], current: Mapping[str, Any], key: str) -> list[str]:
+    """``key.sub=old, this run new`` for each differing leaf of ``saved[key]``/``current[key]``."""
+    old, new = _flatten(key, saved.get(key)), _flatten(key, current.get(key))
+    unset = "(unset)"
+    return [
+        f"{name}={json.dumps(old.get(name, unset))}, this run {json.dumps(new.get(name, unset))}"
+        for name in sorted(set(old) | set(new))
+        if old.get(name, unset) != new.get(name, unset)
+    ]
+
+
+def check_allow_changes(allow: Iterable[str]) -> set[str]:
+    """``ckpt.allow_changes`` as a set; an unknown key is a ``CheckpointError``."""
+    allowed = {str(key) for key in allow}
+    unknown = sorted(allowed - set(FINGERPRINT_KEYS))
+    if unknown:
+        raise CheckpointError(
+            f"ckpt.allow_changes: unknown key(s) {', '.join(unknown)} "
+            f"(choose from {', '.join(FINGERPRINT_KEYS)})"
+        )
+    return allowed
+
+
+def check_fingerprint(
+    checkpoint: Path,
+    state: Mapping[str, Any],
+    current: Mapping[str, Any],
+    allow: Iterable[str] = (),
+) -> str | None:
+    """Refuse (``CheckpointError``, one line naming every differing key with both values) a
+    checkpoint whose fingerprint differs from ``current`` in a key not in ``allow``.
+
+    Returns a one-line warning for a checkpoint written before fingerprints were saved (only
+    its train type, world size and parallelism can be compared), else None.
+    """
+    allowed = check_allow_changes(allow)
+    saved, complete = saved_fingerprint(state)
+    problems: list[str] = []
+    for key in FINGERPRINT_KEYS:
+        if key in allowed or key not in saved:
+            continue
+        problems.extend(_differences(saved, current, key))
+    if problems:
+        keys = sorted({p.split("=", 1)[0].split(".", 1)[0] for p in problems})
+        raise CheckpointError(
+            f"{checkpoint / TRAINER_STATE_FILE}: checkpoint {checkpoint.name} was written by a "
+            f"different setup: {'; '.join(problems)} (resume with the same settings, or allow a "
+            f"deliberate change with ckpt.allow_changes=[{','.join(keys)}])"
+        )
+    if complete:
+        return None
+    unchecked = [key for key in FINGERPRINT_KEYS if key not in saved]
+    return (
+        f"{checkpoint / TRAINER_STATE_FILE}: written before astrai recorded a fingerprint; "
+        f"{', '.join(unchecked)} not checked against this run"
+    )
+
+
+def recorded_total_steps(checkpoint: Path, state: Mapping[str, Any]) -> int | None:
+    """The ``trainer.total_steps`` of the run that wrote ``checkpoint`` (trainer_state.json,
+    else its ``config.yaml``); None when neither says."""
+    total = state.get("total_steps")
+    if isinstance(total, int) and not isinstance(total, bool):
+        return total
+    try:
+        config = yaml.safe_load((checkpoint / RUN_CONFIG_FILE).read_text())
+        total = config["trainer"]["total_steps"]
+    except (OSError, KeyError, TypeError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+    return total if isinstance(total, int) and not isinstance(total, bool) else None
+
+
+def check_checkpoint_identity(
+    checkpoint: Path,
+    state: Any,
+    total_steps: int | None,
+    current: Mapping[str, Any] | None = None,
+    allow: Iterable[str] = (),
+) -> str | None:
+    """The one identity check of resume and ``verify``: the step (``check_step``) and, when
+    ``current`` is given (resume), the fingerprint (``check_fingerprint``).
+
+    Args:
+        checkpoint: the ``step_<N>`` directory.
+        state: the parsed ``trainer_state.json``.
+        total_steps: the run's ``trainer.total_steps`` (resume: this run's; verify: the
+            checkpoint's own), None for no upper bound.
+        current: this run's fingerprint (``FINGERPRINT_KEYS``), None to skip the comparison.
+        allow: fingerprint keys allowed to differ (``ckpt.allow_changes``).
+
+    Returns:
+        A one-line warning for a checkpoint without a saved fingerprint, else None.
+    """
+    if not isinstance(state, Mapping):
+        raise CheckpointError(f"{checkpoint / TRAINER_STATE_FILE}: expected a JSON object")
+    check_step(checkpoint, state, total_steps)
+    if current is None:
+        return None
+    return check_fingerprint(checkpoint, state, current, allow)
