@@ -134,11 +134,11 @@ def test_a_term_may_not_carry_the_keys() -> None:
         ),
         (
             ["reward.overlong_buffer=4", "reward.overlong_penalty=-0.5"],
-            r"reward\.overlong_penalty must be a finite number >= 0 \(got -0\.5\)",
+            r"reward\.overlong_penalty must be >= 0 \(a finite number, got -0\.5\)",
         ),
         (
             ["reward.overlong_buffer=4", "reward.overlong_penalty=nan"],
-            r"reward\.overlong_penalty must be a finite number >= 0 \(got nan\)",
+            r"reward\.overlong_penalty must be >= 0 \(a finite number, got nan\)",
         ),
         (
             ["reward.overlong_buffer=4", "reward.name=overlong"],

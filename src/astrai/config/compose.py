@@ -84,10 +84,11 @@ def compose_error_message(err: Exception, overrides: list[str]) -> str:
     return message.removeprefix("Error merging override ")
 
 
-def check_overrides(overrides: list[str]) -> None:
+def check_overrides(overrides: list[str]) -> DictConfig:
     """Compose ``overrides`` as ``python train.py`` would and raise one-line ``ConfigError``s
     for what Hydra rejects (unknown keys and options, wrong types, bad syntax) and for keys no
-    schema defines; the cross-field checks stay with ``validate_config``."""
+    schema defines; the cross-field checks stay with ``validate_config``. Returns the composed,
+    unvalidated config."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -99,3 +100,53 @@ def check_overrides(overrides: list[str]) -> None:
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(compose_error_message(err, overrides)) from err
     check_known_keys(cfg)
+    return cfg
+
+
+def check_run_config(overrides: list[str]) -> DictConfig:
+    """What ``python train.py overrides...`` checks before its run starts, in-process: the
+    overrides (``check_overrides``), then ``validate_config``; ``ConfigError`` otherwise."""
+    from astrai.config.validate import validate_config
+
+    cfg = check_overrides(overrides)
+    validate_config(cfg)
+    return cfg
+
+
+MAX_CHECKED_SWEEP_JOBS = 32  # jobs a multirun's pre-check composes at most (~0.3 s each)
+
+
+def sweep_jobs(overrides: list[str]) -> list[list[str]]:
+    """Jobs of the ``-m`` sweep ``overrides`` that between them hold every swept value once
+    (job ``i`` takes value ``i`` of each swept key, the first value when a key has fewer),
+    at most ``MAX_CHECKED_SWEEP_JOBS``. Hydra's parse errors are ``ConfigError``s."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        values: list[list[str]] = []
+        for override in parsed:
+            key = override.get_key_element()
+            if override.is_discrete_sweep():
+                values.append([f"{key}={v}" for v in override.sweep_string_iterator()])
+            elif override.is_sweep_override():  # an interval: another sweeper's to sample
+                continue
+            else:
+                values.append([f"{key}={override.get_value_element_as_str()}"])
+    except HydraException as err:
+        raise ConfigError(_first_line(err)) from err
+    count = min(max((len(v) for v in values), default=1), MAX_CHECKED_SWEEP_JOBS)
+    return [[v[i] if i < len(v) else v[0] for v in values] for i in range(count)]
+
+
+def check_sweep_overrides(overrides: list[str]) -> None:
+    """``check_run_config`` for the jobs of a ``-m`` sweep (``sweep_jobs``): an unknown key or
+    option, a wrong type or a value out of range in any swept value is one line before the
+    first job starts (and its sweep dir is made). A job for ``infra=docker`` is validated as
+    the Docker launcher validates it (``where="container"``)."""
+    from astrai.config.validate import validate_config
+
+    for job in sweep_jobs(overrides):
+        cfg = check_overrides(job)
+        validate_config(cfg, "container" if cfg.infra.name == "docker" else "host")

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 
 class ConfigError(ValueError):
-    """Invalid configuration; the message names the offending key."""
+    """Invalid configuration; the message names the offending key. Always one line (the CLI
+    prints ``astrai: config error: <message>``): a message of several lines, e.g. a library's
+    wrapped in it, has its lines joined with ``; ``."""
+
+    def __init__(self, message: object = "") -> None:
+        lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+        super().__init__("; ".join(lines))
 
 
 def require(condition: bool, message: str) -> None:

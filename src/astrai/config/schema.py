@@ -254,6 +254,7 @@ class TrainerConfig:
     max_grad_norm: float = MISSING
     progress_bar: bool = MISSING
     max_duration: Any = MISSING  # "90m", "2h", seconds, or null
+    allow_large: bool = MISSING  # lift the upper bounds of astrai.config.ranges
 
 
 @dataclass
@@ -261,6 +262,8 @@ class CheckpointConfig:
     every_steps: int = MISSING
     keep_last: int = MISSING
     resume: Any = MISSING  # "auto", a checkpoint path, or null
+    # fingerprint keys allowed to differ from the resumed checkpoint's (checkpoints/identity.py)
+    allow_changes: list[str] = MISSING
 
 
 @dataclass

@@ -4,7 +4,8 @@ message naming the key."""
 
 from __future__ import annotations
 
-from hydra.utils import get_class
+import torch
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 
 from astrai.algorithms.advantages import ADVANTAGE_SCALES
@@ -13,22 +14,56 @@ from astrai.algorithms.kl import KL_ESTIMATORS
 from astrai.algorithms.losses import RATIO_LEVELS
 from astrai.algorithms.strategy import Strategy
 from astrai.config.errors import ConfigError, require
+from astrai.config.ranges import (
+    MAX_EPOCHS,
+    MAX_RESAMPLE_ROUNDS,
+    MAX_ROLLOUT_SEQUENCES,
+    check_betas,
+    check_large,
+    check_number,
+)
 
 
-def _check_optimizer(node: DictConfig, key: str) -> None:
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _check_optimizer(node: DictConfig, key: str) -> torch.optim.Optimizer:
+    """The optimizer's known keys (any ``torch.optim`` class may stand in for AdamW), then the
+    optimizer built on one parameter: what ``torch.optim`` rejects, it rejects here."""
     require(
         node.get("_partial_") is True,
         f"{key} must be a _partial_ optimizer (set {key}._partial_=true)",
     )
-    lr = node.get("lr")
-    require(
-        isinstance(lr, int | float) and not isinstance(lr, bool) and lr > 0,
-        f"{key}.lr must be a number > 0 (got {lr!r})",
-    )
+    check_number(node.get("lr"), f"{key}.lr", 0, low_open=True)
+    if "betas" in node:
+        check_betas(node.betas, f"{key}.betas")
+    if "weight_decay" in node:
+        check_number(node.weight_decay, f"{key}.weight_decay", 0)
+    if "eps" in node:
+        check_number(node.eps, f"{key}.eps", 0, low_open=True)
+    if "momentum" in node:
+        check_number(node.momentum, f"{key}.momentum", 0, 1, high_open=True)
     try:
         get_class(node._target_)
     except Exception as err:
         raise ConfigError(f"{key}._target_ {node.get('_target_')!r} cannot be imported") from err
+    try:
+        return instantiate(node)([torch.nn.Parameter(torch.zeros(1))])
+    except Exception as err:
+        raise ConfigError(f"{key}: {_first_line(err.__cause__ or err)}") from err
+
+
+def _check_scheduler(node: DictConfig, optimizer: torch.optim.Optimizer) -> None:
+    key = "train_type.scheduler"
+    check_number(node.get("warmup_steps"), f"{key}.warmup_steps", 0, integer=True)
+    if "min_lr_ratio" in node:
+        check_number(node.min_lr_ratio, f"{key}.min_lr_ratio", 0, 1)
+    try:
+        instantiate(node)(optimizer, total_steps=1)
+    except Exception as err:
+        raise ConfigError(f"{key}: {_first_line(err.__cause__ or err)}") from err
 
 
 def _strategy_class(tt: DictConfig) -> type[Strategy]:
@@ -43,7 +78,7 @@ def _strategy_class(tt: DictConfig) -> type[Strategy]:
     return cls
 
 
-def validate_train_type(tt: DictConfig, critic: DictConfig) -> None:
+def validate_train_type(tt: DictConfig, critic: DictConfig, allow_large: bool = False) -> None:
     strategy = _strategy_class(tt)
     if strategy.requires_critic:
         require(
@@ -52,54 +87,68 @@ def validate_train_type(tt: DictConfig, critic: DictConfig) -> None:
             f"(got critic={critic.name})",
         )
         for key in ("ppo_gamma", "ppo_gae_lambda"):
-            require(0 <= tt[key] <= 1, f"train_type.{key} must be in [0, 1] (got {tt[key]})")
-        require(tt.ppo_vf_coef >= 0, f"train_type.ppo_vf_coef must be >= 0 ({tt.ppo_vf_coef})")
-        require(
-            tt.value_clip is None or tt.value_clip > 0,
-            f"train_type.value_clip must be null or > 0 (got {tt.value_clip})",
-        )
-        require(
-            critic.optimizer.lr > 0, f"critic.optimizer.lr must be > 0 (got {critic.optimizer.lr})"
-        )
+            check_number(tt[key], f"train_type.{key}", 0, 1)
+        check_number(tt.ppo_vf_coef, "train_type.ppo_vf_coef", 0)
+        check_number(tt.value_clip, "train_type.value_clip", 0, low_open=True, optional=True)
+        _check_optimizer(critic.optimizer, "critic.optimizer")
     else:
         require(
             critic.name == "none",
             f"train_type={strategy.name} uses no critic: use critic=none "
             f"(got critic={critic.name})",
         )
+        check_number(tt.group_size, "train_type.group_size", 1, integer=True)
         require(
             tt.group_size >= 2,
             f"train_type.group_size must be >= 2 for {strategy.name} (got {tt.group_size})",
         )
-    require(tt.group_size >= 1, f"train_type.group_size must be >= 1 (got {tt.group_size})")
-    require(tt.prompts_per_step >= 1, "train_type.prompts_per_step must be >= 1")
-    require(tt.ppo_epochs >= 1, f"train_type.ppo_epochs must be >= 1 (got {tt.ppo_epochs})")
-    require(tt.minibatches >= 1, f"train_type.minibatches must be >= 1 (got {tt.minibatches})")
-    require(
-        tt.micro_batch_size is None or tt.micro_batch_size >= 1,
-        f"train_type.micro_batch_size must be null or >= 1 (got {tt.micro_batch_size})",
-    )
-    rollout_size = tt.prompts_per_step * tt.group_size
-    require(
-        rollout_size % tt.minibatches == 0,
-        f"train_type.minibatches ({tt.minibatches}) must divide prompts_per_step × group_size "
-        f"({rollout_size})",
-    )
-    require(tt.clip_eps > 0, f"train_type.clip_eps must be > 0 (got {tt.clip_eps})")
+    _check_shape(tt, allow_large)
+    check_number(tt.clip_eps, "train_type.clip_eps", 0, low_open=True)
     _validate_algorithm_options(tt, strategy)
-    require(tt.kl_coef >= 0, f"train_type.kl_coef must be >= 0 (got {tt.kl_coef})")
+    check_number(tt.kl_coef, "train_type.kl_coef", 0)
     require(
         tt.kl_estimator in KL_ESTIMATORS,
         f"train_type.kl_estimator must be one of {', '.join(KL_ESTIMATORS)} "
         f"(got {tt.kl_estimator!r})",
     )
-    s = tt.sampling
-    require(s.max_new_tokens >= 1, "train_type.sampling.max_new_tokens must be >= 1")
-    require(s.temperature > 0, "train_type.sampling.temperature must be > 0 for training")
-    require(s.top_k >= 0, f"train_type.sampling.top_k must be >= 0 (got {s.top_k})")
-    require(0 < s.top_p <= 1, f"train_type.sampling.top_p must be in (0, 1] (got {s.top_p})")
-    _check_optimizer(tt.optimizer, "train_type.optimizer")
-    require(tt.scheduler.warmup_steps >= 0, "train_type.scheduler.warmup_steps must be >= 0")
+    for key in ("adv_eps",):
+        if key in tt:
+            check_number(tt[key], f"train_type.{key}", 0, low_open=True)
+    if "entropy_coef" in tt:
+        check_number(tt.entropy_coef, "train_type.entropy_coef", 0)
+    _check_sampling(tt.sampling)
+    optimizer = _check_optimizer(tt.optimizer, "train_type.optimizer")
+    _check_scheduler(tt.scheduler, optimizer)
+
+
+def _check_shape(tt: DictConfig, allow_large: bool) -> None:
+    """The rollout and update shapes: counts >= 1, a rollout the machine can hold."""
+    check_number(tt.group_size, "train_type.group_size", 1, integer=True)
+    check_number(tt.prompts_per_step, "train_type.prompts_per_step", 1, integer=True)
+    check_number(tt.ppo_epochs, "train_type.ppo_epochs", 1, integer=True)
+    check_number(tt.minibatches, "train_type.minibatches", 1, integer=True)
+    check_number(tt.micro_batch_size, "train_type.micro_batch_size", 1, integer=True, optional=True)
+    rollout_size = tt.prompts_per_step * tt.group_size
+    check_large(
+        rollout_size,
+        MAX_ROLLOUT_SEQUENCES,
+        "train_type.prompts_per_step × group_size (sequences per step)",
+        allow_large,
+    )
+    check_large(tt.ppo_epochs, MAX_EPOCHS, "train_type.ppo_epochs", allow_large)
+    require(
+        rollout_size % tt.minibatches == 0,
+        f"train_type.minibatches ({tt.minibatches}) must divide prompts_per_step × group_size "
+        f"({rollout_size})",
+    )
+
+
+def _check_sampling(s: DictConfig) -> None:
+    key = "train_type.sampling"
+    check_number(s.max_new_tokens, f"{key}.max_new_tokens", 1, integer=True)
+    check_number(s.temperature, f"{key}.temperature", 0, low_open=True)
+    check_number(s.top_k, f"{key}.top_k", 0, integer=True)
+    check_number(s.top_p, f"{key}.top_p", 0, 1, low_open=True)
 
 
 def _validate_algorithm_options(tt: DictConfig, strategy: type[Strategy]) -> None:
@@ -118,18 +167,15 @@ def _validate_algorithm_options(tt: DictConfig, strategy: type[Strategy]) -> Non
         f"train_type.ratio_level must be one of {', '.join(RATIO_LEVELS)} (got {tt.ratio_level!r})",
     )
     low, high = tt.clip_eps_low, tt.clip_eps_high
+    key = "train_type.clip_eps"
+    check_number(low, f"{key}_low", 0, 1, low_open=True, high_open=True, optional=True)
+    check_number(high, f"{key}_high", 0, low_open=True, optional=True)
+    check_number(tt.clip_ratio_c, "train_type.clip_ratio_c", 1, low_open=True, optional=True)
+    rounds = tt.max_resample_rounds
+    check_number(rounds, "train_type.max_resample_rounds", 0, integer=True)
     require(
-        low is None or 0 < low < 1,
-        f"train_type.clip_eps_low must be null or in (0, 1) (got {low})",
-    )
-    require(high is None or high > 0, f"train_type.clip_eps_high must be null or > 0 ({high})")
-    require(
-        tt.clip_ratio_c is None or tt.clip_ratio_c > 1,
-        f"train_type.clip_ratio_c must be null or > 1 (got {tt.clip_ratio_c})",
-    )
-    require(
-        tt.max_resample_rounds >= 0,
-        f"train_type.max_resample_rounds must be >= 0 (got {tt.max_resample_rounds})",
+        rounds <= MAX_RESAMPLE_ROUNDS,
+        f"train_type.max_resample_rounds must be at most {MAX_RESAMPLE_ROUNDS} (got {rounds})",
     )
     if "scale_rewards" in tt:
         require(

@@ -14,6 +14,14 @@ from astrai.config.duration import parse_duration
 from astrai.config.environment import reserved_reason
 from astrai.config.errors import ConfigError, require
 from astrai.config.keys import check_known_keys
+from astrai.config.ranges import (
+    LARGE_KEY,
+    MAX_EVAL_PROMPTS,
+    MAX_PARAMETERS,
+    MAX_SEED,
+    check_large,
+    check_number,
+)
 from astrai.config.threads import parse_num_threads
 from astrai.config.train_type_checks import check_world_batch, validate_train_type
 from astrai.models.llama import LlamaConfig
@@ -71,17 +79,43 @@ def _validate_model(model: DictConfig, tokenizer: CharTokenizer) -> LlamaConfig:
     return config
 
 
+def _check_model_size(model: LlamaConfig, max_new_tokens: int, allow_large: bool) -> None:
+    """A model the machine can build (its parameters, RoPE table) and a response that fits."""
+    h, v, layers = model.hidden_size, model.vocab_size, model.num_hidden_layers
+    kv = model.num_key_value_heads * model.head_dim
+    per_layer = 2 * h * h + 2 * h * kv + 3 * h * model.intermediate_size + 2 * h
+    embeddings = v * h * (1 if model.tie_word_embeddings else 2)
+    parameters = layers * per_layer + embeddings + model.max_position_embeddings * model.head_dim
+    check_large(parameters, MAX_PARAMETERS, "model parameters (and RoPE table)", allow_large)
+    require(
+        max_new_tokens < model.max_position_embeddings,
+        f"train_type.sampling.max_new_tokens ({max_new_tokens}) must be below "
+        f"model.max_position_embeddings ({model.max_position_embeddings})",
+    )
+
+
 def _validate_task(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) -> ProblemSource:
     """The task, built; a dataset's rows are checked against a character tokenizer."""
     from astrai.tasks.dataset import DatasetError, DatasetTask
 
+    # a prompt or answer holds at least this many characters: longer never fits the model
+    for key in ("num_digits", "num_digits_b", "min_len", "max_len"):
+        if key in cfg.task:
+            bound = model.max_position_embeddings
+            check_number(cfg.task[key], f"task.{key}", 0, bound, integer=True, optional=True)
     try:
         task = instantiate(cfg.task)
     except Exception as err:  # Hydra wraps the constructor's ValueError
         cause = err.__cause__ or err
         if isinstance(cause, DatasetError):  # names its key, file and row already
             raise ConfigError(str(cause)) from err
-        raise ConfigError(f"task: {cause}") from err
+        text = str(cause).strip()
+        raise ConfigError(f"task: {text.splitlines()[0] if text else cause!r}") from err
+    try:  # a split that leaves one side empty (a tiny or huge eval_fraction) fails here
+        task.eval_problems(1)
+        task.train_problems(0, 0, 1)
+    except (ValueError, RuntimeError) as err:
+        raise ConfigError(f"task: {err} (task.eval_fraction)") from err
     if not isinstance(tokenizer, CharTokenizer):
         # subword tokenizers: the alphabet and length checks below count characters; an answer
         # takes at most one token per character and pretrained positions reach far beyond
@@ -143,6 +177,8 @@ def _validate_overlong(cfg: DictConfig) -> None:
     from astrai.rewards.base import RewardConfigError
     from astrai.rewards.config import overlong_from_config
 
+    if "overlong_penalty" in cfg.reward:  # checked there only with a buffer
+        check_number(cfg.reward.overlong_penalty, "reward.overlong_penalty", 0)
     try:
         overlong_from_config(cfg)
     except RewardConfigError as err:
@@ -188,10 +224,11 @@ def _validate_infra(infra: DictConfig, where: Where) -> None:
         infra.precision in ("fp32", "bf16"),
         f"infra.precision must be fp32 or bf16 (got {infra.precision!r})",
     )
-    require(infra.nnodes >= 1, f"infra.nnodes must be >= 1 (got {infra.nnodes})")
+    check_number(infra.nnodes, "infra.nnodes", 1, integer=True)
     parse_num_threads(infra.num_threads)
+    check_number(infra.node_rank, "infra.node_rank", 0, integer=True)
     require(
-        0 <= infra.node_rank < infra.nnodes,
+        infra.node_rank < infra.nnodes,
         f"infra.node_rank must be in [0, infra.nnodes) (got {infra.node_rank})",
     )
     require(
@@ -199,6 +236,12 @@ def _validate_infra(infra: DictConfig, where: Where) -> None:
         "infra.rdzv_endpoint (host:port of node 0) is required when infra.nnodes > 1",
     )
     _validate_environment(infra.environment)
+    require(
+        not infra.environment or infra.name == "docker",
+        f"infra.environment applies only to containers (infra=docker); under "
+        f"infra={infra.name} set {', '.join(str(k) for k in infra.environment)} in the shell "
+        "that starts the run",
+    )
     for key in ("data", "models", "outputs"):
         value = infra.mounts[key]
         require(bool(value and str(value).strip()), f"infra.mounts.{key} must be a path")
@@ -211,9 +254,30 @@ def _validate_infra(infra: DictConfig, where: Where) -> None:
         raise ConfigError(f"infra.container.stop_grace_period: {err}") from None
 
 
+def _validate_trainer(t: DictConfig) -> None:
+    check_number(t.total_steps, "trainer.total_steps", 1, integer=True)
+    check_number(t.eval_every, "trainer.eval_every", 1, integer=True)
+    check_number(t.eval_prompts, "trainer.eval_prompts", 1, integer=True)
+    check_large(t.eval_prompts, MAX_EVAL_PROMPTS, "trainer.eval_prompts", t.allow_large)
+    check_number(t.max_grad_norm, "trainer.max_grad_norm", 0, low_open=True)
+    if t.max_duration is not None:
+        try:
+            parse_duration(t.max_duration)
+        except ValueError as err:
+            raise ConfigError(f"trainer.max_duration: {err}") from err
+
+
+def _validate_logger(logger: DictConfig, allow_large: bool) -> None:
+    check_number(logger.samples_every, "logger.samples_every", 1, integer=True)
+    check_number(logger.num_samples, "logger.num_samples", 0, integer=True)
+    check_large(logger.num_samples, MAX_EVAL_PROMPTS, "logger.num_samples", allow_large)
+    check_number(logger.flush_secs, "logger.flush_secs", 1, integer=True)
+    check_number(logger.kl_every, "logger.kl_every", 1, integer=True)
+
+
 def _validate_ckpt(ckpt: DictConfig) -> None:
-    require(ckpt.every_steps >= 0, f"ckpt.every_steps must be >= 0 (got {ckpt.every_steps})")
-    require(ckpt.keep_last >= 1, f"ckpt.keep_last must be >= 1 (got {ckpt.keep_last})")
+    check_number(ckpt.every_steps, "ckpt.every_steps", 0, integer=True)
+    check_number(ckpt.keep_last, "ckpt.keep_last", 1, integer=True)
     require(
         ckpt.resume is None or (isinstance(ckpt.resume, str) and ckpt.resume.strip() != ""),
         f"ckpt.resume must be 'auto', a checkpoint path or null (got {ckpt.resume!r})",
@@ -229,21 +293,13 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
             before its container starts (the container's GPUs cannot be counted from here).
     """
     check_known_keys(cfg)  # a key added with ``+`` that no schema defines
-    t = cfg.trainer
-    require(t.total_steps >= 1, f"trainer.total_steps must be >= 1 (got {t.total_steps})")
-    require(t.eval_every >= 1, f"trainer.eval_every must be >= 1 (got {t.eval_every})")
-    require(t.eval_prompts >= 1, f"trainer.eval_prompts must be >= 1 (got {t.eval_prompts})")
-    require(t.max_grad_norm > 0, f"trainer.max_grad_norm must be > 0 (got {t.max_grad_norm})")
-    if t.max_duration is not None:
-        try:
-            parse_duration(t.max_duration)
-        except ValueError as err:
-            raise ConfigError(f"trainer.max_duration: {err}") from err
+    allow_large = cfg.trainer.allow_large
+    require(isinstance(allow_large, bool), f"{LARGE_KEY} must be true or false")
+    check_number(cfg.seed, "seed", 0, MAX_SEED, high_open=True, integer=True)
+    _validate_trainer(cfg.trainer)
     _validate_ckpt(cfg.ckpt)
-    require(cfg.logger.samples_every >= 1, "logger.samples_every must be >= 1")
-    require(cfg.logger.num_samples >= 0, "logger.num_samples must be >= 0")
-    require(cfg.logger.kl_every >= 1, "logger.kl_every must be >= 1")
-    validate_train_type(cfg.train_type, cfg.critic)
+    _validate_logger(cfg.logger, allow_large)
+    validate_train_type(cfg.train_type, cfg.critic, allow_large)
     _validate_overlong(cfg)
     tokenizer: Tokenizer
     if "path" in cfg.model.keys():  # model=hf (``in`` alone is False while path is ???)
@@ -251,6 +307,7 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
     else:
         tokenizer = CharTokenizer()
         model = _validate_model(cfg.model, tokenizer)
+    _check_model_size(model, cfg.train_type.sampling.max_new_tokens, allow_large)
     # a container's job reads its own files (prompt files, a reward model), not the host's
     task = None
     if where == "host" or not str(cfg.task._target_).endswith(".DatasetTask"):

@@ -15,6 +15,7 @@ reference it is tested against.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from functools import partial
 
@@ -57,7 +58,7 @@ class LlamaConfig:
         )
         for key in positive:
             value = getattr(self, key)
-            if not isinstance(value, int) or value <= 0:
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"model.{key} must be a positive integer (got {value!r})")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
@@ -73,10 +74,12 @@ class LlamaConfig:
             raise ValueError(
                 "model head dim (hidden_size / num_attention_heads) must be even for RoPE"
             )
-        if self.rope_theta <= 0 or self.rms_norm_eps <= 0 or self.initializer_range <= 0:
-            raise ValueError(
-                "model.rope_theta, model.rms_norm_eps, model.initializer_range must be > 0"
-            )
+        for key in ("rope_theta", "rms_norm_eps", "initializer_range"):
+            value = getattr(self, key)
+            # ``not value > 0`` (not ``value <= 0``): NaN compares False both ways
+            finite = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (finite and math.isfinite(value) and value > 0):
+                raise ValueError(f"model.{key} must be a finite number > 0 (got {value!r})")
 
     @property
     def head_dim(self) -> int:
