@@ -14,7 +14,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from astrai.checkpoints.layout import CheckpointError
-from astrai.config.compose import check_overrides, check_preset_syntax
+from astrai.cli_errors import error_line
+from astrai.config.compose import check_overrides, check_preset_syntax, check_sweep_overrides
 from astrai.config.help import help_text
 from astrai.config.store import register_configs
 from astrai.config.threads import available_cores, launcher_parallel_jobs
@@ -23,6 +24,7 @@ from astrai.files import discard_fresh_dir
 from astrai.paths import CONFIG_DIR
 from astrai.rewards.base import RewardError
 from astrai.run_lock import LOCK_NAME, RunDirBusy, lock_run_dir
+from astrai.training.stopping import SIGNALS, catch_stop_signals
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,11 @@ def run(cfg: DictConfig, run_dir: str | Path, parallel_jobs: int = 1) -> dict[st
     from astrai.training.setup import apply_num_threads
     from astrai.training.trainer import Trainer
 
+    if SIGNALS.received is not None:  # while the job was being composed: build nothing
+        log.warning(
+            "stopped (%s) during start-up: no step taken, nothing to save", SIGNALS.received
+        )
+        return {"step": None, "stopped": SIGNALS.received}
     threads = apply_num_threads(cfg.infra.num_threads, parallel_jobs)  # before any model
     if cfg.infra.num_threads != "auto" or parallel_jobs > 1:  # the default run says nothing
         log.info(
@@ -51,18 +58,23 @@ def run(cfg: DictConfig, run_dir: str | Path, parallel_jobs: int = 1) -> dict[st
         trainer = Trainer(cfg, run_dir)
         trainer.save_config()
         summary = trainer.fit()
-    if summary.get("step") is None:  # a worker node without global rank 0
+    if summary.get("step") is None:  # a worker node without global rank 0, or stopped above
         return summary
     log.info(
-        "%s: %d steps in %.1fs, eval/accuracy %.3f (step 0: %.3f), run dir %s",
+        "%s: %d steps in %.1fs, eval/accuracy %s (step 0: %s), run dir %s",
         "done" if summary["stopped"] is None else f"stopped ({summary['stopped']})",
         summary["step"],
         summary["wall_time_s"],
-        summary["eval/accuracy"],
-        summary["initial/eval/accuracy"],
+        _accuracy(summary.get("eval/accuracy")),
+        _accuracy(summary.get("initial/eval/accuracy")),
         run_dir,
     )
     return summary
+
+
+def _accuracy(value: object) -> str:
+    """An accuracy for the last log line; ``-`` for none (a run stopped before evaluating)."""
+    return f"{value:.3f}" if isinstance(value, int | float) else "-"
 
 
 def _discard_run_dir(run_dir: Path) -> None:
@@ -131,6 +143,11 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         log.error("stopped: %s", err)
         print(f"astrai: reward error: {err}", file=sys.stderr)
         sys.exit(2)
+    except OSError as err:  # the machine said no: a full disk, a path that cannot be written
+        line = error_line(err)
+        log.error("stopped: %s", line)
+        print(f"astrai: I/O error: {line}", file=sys.stderr)
+        sys.exit(2)
     stop_sweep_after_a_signal(summary.get("stopped"))
     value = summary.get(cfg.optimized_metric)
     return float(value) if isinstance(value, int | float) else None
@@ -174,10 +191,11 @@ def _config_error(message: str) -> NoReturn:
     sys.exit(2)
 
 
-def _single_run_overrides(argv: list[str]) -> list[str] | None:
-    """The overrides of a plain single run, which ``main`` checks before Hydra starts the job;
-    None for anything else Hydra handles on its own (``-m``, ``--cfg``, ``--info``, another
-    config, shell completion, ...) or a command line Hydra's parser rejects."""
+def _single_run_overrides(argv: list[str], multirun: bool = False) -> list[str] | None:
+    """The overrides of a plain single run (with ``multirun``: of a plain ``-m`` sweep), which
+    ``main`` checks before Hydra starts the job; None for anything else Hydra handles on its
+    own (the other mode, ``--cfg``, ``--info``, another config, shell completion, ...) or a
+    command line Hydra's parser rejects."""
     from hydra._internal.utils import get_args_parser
 
     try:
@@ -185,7 +203,7 @@ def _single_run_overrides(argv: list[str]) -> list[str] | None:
     except SystemExit:  # argparse's usage error: Hydra reports it
         return None
     other_modes = (
-        args.multirun,
+        args.multirun != multirun,
         args.help,
         args.hydra_help,
         args.cfg,
@@ -203,6 +221,7 @@ def _single_run_overrides(argv: list[str]) -> list[str] | None:
 
 def main() -> None:
     """Console entry (``astrai-train``, ``python train.py`` and ``python -m astrai.train``)."""
+    catch_stop_signals()  # from the first line: a stop during start-up exits 0 too
     argv = _torchrun_arguments(sys.argv, dict(os.environ))
     if argv is None:
         _config_error(
@@ -219,6 +238,9 @@ def main() -> None:
         overrides = _single_run_overrides(argv)
         if overrides is not None:  # Hydra's own compose errors span lines and exit 1
             check_overrides(overrides)
+        sweep = _single_run_overrides(argv, multirun=True)
+        if sweep is not None:  # every swept value, before the first job starts
+            check_sweep_overrides(sweep)
     except ConfigError as err:
         _config_error(str(err))
     explicit_dir = _explicit_run_dir(overrides or [])

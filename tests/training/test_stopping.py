@@ -7,7 +7,9 @@ import signal
 import subprocess
 import sys
 
-from astrai.training.stopping import StopRequest
+import pytest
+
+from astrai.training.stopping import StopInterrupt, StopRequest, interruptible
 
 
 def test_first_signal_becomes_the_stop_reason_and_handlers_are_restored() -> None:
@@ -48,3 +50,26 @@ def test_a_second_signal_exits_at_once() -> None:
     )
     assert result.stdout.splitlines() == ["SIGTERM"]
     assert result.returncode == -signal.SIGTERM
+
+
+def test_interruptible_raises_at_the_signal_and_only_inside() -> None:
+    with StopRequest() as stop:
+        with pytest.raises(StopInterrupt) as caught:
+            with interruptible():
+                os.kill(os.getpid(), signal.SIGTERM)
+                raise AssertionError("the handler raises before this line")
+        assert caught.value.signal_name == "SIGTERM" and stop.reason == "SIGTERM"
+        with pytest.raises(StopInterrupt):  # entered after the signal: at once
+            with interruptible():
+                raise AssertionError("not reached")
+        with interruptible(enabled=False):  # several processes: never abandoned
+            pass
+
+
+def test_a_library_stop_request_starts_afresh() -> None:
+    """Outside ``catch_stop_signals`` (a test, a notebook) an earlier request's signal does not
+    carry over into the next one."""
+    with StopRequest():
+        os.kill(os.getpid(), signal.SIGTERM)
+    with StopRequest() as stop:
+        assert stop.reason is None

@@ -10,6 +10,7 @@ import copy
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -59,12 +60,19 @@ from astrai.training.optim import clip_and_step
 from astrai.training.parallel import shard_policy, wrap_data_parallel
 from astrai.training.rollout_stats import rollout_metrics, rollout_samples
 from astrai.training.setup import (
+    capture_rng_state,
     make_generator,
     on_device_while,
     resolve_device,
+    restore_rng_state,
     seed_everything,
 )
-from astrai.training.stopping import StopRequest, agreed_stop_reason
+from astrai.training.stopping import (
+    StopInterrupt,
+    StopRequest,
+    agreed_stop_reason,
+    interruptible,
+)
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +310,8 @@ class Trainer:
         """One RL step; returns its metrics."""
         t0 = time.perf_counter()
         self.sampling_metrics = {}
-        rollout = self.rollout()
+        with self.abandonable():
+            rollout = self.rollout()
         metrics = {**self.sampling_metrics, **self.prepare(rollout)}
         t1 = time.perf_counter()
         metrics.update(self.update(rollout))
@@ -318,6 +327,23 @@ class Trainer:
             self._log_samples("samples/rollout", rollout_samples(rollout))
         return metrics
 
+    @contextlib.contextmanager
+    def abandonable(self) -> Iterator[None]:
+        """Sampling a step's rollout, which a stop signal may abandon at once
+        (``stopping.interruptible``): the random streams go back to where the step began, so
+        the checkpoint the stop writes is the state after the last completed step, and a
+        resume samples this step exactly as it would have been. One process only."""
+        if self.dist.world_size > 1:
+            yield
+            return
+        before = capture_rng_state(self.generators())
+        try:
+            with interruptible():
+                yield
+        except StopInterrupt:
+            restore_rng_state(before, self.generators())
+            raise
+
     # --- evaluation and the loop ----------------------------------------------------------------
 
     def evaluate(self) -> EvalResult:
@@ -332,8 +358,14 @@ class Trainer:
             )
 
     def _eval_metrics(self) -> dict[str, float]:
+        """The evaluation's metrics; {} when a stop signal abandoned it (one process: an
+        evaluation changes no training state)."""
         t0 = time.perf_counter()
-        result = self.evaluate()
+        try:
+            with interruptible(self.dist.world_size == 1):
+                result = self.evaluate()
+        except StopInterrupt:
+            return {}
         self._log_samples("samples/eval", result.samples)
         return {**result.metrics(), "time/eval_s": time.perf_counter() - t0}
 
@@ -354,24 +386,45 @@ class Trainer:
         elapsed_before = self.logger.latest.get("time/elapsed_s", 0.0)  # earlier segments
         write_dashboards(self)
         announce_run(self)
-        if self.step == 0:
-            self.initial_metrics = self._eval_metrics()
-            self.logger.log(self.step, self.initial_metrics)
-            self._log_eval_line(self.initial_metrics)
         saved_step = self.step if self.resumed_from is not None else None
         checkpoint: Path | None = self.resumed_from
-        stopped: str | None = None
         show_bar = bool(self.cfg.trainer.progress_bar)
         bar = tqdm(total=total, initial=self.step, disable=not show_bar, desc="astrai")
         # log lines go through tqdm.write while the bar is shown, so they never break it
         console = logging_redirect_tqdm() if show_bar else contextlib.nullcontext()
         budget_s = parse_duration(budget) if budget is not None else None
         with console, StopRequest(budget_s) as stop:
-            while self.step < stop_at:
-                metrics = self.train_step()
+            if self.step == 0 and stop.signal_name is None:
+                self.initial_metrics = self._eval_metrics()
+                if self.initial_metrics:
+                    self.logger.log(self.step, self.initial_metrics)
+                    self._log_eval_line(self.initial_metrics)
+            # a signal during start-up or the step-0 evaluation: no step was taken, so the
+            # state is the one the run started from (fresh, or the checkpoint resumed)
+            stopped = agreed_stop_reason(stop.signal_name)
+            if stopped is not None:
+                log.warning(
+                    "stopped (%s) before step %d: nothing new to save", stopped, self.step + 1
+                )
+            while stopped is None and self.step < stop_at:
+                try:
+                    metrics = self.train_step()
+                except StopInterrupt as interrupt:  # sampling abandoned (``abandonable``)
+                    stopped = interrupt.signal_name
+                    if saved_step != self.step:
+                        checkpoint, saved_step = self.save_checkpoint(), self.step
+                    log.warning(
+                        "stopped (%s) while sampling step %d: %s",
+                        stopped,
+                        self.step + 1,
+                        checkpoint or "nothing to save",
+                    )
+                    break
                 evaluated = self.step % self.cfg.trainer.eval_every == 0 or self.step == total
                 if evaluated:
-                    metrics.update(self._eval_metrics())
+                    eval_metrics = self._eval_metrics()  # {}: a stop signal abandoned it
+                    metrics.update(eval_metrics)
+                    evaluated = bool(eval_metrics)
                 metrics["time/elapsed_s"] = elapsed_before + time.perf_counter() - start
                 self.logger.log(self.step, metrics)
                 if evaluated:
@@ -389,7 +442,7 @@ class Trainer:
                 if stopped is not None:
                     log.warning("stopped (%s) at step %d: %s", stopped, self.step, checkpoint)
                     break
-            if saved_step != self.step:  # the end of the run (or of ``until``)
+            if saved_step != self.step and self.step > 0:  # the end of the run (or ``until``)
                 checkpoint = self.save_checkpoint()
         bar.close()
         summary: dict[str, object] = {

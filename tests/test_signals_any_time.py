@@ -1,0 +1,199 @@
+"""A stop signal at any time (issue 21, item 5): during start-up, during the step-0 evaluation
+and while sampling a step, ``python train.py`` exits 0 with one line saying what it saved; a
+signal after a completed stop changes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = str(REPO / "train.py")
+# a reward that announces itself on stderr and then takes its time, where ASTRAI_TEST_PAUSE says
+REWARD_MODULE = textwrap.dedent(
+    """
+    import os, sys, time
+    from astrai.rewards.builtin import exact_match
+
+    PAUSE = os.environ.get("ASTRAI_TEST_PAUSE", "")
+
+    def pause(seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(0.05)
+
+    class Paused:
+        built = 0
+
+        def __init__(self):
+            # built twice: by the config's validation, then in the Trainer's construction
+            Paused.built += 1
+            self.calls, self.trainers = 0, Paused.built == 2
+            if PAUSE == f"build{Paused.built}":
+                print("MARK pausing", file=sys.stderr, flush=True)
+                pause(3)
+
+        def __call__(self, prompts, responses, answers):
+            self.calls += 1
+            # call 1: the step-0 evaluation; call 3: step 2's rollout (no evaluation between)
+            if self.trainers and (PAUSE, self.calls) in (("eval", 1), ("rollout", 3)):
+                print("MARK pausing", file=sys.stderr, flush=True)
+                pause(20)
+            return exact_match(prompts, responses, answers)
+    """
+)
+ARGS = [
+    "debug=quick",
+    "trainer.total_steps=3",
+    "trainer.eval_every=100",
+    "reward=custom",
+    "reward._target_=paused_reward.Paused",
+]
+
+
+def _env(tmp_path: Path, pause: str) -> dict[str, str]:
+    (tmp_path / "paused_reward.py").write_text(REWARD_MODULE)
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "ASTRAI_TEST_PAUSE": pause,
+    }
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    """The rows of ``run_dir``'s metrics.jsonl (none when it is missing)."""
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.open()] if path.is_file() else []
+
+
+def _signal_at_mark(tmp_path: Path, run_dir: Path, pause: str) -> tuple[int, str]:
+    """Run train.py, SIGTERM it when the reward says it pauses; (exit code, its output)."""
+    proc = subprocess.Popen(
+        [sys.executable, TRAIN, *ARGS, f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        env=_env(tmp_path, pause),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    lines = []
+    deadline = time.monotonic() + 120
+    for line in proc.stderr:  # the reward's mark comes before any other output it waits on
+        lines.append(line)
+        if line.startswith("MARK pausing"):
+            proc.send_signal(signal.SIGTERM)
+            break
+        assert time.monotonic() < deadline
+    rest, err = proc.communicate(timeout=120)
+    return proc.returncode, "".join(lines) + err + rest  # Hydra logs to stdout
+
+
+@pytest.mark.slow  # ~6 s each: one train.py run
+@pytest.mark.parametrize(
+    ("pause", "stop_line"),
+    [
+        ("build1", "stopped (SIGTERM) during start-up: no step taken, nothing to save"),
+        ("build2", "stopped (SIGTERM) before step 1: nothing new to save"),
+    ],
+    ids=["validation", "trainer-construction"],
+)
+def test_sigterm_during_start_up_exits_0_with_nothing_saved(
+    tmp_path: Path, pause: str, stop_line: str
+) -> None:
+    run_dir = tmp_path / "run"
+    code, err = _signal_at_mark(tmp_path, run_dir, pause)
+    assert code == 0, err[-3000:]
+    assert "SIGTERM received: stopping before the next step (none is in progress)" in err
+    assert stop_line in err
+    assert "Traceback" not in err
+    assert not (run_dir / "checkpoints").exists()
+    assert _rows(run_dir) == []  # not even the step-0 evaluation ran
+
+
+@pytest.mark.slow  # ~6 s: one train.py run
+def test_sigterm_during_the_step_0_evaluation_abandons_it_and_exits_0(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    code, err = _signal_at_mark(tmp_path, run_dir, "eval")
+    assert code == 0, err[-3000:]
+    assert "stopped (SIGTERM) before step 1: nothing new to save" in err
+    assert not (run_dir / "checkpoints").exists()
+    # abandoned at once: the 20 s reward call never returned, so no step-0 row was logged
+    assert _rows(run_dir) == []
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow  # ~20 s: three train.py runs
+def test_sigterm_while_sampling_abandons_the_step_and_resumes_exactly(tmp_path: Path) -> None:
+    straight = tmp_path / "straight"
+    result = subprocess.run(
+        [sys.executable, TRAIN, *ARGS, f"hydra.run.dir={straight}"],
+        cwd=tmp_path, env=_env(tmp_path, ""), capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    stopped = tmp_path / "stopped"
+    code, err = _signal_at_mark(tmp_path, stopped, "rollout")
+    assert code == 0, err[-3000:]
+    step_1 = stopped / "checkpoints" / "step_1"
+    assert f"stopped (SIGTERM) while sampling step 2: {step_1}" in err
+    assert sorted(p.name for p in (stopped / "checkpoints").glob("step_*")) == ["step_1"]
+
+    resumed = subprocess.run(
+        [sys.executable, TRAIN, *ARGS, f"hydra.run.dir={stopped}"],
+        cwd=tmp_path, env=_env(tmp_path, ""), capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a = load_file(str(straight / "checkpoints" / "step_3" / "model.safetensors"))
+    b = load_file(str(stopped / "checkpoints" / "step_3" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    steps = [json.loads(line)["step"] for line in (stopped / "metrics.jsonl").open()]
+    assert steps == [0, 1, 2, 3]
+
+
+def test_a_signal_after_a_completed_stop_is_ignored() -> None:
+    """In a child process, as ``python train.py`` does: the run's stop completes, and a second
+    SIGTERM then (during shut-down) neither kills nor changes the exit status."""
+    script = (
+        "import os, signal\n"
+        "from astrai.training.stopping import StopRequest, catch_stop_signals\n"
+        "catch_stop_signals()\n"
+        "with StopRequest() as stop:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    print(stop.reason, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "print('survived', flush=True)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout.splitlines() == ["SIGTERM", "survived"]
+    assert result.returncode == 0
+    assert "SIGTERM received after the run stopped: ignored" in result.stderr
+
+
+def test_a_signal_before_the_loop_is_the_reason_when_it_starts() -> None:
+    script = (
+        "import os, signal\n"
+        "from astrai.training.stopping import StopRequest, catch_stop_signals\n"
+        "catch_stop_signals()\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "with StopRequest() as stop:\n"
+        "    print(stop.reason, flush=True)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout.splitlines() == ["SIGTERM"], result.stderr
+    assert result.returncode == 0
