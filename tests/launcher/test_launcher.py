@@ -74,8 +74,12 @@ def test_plugin_is_discovered_from_any_working_directory(tmp_path: Path) -> None
         (["hydra/launcher=docker", "infra=docker"], "add -m"),
         (["infra=docker"], "python train.py -m hydra/launcher=docker infra=docker"),
         (["-m", "hydra/launcher=docker"], "needs infra=docker"),
-        (["-m", "hydra/launcher=docker", "infra=docker", "infra.gpu.devices=[0,0]"], "duplicates"),
-        # the same parse as the duplicates case (unit-tested in tests/config/test_devices.py)
+        # the device parse is unit-tested in tests/config/test_devices.py: slow here
+        pytest.param(
+            ["-m", "hydra/launcher=docker", "infra=docker", "infra.gpu.devices=[0,0]"],
+            "duplicates",
+            marks=pytest.mark.slow,
+        ),
         *[
             pytest.param(
                 ["-m", "hydra/launcher=docker", "infra=docker", f"infra.gpu.devices={value}"],
@@ -89,10 +93,12 @@ def test_plugin_is_discovered_from_any_working_directory(tmp_path: Path) -> None
             )
         ],
         # infra.environment cannot reach the Docker CLI's own variables, nor the GPU selection
-        # (the rule is unit-tested in tests/launcher/test_environment.py; one case stays fast)
-        (
+        # (unit-tested in tests/launcher/test_environment.py, and in-process by
+        # tests/config/test_bad_values.py: slow here)
+        pytest.param(
             ["-m", "hydra/launcher=docker", "infra=docker", "+infra.environment={PATH:/nowhere}"],
             "infra.environment.PATH cannot be set per job",
+            marks=pytest.mark.slow,
         ),
         pytest.param(
             ["-m", "hydra/launcher=docker", "infra=docker", "+infra.environment.DOCKER_HOST=x"],
