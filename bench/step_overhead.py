@@ -2,17 +2,23 @@
 
 astrai: ``Trainer.train_step()`` of the default job (GRPO, ``model=tiny``, the default task and
 reward; ``--prompts``/``--group`` resize it). Bare: the same step written inline here with no
-Trainer, strategy, metrics or logging: the same policy and frozen reference, the same sampler
-(``astrai.rollout.sampler.generate``) and reward function, group-normalised advantages, the
-clipped surrogate + ``kl_coef`` × k3 KL token means, AdamW (the run's cosine learning rate) and
-grad-norm clipping. Both start every round from the same weights, optimizer and RNG states, so
-they sample the same responses and take the same optimizer steps; a first paired step (also the
-warm-up) checks that the weights then agree. Each round times ``--steps-per-round`` steps of
-each, in alternating order; a step's time is the whole ``train_step()`` call (its own
-``perf/step_s``, which leaves out the rollout metrics, is shown beside it). The last line is
-``ratio: <astrai ÷ bare>``, the median of the rounds' ratios.
+Trainer, strategy, metrics or logging: the same policy and frozen reference and reward function,
+group-normalised advantages, the clipped surrogate + ``kl_coef`` × k3 KL token means, AdamW (the
+run's cosine learning rate) and grad-norm clipping. It samples the way a hand-written loop does
+(``--bare-decode forward``, the default): the model's own ``forward`` with its KV cache, one
+token per step, drawing by the sampler's rule (one uniform per row, inverse CDF) so it draws the
+same tokens; ``--bare-decode sampler`` gives it astrai's sampler instead
+(``astrai.rollout.sampler.generate``, with its fast decode path), which leaves only what the
+Trainer adds around the same sampling. Both start every round from the same weights, optimizer
+and RNG states, so they sample the same responses and take the same optimizer steps; a first
+paired step (also the warm-up) checks that the weights then agree (within ``WEIGHT_TOLERANCE``:
+the fast path's logprobs differ from ``forward``'s in the last bits). Each round times
+``--steps-per-round`` steps of each, in alternating order; a step's time is the whole
+``train_step()`` call (its own ``perf/step_s``, which leaves out the rollout metrics, is shown
+beside it). The last line is ``ratio: <astrai ÷ bare>``, the median of the rounds' ratios.
 
     python bench/step_overhead.py [--rounds 10] [--threads 1] [--steps-per-round 1]
+        [--bare-decode forward|sampler]
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from astrai.config.compose import compose_train_config
-from astrai.rollout.sampler import SamplingConfig, generate
+from astrai.rollout.sampler import Generation, SamplingConfig, generate
 from astrai.training.trainer import Trainer
 
 WEIGHT_TOLERANCE = 1e-5  # max |Δ| of any policy weight after the check step
@@ -123,6 +129,7 @@ class BareLoop:
 
     trainer: Trainer
     hp: Hyper
+    decode: str = "forward"  # or "sampler": astrai's ``generate``
 
     def __post_init__(self) -> None:
         terms = self.trainer.reward.terms
@@ -169,6 +176,65 @@ def token_mean(x: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask, x, 0.0).sum() / mask.sum().clamp(min=1)
 
 
+@torch.inference_mode()
+def _forward_decode(
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    cfg: SamplingConfig,
+    eos_id: int,
+    generator: torch.Generator,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Hand-written sampling: the model's ``forward`` with its KV cache, one token per step;
+    (tokens, per-step "still running" mask columns, logprobs), each ``[N, steps]``."""
+    n, p = prompt_ids.shape
+    mask = torch.zeros(n, p + cfg.max_new_tokens, dtype=torch.bool, device=prompt_ids.device)
+    mask[:, :p] = prompt_mask
+    cache = model.new_cache(n, p + cfg.max_new_tokens)
+    finished = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)
+    tokens, logprobs, inputs = [], [], prompt_ids
+    for t in range(cfg.max_new_tokens):
+        logits = model(inputs, attention_mask=mask[:, : p + t], cache=cache).logits[:, -1].float()
+        probs = logits.softmax(-1)
+        cdf = probs.cumsum(-1, dtype=torch.float64)
+        uniform = torch.rand((n, 1), dtype=torch.float64, generator=generator, device=cdf.device)
+        token = torch.searchsorted(cdf, uniform.mul_(cdf[:, -1:]), right=True)[:, 0]
+        token = token.clamp_max_(probs.shape[-1] - 1)
+        tokens.append(token)
+        logprobs.append(logits.log_softmax(-1).gather(-1, token[:, None]))
+        finished |= token == eos_id
+        if bool(finished.all()):
+            break
+        mask[:, p + t] = ~finished
+        inputs = token[:, None]
+    return torch.stack(tokens, 1), mask[:, p : p + len(tokens)].clone(), torch.cat(logprobs, 1)
+
+
+def bare_generate(
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    cfg: SamplingConfig,
+    eos_id: int,
+    pad_id: int,
+    generator: torch.Generator,
+) -> Generation:
+    """``_forward_decode`` as a ``Generation`` (right-padded with ``pad_id``; plain sampling
+    at temperature 1 only, the default job's)."""
+    assert (cfg.temperature, cfg.top_k, cfg.top_p) == (1.0, 0, 1.0), "plain sampling only"
+    tokens, running, logprobs = _forward_decode(
+        model, prompt_ids, prompt_mask, cfg, eos_id, generator
+    )
+    # a step counts for a row that had not finished before it
+    response_mask = torch.ones_like(running)
+    response_mask[:, 1:] = running[:, :-1]
+    return Generation(
+        tokens.masked_fill(~response_mask, pad_id),
+        response_mask,
+        logprobs.masked_fill(~response_mask, 0.0),
+    )
+
+
 def bare_rollout(loop: BareLoop, step: int, sample_gen: torch.Generator) -> dict[str, Tensor]:
     """Sample G responses per prompt with the policy, score them, pin reference logprobs and
     group-normalised advantages; every tensor ``[B * G, ...]``."""
@@ -182,7 +248,8 @@ def bare_rollout(loop: BareLoop, step: int, sample_gen: torch.Generator) -> dict
     prompt_ids = prompt_ids.repeat_interleave(g, 0).to(trainer.device)
     prompt_mask = prompt_mask.repeat_interleave(g, 0).to(trainer.device)
     policy.eval()
-    gen = generate(policy, prompt_ids, prompt_mask, hp.sampling, tok.eos_id, tok.pad_id, sample_gen)
+    sample = generate if loop.decode == "sampler" else bare_generate
+    gen = sample(policy, prompt_ids, prompt_mask, hp.sampling, tok.eos_id, tok.pad_id, sample_gen)
     policy.train()
     lengths = gen.response_mask.sum(-1).tolist()
     rows = zip(gen.response_ids.tolist(), lengths, strict=True)
@@ -311,7 +378,7 @@ def build(args: argparse.Namespace, run_dir: str) -> tuple[Trainer, BareLoop]:
     assert cfg.train_type._target_.endswith("GRPOStrategy"), "the bare loop is GRPO"
     hp = Hyper.from_config(cfg)
     trainer = Trainer(cfg, run_dir, job_context=([], {}))
-    return trainer, BareLoop(trainer, hp)
+    return trainer, BareLoop(trainer, hp, args.bare_decode)
 
 
 def main() -> None:
@@ -322,6 +389,13 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=64, help="train_type.prompts_per_step")
     parser.add_argument("--group", type=int, default=8, help="train_type.group_size")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--bare-decode",
+        choices=("forward", "sampler"),
+        default="forward",
+        help="the bare loop samples with the model's forward (a hand-written loop) or with "
+        "astrai's sampler",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as run_dir:
@@ -334,7 +408,7 @@ def main() -> None:
         print(
             f"workload: {hp.prompts} prompts x {hp.group} responses, "
             f"{hp.epochs} epochs x {hp.minibatches} minibatches, "
-            f"{args.steps_per_round} step(s) per round"
+            f"{args.steps_per_round} step(s) per round; bare decode: {args.bare_decode}"
         )
         start = snapshot(trainer)
         if not check_same_math(trainer, loop, start):

@@ -14,10 +14,11 @@ from astrai.paths import REPO_ROOT
 SCRIPT = REPO_ROOT / "bench" / "step_overhead.py"
 
 
-@pytest.mark.slow  # ~6 s: a Trainer build and three steps of each loop
-def test_one_round_checks_the_math_and_ends_with_the_ratio() -> None:
+@pytest.mark.slow  # ~6 s each: a Trainer build and three steps of each loop
+@pytest.mark.parametrize("decode", [[], ["--bare-decode", "sampler"]], ids=["forward", "sampler"])
+def test_one_round_checks_the_math_and_ends_with_the_ratio(decode: list[str]) -> None:
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--rounds", "1", "--prompts", "8", "--group", "4"],
+        [sys.executable, str(SCRIPT), "--rounds", "1", "--prompts", "8", "--group", "4", *decode],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
