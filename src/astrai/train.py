@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -20,7 +21,7 @@ from astrai.config.help import help_text
 from astrai.config.store import register_configs
 from astrai.config.threads import available_cores, launcher_parallel_jobs
 from astrai.config.validate import ConfigError, validate_config
-from astrai.files import discard_fresh_dir
+from astrai.files import discard_fresh_dir, write_file_atomic
 from astrai.paths import CONFIG_DIR
 from astrai.rewards.base import RewardError
 from astrai.run_lock import LOCK_NAME, RunDirBusy, lock_run_dir
@@ -77,9 +78,42 @@ def _accuracy(value: object) -> str:
     return f"{value:.3f}" if isinstance(value, int | float) else "-"
 
 
+# the Hydra record (``.hydra/``) an explicit run dir held before this start, which Hydra rewrites
+# before the job runs (``main`` reads it): put back if the start is refused
+_earlier_record: dict[str, bytes] | None = None
+_earlier_dir: Path | None = None
+
+
+def read_hydra_record(run_dir: Path) -> dict[str, bytes] | None:
+    """The files of ``run_dir/.hydra`` (name -> bytes), None when there is none."""
+    record = run_dir / ".hydra"
+    if not record.is_dir():
+        return None
+    return {path.name: path.read_bytes() for path in record.iterdir() if path.is_file()}
+
+
+def restore_hydra_record(run_dir: Path, files: dict[str, bytes]) -> None:
+    """Make ``run_dir/.hydra`` hold exactly ``files`` again (each written atomically)."""
+    record = run_dir / ".hydra"
+    record.mkdir(exist_ok=True)
+    for path in record.iterdir():
+        if path.is_file() and path.name not in files:
+            path.unlink()
+    for name, data in files.items():
+        write_file_atomic(record / name, functools.partial(_write_bytes, data=data))
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    path.write_bytes(data)
+
+
 def _discard_run_dir(run_dir: Path) -> None:
-    """Undo a fresh run dir (``.hydra/``, the job log, its lock file) of a run that failed
-    validation."""
+    """Undo the start of a run that failed validation or was refused its checkpoint: a fresh run
+    dir (``.hydra/``, the job log, its lock file) is removed; an existing one gets back the
+    Hydra record it had (a refused resume leaves the run it belongs to as it was)."""
+    if _earlier_record is not None and run_dir.resolve() == _earlier_dir:
+        restore_hydra_record(run_dir, _earlier_record)
+        return
     discard_fresh_dir(run_dir, {".hydra", f"{HydraConfig.get().job.name}.log", LOCK_NAME})
 
 
@@ -250,6 +284,8 @@ def main() -> None:
         except RunDirBusy as err:
             print(f"astrai: {err}", file=sys.stderr)
             sys.exit(2)
+        global _earlier_record, _earlier_dir
+        _earlier_record, _earlier_dir = read_hydra_record(explicit_dir), explicit_dir.resolve()
     _hydra_main()
 
 

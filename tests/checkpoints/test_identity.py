@@ -315,24 +315,32 @@ def test_train_py_refuses_a_tampered_checkpoint_as_verify_does(tmp_path: Path) -
     assert (verify.returncode, verify.stderr) == (2, expected)
 
 
-@pytest.mark.slow  # ~6 s: a real train.py
+@pytest.mark.slow  # ~12 s: two real train.py runs
 def test_train_py_refuses_a_ppo_checkpoint_resumed_as_grpo(tmp_path: Path) -> None:
+    """Refused, and the run dir stays the PPO run's: its checkpoints and its Hydra record
+    (``.hydra/``, which Hydra rewrites before the job starts) are as they were."""
     run_dir = tmp_path / "run"
-    Trainer(compose_config(["train_type=online_ppo", *QUICK]), run_dir).fit()
-    checkpoints = run_dir / "checkpoints"
-    before = {p: p.read_bytes() for p in checkpoints.rglob("*") if p.is_file()}
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("HYDRA_FULL_ERROR", None)
-    train = subprocess.run(
-        [sys.executable, TRAIN, *QUICK, f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+
+    def train(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, TRAIN, *QUICK, *args, f"hydra.run.dir={run_dir}"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    first = train("train_type=online_ppo")
+    assert first.returncode == 0, first.stderr[-3000:]
+    files = [p for p in run_dir.rglob("*") if p.is_file() and p.parent.name != "tb"]
+    # train.log gains the refused start's lines; the lock file names its latest holder
+    before = {p: p.read_bytes() for p in files if p.name not in ("train.log", ".astrai.lock")}
+    assert run_dir / ".hydra" / "config.yaml" in before
+    resumed = train()
+    assert resumed.returncode == 2, resumed.stdout + resumed.stderr
+    assert len(resumed.stderr.splitlines()) == 1
+    assert resumed.stderr.startswith("astrai: checkpoint error: ")
+    assert 'train_type="online_ppo", this run "online_grpo"' in resumed.stderr
+    assert {p: p.read_bytes() for p in before} == before
+    assert sorted(p.name for p in (run_dir / ".hydra").iterdir()) == sorted(
+        p.name for p in before if p.parent.name == ".hydra"
     )
-    assert train.returncode == 2, train.stdout + train.stderr
-    assert len(train.stderr.splitlines()) == 1
-    assert train.stderr.startswith("astrai: checkpoint error: ")
-    assert 'train_type="online_ppo", this run "online_grpo"' in train.stderr
-    assert {p: p.read_bytes() for p in checkpoints.rglob("*") if p.is_file()} == before
