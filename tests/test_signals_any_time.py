@@ -162,21 +162,29 @@ def test_sigterm_while_sampling_abandons_the_step_and_resumes_exactly(tmp_path: 
     assert steps == [0, 1, 2, 3]
 
 
-def test_a_signal_after_a_completed_stop_is_ignored() -> None:
-    """In a child process, as ``python train.py`` does: the run's stop completes, and a second
-    SIGTERM then (during shut-down) neither kills nor changes the exit status."""
+def _as_train_py(body: str) -> subprocess.CompletedProcess:
+    """Run ``body`` in a child process that catches stop signals as ``python train.py`` does."""
     script = (
         "import os, signal\n"
         "from astrai.training.stopping import StopRequest, catch_stop_signals\n"
-        "catch_stop_signals()\n"
-        "with StopRequest() as stop:\n"
-        "    os.kill(os.getpid(), signal.SIGTERM)\n"
-        "    print(stop.reason, flush=True)\n"
-        "os.kill(os.getpid(), signal.SIGTERM)\n"
-        "print('survived', flush=True)\n"
+        "catch_stop_signals()\n" + textwrap.dedent(body)
     )
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_signal_after_a_completed_stop_is_ignored() -> None:
+    """The run's stop completes, and a second SIGTERM then (during shut-down) neither kills nor
+    changes the exit status."""
+    result = _as_train_py(
+        """
+        with StopRequest() as stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+            print(stop.reason, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        print('survived', flush=True)
+        """
     )
     assert result.stdout.splitlines() == ["SIGTERM", "survived"]
     assert result.returncode == 0
@@ -184,16 +192,12 @@ def test_a_signal_after_a_completed_stop_is_ignored() -> None:
 
 
 def test_a_signal_before_the_loop_is_the_reason_when_it_starts() -> None:
-    script = (
-        "import os, signal\n"
-        "from astrai.training.stopping import StopRequest, catch_stop_signals\n"
-        "catch_stop_signals()\n"
-        "os.kill(os.getpid(), signal.SIGTERM)\n"
-        "with StopRequest() as stop:\n"
-        "    print(stop.reason, flush=True)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    result = _as_train_py(
+        """
+        os.kill(os.getpid(), signal.SIGTERM)
+        with StopRequest() as stop:
+            print(stop.reason, flush=True)
+        """
     )
     assert result.stdout.splitlines() == ["SIGTERM"], result.stderr
     assert result.returncode == 0
