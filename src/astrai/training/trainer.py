@@ -17,13 +17,10 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
-from tqdm import tqdm
-from tqdm.contrib.logging import logging_redirect_tqdm
 
 from astrai.algorithms.aggregation import Divisors, whole_minibatch_divisors
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.io import prune_checkpoints
-from astrai.config.duration import parse_duration
 from astrai.config.train_type_checks import check_world_batch
 from astrai.distributed import (
     all_reduce_sum,
@@ -33,7 +30,7 @@ from astrai.distributed import (
     slurm_environment,
 )
 from astrai.metrics.aggregate import MetricMeans
-from astrai.metrics.dashboards import hparams_end_summary, hydra_job_context
+from astrai.metrics.dashboards import hydra_job_context
 from astrai.metrics.names import kl_logged_at
 from astrai.metrics.writers import METRICS_FILE, RunLogger, samples_markdown
 from astrai.models.llama import LlamaForCausalLM
@@ -47,7 +44,7 @@ from astrai.rollout.minibatch import Minibatch, flatten_rollout, iter_minibatche
 from astrai.rollout.rollout import Rollout, ended_with_eos
 from astrai.tasks.base import ProblemSource
 from astrai.training.accumulation import accumulate_gradients
-from astrai.training.announce import announce_run, count_parameters, write_dashboards
+from astrai.training.announce import count_parameters
 from astrai.training.banner import format_eval_line
 from astrai.training.checkpointing import (
     resolve_resume,
@@ -56,6 +53,7 @@ from astrai.training.checkpointing import (
 )
 from astrai.training.dynamic_sampling import RESAMPLE_SEED_STRIDE, sample_informative
 from astrai.training.evaluation import EvalResult, evaluate
+from astrai.training.loop import run_loop
 from astrai.training.optim import clip_and_step
 from astrai.training.parallel import shard_policy, wrap_data_parallel
 from astrai.training.rollout_stats import rollout_metrics, rollout_samples
@@ -69,8 +67,6 @@ from astrai.training.setup import (
 )
 from astrai.training.stopping import (
     StopInterrupt,
-    StopRequest,
-    agreed_stop_reason,
     interruptible,
 )
 
@@ -357,7 +353,7 @@ class Trainer:
                 self.strategy.sampling.max_new_tokens,
             )
 
-    def _eval_metrics(self) -> dict[str, float]:
+    def eval_metrics(self) -> dict[str, float]:
         """The evaluation's metrics; {} when a stop signal abandoned it (one process: an
         evaluation changes no training state)."""
         t0 = time.perf_counter()
@@ -374,93 +370,12 @@ class Trainer:
 
     def fit(self, until: int | None = None) -> dict[str, object]:
         """Train up to ``trainer.total_steps`` (or ``until``, if smaller), checkpointing on
-        schedule, on SIGTERM/SIGINT, when ``trainer.max_duration`` is spent and at the end.
+        schedule, on SIGTERM/SIGINT, when ``trainer.max_duration`` is spent and at the end
+        (``training.loop``). Returns the summary also written to ``summary.json``; ``stopped``
+        says why a run ended before ``total_steps`` (None when it completed)."""
+        return run_loop(self, until)
 
-        Returns the summary also written to ``summary.json``; ``stopped`` says why a run ended
-        before ``total_steps`` (None when it completed).
-        """
-        total = self.cfg.trainer.total_steps
-        stop_at = total if until is None else min(until, total)
-        budget = self.cfg.trainer.max_duration
-        start = time.perf_counter()
-        elapsed_before = self.logger.latest.get("time/elapsed_s", 0.0)  # earlier segments
-        write_dashboards(self)
-        announce_run(self)
-        saved_step = self.step if self.resumed_from is not None else None
-        checkpoint: Path | None = self.resumed_from
-        show_bar = bool(self.cfg.trainer.progress_bar)
-        bar = tqdm(total=total, initial=self.step, disable=not show_bar, desc="astrai")
-        # log lines go through tqdm.write while the bar is shown, so they never break it
-        console = logging_redirect_tqdm() if show_bar else contextlib.nullcontext()
-        budget_s = parse_duration(budget) if budget is not None else None
-        with console, StopRequest(budget_s) as stop:
-            if self.step == 0 and stop.signal_name is None:
-                self.initial_metrics = self._eval_metrics()
-                if self.initial_metrics:
-                    self.logger.log(self.step, self.initial_metrics)
-                    self._log_eval_line(self.initial_metrics)
-            # a signal during start-up or the step-0 evaluation: no step was taken, so the
-            # state is the one the run started from (fresh, or the checkpoint resumed)
-            stopped = agreed_stop_reason(stop.signal_name)
-            if stopped is not None:
-                log.warning(
-                    "stopped (%s) before step %d: nothing new to save", stopped, self.step + 1
-                )
-            while stopped is None and self.step < stop_at:
-                try:
-                    metrics = self.train_step()
-                except StopInterrupt as interrupt:  # sampling abandoned (``abandonable``)
-                    stopped = interrupt.signal_name
-                    if saved_step != self.step:
-                        checkpoint, saved_step = self.save_checkpoint(), self.step
-                    log.warning(
-                        "stopped (%s) while sampling step %d: %s",
-                        stopped,
-                        self.step + 1,
-                        checkpoint or "nothing to save",
-                    )
-                    break
-                evaluated = self.step % self.cfg.trainer.eval_every == 0 or self.step == total
-                if evaluated:
-                    eval_metrics = self._eval_metrics()  # {}: a stop signal abandoned it
-                    metrics.update(eval_metrics)
-                    evaluated = bool(eval_metrics)
-                metrics["time/elapsed_s"] = elapsed_before + time.perf_counter() - start
-                self.logger.log(self.step, metrics)
-                if evaluated:
-                    self._log_eval_line(metrics)
-                bar.update(1)
-                bar.set_postfix(
-                    reward=f"{metrics['rollout/reward_mean']:.3f}",
-                    eval_acc=f"{self.logger.latest.get('eval/accuracy', float('nan')):.2f}",
-                    step_s=f"{metrics['perf/step_s']:.2f}",
-                )
-                stopped = agreed_stop_reason(stop.reason)
-                every = self.cfg.ckpt.every_steps
-                if stopped is not None or (every > 0 and self.step % every == 0):
-                    checkpoint, saved_step = self.save_checkpoint(), self.step
-                if stopped is not None:
-                    log.warning("stopped (%s) at step %d: %s", stopped, self.step, checkpoint)
-                    break
-            if saved_step != self.step and self.step > 0:  # the end of the run (or ``until``)
-                checkpoint = self.save_checkpoint()
-        bar.close()
-        summary: dict[str, object] = {
-            "step": self.step,
-            "wall_time_s": time.perf_counter() - start,
-            "initial/eval/accuracy": self.initial_metrics.get("eval/accuracy"),
-            "train_type": self.strategy.name,
-            "run_dir": str(self.run_dir),
-            "stopped": stopped,
-            "checkpoint": str(checkpoint) if checkpoint is not None else None,
-        }
-        if self.step == total:  # HParams status: complete (a stopped run may be resumed)
-            self.logger.log_summaries(self.step, [hparams_end_summary()])
-        self.logger.write_summary(summary)
-        self.logger.close()
-        return {**self.logger.latest, **summary}
-
-    def _log_eval_line(self, metrics: dict[str, float]) -> None:
+    def log_eval_line(self, metrics: dict[str, float]) -> None:
         """Rank 0: one INFO line per evaluation, so ``train.log`` grows as the run goes."""
         if self.dist.is_main:
             log.info(format_eval_line(self.step, self.cfg.trainer.total_steps, metrics))
