@@ -142,10 +142,17 @@ def test_generate_cli_answers_free_prompts_from_an_hf_dir(hf_dir: Path, tmp_path
     ("args", "needle"),
     [
         (["/nonexistent/run", "1+1="], "no checkpoint or model directory at /nonexistent/run"),
-        (["{hf}", "--task", "nope"], "--task takes an embedded task (addition, reverse, sort)"),
-        (["{hf}", "--task", "dataset"], "not 'dataset'"),
-        (["{hf}", "1+1=", "--device", "banana"], "--device banana: not a torch device"),
-        (["{hf}", "1+1=", "--device", "meta"], "--device meta: use cpu or cuda[:N]"),
+        # one python -m run each (~2 s); the device rows are also in-process in
+        # tests/test_cli_errors.py: slow here
+        *[
+            pytest.param(args, needle, marks=pytest.mark.slow)
+            for args, needle in (
+                (["{hf}", "--task", "nope"], "--task takes an embedded task (addition, reverse"),
+                (["{hf}", "--task", "dataset"], "not 'dataset'"),
+                (["{hf}", "1+1=", "--device", "banana"], "--device banana: not a torch device"),
+                (["{hf}", "1+1=", "--device", "meta"], "--device meta: use cpu or cuda[:N]"),
+            )
+        ],
     ],
 )
 def test_generate_cli_bad_input_exits_2(

@@ -52,7 +52,11 @@ def run_train(
             "train_type=nope is not an option (choose from online_grpo, online_ppo)",
         ),
         # unknown keys and wrong types: test_compose_errors_are_one_line_and_exit_2
-        ("+infra.environment={PATH:/nonexistent}", "infra.environment.PATH cannot be set"),
+        pytest.param(  # in-process in tests/config/test_bad_values.py and test_environment.py
+            "+infra.environment={PATH:/nonexistent}",
+            "infra.environment.PATH cannot be set",
+            marks=pytest.mark.slow,
+        ),
         ("ckpt.resume=/nonexistent/step_3", "ckpt.resume: no checkpoint directory"),
         # the same path through the CLI for more of validate_config's checks, each also tested
         # in-process in tests/config (a train.py start each: slow)
