@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,11 @@ from typing import TYPE_CHECKING, NoReturn
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
-from hydra_plugins.astrai_docker_launcher._docker_cli import DockerCallError, docker_output
+from hydra_plugins.astrai_docker_launcher._docker_cli import (
+    DockerCallError,
+    docker_output,
+    stream_to_log,
+)
 from hydra_plugins.astrai_docker_launcher._environment import (
     JOB_FILE,
     compose_argv,
@@ -389,35 +392,4 @@ def _start_job(
         (job.job_dir / JOB_FILE).write_text(json.dumps(record, indent=2) + "\n")
     log.info("\t#%d : %s", job.idx, " ".join(filter_overrides(job.overrides)))
     log_file = job.job_dir / JOB_LOG_FILE
-    return _stream(argv, env, repo_root, log_file, launcher.tail_lines)
-
-
-def _stream(
-    argv: list[str], env: dict[str, str], cwd: Path, log_file: Path, tail_lines: int
-) -> tuple[int, list[str]]:
-    """Run ``argv``, echo its output live and into ``log_file``; return (exit code, last
-    ``tail_lines`` lines). A missing Docker CLI is exit code 127, as a shell would report."""
-    tail: deque[str] = deque(maxlen=tail_lines)
-    with open(log_file, "a", encoding="utf-8") as sink:
-        try:
-            proc = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                errors="replace",  # a container's output need not be UTF-8
-                bufsize=1,
-            )
-        except FileNotFoundError as err:
-            line = f"{argv[0]}: not found ({err})"
-            sink.write(line + "\n")
-            return 127, [line]
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            sink.write(line)
-            tail.append(line.rstrip("\n"))
-        return proc.wait(), list(tail)
+    return stream_to_log(argv, env, repo_root, log_file, launcher.tail_lines)

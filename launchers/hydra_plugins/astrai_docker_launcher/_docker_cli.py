@@ -1,10 +1,14 @@
-"""One call of the Docker CLI whose output is read (``ps``, ``inspect``, ``rm``), shared by the
-launcher and ``docker/status.py``."""
+"""Calls of the Docker CLI: one whose output is read (``ps``, ``inspect``, ``rm``), shared by the
+launcher and ``docker/status.py``; one whose output streams to the console and a log file (a
+job's ``docker compose run``)."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
+from collections import deque
 from collections.abc import Mapping
+from pathlib import Path
 
 TIMEOUT_S = 60.0
 
@@ -30,3 +34,34 @@ def docker_output(docker: str, *args: str, env: Mapping[str, str] | None = None)
         lines = result.stderr.strip().splitlines() or [f"exit status {result.returncode}"]
         raise DockerCallError(f"docker {' '.join(args[:2])}: {lines[0]}")
     return result.stdout
+
+
+def stream_to_log(
+    argv: list[str], env: dict[str, str], cwd: Path, log_file: Path, tail_lines: int
+) -> tuple[int, list[str]]:
+    """Run ``argv``, echo its output live and into ``log_file``; return (exit code, last
+    ``tail_lines`` lines). A missing Docker CLI is exit code 127, as a shell would report."""
+    tail: deque[str] = deque(maxlen=tail_lines)
+    with open(log_file, "a", encoding="utf-8") as sink:
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",  # a container's output need not be UTF-8
+                bufsize=1,
+            )
+        except FileNotFoundError as err:
+            line = f"{argv[0]}: not found ({err})"
+            sink.write(line + "\n")
+            return 127, [line]
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sink.write(line)
+            tail.append(line.rstrip("\n"))
+        return proc.wait(), list(tail)
