@@ -97,17 +97,21 @@ def test_bad_override_exits_nonzero_with_one_clear_message(
             ["trainer.total_step=10"],
             "trainer.total_step is not a config key (did you mean trainer.total_steps?)",
         ),
-        (
+        # each also in-process in tests/config/test_keys.py (a train.py start each: slow)
+        pytest.param(
             ["+trainer.total_step=10"],
             "trainer.total_step is not a config key (did you mean trainer.total_steps?)",
+            marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             ["train_type=base_online_ppo"],
             "train_type=base_online_ppo is not an option (choose from online_grpo, online_ppo)",
+            marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             ["trainer.total_steps=ten"],
             "trainer.total_steps=ten: Value 'ten' of type 'str' could not be converted to Integer",
+            marks=pytest.mark.slow,
         ),
         pytest.param(  # the same check as with -m below
             ["+experiment=ppo_sweep"],
@@ -118,7 +122,9 @@ def test_bad_override_exits_nonzero_with_one_clear_message(
             ["-m", "+experiment=ppo_sweep"],
             "+experiment=ppo_sweep: drop the + (experiment=ppo_sweep)",
         ),
-        (["+debug=quick"], "+debug=quick: drop the + (debug=quick)"),
+        pytest.param(
+            ["+debug=quick"], "+debug=quick: drop the + (debug=quick)", marks=pytest.mark.slow
+        ),
     ],
 )
 def test_compose_errors_are_one_line_and_exit_2(

@@ -115,9 +115,12 @@ def test_plugin_is_discovered_from_any_working_directory(tmp_path: Path) -> None
             "infra.environment.CUDA_VISIBLE_DEVICES cannot be set per job",
             marks=pytest.mark.slow,
         ),
-        (
+        # docker/preflight.py's check, unit-tested in tests/docker/test_preflight.py and run
+        # against the real engine in tests/docker_e2e: slow here
+        pytest.param(
             ["-m", "hydra/launcher=docker", "infra=docker", "infra.container.image=missing:latest"],
             "image missing:latest not found; build it with `make docker-build`",
+            marks=pytest.mark.slow,
         ),
         (
             ["-m", "hydra/launcher=docker", "infra=docker", "infra.mounts.models=/etc/hostname"],
