@@ -50,3 +50,12 @@ class KVCache:
 
     def advance(self, t: int) -> None:
         self.length += t
+
+    def select_rows(self, index: Tensor) -> KVCache:
+        """A new cache whose row ``i`` is a copy of this cache's row ``index[i]`` (same
+        ``length`` and ``max_length``); ``index [N']``."""
+        rows = KVCache.__new__(KVCache)
+        rows.keys = [k.index_select(0, index) for k in self.keys]
+        rows.values = [v.index_select(0, index) for v in self.values]
+        rows.max_length, rows.length = self.max_length, self.length
+        return rows

@@ -358,19 +358,24 @@ class LlamaForCausalLM(nn.Module):
 
     def new_cache(self, batch_size: int, max_length: int) -> KVCache:
         """An empty KV cache for ``batch_size`` rows of up to ``max_length`` tokens."""
-        param = self.lm_head.weight
-        return KVCache(
-            num_layers=self.config.num_hidden_layers,
-            batch_size=batch_size,
-            num_kv_heads=self.config.num_key_value_heads,
-            max_length=max_length,
-            head_dim=self.config.head_dim,
-            dtype=param.dtype,
-            device=param.device,
-        )
+        return new_cache(self.config, self.lm_head.weight, batch_size, max_length)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def new_cache(config: LlamaConfig, like: Tensor, batch_size: int, max_length: int) -> KVCache:
+    """An empty KV cache for a trunk of ``config`` whose weights are like ``like`` (dtype,
+    device): ``batch_size`` rows of up to ``max_length`` tokens."""
+    return KVCache(
+        num_layers=config.num_hidden_layers,
+        batch_size=batch_size,
+        num_kv_heads=config.num_key_value_heads,
+        max_length=max_length,
+        head_dim=config.head_dim,
+        dtype=like.dtype,
+        device=like.device,
+    )
 
 
 def set_gradient_checkpointing(model: nn.Module, enabled: bool) -> None:

@@ -13,7 +13,14 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from astrai.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel, init_weights
+from astrai.models.kv_cache import KVCache
+from astrai.models.llama import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    LlamaModel,
+    init_weights,
+    new_cache,
+)
 
 TRUNK_PREFIX = "model."
 
@@ -30,12 +37,21 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
-        """``input_ids [N, T]``, ``attention_mask [N, T]`` bool -> values ``[N, T]``."""
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, cache: KVCache | None = None
+    ) -> Tensor:
+        """``input_ids [N, T]``, ``attention_mask [N, past + T]`` bool -> values ``[N, T]``;
+        ``cache`` (past tokens, ``new_cache``) is filled with the new keys/values when given."""
         if attention_mask is None:
+            if cache is not None:
+                raise ValueError("a forward after cached tokens needs their attention_mask")
             attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
-        hidden = self.model(input_ids, attention_mask)
+        hidden = self.model(input_ids, attention_mask, cache=cache)
         return self.value_head(hidden).squeeze(-1)
+
+    def new_cache(self, batch_size: int, max_length: int) -> KVCache:
+        """An empty KV cache for ``batch_size`` rows of up to ``max_length`` tokens."""
+        return new_cache(self.config, self.model.embed_tokens.weight, batch_size, max_length)
 
     def warm_start(self, policy: LlamaForCausalLM) -> None:
         """Copy the policy's trunk weights (its ``lm_head`` is not part of the trunk)."""

@@ -15,7 +15,9 @@ from torch import Tensor, nn
 
 from astrai.distributed import all_reduce_max
 from astrai.models.decode import Decoder
+from astrai.models.kv_cache import KVCache
 from astrai.models.llama import LlamaForCausalLM
+from astrai.models.shared_prefix import prefill
 
 
 @dataclass
@@ -152,7 +154,7 @@ def _sample(
     attention_mask = torch.zeros(n, p + max_new, dtype=torch.bool, device=device)
     attention_mask[:, :p] = prompt_mask
     seq = None if use_cache else torch.cat([prompt_ids, prompt_ids.new_zeros(n, max_new)], 1)
-    cache = model.new_cache(n, p + max_new) if use_cache else None
+    cache: KVCache | None = None
     decoder: Decoder | None = None
     finished = torch.zeros(n, dtype=torch.bool, device=device)
     token_steps: list[Tensor] = []  # [N] per step
@@ -162,12 +164,14 @@ def _sample(
         width = p + t
         if decoder is not None:  # after the prompt, where the fast path applies
             logits = decoder.step(step_input)
+        elif use_cache and t == 0:  # the prompt: each distinct one once (GRPO's groups)
+            cache, logits = prefill(model, prompt_ids, prompt_mask, p + max_new)
         else:
             inputs = step_input if seq is None else seq[:, :width]
             out = model(inputs, attention_mask=attention_mask[:, :width], cache=cache)
             logits = out.logits[:, -1]
-            if cache is not None and fast_decode and Decoder.applies(model, cache):
-                decoder = Decoder(model, cache, attention_mask)
+        if decoder is None and cache is not None and fast_decode and Decoder.applies(model, cache):
+            decoder = Decoder(model, cache, attention_mask)
         logits = scaled_logits(logits.float(), cfg.temperature)
         next_token = _choose(logits, cfg, generator)
         token_steps.append(next_token)

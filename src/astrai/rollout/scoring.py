@@ -10,17 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from astrai.models.shared_prefix import response_outputs
 from astrai.rollout.sampler import scaled_logits
-
-
-def concat_sequences(
-    prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor
-) -> tuple[Tensor, Tensor]:
-    """Left-padded prompts ``[N, P]`` + right-padded responses ``[N, R]`` -> ``[N, P + R]``."""
-    return (
-        torch.cat([prompt_ids, response_ids], dim=1),
-        torch.cat([prompt_mask.bool(), response_mask.bool()], dim=1),
-    )
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
@@ -61,13 +52,9 @@ def response_logprobs(
         ``entropy_grad`` is False, where it is computed from detached logits (a metric only;
         the same values without its autograd graph and backward pass).
     """
-    input_ids, attention_mask = concat_sequences(
-        prompt_ids, prompt_mask, response_ids, response_mask
-    )
-    p, r = prompt_ids.shape[1], response_ids.shape[1]
-    logits = model(input_ids, attention_mask=attention_mask).logits
     # the logit at position i predicts token i + 1
-    logits = scaled_logits(logits[:, p - 1 : p + r - 1].float(), temperature)
+    logits = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask)
+    logits = scaled_logits(logits.float(), temperature)
     logprobs = logits.log_softmax(-1).gather(-1, response_ids[..., None]).squeeze(-1)
     logprobs = logprobs.masked_fill(~response_mask.bool(), 0.0)
     entropy = None
@@ -92,12 +79,8 @@ def response_values(
     Returns:
         ``values [N, R]``, 0 at padding.
     """
-    input_ids, attention_mask = concat_sequences(
-        prompt_ids, prompt_mask, response_ids, response_mask
-    )
-    p, r = prompt_ids.shape[1], response_ids.shape[1]
-    values = critic(input_ids, attention_mask=attention_mask)[:, p - 1 : p + r - 1].float()
-    return values.masked_fill(~response_mask.bool(), 0.0)
+    values = response_outputs(critic, prompt_ids, prompt_mask, response_ids, response_mask)
+    return values.float().masked_fill(~response_mask.bool(), 0.0)
 
 
 def split_rows(size: int | None, *tensors: Tensor) -> list[tuple[Tensor, ...]]:

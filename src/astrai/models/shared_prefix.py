@@ -1,0 +1,133 @@
+"""Prompts shared by several rows, run once: GRPO samples ``group_size`` responses per prompt and
+then scores every (prompt, response) row, so each prompt appears ``group_size`` times in a batch.
+A prompt's keys and values do not depend on what follows it (attention is causal), so they are
+computed once per distinct prompt and copied to its rows through the KV cache; only the response
+positions then run per row, at a fraction of the cost when prompts are long or groups large.
+The math is the whole-sequence forward's, but not bit for bit: a prompt's attention sums over
+the prompt's keys only, and BLAS sums a product of few rows (a prompt pass of a handful of
+prompts) in another order than one of many, so values can differ in the last bits (they do not at
+the default jobs' shapes; the tests bound the difference). Where no prompt repeats, rows take the
+whole-sequence forward as before.
+
+Inference only (the sampler's prompt pass, reference logprobs, critic values): a gradient would
+have to flow back through the copied keys and values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from astrai.models.kv_cache import KVCache
+from astrai.models.llama import CausalLMOutput
+
+
+class CachedModel(Protocol):
+    """A model that runs new tokens after a KV cache: the causal LM or the value model."""
+
+    def __call__(
+        self, input_ids: Tensor, attention_mask: Tensor, cache: KVCache | None = None
+    ) -> CausalLMOutput | Tensor: ...
+
+    def new_cache(self, batch_size: int, max_length: int) -> KVCache: ...
+
+
+@dataclass(frozen=True)
+class DistinctPrompts:
+    """The distinct rows of a left-padded prompt batch: ``ids``/``mask [U, P]``, and
+    ``inverse [N]``, the distinct row of each original row."""
+
+    ids: Tensor
+    mask: Tensor
+    inverse: Tensor
+
+
+def distinct_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> DistinctPrompts | None:
+    """The distinct (ids, mask) rows of ``prompt_ids``/``prompt_mask [N, P]``; None when no two
+    rows are the same (nothing to share)."""
+    n, p = prompt_ids.shape
+    if n < 2:
+        return None
+    rows = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1)
+    distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)
+    if distinct.shape[0] == n:
+        return None
+    return DistinctPrompts(distinct[:, :p], distinct[:, p:].bool(), inverse)
+
+
+def supports_sharing(model: object) -> bool:
+    """Whether ``model`` can take the shared path: it makes KV caches (the causal LM and the
+    value model do; a DDP wrapper does not) and autograd is off."""
+    return hasattr(model, "new_cache") and not torch.is_grad_enabled()
+
+
+def outputs(model: CachedModel, ids: Tensor, mask: Tensor, cache: KVCache | None) -> Tensor:
+    """``model``'s per-position output ``[N, T, ...]``: logits of a causal LM, values of a
+    value model."""
+    out = model(ids, attention_mask=mask, cache=cache)
+    return out.logits if isinstance(out, CausalLMOutput) else out
+
+
+def prefill(
+    model: CachedModel, prompt_ids: Tensor, prompt_mask: Tensor, max_length: int
+) -> tuple[KVCache, Tensor]:
+    """Run left-padded prompts ``[N, P]`` into a new KV cache of ``max_length`` tokens, each
+    distinct prompt once.
+
+    Returns:
+        The cache (``N`` rows, length ``P``) and ``model``'s output at the last prompt position,
+        ``[N, ...]`` (the next-token logits of a causal LM).
+    """
+    return _prefill(
+        model, prompt_ids, prompt_mask, max_length, distinct_prompts(prompt_ids, prompt_mask)
+    )
+
+
+def _prefill(
+    model: CachedModel,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    max_length: int,
+    shared: DistinctPrompts | None,
+) -> tuple[KVCache, Tensor]:
+    if shared is None:
+        cache = model.new_cache(prompt_ids.shape[0], max_length)
+        return cache, outputs(model, prompt_ids, prompt_mask, cache)[:, -1]
+    cache = model.new_cache(shared.ids.shape[0], max_length)
+    last = outputs(model, shared.ids, shared.mask, cache)[:, -1]
+    return cache.select_rows(shared.inverse), last.index_select(0, shared.inverse)
+
+
+def response_outputs(
+    model: CachedModel,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+) -> Tensor:
+    """``model``'s output at each position that predicts a response token, ``[N, R, ...]``:
+    ``outputs`` of the whole sequence at positions ``P - 1 .. P + R - 2``. Without autograd and
+    where prompts repeat, a prompt pass (each distinct prompt once, ``prefill``) and then the
+    responses.
+
+    Args:
+        prompt_ids, prompt_mask: ``[N, P]`` left-padded prompts.
+        response_ids, response_mask: ``[N, R]`` right-padded responses.
+    """
+    p, r = prompt_ids.shape[1], response_ids.shape[1]
+    mask = torch.cat([prompt_mask.bool(), response_mask.bool()], dim=1)
+    shared = None
+    if r > 0 and supports_sharing(model):
+        shared = distinct_prompts(prompt_ids, prompt_mask)
+    if shared is None:
+        ids = torch.cat([prompt_ids, response_ids], dim=1)
+        return outputs(model, ids, mask, None)[:, p - 1 : p + r - 1]
+    cache, first = _prefill(model, prompt_ids, prompt_mask, p + r - 1, shared)
+    if r == 1:
+        return first[:, None]
+    # the last response token predicts nothing that is scored: it is not run
+    rest = outputs(model, response_ids[:, :-1], mask[:, : p + r - 1], cache)
+    return torch.cat([first[:, None], rest], dim=1)

@@ -1,0 +1,170 @@
+"""Prompts shared by several rows run once (``astrai.models.shared_prefix``): the same outputs as
+the whole-sequence forward, from fewer rows through the model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from astrai.models.kv_cache import KVCache
+from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+from astrai.models.shared_prefix import distinct_prompts, prefill, response_outputs
+from astrai.models.tokenizer import CharTokenizer
+from astrai.models.value_model import ValueModel
+from astrai.rollout.collect import left_pad
+from astrai.rollout.sampler import SamplingConfig, generate
+
+# last bits only: a different batch size may change a kernel's summation order on other CPUs
+EXACT = {"atol": 1e-5, "rtol": 0.0}
+
+
+def _batch(tokenizer: CharTokenizer, group: int, response_length: int) -> tuple[torch.Tensor, ...]:
+    """Three prompts of different lengths (left-padded), each ``group`` times, and random
+    right-padded responses (row i keeps ``1 + i % response_length`` tokens)."""
+    ids, mask = left_pad(tokenizer, ["3+5=", "12+7=", "rev 123="])
+    ids, mask = ids.repeat_interleave(group, 0), mask.repeat_interleave(group, 0)
+    n = ids.shape[0]
+    gen = torch.Generator().manual_seed(1)
+    response_ids = torch.randint(3, tokenizer.vocab_size, (n, response_length), generator=gen)
+    kept = 1 + torch.arange(n)[:, None] % response_length
+    response_mask = torch.arange(response_length)[None] < kept
+    response_ids = response_ids.masked_fill(~response_mask, tokenizer.pad_id)
+    return ids, mask, response_ids, response_mask
+
+
+def _whole_sequence(model: torch.nn.Module, ids, mask, response_ids, response_mask) -> torch.Tensor:
+    p, r = ids.shape[1], response_ids.shape[1]
+    out = model(
+        torch.cat([ids, response_ids], 1), attention_mask=torch.cat([mask, response_mask], 1)
+    )
+    out = out.logits if hasattr(out, "logits") else out
+    return out[:, p - 1 : p + r - 1]
+
+
+def _rows_through_first_layer(model: torch.nn.Module) -> list[int]:
+    """Records how many rows each forward runs through the model's first decoder layer."""
+    seen: list[int] = []
+    model.model.layers[0].register_forward_pre_hook(lambda _m, args: seen.append(args[0].shape[0]))
+    return seen
+
+
+def test_distinct_prompts_tell_padding_apart() -> None:
+    ids = torch.tensor([[0, 5, 6], [0, 5, 6], [7, 8, 9], [0, 5, 6], [0, 5, 6]])
+    mask = torch.tensor([[0, 1, 1], [0, 1, 1], [1, 1, 1], [0, 1, 1], [1, 1, 1]]).bool()
+    shared = distinct_prompts(ids, mask)
+    assert shared is not None
+    assert shared.ids.shape == (3, 3)
+    # rows 0, 1 and 3 are one prompt; row 4 has the same ids but its first token is real
+    inverse = shared.inverse.tolist()
+    assert inverse[0] == inverse[1] == inverse[3]
+    assert len({inverse[0], inverse[2], inverse[4]}) == 3
+    assert torch.equal(shared.ids[shared.inverse], ids)
+    assert torch.equal(shared.mask[shared.inverse], mask)
+    assert distinct_prompts(ids[1:3], mask[1:3]) is None  # all distinct: nothing to share
+    assert distinct_prompts(ids[:1], mask[:1]) is None
+
+
+def test_select_rows_copies_rows_and_length() -> None:
+    cache = KVCache(2, 3, 1, 4, 2, torch.float32, torch.device("cpu"))
+    for layer in range(2):
+        cache.write(
+            layer,
+            torch.arange(3.0)[:, None, None, None].expand(3, 1, 2, 2),
+            cache.values[layer][:, :, :2] + 10 * layer,
+        )
+    cache.advance(2)
+    rows = cache.select_rows(torch.tensor([2, 2, 0, 1]))
+    assert rows.length == 2 and rows.max_length == 4
+    assert rows.keys[1][:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0, 1.0]
+    assert rows.values[1][:, 0, 0, 0].tolist() == [10.0] * 4
+    rows.keys[0].zero_()  # a copy: the original is untouched
+    assert cache.keys[0][2, 0, 0, 0].item() == 2.0
+
+
+@pytest.mark.parametrize("response_length", [1, 2, 5])
+def test_logits_equal_the_whole_sequence_forward(
+    tiny_model: LlamaForCausalLM, tokenizer: CharTokenizer, response_length: int
+) -> None:
+    batch = _batch(tokenizer, group=4, response_length=response_length)
+    with torch.inference_mode():
+        expected = _whole_sequence(tiny_model, *batch)
+        rows = _rows_through_first_layer(tiny_model)
+        got = response_outputs(tiny_model, *batch)
+    assert got.shape == (12, response_length, tokenizer.vocab_size)
+    torch.testing.assert_close(got, expected, **EXACT)
+    # three distinct prompts, then the 12 rows' responses but their last token
+    assert rows == ([3] if response_length == 1 else [3, 12])
+
+
+def test_values_equal_the_whole_sequence_forward(tokenizer: CharTokenizer) -> None:
+    torch.manual_seed(0)
+    critic = ValueModel(LlamaConfig(num_hidden_layers=2, initializer_range=0.2)).eval()
+    torch.nn.init.normal_(critic.value_head.weight)  # a zero head would hide every bug
+    batch = _batch(tokenizer, group=3, response_length=4)
+    with torch.inference_mode():
+        expected = _whole_sequence(critic, *batch)
+        rows = _rows_through_first_layer(critic)
+        got = response_outputs(critic, *batch)
+    assert got.shape == (9, 4)
+    torch.testing.assert_close(got, expected, **EXACT)
+    assert rows == [3, 9]
+
+
+def test_with_autograd_every_row_runs_whole(
+    tiny_model: LlamaForCausalLM, tokenizer: CharTokenizer
+) -> None:
+    batch = _batch(tokenizer, group=4, response_length=3)
+    rows = _rows_through_first_layer(tiny_model)
+    got = response_outputs(tiny_model, *batch)
+    assert rows == [12] and got.requires_grad  # the gradient reaches every row's prompt
+
+
+def test_prefill_fills_the_cache_as_a_whole_batch_does(
+    tiny_model: LlamaForCausalLM, tokenizer: CharTokenizer
+) -> None:
+    ids, mask, _, _ = _batch(tokenizer, group=3, response_length=1)
+    with torch.inference_mode():
+        whole = tiny_model.new_cache(9, ids.shape[1] + 4)
+        logits = tiny_model(ids, attention_mask=mask, cache=whole).logits[:, -1]
+        cache, last = prefill(tiny_model, ids, mask, ids.shape[1] + 4)
+    assert cache.length == whole.length == ids.shape[1] and cache.max_length == whole.max_length
+    torch.testing.assert_close(last, logits, **EXACT)
+    for layer in range(2):
+        torch.testing.assert_close(cache.keys[layer], whole.keys[layer], **EXACT)
+        torch.testing.assert_close(cache.values[layer], whole.values[layer], **EXACT)
+
+
+def test_grouped_sampling_draws_what_recomputation_draws(
+    tiny_model: LlamaForCausalLM, tokenizer: CharTokenizer
+) -> None:
+    ids, mask, _, _ = _batch(tokenizer, group=4, response_length=1)
+    cfg = SamplingConfig(max_new_tokens=8, temperature=1.0)
+    rows = _rows_through_first_layer(tiny_model)
+    outs = [
+        generate(
+            tiny_model, ids, mask, cfg, tokenizer.eos_id, tokenizer.pad_id,
+            generator=torch.Generator().manual_seed(5), use_cache=use_cache,
+        )
+        for use_cache in (True, False)
+    ]  # fmt: skip
+    assert rows[0] == 3  # the cached run's prompt pass: one row per distinct prompt
+    assert torch.equal(outs[0].response_ids, outs[1].response_ids)
+    torch.testing.assert_close(outs[0].logprobs, outs[1].logprobs, **EXACT)
+    # the group's rows drew different responses from one shared prompt pass
+    assert len({tuple(r) for r in outs[0].response_ids[:4].tolist()}) > 1
+
+
+@pytest.mark.parametrize("part", [1, 5])
+def test_micro_batches_score_as_the_whole_batch_to_the_last_bits(
+    tiny_model: LlamaForCausalLM, tokenizer: CharTokenizer, part: int
+) -> None:
+    # long responses (attention over many keys); parts of one row repeat no prompt and take the
+    # whole-sequence forward, parts of five share some
+    batch = _batch(tokenizer, group=4, response_length=14)
+    with torch.inference_mode():
+        whole = response_outputs(tiny_model, *batch)
+        parts = [
+            response_outputs(tiny_model, *rows)
+            for rows in zip(*(t.split(part) for t in batch), strict=True)
+        ]
+    torch.testing.assert_close(torch.cat(parts), whole, **EXACT)
