@@ -123,6 +123,16 @@ def gather_objects(obj: object) -> list[object]:
     return gathered
 
 
+def is_fsdp(module: torch.nn.Module) -> bool:
+    """Whether ``module`` holds FSDP-sharded submodules: it gathers its weights inside its
+    modules' calls, collectives every rank must join with the same calls."""
+    if not dist.is_available():
+        return False
+    from torch.distributed.fsdp import FSDPModule
+
+    return any(isinstance(m, FSDPModule) for m in module.modules())
+
+
 def barrier() -> None:
     if world_size() > 1:
         dist.barrier()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from astrai.models import shared_prefix
 from astrai.models.kv_cache import KVCache
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.shared_prefix import distinct_prompts, prefill, response_outputs
@@ -117,6 +118,19 @@ def test_with_autograd_every_row_runs_whole(
     rows = _rows_through_first_layer(tiny_model)
     got = response_outputs(tiny_model, *batch)
     assert rows == [12] and got.requires_grad  # the gradient reaches every row's prompt
+
+
+def test_a_sharded_model_runs_every_row_whole(
+    tiny_model: LlamaForCausalLM, tokenizer: CharTokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # FSDP gathers weights in every forward call: ranks must make the same calls, whatever
+    # their batches share
+    monkeypatch.setattr(shared_prefix, "is_fsdp", lambda model: True)
+    batch = _batch(tokenizer, group=4, response_length=3)
+    rows = _rows_through_first_layer(tiny_model)
+    with torch.inference_mode():
+        response_outputs(tiny_model, *batch)
+    assert rows == [12]
 
 
 def test_prefill_fills_the_cache_as_a_whole_batch_does(

@@ -163,7 +163,7 @@ def test_sampling_runs_without_autograd(
     cfg = SamplingConfig(max_new_tokens=3, temperature=0.0)
     generate(tiny_model, ids, mask, cfg, eos_id=-1, pad_id=tokenizer.pad_id)
     assert modes == [("forward", False, True)] + [("fast", False, True)] * 2
-    monkeypatch.setattr(sampler, "_is_fsdp", lambda model: True)
+    monkeypatch.setattr(sampler, "is_fsdp", lambda model: True)
     modes.clear()
     generate(tiny_model, ids, mask, cfg, eos_id=-1, pad_id=tokenizer.pad_id)
     assert modes == [("forward", False, False)] * 3

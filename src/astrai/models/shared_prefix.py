@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from astrai.distributed import is_fsdp
 from astrai.models.kv_cache import KVCache
 from astrai.models.llama import CausalLMOutput
 
@@ -58,10 +59,12 @@ def distinct_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> DistinctPrompts
     return DistinctPrompts(distinct[:, :p], distinct[:, p:].bool(), inverse)
 
 
-def supports_sharing(model: object) -> bool:
-    """Whether ``model`` can take the shared path: it makes KV caches (the causal LM and the
-    value model do; a DDP wrapper does not) and autograd is off."""
-    return hasattr(model, "new_cache") and not torch.is_grad_enabled()
+def supports_sharing(model: nn.Module) -> bool:
+    """Whether ``model`` may take the shared path: autograd is off, it makes KV caches (the causal
+    LM and the value model do; a DDP wrapper does not) and it is not FSDP-sharded (whether a
+    batch shares prompts varies by rank, and so would the number of forward calls, each of
+    which gathers the weights with every rank)."""
+    return not torch.is_grad_enabled() and hasattr(model, "new_cache") and not is_fsdp(model)
 
 
 def outputs(model: CachedModel, ids: Tensor, mask: Tensor, cache: KVCache | None) -> Tensor:

@@ -11,9 +11,9 @@ import contextlib
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from astrai.distributed import all_reduce_max
+from astrai.distributed import all_reduce_max, is_fsdp
 from astrai.models.decode import Decoder
 from astrai.models.kv_cache import KVCache
 from astrai.models.llama import LlamaForCausalLM
@@ -111,7 +111,7 @@ def generate(
     # inference mode skips autograd's per-op bookkeeping that no_grad still pays (up to ~10% of
     # a CPU decoding step at small sizes), but FSDP must not allocate its unsharded weights as
     # inference tensors (and inference_mode(False) would turn grad mode back on)
-    fsdp = _is_fsdp(model)
+    fsdp = is_fsdp(model)
     mode = contextlib.nullcontext() if fsdp else torch.inference_mode()
     with mode:
         # a sharded model gathers its weights only inside its modules' calls, which the fast
@@ -123,14 +123,6 @@ def generate(
         )  # fmt: skip
     # clones made outside inference mode are ordinary tensors, fit for the trainer's autograd
     return Generation(gen.response_ids.clone(), gen.response_mask.clone(), gen.logprobs.clone())
-
-
-def _is_fsdp(model: nn.Module) -> bool:
-    if not torch.distributed.is_available():
-        return False
-    from torch.distributed.fsdp import FSDPModule
-
-    return any(isinstance(m, FSDPModule) for m in model.modules())
 
 
 def _sample(
