@@ -8,8 +8,9 @@ run's cosine learning rate) and grad-norm clipping. It samples the way a hand-wr
 (``--bare-decode forward``, the default): the model's own ``forward`` with its KV cache, one
 token per step, drawing by the sampler's rule (one uniform per row, inverse CDF) so it draws the
 same tokens; ``--bare-decode sampler`` gives it astrai's sampler instead
-(``astrai.rollout.sampler.generate``, with its fast decode path), which leaves only what the
-Trainer adds around the same sampling. Both start every round from the same weights, optimizer
+(``astrai.rollout.sampler.generate``, with its fast decode path and shared prompt pass). The
+bare loop scores the reference over every row whole, as a hand-written loop does; astrai runs
+each distinct prompt once (``astrai.models.shared_prefix``). Both start every round from the same weights, optimizer
 and RNG states, so they sample the same responses and take the same optimizer steps; a first
 paired step (also the warm-up) checks that the weights then agree (within ``WEIGHT_TOLERANCE``:
 the fast path's logprobs differ from ``forward``'s in the last bits). Each round times
