@@ -266,7 +266,7 @@ class LlamaModel(nn.Module):
     def forward(
         self,
         input_ids: Tensor,
-        attention_mask: Tensor,
+        attention_mask: Tensor | None = None,
         position_ids: Tensor | None = None,
         cache: KVCache | None = None,
     ) -> Tensor:
@@ -274,7 +274,8 @@ class LlamaModel(nn.Module):
 
         Args:
             input_ids: ``[N, T]`` new tokens.
-            attention_mask: ``[N, S]`` bool over cached + new tokens (``S = past + T``).
+            attention_mask: ``[N, S]`` bool over cached + new tokens (``S = past + T``); every
+                token when omitted.
             position_ids: ``[N, T]``; derived from ``attention_mask`` when omitted.
             cache: filled in place with the new keys/values when given.
 
@@ -282,6 +283,9 @@ class LlamaModel(nn.Module):
             ``[N, T, H]`` hidden states after the final norm.
         """
         n, t = input_ids.shape
+        if attention_mask is None:
+            past = cache.length if cache is not None else 0
+            attention_mask = torch.ones(n, past + t, dtype=torch.bool, device=input_ids.device)
         s = attention_mask.shape[1]
         past = s - t
         if position_ids is None:  # from the mask: below s, the table's bound
@@ -344,15 +348,8 @@ class LlamaForCausalLM(nn.Module):
         position_ids: Tensor | None = None,
         cache: KVCache | None = None,
     ) -> CausalLMOutput:
-        """``input_ids [N, T]``, ``attention_mask [N, past + T]`` bool -> logits ``[N, T, V]``."""
-        if attention_mask is None:
-            past = cache.length if cache is not None else 0
-            attention_mask = torch.ones(
-                input_ids.shape[0],
-                past + input_ids.shape[1],
-                dtype=torch.bool,
-                device=input_ids.device,
-            )
+        """``input_ids [N, T]``, ``attention_mask [N, past + T]`` bool (every token when
+        omitted) -> logits ``[N, T, V]``."""
         hidden = self.model(input_ids, attention_mask, position_ids, cache)
         return CausalLMOutput(logits=self.lm_head(hidden), hidden_states=hidden, cache=cache)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from functools import partial
 
-import torch
 from torch import Tensor, nn
 
 from astrai.models.kv_cache import KVCache
@@ -40,12 +39,9 @@ class ValueModel(nn.Module):
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, cache: KVCache | None = None
     ) -> Tensor:
-        """``input_ids [N, T]``, ``attention_mask [N, past + T]`` bool -> values ``[N, T]``;
-        ``cache`` (past tokens, ``new_cache``) is filled with the new keys/values when given."""
-        if attention_mask is None:
-            if cache is not None:
-                raise ValueError("a forward after cached tokens needs their attention_mask")
-            attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
+        """``input_ids [N, T]``, ``attention_mask [N, past + T]`` bool (every token when
+        omitted) -> values ``[N, T]``; ``cache`` (past tokens, ``new_cache``) is filled with the
+        new keys/values when given."""
         hidden = self.model(input_ids, attention_mask, cache=cache)
         return self.value_head(hidden).squeeze(-1)
 

@@ -158,12 +158,12 @@ def _sample(
             logits = decoder.step(step_input)
         elif use_cache and t == 0:  # the prompt: each distinct one once (GRPO's groups)
             cache, logits = prefill(model, prompt_ids, prompt_mask, p + max_new)
+            if fast_decode and Decoder.applies(model, cache):
+                decoder = Decoder(model, cache, attention_mask)
         else:
             inputs = step_input if seq is None else seq[:, :width]
             out = model(inputs, attention_mask=attention_mask[:, :width], cache=cache)
             logits = out.logits[:, -1]
-        if decoder is None and cache is not None and fast_decode and Decoder.applies(model, cache):
-            decoder = Decoder(model, cache, attention_mask)
         logits = scaled_logits(logits.float(), cfg.temperature)
         next_token = _choose(logits, cfg, generator)
         token_steps.append(next_token)
