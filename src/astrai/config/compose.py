@@ -7,7 +7,7 @@ import re
 
 from omegaconf import DictConfig
 
-from astrai.config.errors import ConfigError
+from astrai.config.errors import ConfigError, first_line
 
 
 def compose_train_config(overrides: list[str] | None = None, validate: bool = True) -> DictConfig:
@@ -56,10 +56,6 @@ def _missing_option_message(err: Exception) -> str | None:
     return f"{group}={option} is not an option{choices}"
 
 
-def _first_line(err: BaseException) -> str:
-    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-
-
 def compose_error_message(err: Exception, overrides: list[str]) -> str:
     """One line for an error Hydra raised composing ``overrides`` (its own text spans lines
     and, for an unknown key, suggests ``+key=value``, which would only hide the typo)."""
@@ -77,10 +73,10 @@ def compose_error_message(err: Exception, overrides: list[str]) -> str:
         except Exception:
             known = known_keys(compose_train_config([], validate=False))
         return unknown_key_message(key, known)
-    message = _first_line(err)
+    message = first_line(err)
     cause = err.__cause__
-    if cause is not None and _first_line(cause) not in message:
-        message = f"{message}: {_first_line(cause)}"
+    if cause is not None and first_line(cause) not in message:
+        message = f"{message}: {first_line(cause)}"
     return message.removeprefix("Error merging override ")
 
 
@@ -103,13 +99,16 @@ def check_overrides(overrides: list[str]) -> DictConfig:
     return cfg
 
 
-def check_run_config(overrides: list[str]) -> DictConfig:
+def check_run_config(overrides: list[str], docker_as_container: bool = False) -> DictConfig:
     """What ``python train.py overrides...`` checks before its run starts, in-process: the
-    overrides (``check_overrides``), then ``validate_config``; ``ConfigError`` otherwise."""
+    overrides (``check_overrides``), then ``validate_config``; ``ConfigError`` otherwise.
+    ``docker_as_container``: an ``infra=docker`` job is validated as the Docker launcher
+    validates it (``where="container"``)."""
     from astrai.config.validate import validate_config
 
     cfg = check_overrides(overrides)
-    validate_config(cfg)
+    docker = docker_as_container and cfg.infra.name == "docker"
+    validate_config(cfg, "container" if docker else "host")
     return cfg
 
 
@@ -135,7 +134,7 @@ def sweep_jobs(overrides: list[str]) -> list[list[str]]:
             else:
                 values.append([f"{key}={override.get_value_element_as_str()}"])
     except HydraException as err:
-        raise ConfigError(_first_line(err)) from err
+        raise ConfigError(first_line(err)) from err
     count = min(max((len(v) for v in values), default=1), MAX_CHECKED_SWEEP_JOBS)
     return [[v[i] if i < len(v) else v[0] for v in values] for i in range(count)]
 
@@ -145,8 +144,5 @@ def check_sweep_overrides(overrides: list[str]) -> None:
     option, a wrong type or a value out of range in any swept value is one line before the
     first job starts (and its sweep dir is made). A job for ``infra=docker`` is validated as
     the Docker launcher validates it (``where="container"``)."""
-    from astrai.config.validate import validate_config
-
     for job in sweep_jobs(overrides):
-        cfg = check_overrides(job)
-        validate_config(cfg, "container" if cfg.infra.name == "docker" else "host")
+        check_run_config(job, docker_as_container=True)

@@ -13,6 +13,13 @@ class ConfigError(ValueError):
         super().__init__("; ".join(lines))
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of ``err``'s message (libraries' messages span lines), or its type's name
+    when it has none."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def require(condition: bool, message: str) -> None:
     """``ConfigError(message)`` unless ``condition``."""
     if not condition:

@@ -13,7 +13,7 @@ from astrai.algorithms.aggregation import LOSS_AGG_MODES
 from astrai.algorithms.kl import KL_ESTIMATORS
 from astrai.algorithms.losses import RATIO_LEVELS
 from astrai.algorithms.strategy import Strategy
-from astrai.config.errors import ConfigError, require
+from astrai.config.errors import ConfigError, first_line, require
 from astrai.config.ranges import (
     MAX_EPOCHS,
     MAX_RESAMPLE_ROUNDS,
@@ -22,11 +22,6 @@ from astrai.config.ranges import (
     check_large,
     check_number,
 )
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _check_optimizer(node: DictConfig, key: str) -> torch.optim.Optimizer:
@@ -52,7 +47,7 @@ def _check_optimizer(node: DictConfig, key: str) -> torch.optim.Optimizer:
     try:
         return instantiate(node)([torch.nn.Parameter(torch.zeros(1))])
     except Exception as err:
-        raise ConfigError(f"{key}: {_first_line(err.__cause__ or err)}") from err
+        raise ConfigError(f"{key}: {first_line(err.__cause__ or err)}") from err
 
 
 def _check_scheduler(node: DictConfig, optimizer: torch.optim.Optimizer) -> None:
@@ -63,7 +58,7 @@ def _check_scheduler(node: DictConfig, optimizer: torch.optim.Optimizer) -> None
     try:
         instantiate(node)(optimizer, total_steps=1)
     except Exception as err:
-        raise ConfigError(f"{key}: {_first_line(err.__cause__ or err)}") from err
+        raise ConfigError(f"{key}: {first_line(err.__cause__ or err)}") from err
 
 
 def _strategy_class(tt: DictConfig) -> type[Strategy]:
@@ -111,9 +106,8 @@ def validate_train_type(tt: DictConfig, critic: DictConfig, allow_large: bool = 
         f"train_type.kl_estimator must be one of {', '.join(KL_ESTIMATORS)} "
         f"(got {tt.kl_estimator!r})",
     )
-    for key in ("adv_eps",):
-        if key in tt:
-            check_number(tt[key], f"train_type.{key}", 0, low_open=True)
+    if "adv_eps" in tt:
+        check_number(tt.adv_eps, "train_type.adv_eps", 0, low_open=True)
     if "entropy_coef" in tt:
         check_number(tt.entropy_coef, "train_type.entropy_coef", 0)
     _check_sampling(tt.sampling)
