@@ -77,7 +77,7 @@ def saved_fingerprint(state: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
 def _flatten(key: str, value: Any) -> dict[str, Any]:
     if isinstance(value, Mapping):
         flat: dict[str, Any] = {}
-        for sub in sorted(set(value)):
+        for sub in sorted(value):
             flat.update(_flatten(f"{key}.{sub}", value[sub]))
         return flat or {key: {}}
     return {key: value}

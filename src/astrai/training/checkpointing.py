@@ -162,12 +162,13 @@ def _write(
     reference = root / REFERENCE_FILE
     if not reference.is_file():
         write_file_atomic(reference, lambda p: io.save_module(trainer.reference, p))
+    fingerprint = run_fingerprint(trainer)
     state = {
         "format_version": FORMAT_VERSION,
         "train_type": trainer.strategy.name,
         "step": trainer.step,
         "total_steps": int(trainer.cfg.trainer.total_steps),
-        "fingerprint": run_fingerprint(trainer),
+        "fingerprint": fingerprint,
         # the train prompt stream is indexed by (seed, step): the step is the data position
         "data_position": trainer.step,
         "samples_seen": trainer.step
@@ -176,7 +177,7 @@ def _write(
         "policy_version": trainer.policy_version,
         "initial_metrics": trainer.initial_metrics,
         "world_size": len(rng_per_rank),
-        "parallel": "fsdp" if trainer.sharded else "ddp",
+        "parallel": fingerprint["parallel"],
         "rng": rng_per_rank[0],
         "rng_per_rank": rng_per_rank,
     }
@@ -255,10 +256,10 @@ def restore_training_checkpoint(trainer: Trainer, path: Path) -> dict[str, Any]:
     return state
 
 
-def _check_state(state: Any, path: Path) -> None:
-    required = {"step": int, "policy_version": int, "initial_metrics": dict, "rng": dict}
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
+def _check_state(state: dict[str, Any], path: Path) -> None:
+    """The fields a restore reads beyond what ``check_checkpoint_identity`` checked (a JSON
+    object with an integer ``step``)."""
+    required = {"policy_version": int, "initial_metrics": dict, "rng": dict}
     for key, kind in required.items():
         if not isinstance(state.get(key), kind):
             raise CheckpointError(f"{path}: missing or invalid {key!r}")
