@@ -40,7 +40,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from astrai.config.compose import compose_train_config
-from astrai.rollout.sampler import Generation, SamplingConfig, generate
+from astrai.rollout.sampler import Generation, SamplingConfig, _choose, generate
 from astrai.training.trainer import Trainer
 
 WEIGHT_TOLERANCE = 1e-5  # max |Δ| of any policy weight after the check step
@@ -197,11 +197,7 @@ def _forward_decode(
     tokens, logprobs, inputs = [], [], prompt_ids
     for t in range(cfg.max_new_tokens):
         logits = model(inputs, attention_mask=mask[:, : p + t], cache=cache).logits[:, -1].float()
-        probs = logits.softmax(-1)
-        cdf = probs.cumsum(-1, dtype=torch.float64)
-        uniform = torch.rand((n, 1), dtype=torch.float64, generator=generator, device=cdf.device)
-        token = torch.searchsorted(cdf, uniform.mul_(cdf[:, -1:]), right=True)[:, 0]
-        token = token.clamp_max_(probs.shape[-1] - 1)
+        token = _choose(logits, cfg, generator)  # the sampler's draw: the same tokens
         tokens.append(token)
         logprobs.append(logits.log_softmax(-1).gather(-1, token[:, None]))
         finished |= token == eos_id

@@ -104,14 +104,14 @@ def check_safetensors_size(file: Path) -> None:
             prefix = handle.read(8)
             length = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
             size = os.fstat(handle.fileno()).st_size
-            if not 0 < length <= size - 8:
-                raise ModelDirError(f"{file}: not a safetensors file, or truncated ({size} bytes)")
-            header = json.loads(handle.read(length))
+            raw = handle.read(length) if 0 < length <= size - 8 else None
     except OSError as err:
         raise ModelDirError(f"{file}: unreadable ({err.strerror or err})") from err
-    except ValueError as err:  # JSON (and UTF-8) errors; ModelDirError passes through
-        if isinstance(err, ModelDirError):
-            raise
+    if raw is None:
+        raise ModelDirError(f"{file}: not a safetensors file, or truncated ({size} bytes)")
+    try:
+        header = json.loads(raw)
+    except ValueError as err:  # JSON (and UTF-8) errors
         raise ModelDirError(f"{file}: unreadable safetensors header ({err})") from err
     if not isinstance(header, dict):
         raise ModelDirError(f"{file}: unreadable safetensors header (not a JSON object)")
