@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +141,49 @@ def test_reference_after_resume_is_the_initial_policy(straight_and_resumed, tmp_
     straight, resumed, _, _ = straight_and_resumed
     fresh = Trainer(compose_config([f"train_type={straight.strategy.name}", *QUICK]), tmp_path)
     _assert_same_tensors(fresh.policy.state_dict(), resumed.reference.state_dict(), "reference")
+
+
+def test_an_evaluation_a_signal_abandoned_runs_first_on_resume(
+    straight_and_resumed,  # noqa: ANN001
+    tmp_path: Path,
+) -> None:
+    """SIGTERM during step 2's evaluation: step 2's checkpoint says its evaluation is pending,
+    and the resumed run evaluates step 2 before it samples step 3, so metrics.jsonl and
+    TensorBoard read as the uninterrupted run's."""
+    straight, _, straight_dir, _ = straight_and_resumed
+    first = Trainer(copy.deepcopy(straight.cfg), tmp_path)
+    evaluate = first.evaluate
+
+    def evaluate_after_a_signal():  # noqa: ANN202
+        if first.step == 2:  # raises StopInterrupt inside ``eval_metrics``' interruptible
+            os.kill(os.getpid(), signal.SIGTERM)
+        return evaluate()
+
+    first.evaluate = evaluate_after_a_signal  # type: ignore[method-assign]
+    assert first.fit()["stopped"] == "SIGTERM" and first.step == 2
+    state_file = tmp_path / "checkpoints" / "step_2" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    assert state["eval_pending"] is True
+    rows = _records(tmp_path)
+    assert [r["step"] for r in rows] == [0, 1, 2] and "eval/accuracy" not in rows[2]
+
+    state_file.write_text(json.dumps({**state, "eval_pending": "yes"}))
+    before = (tmp_path / "metrics.jsonl").read_bytes()
+    with pytest.raises(CheckpointError, match=r"trainer_state\.json: invalid 'eval_pending'"):
+        Trainer(copy.deepcopy(straight.cfg), tmp_path)
+    assert (tmp_path / "metrics.jsonl").read_bytes() == before
+    state_file.write_text(json.dumps(state))
+
+    second = Trainer(copy.deepcopy(straight.cfg), tmp_path)
+    assert second.step == 2 and second.eval_pending
+    second.fit()
+    assert _records(tmp_path) == _records(straight_dir)
+    assert "eval/accuracy" in _records(tmp_path)[2]
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("eval/accuracy")] == [0, 2, 4, 6]
+    final = json.loads((tmp_path / "checkpoints" / "step_6" / "trainer_state.json").read_text())
+    assert final["eval_pending"] is False
 
 
 def test_rows_logged_after_the_checkpoint_are_replaced_on_resume(tmp_path: Path) -> None:

@@ -103,6 +103,16 @@ def tensorboard_dir(run_dir: Path, tb_run: str | None = None, resuming: bool = F
     return wanted
 
 
+def _rewrite_rows(path: Path, rows: list[dict[str, float]]) -> None:
+    """Replace ``path`` (``metrics.jsonl``) by ``rows``, atomically."""
+    lines = []
+    for row in rows:
+        values = {name: value for name, value in row.items() if name != "step"}
+        lines.append(json.dumps({"step": int(row["step"]), **_json_record(values)}))
+    text = "".join(line + "\n" for line in lines)
+    write_file_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
 class RunLogger:
     """Writes one JSON object per logged step and the same scalars to TensorBoard.
 
@@ -159,12 +169,9 @@ class RunLogger:
             return
         rows = read_metrics_for_resume(path) if step >= 0 else []
         kept = [row for row in rows if row["step"] <= step]
-        lines = []
         for row in kept:
-            lines.append(json.dumps({"step": int(row.pop("step")), **_json_record(row)}))
-            self.latest.update(row)
-        text = "".join(line + "\n" for line in lines)
-        write_file_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+            self.latest.update({k: v for k, v in row.items() if k != "step"})
+        _rewrite_rows(path, kept)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Record ``metrics`` (name -> float) at ``step``."""
@@ -176,6 +183,26 @@ class RunLogger:
         if self._jsonl is not None:
             self._jsonl.write(json.dumps({"step": step, **_json_record(values)}) + "\n")
             self._jsonl.flush()
+
+    def amend(self, step: int, metrics: dict[str, float]) -> None:
+        """Add ``metrics`` to the row logged last, which must be ``step``'s: a resumed run's
+        evaluation of the step its stop left unevaluated. ``metrics.jsonl`` is rewritten
+        atomically, so the row reads as if the evaluation had run then."""
+        values = {name: float(value) for name, value in sorted(metrics.items())}
+        self.latest.update(values)
+        if self._tb is not None:
+            for name, value in values.items():
+                self._tb.add_scalar(name, value, step)
+        if self._jsonl is None:
+            return
+        self._jsonl.close()
+        path = self.run_dir / METRICS_FILE
+        rows = read_metrics(path)
+        if not rows or rows[-1]["step"] != step:
+            raise MetricsFileError(f"{path}: its last row is not step {step}'s, to amend")
+        rows[-1] = {**rows[-1], **values}
+        _rewrite_rows(path, rows)
+        self._jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def log_text(self, step: int, tag: str, markdown: str) -> None:
         if self._tb is not None:

@@ -176,6 +176,7 @@ def _write(
         * trainer.strategy.group_size,
         "policy_version": trainer.policy_version,
         "initial_metrics": trainer.initial_metrics,
+        "eval_pending": trainer.eval_pending,
         "world_size": len(rng_per_rank),
         "parallel": fingerprint["parallel"],
         "rng": rng_per_rank[0],
@@ -253,6 +254,7 @@ def restore_training_checkpoint(trainer: Trainer, path: Path) -> dict[str, Any]:
     trainer.step = state["step"]
     trainer.policy_version = state["policy_version"]
     trainer.initial_metrics = dict(state["initial_metrics"])
+    trainer.eval_pending = state.get("eval_pending", False)  # absent before it was saved
     return state
 
 
@@ -263,3 +265,5 @@ def _check_state(state: dict[str, Any], path: Path) -> None:
     for key, kind in required.items():
         if not isinstance(state.get(key), kind):
             raise CheckpointError(f"{path}: missing or invalid {key!r}")
+    if not isinstance(state.get("eval_pending", False), bool):
+        raise CheckpointError(f"{path}: invalid 'eval_pending' (true or false)")

@@ -48,7 +48,9 @@ def run_loop(trainer: Trainer, until: int | None = None) -> dict[str, object]:
             if trainer.initial_metrics:
                 trainer.logger.log(trainer.step, trainer.initial_metrics)
                 trainer.log_eval_line(trainer.initial_metrics)
-        # a signal during start-up or the step-0 evaluation: no step was taken, so the
+        if trainer.eval_pending and stop.signal_name is None:
+            evaluate_pending_step(trainer)
+        # a signal during start-up or an evaluation before the first step: none was taken, so the
         # state is the one the run started from (fresh, or the checkpoint resumed)
         stopped = agreed_stop_reason(stop.signal_name)
         if stopped is not None:
@@ -74,6 +76,7 @@ def run_loop(trainer: Trainer, until: int | None = None) -> dict[str, object]:
                 evaluation = trainer.eval_metrics()  # {}: a stop signal abandoned it
                 metrics.update(evaluation)
                 evaluated = bool(evaluation)
+                trainer.eval_pending = not evaluated  # the checkpoint the stop writes says so
             metrics["time/elapsed_s"] = elapsed_before + time.perf_counter() - start
             trainer.logger.log(trainer.step, metrics)
             if evaluated:
@@ -89,7 +92,14 @@ def run_loop(trainer: Trainer, until: int | None = None) -> dict[str, object]:
             if stopped is not None or (every > 0 and trainer.step % every == 0):
                 checkpoint, saved_step = trainer.save_checkpoint(), trainer.step
             if stopped is not None:
-                log.warning("stopped (%s) at step %d: %s", stopped, trainer.step, checkpoint)
+                pending = " (its evaluation, abandoned, runs first on resume)"
+                log.warning(
+                    "stopped (%s) at step %d: %s%s",
+                    stopped,
+                    trainer.step,
+                    checkpoint,
+                    pending if trainer.eval_pending else "",
+                )
                 break
         if saved_step != trainer.step and trainer.step > 0:  # the end of the run (or ``until``)
             checkpoint = trainer.save_checkpoint()
@@ -108,3 +118,15 @@ def run_loop(trainer: Trainer, until: int | None = None) -> dict[str, object]:
     trainer.logger.write_summary(summary)
     trainer.logger.close()
     return {**trainer.logger.latest, **summary}
+
+
+def evaluate_pending_step(trainer: Trainer) -> None:
+    """Run the evaluation a stop signal abandoned at the resumed step and add it to that step's
+    row: greedy, with the weights the checkpoint holds, as the uninterrupted run evaluated
+    them. Abandoned again by a signal, it stays pending in the checkpoint."""
+    evaluation = trainer.eval_metrics()
+    if not evaluation:
+        return
+    trainer.logger.amend(trainer.step, evaluation)
+    trainer.eval_pending = False
+    trainer.log_eval_line({**trainer.logger.latest, **evaluation})

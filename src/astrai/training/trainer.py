@@ -133,6 +133,9 @@ class Trainer:
         self.policy_version = 0
         self.step = 0
         self.initial_metrics: dict[str, float] = {}  # the step-0 evaluation
+        # this step's evaluation was due and a stop signal abandoned it: the resumed run runs
+        # it first (``training.loop``), so its rows read as the uninterrupted run's
+        self.eval_pending = False
         self.sampling_metrics: dict[str, float] = {}  # the last rollout's dynamic sampling
         # restore before anything is written: a bad checkpoint leaves the run dir untouched
         self.resumed_from = resolve_resume(cfg.ckpt.resume, self.run_dir, self.strategy.name)
