@@ -268,9 +268,12 @@ def _stop_and_resume(work: Path, name: str, extra: list[str], stop_after: int) -
 
 
 def test_a_stopped_named_job_resumes_to_the_same_end(engine: None, work: Path) -> None:
-    resumed = _stop_and_resume(work, "e2e-stop", [], stop_after=3)
+    # an evaluation every step: a stop during an update or an evaluation abandons one, which
+    # the resumed run must run first (``eval_pending``) for the rows to match
+    every_step = ["trainer.eval_every=1"]
+    resumed = _stop_and_resume(work, "e2e-stop", every_step, stop_after=3)
     whole = work / "outputs" / "e2e-whole"
-    args = _args(*_mounts(work), *SHORT, f"trainer.total_steps={STEPS}")
+    args = _args(*_mounts(work), *SHORT, f"trainer.total_steps={STEPS}", *every_step)
     _ok(make("docker-train", env=USER, NAME="e2e-whole", GPUS="none", ARGS=args))
     rows, reference = _metric_rows(resumed), _metric_rows(whole)
     assert [r["step"] for r in rows] == [r["step"] for r in reference] == list(range(STEPS + 1))
