@@ -151,3 +151,17 @@ def test_a_run_scores_its_rollouts_with_the_reward_model(tmp_path: Path) -> None
     assert rollout.rewards.flatten().tolist() == pytest.approx(expected, abs=1e-6)
     assert list(rollout.reward_terms) == ["reward_model"]
     assert max(expected) - min(expected) > 0  # the responses differ, and so do their scores
+
+
+def test_scores_stay_float32_inside_a_bf16_run(tmp_path: Path) -> None:
+    """The trainer samples and evaluates under its bf16 autocast; the reward model's scores
+    must not be rounded by it (bf16 keeps about 3 significant digits, so close scores would
+    tie within a group)."""
+    ours = RewardModel(str(_save_classifier(tmp_path)), batch_size=3)
+    plain = ours(PROMPTS, RESPONSES, ANSWERS)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = ours(PROMPTS, RESPONSES, ANSWERS)
+        rounded = ours.model(*ours._left_pad([ours.encode_pair("3+4=", "7")]))
+    assert inside == plain
+    # the check can fail: under the autocast the bare model's score is not float32's
+    assert rounded.item() != plain[0]

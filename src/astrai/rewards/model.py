@@ -10,7 +10,8 @@ The model directory is what ``save_pretrained`` writes for ``LlamaForSequenceCla
 or ``Qwen2ForSequenceClassification`` with one label: ``config.json``, the trunk's weights
 (``model.*``) and ``score.weight`` ``[1, hidden]`` (transformers' score head has no bias),
 plus the tokenizer files. astrai's own trunk (``LlamaModel``, as the critic uses) computes it,
-in float32 on the CPU until ``to`` moves it; ``transformers`` is not needed.
+in float32 on the CPU until ``to`` moves it (float32 also in a bf16 run: the scoring turns
+autocast off); ``transformers`` is not needed.
 
 A pair becomes ids the way such a model is trained: with a chat template, the prompt as the
 user turn and the response as the assistant turn, rendered without a generation prompt and
@@ -202,7 +203,10 @@ class RewardModel:
         # batch pairs of similar length together: less padding, same scores
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         scores = [0.0] * len(encoded)
-        with torch.inference_mode():
+        device_type = self.model.score.weight.device.type
+        # float32 also inside a bf16 run's autocast (the trainer samples under it): bf16 keeps
+        # about 3 significant digits, so close scores would tie within a group
+        with torch.inference_mode(), torch.autocast(device_type, enabled=False):
             for start in range(0, len(order), self.batch_size):
                 rows = order[start : start + self.batch_size]
                 ids, mask, last = self._left_pad([encoded[i] for i in rows])
