@@ -322,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = torch.device(args.device)
     policy, tokenizer = loaded.policy.to(device), loaded.tokenizer
+    if scoring is not None and scoring.reward is not None:
+        scoring.reward.to(device)  # a reward model scores on the device, as in training
     if scoring is not None:
         prompts, samples = [p.prompt for p in scoring.problems], 1
     else:

@@ -168,7 +168,7 @@ def test_a_checkpoint_without_fingerprint_resumes_with_a_warning(tmp_path: Path)
     )
     warning = check_checkpoint_identity(checkpoint, state, 20, FINGERPRINT)
     assert warning is not None and "\n" not in warning
-    assert "model, task, seed not checked" in warning
+    assert "model, task, seed, device not checked" in warning
     # what an old checkpoint does record is still compared: its world size and train type
     message = refusal(checkpoint, 20, {**FINGERPRINT, "world_size": 2})
     assert "world_size=1, this run 2" in message

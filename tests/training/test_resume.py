@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import os
@@ -16,6 +17,7 @@ from tests.helpers import compose_config
 
 from astrai.checkpoints import io
 from astrai.checkpoints.layout import CheckpointError
+from astrai.training.setup import capture_rng_state, restore_rng_state
 from astrai.training.trainer import Trainer
 
 QUICK = [
@@ -184,6 +186,57 @@ def test_an_evaluation_a_signal_abandoned_runs_first_on_resume(
     assert [e.step for e in events.Scalars("eval/accuracy")] == [0, 2, 4, 6]
     final = json.loads((tmp_path / "checkpoints" / "step_6" / "trainer_state.json").read_text())
     assert final["eval_pending"] is False
+
+
+def _as_if_written_on_cuda(step_dir: Path) -> None:
+    """Make ``step_dir`` read as a CUDA run's: its fingerprint's device, and a sampling
+    generator state of a CUDA generator's size (16 bytes; a CPU one's is 5056)."""
+    path = step_dir / "trainer_state.json"
+    state = json.loads(path.read_text())
+    state["fingerprint"]["device"] = "cuda"
+    for rng in [state["rng"], *state["rng_per_rank"]]:
+        rng["generators"]["sample"] = base64.b64encode(bytes(16)).decode("ascii")
+    path.write_text(json.dumps(state))
+
+
+def test_a_checkpoint_from_another_device_type_is_refused_unless_allowed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = _trainer(tmp_path, "online_grpo")
+    first.fit(until=2)
+    saved_shuffle = first.shuffle_generator.get_state()
+    _as_if_written_on_cuda(tmp_path / "checkpoints" / "step_2")
+    with pytest.raises(CheckpointError) as err:
+        _trainer(tmp_path, "online_grpo")
+    assert 'device="cuda", this run "cpu"' in str(err.value)
+    assert "ckpt.allow_changes=[device]" in str(err.value)
+
+    resumed = _trainer(tmp_path, "online_grpo", "ckpt.allow_changes=[device]")
+    assert resumed.step == 2
+    assert "step_2 was written on cuda, this run is on cpu" in caplog.text
+    # the sampling stream starts from the seed; the CPU shuffling stream is restored
+    fresh = _trainer(tmp_path / "fresh", "online_grpo")
+    assert torch.equal(resumed.sample_generator.get_state(), fresh.sample_generator.get_state())
+    assert torch.equal(resumed.shuffle_generator.get_state(), saved_shuffle)
+    resumed.fit()
+    assert resumed.step == 6
+
+
+def test_global_cuda_states_of_gpus_this_process_cannot_see_are_left_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A checkpoint of a process that saw 2 GPUs, restored where 1 is visible (no GPU here:
+    the CUDA calls are stood in for, the states are real CPU-encoded bytes)."""
+    state = capture_rng_state({})
+    state["torch_cuda"] = [base64.b64encode(bytes([i]) * 16).decode("ascii") for i in (1, 2)]
+    restored: list[list[bytes]] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(
+        torch.cuda, "set_rng_state_all", lambda states: restored.append([bytes(s) for s in states])
+    )
+    restore_rng_state(state, {})
+    assert restored == [[bytes([1]) * 16]]
 
 
 def test_rows_logged_after_the_checkpoint_are_replaced_on_resume(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 One check, shared by resume (``training.checkpointing``) and ``python -m astrai.checkpoints
 verify``, so the two never disagree: ``trainer_state.json``'s step must equal the ``step_<N>``
 directory name and lie in ``0 <= step <= total_steps``, and on resume the fingerprint (what must
-not change across a resume: train type, model architecture, task, seed, world size, parallelism)
+not change across a resume: train type, model architecture, task, seed, world size, parallelism,
+device type)
 must equal the current run's, except for the keys the run allows to change
 (``ckpt.allow_changes``). ``total_steps`` is not in the fingerprint: a longer run is a normal
 resume.
@@ -26,7 +27,7 @@ from astrai.checkpoints.layout import (
 )
 
 # ``ckpt.allow_changes`` names these keys; ``model`` and ``task`` are dicts of their fields
-FINGERPRINT_KEYS = ("train_type", "model", "task", "seed", "world_size", "parallel")
+FINGERPRINT_KEYS = ("train_type", "model", "task", "seed", "world_size", "parallel", "device")
 # fields of the model config that do not change what a checkpoint's weights mean
 _NOT_ARCHITECTURE = frozenset({"initializer_range", "gradient_checkpointing"})
 

@@ -16,7 +16,11 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import OmegaConf
 
 from astrai.checkpoints import io
-from astrai.checkpoints.identity import check_checkpoint_identity, model_fingerprint
+from astrai.checkpoints.identity import (
+    check_checkpoint_identity,
+    model_fingerprint,
+    saved_fingerprint,
+)
 from astrai.checkpoints.layout import (
     CHECKPOINTS_DIR,
     MODEL_CONFIG_FILE,
@@ -117,6 +121,9 @@ def run_fingerprint(trainer: Trainer) -> dict[str, Any]:
         "seed": int(trainer.cfg.seed),
         "world_size": trainer.dist.world_size,
         "parallel": "fsdp" if trainer.sharded else "ddp",
+        # the sampling stream lives on the device: a CUDA generator's state means nothing to a
+        # CPU one, and another device's arithmetic would not repeat the run anyway
+        "device": trainer.device.type,
     }
 
 
@@ -238,6 +245,17 @@ def restore_training_checkpoint(trainer: Trainer, path: Path) -> dict[str, Any]:
     if trainer.critic is not None and trainer.critic_optimizer is not None:
         io.load_state_dict_into(trainer.critic, path / VALUE_MODEL_FILE)
         io.load_state_dict_into(trainer.critic_optimizer, path / VALUE_OPTIMIZER_FILE)
+    _restore_rng(trainer, state, path)
+    trainer.step = state["step"]
+    trainer.policy_version = state["policy_version"]
+    trainer.initial_metrics = dict(state["initial_metrics"])
+    trainer.eval_pending = state.get("eval_pending", False)  # absent before it was saved
+    return state
+
+
+def _restore_rng(trainer: Trainer, state: dict[str, Any], path: Path) -> None:
+    """This rank's random streams from ``state``, except those a deliberate change leaves
+    freshly seeded (a rank the checkpoint lacks; the sampling stream on another device type)."""
     per_rank = state.get("rng_per_rank")
     rank = trainer.dist.rank
     # a rank the checkpoint lacks (ckpt.allow_changes=[world_size]) keeps its freshly seeded
@@ -245,17 +263,23 @@ def restore_training_checkpoint(trainer: Trainer, path: Path) -> dict[str, Any]:
     if isinstance(per_rank, list) and rank >= len(per_rank):
         per_rank = None
         log.warning("rank %d: no RNG state in %s; its streams start fresh", rank, path.name)
+    generators = trainer.generators()
+    saved_device = saved_fingerprint(state)[0].get("device", trainer.device.type)
+    if saved_device != trainer.device.type:  # allowed (ckpt.allow_changes=[device])
+        del generators["sample"]  # on the device; it keeps its freshly seeded stream
+        log.warning(
+            "%s was written on %s, this run is on %s: the sampling stream starts fresh from "
+            "the seed (the resume is not exact)",
+            path.name,
+            saved_device,
+            trainer.device.type,
+        )
     try:
         if per_rank is not None or "rng_per_rank" not in state:
             rng = per_rank[rank] if per_rank is not None else state["rng"]
-            restore_rng_state(rng, trainer.generators())
+            restore_rng_state(rng, generators)
     except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as err:
         raise CheckpointError(f"{path / TRAINER_STATE_FILE}: bad RNG state ({err})") from err
-    trainer.step = state["step"]
-    trainer.policy_version = state["policy_version"]
-    trainer.initial_metrics = dict(state["initial_metrics"])
-    trainer.eval_pending = state.get("eval_pending", False)  # absent before it was saved
-    return state
 
 
 def _check_state(state: dict[str, Any], path: Path) -> None:

@@ -101,14 +101,17 @@ def capture_rng_state(generators: dict[str, torch.Generator]) -> dict[str, Any]:
 
 
 def restore_rng_state(state: dict[str, Any], generators: dict[str, torch.Generator]) -> None:
-    """Inverse of ``capture_rng_state``; every named generator must be present in ``state``."""
+    """Inverse of ``capture_rng_state``; every named generator must be present in ``state``
+    (``state`` may hold more, e.g. one left out because it moved to another device type)."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     name, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(_decode_bytes(state["torch"]))
     if torch.cuda.is_available() and "torch_cuda" in state:
-        torch.cuda.set_rng_state_all([_decode_bytes(s) for s in state["torch_cuda"]])
+        # one state per GPU the saving process saw; GPUs this process cannot see keep none
+        visible = state["torch_cuda"][: torch.cuda.device_count()]
+        torch.cuda.set_rng_state_all([_decode_bytes(s) for s in visible])
     for gen_name, generator in generators.items():
         generator.set_state(_decode_bytes(state["generators"][gen_name]))
 
