@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from astrai.models.decode import Decoder, packed_qkv, rope_table
+from astrai.models.kv_cache import KVCache
 from astrai.models.llama import (
     LlamaConfig,
     LlamaForCausalLM,
@@ -106,6 +107,32 @@ def test_incremental_forward_with_cache_matches_full_forward(
         steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full.logits, atol=1e-5, rtol=0)
     assert cache.length == 7
+
+
+def test_a_cache_made_under_autocast_stores_its_dtype_with_the_same_logits(
+    tiny_model: LlamaForCausalLM,
+) -> None:
+    """Under bf16 autocast attention casts cached keys and values to bf16 anyway: a bf16 cache
+    (half the memory) gives bitwise the logits of a float32 one."""
+    ids = torch.tensor([[0, 0, 1, 4, 5, 6, 7], [1, 8, 9, 10, 11, 12, 13]])
+    mask = torch.tensor([[False, False] + [True] * 5, [True] * 7])
+    assert tiny_model.new_cache(2, 7).keys[0].dtype == torch.float32
+    logits = {}
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        half = tiny_model.new_cache(2, 7)
+        assert half.keys[0].dtype == half.values[0].dtype == torch.bfloat16
+        config = tiny_model.config
+        full = KVCache(
+            config.num_hidden_layers, 2, config.num_key_value_heads, 7, config.head_dim,
+            torch.float32, torch.device("cpu"),
+        )  # fmt: skip
+        for name, cache in (("bf16", half), ("fp32", full)):
+            steps = [tiny_model(ids[:, :4], attention_mask=mask[:, :4], cache=cache).logits]
+            for t in range(4, 7):
+                out = tiny_model(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], cache=cache)
+                steps.append(out.logits)
+            logits[name] = torch.cat(steps, dim=1)
+    assert torch.equal(logits["bf16"], logits["fp32"])
 
 
 def test_forward_returns_final_hidden_states(tiny_model: LlamaForCausalLM) -> None:

@@ -362,15 +362,19 @@ class LlamaForCausalLM(nn.Module):
 
 
 def new_cache(config: LlamaConfig, like: Tensor, batch_size: int, max_length: int) -> KVCache:
-    """An empty KV cache for a trunk of ``config`` whose weights are like ``like`` (dtype,
-    device): ``batch_size`` rows of up to ``max_length`` tokens."""
+    """An empty KV cache for a trunk of ``config`` whose weights are like ``like`` (device;
+    dtype, or autocast's when it is on for that device: attention casts its keys and values to
+    it anyway, so storing them cast is the same arithmetic at half the memory):
+    ``batch_size`` rows of up to ``max_length`` tokens."""
+    device_type = like.device.type
+    autocast = torch.is_autocast_enabled(device_type) and like.dtype == torch.float32
     return KVCache(
         num_layers=config.num_hidden_layers,
         batch_size=batch_size,
         num_kv_heads=config.num_key_value_heads,
         max_length=max_length,
         head_dim=config.head_dim,
-        dtype=like.dtype,
+        dtype=torch.get_autocast_dtype(device_type) if autocast else like.dtype,
         device=like.device,
     )
 
