@@ -106,6 +106,11 @@ def reduce_a_cpu_tensor(rank: int, world: int, backend: str, out: str) -> None:
     )
     from astrai.distributed import all_reduce_max
 
+    # every rank past its connections before any fails and leaves: a rank still connecting
+    # would see "Connection closed by peer" instead of the error under test
+    ready = torch.distributed.FileStore(str(Path(out) / "ready"), world)
+    ready.set(f"rank{rank}", "1")
+    ready.wait([f"rank{r}" for r in range(world)])
     try:
         assert all_reduce_max(float(rank)) == world - 1
     finally:
