@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +11,7 @@ from pathlib import Path
 import pytest
 from tests.helpers import compose_config
 
+from astrai.checkpoints.__main__ import main
 from astrai.training.trainer import Trainer
 
 QUICK = [
@@ -19,13 +22,26 @@ QUICK = [
 ]
 
 
-def cli(*args: str | Path) -> subprocess.CompletedProcess:
+def python_m(*args: str | Path) -> subprocess.CompletedProcess:
+    """``python -m astrai.checkpoints args`` in a child process: the real entry point."""
     return subprocess.run(
         [sys.executable, "-m", "astrai.checkpoints", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def cli(*args: str | Path) -> subprocess.CompletedProcess:
+    """The same command in this process (its ``main``, what ``python -m`` runs; a child
+    process costs a torch import per call): exit status, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exit_:  # argparse's usage errors
+            code = exit_.code if isinstance(exit_.code, int) else 1
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +99,11 @@ def test_prune_is_a_dry_run_unless_forced(tmp_path: Path) -> None:
 
 
 def test_bad_usage_exits_2(tmp_path: Path) -> None:
-    assert cli("list", tmp_path / "nope").returncode == 2
+    missing = python_m("list", tmp_path / "nope")
+    assert missing.returncode == 2
+    assert missing.stderr == f"astrai.checkpoints: {tmp_path / 'nope'}: no such directory\n"
     assert cli("prune", tmp_path, "--keep", "0").returncode == 2
+    assert cli("list").returncode == 2  # argparse: the directory is required
 
 
 @pytest.mark.slow  # ~6 s: a real 2-job sweep
