@@ -1,16 +1,20 @@
 """Helpers shared by tests: compose the real Hydra config from ``conf/``; wait for a running
-``train.py`` to log; write a small Hugging Face tokenizer directory locally."""
+``train.py`` to log; run a command-line module's ``main`` in-process; write a small Hugging Face
+tokenizer directory locally."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from astrai.config.compose import compose_train_config as compose_config
 
-__all__ = ["compose_config", "wait_for_rows", "write_byte_level_tokenizer"]
+__all__ = ["compose_config", "run_main", "wait_for_rows", "write_byte_level_tokenizer"]
 
 
 def wait_for_rows(
@@ -23,6 +27,18 @@ def wait_for_rows(
         assert process.poll() is None, f"train.py exited ({process.returncode}) before {rows} rows"
         assert time.monotonic() < deadline, f"no {rows} rows in {metrics} after {timeout} s"
         time.sleep(0.2)
+
+
+def run_main(main: Callable[[list[str]], int], args: list[str]) -> subprocess.CompletedProcess:
+    """``main(args)`` of a ``python -m`` module, in this process (a child process costs a torch
+    import per call): its exit status, stdout and stderr, as ``subprocess.run`` gives them."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(args)
+        except SystemExit as exit_:  # argparse's usage errors
+            code = exit_.code if isinstance(exit_.code, int) else 1
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def write_byte_level_tokenizer(

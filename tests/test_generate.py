@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers import run_main
 from tests.test_dataset_cli import write_addition_files
 from tests.test_train_cli import QUICK, run_train
 
+from astrai.generate import main as generate_main
 from astrai.tasks import AdditionTask
 
 # non-default on purpose: conf/sampling's max_new_tokens is 4, conf/task/addition's num_digits 1
@@ -21,6 +23,13 @@ RUN_TASK = ["task=addition", "task.num_digits=2", "task.num_digits_b=1"]
 
 
 def generate_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m astrai.generate args`` in-process (``main``; paths here are absolute, so
+    ``cwd`` is not needed); the first test below runs the real entry point."""
+    return run_main(generate_main, args)
+
+
+def generate_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m astrai.generate args`` in a child process in ``cwd``."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(
         [sys.executable, "-m", "astrai.generate", *args],
@@ -69,7 +78,7 @@ def run_task_prompts(n: int) -> list[str]:
 def test_a_checkpoint_answers_its_run_task_with_its_response_length(
     run_dir: Path, tmp_path: Path, task_args: list[str]
 ) -> None:
-    result = generate_cli([str(run_dir), *task_args, "--n", "5"], tmp_path)
+    result = generate_process([str(run_dir), *task_args, "--n", "5"], tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == f"# {run_dir / 'checkpoints' / 'step_2'}"
@@ -133,10 +142,10 @@ def test_a_dataset_run_answers_its_own_files(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    result = generate_cli([str(run), "--task", "--n", "3"], elsewhere)
+    result = generate_process([str(run), "--task", "--n", "3"], elsewhere)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[1] == "# task dataset (the run's), max_new_tokens 4, greedy"
     held_out = AdditionTask().eval_prompts(1000)[:3]  # eval.jsonl's first rows
     assert [p for p, _ in answers(result.stdout)] == held_out
-    same = generate_cli([str(run), "--task", "dataset", "--n", "3"], elsewhere)
+    same = generate_process([str(run), "--task", "dataset", "--n", "3"], elsewhere)
     assert same.returncode == 0 and same.stdout == result.stdout

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from tests.helpers import compose_config
+from tests.helpers import compose_config, run_main
 
 from astrai.checkpoints.__main__ import main
 from astrai.training.trainer import Trainer
@@ -33,15 +31,8 @@ def python_m(*args: str | Path) -> subprocess.CompletedProcess:
 
 
 def cli(*args: str | Path) -> subprocess.CompletedProcess:
-    """The same command in this process (its ``main``, what ``python -m`` runs; a child
-    process costs a torch import per call): exit status, stdout and stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as exit_:  # argparse's usage errors
-            code = exit_.code if isinstance(exit_.code, int) else 1
-    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+    """The same command in this process (``main``, what ``python -m`` runs)."""
+    return run_main(main, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")
