@@ -185,23 +185,23 @@ class RunLogger:
             self._jsonl.flush()
 
     def amend(self, step: int, metrics: dict[str, float]) -> None:
-        """Add ``metrics`` to the row logged last, which must be ``step``'s: a resumed run's
-        evaluation of the step its stop left unevaluated. ``metrics.jsonl`` is rewritten
-        atomically, so the row reads as if the evaluation had run then."""
+        """Add ``metrics`` to ``step``'s row, the last one logged: a resumed run's evaluation
+        of the step its stop left unevaluated. ``metrics.jsonl`` is rewritten atomically, so
+        the row reads as if the evaluation had run then; without that row (a file deleted by
+        hand) they are logged as a row of their own."""
+        path = self.run_dir / METRICS_FILE
+        rows = read_metrics(path) if self._jsonl is not None else []
+        if not rows or rows[-1]["step"] != step:
+            self.log(step, metrics)
+            return
         values = {name: float(value) for name, value in sorted(metrics.items())}
         self.latest.update(values)
         if self._tb is not None:
             for name, value in values.items():
                 self._tb.add_scalar(name, value, step)
-        if self._jsonl is None:
-            return
+        assert self._jsonl is not None
         self._jsonl.close()
-        path = self.run_dir / METRICS_FILE
-        rows = read_metrics(path)
-        if not rows or rows[-1]["step"] != step:
-            raise MetricsFileError(f"{path}: its last row is not step {step}'s, to amend")
-        rows[-1] = {**rows[-1], **values}
-        _rewrite_rows(path, rows)
+        _rewrite_rows(path, [*rows[:-1], {**rows[-1], **values}])
         self._jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def log_text(self, step: int, tag: str, markdown: str) -> None:
