@@ -1,5 +1,6 @@
 """The "Your own model" workflow through the real CLIs: ``train.py model=hf``, then
-``python -m astrai.export`` and ``python -m astrai.generate`` on what it wrote."""
+``python -m astrai.export`` and ``astrai.generate`` (its ``main``, in-process) on what it
+wrote."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 import transformers  # the hf extra; `make test` installs it
+from tests.helpers import run_main
 from tests.hf_models import save_tiny_hf_model
 from tests.test_train_cli import QUICK, run_train
 
 from astrai.checkpoints.policy import load_checkpoint_policy
+from astrai.generate import main as generate_main
 
 
 def _module(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -23,6 +26,12 @@ def _module(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
     )
+
+
+def _generate(args: list[str]) -> subprocess.CompletedProcess:
+    """``python -m astrai.generate args``, in-process (``main``); tests/test_generate.py runs
+    the real entry point."""
+    return run_main(generate_main, args)
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +119,7 @@ def test_export_of_an_incomplete_checkpoint_fails_cleanly(ppo_run: Path, tmp_pat
 
 
 def test_generate_cli_scores_task_prompts(ppo_run: Path, tmp_path: Path) -> None:
-    result = _module(["astrai.generate", str(ppo_run), "--task", "addition", "--n", "4"], tmp_path)
+    result = _generate([str(ppo_run), "--task", "addition", "--n", "4"])
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == f"# {ppo_run / 'checkpoints' / 'step_2'}"
@@ -122,13 +131,13 @@ def test_generate_cli_scores_task_prompts(ppo_run: Path, tmp_path: Path) -> None
 
 
 def test_generate_cli_answers_free_prompts_from_an_hf_dir(hf_dir: Path, tmp_path: Path) -> None:
-    args = ["astrai.generate", str(hf_dir), "1+1=", "2+2=", "--n", "3", "--temperature", "1"]
-    result = _module([*args, "--max-new-tokens", "5"], tmp_path)
+    args = [str(hf_dir), "1+1=", "2+2=", "--n", "3", "--temperature", "1"]
+    result = _generate([*args, "--max-new-tokens", "5"])
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()[2:]
     assert [line.split(" -> ")[0] for line in lines] == ["'1+1='"] * 3 + ["'2+2='"] * 3
     # greedy equals transformers' greedy answer
-    greedy = _module(["astrai.generate", str(hf_dir), "1+1=", "--max-new-tokens", "5"], tmp_path)
+    greedy = _generate([str(hf_dir), "1+1=", "--max-new-tokens", "5"])
     model = transformers.AutoModelForCausalLM.from_pretrained(str(hf_dir)).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
     ids = tokenizer("1+1=", return_tensors="pt").input_ids
@@ -142,24 +151,17 @@ def test_generate_cli_answers_free_prompts_from_an_hf_dir(hf_dir: Path, tmp_path
     ("args", "needle"),
     [
         (["/nonexistent/run", "1+1="], "no checkpoint or model directory at /nonexistent/run"),
-        # one python -m run each (~2 s); the device rows are also in-process in
-        # tests/test_cli_errors.py: slow here
-        *[
-            pytest.param(args, needle, marks=pytest.mark.slow)
-            for args, needle in (
-                (["{hf}", "--task", "nope"], "--task takes an embedded task (addition, reverse"),
-                (["{hf}", "--task", "dataset"], "not 'dataset'"),
-                (["{hf}", "1+1=", "--device", "banana"], "--device banana: not a torch device"),
-                (["{hf}", "1+1=", "--device", "meta"], "--device meta: use cpu or cuda[:N]"),
-            )
-        ],
+        (["{hf}", "--task", "nope"], "--task takes an embedded task (addition, reverse"),
+        (["{hf}", "--task", "dataset"], "not 'dataset'"),
+        (["{hf}", "1+1=", "--device", "banana"], "--device banana: not a torch device"),
+        (["{hf}", "1+1=", "--device", "meta"], "--device meta: use cpu or cuda[:N]"),
     ],
 )
 def test_generate_cli_bad_input_exits_2(
     hf_dir: Path, tmp_path: Path, args: list[str], needle: str
 ) -> None:
     args = [a.replace("{hf}", str(hf_dir)) for a in args]
-    result = _module(["astrai.generate", *args], tmp_path)
+    result = _generate(args)
     assert result.returncode == 2
     assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
