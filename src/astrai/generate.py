@@ -322,9 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = torch.device(args.device)
     policy, tokenizer = loaded.policy.to(device), loaded.tokenizer
-    if scoring is not None and scoring.reward is not None:
-        scoring.reward.to(device)  # a reward model scores on the device, as in training
     if scoring is not None:
+        if scoring.reward is not None:
+            scoring.reward.to(device)  # a reward model scores on the device, as in training
         prompts, samples = [p.prompt for p in scoring.problems], 1
     else:
         prompts, samples = list(args.prompts), args.n or 1

@@ -173,13 +173,18 @@ class RunLogger:
             self.latest.update({k: v for k, v in row.items() if k != "step"})
         _rewrite_rows(path, kept)
 
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        """Record ``metrics`` (name -> float) at ``step``."""
+    def _record(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
+        """``metrics`` as sorted floats, kept in ``latest`` and written to TensorBoard."""
         values = {name: float(value) for name, value in sorted(metrics.items())}
         self.latest.update(values)
         if self._tb is not None:
             for name, value in values.items():
                 self._tb.add_scalar(name, value, step)
+        return values
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Record ``metrics`` (name -> float) at ``step``."""
+        values = self._record(step, metrics)
         if self._jsonl is not None:
             self._jsonl.write(json.dumps({"step": step, **_json_record(values)}) + "\n")
             self._jsonl.flush()
@@ -194,11 +199,7 @@ class RunLogger:
         if not rows or rows[-1]["step"] != step:
             self.log(step, metrics)
             return
-        values = {name: float(value) for name, value in sorted(metrics.items())}
-        self.latest.update(values)
-        if self._tb is not None:
-            for name, value in values.items():
-                self._tb.add_scalar(name, value, step)
+        values = self._record(step, metrics)
         assert self._jsonl is not None
         self._jsonl.close()
         _rewrite_rows(path, [*rows[:-1], {**rows[-1], **values}])

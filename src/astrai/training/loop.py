@@ -129,4 +129,4 @@ def evaluate_pending_step(trainer: Trainer) -> None:
         return
     trainer.logger.amend(trainer.step, evaluation)
     trainer.eval_pending = False
-    trainer.log_eval_line({**trainer.logger.latest, **evaluation})
+    trainer.log_eval_line(trainer.logger.latest)  # the step's row, evaluation included
