@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -40,7 +41,7 @@ def first_slurm_host(nodelist: str) -> str:
     return prefix if ranges is None else prefix + ranges.split(",")[0].split("-")[0]
 
 
-def slurm_environment(environ: dict[str, str], port: int = 29500) -> dict[str, str]:
+def slurm_environment(environ: dict[str, str]) -> dict[str, str]:
     """torch.distributed's variables from a Slurm task's (one process per task, as
     hydra-submitit-launcher starts them; no torchrun inside Slurm)."""
     return {
@@ -49,8 +50,26 @@ def slurm_environment(environ: dict[str, str], port: int = 29500) -> dict[str, s
         "WORLD_SIZE": environ["SLURM_NTASKS"],
         "MASTER_ADDR": environ.get("MASTER_ADDR")
         or first_slurm_host(environ["SLURM_JOB_NODELIST"]),
-        "MASTER_PORT": environ.get("MASTER_PORT", str(port)),
+        "MASTER_PORT": environ.get("MASTER_PORT") or str(slurm_port(environ)),
     }
+
+
+def slurm_port(environ: dict[str, str]) -> int:
+    """The rendezvous port of a Slurm job: one per job id (20000-39999), so two jobs whose first
+    node is the same host (a sweep's array tasks sharing a node) do not both bind torch's
+    default 29500; 29500 without a job id."""
+    job_id = environ.get("SLURM_JOB_ID", "")
+    return 20000 + int(job_id) % 20000 if job_id.isdigit() else 29500
+
+
+def apply_slurm_environment(
+    infra_name: str, environ: MutableMapping[str, str] = os.environ
+) -> None:
+    """Under ``infra=slurm``, give a Slurm task torch.distributed's variables (``RANK`` ...)
+    before anything asks for its rank: the run dir's lock and log files are rank 0's, and
+    without them every task would take itself for rank 0."""
+    if infra_name == "slurm" and "SLURM_PROCID" in environ:
+        environ.update(slurm_environment(dict(environ)))
 
 
 def env_context(environ: dict[str, str] | None = None) -> DistContext:

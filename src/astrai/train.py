@@ -21,6 +21,7 @@ from astrai.config.help import help_text
 from astrai.config.store import register_configs
 from astrai.config.threads import available_cores, launcher_parallel_jobs
 from astrai.config.validate import ConfigError, validate_config
+from astrai.distributed import apply_slurm_environment
 from astrai.files import discard_fresh_dir, write_file_atomic
 from astrai.paths import CONFIG_DIR
 from astrai.rewards.base import RewardError
@@ -156,8 +157,12 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         _discard_run_dir(run_dir)
         print(f"astrai: config error: {err}", file=sys.stderr)
         sys.exit(2)
+    apply_slurm_environment(cfg.infra.name)  # a Slurm task's rank, before asking for it
+    main_rank = int(os.environ.get("RANK", "0")) == 0
+    if not main_rank:  # torchrun's other ranks log to stdout; a Slurm task's, to its own file
+        _leave_job_log_to_rank_0()
     try:
-        if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 owns the dir
+        if main_rank:  # rank 0 owns the dir
             lock_run_dir(run_dir)
     except RunDirBusy as err:  # another run's dir: leave everything in it as it is
         print(f"astrai: {err}", file=sys.stderr)
@@ -185,6 +190,15 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     stop_sweep_after_a_signal(summary.get("stopped"))
     value = summary.get(cfg.optimized_metric)
     return float(value) if isinstance(value, int | float) else None
+
+
+def _leave_job_log_to_rank_0() -> None:
+    """Drop the job log file (``<job name>.log``) Hydra opened for this process: every task of
+    a Slurm job runs Hydra's job set-up in the one run dir, and only rank 0 writes its log."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        root.removeHandler(handler)
+        handler.close()
 
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
@@ -278,7 +292,10 @@ def main() -> None:
     except ConfigError as err:
         _config_error(str(err))
     explicit_dir = _explicit_run_dir(overrides or [])
-    if explicit_dir is not None and int(os.environ.get("RANK", "0")) == 0:
+    # the config is not composed yet: a Slurm task's rank is its SLURM_PROCID (``infra=slurm``
+    # turns it into RANK; without it every task is a run of its own, and the lock says so)
+    launch_rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
+    if explicit_dir is not None and launch_rank == "0":
         try:  # before Hydra writes .hydra/ into a dir another run owns
             lock_run_dir(explicit_dir)
         except RunDirBusy as err:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from tests.helpers import compose_config
 
-from astrai.distributed import env_context, first_slurm_host, slurm_environment
+from astrai.distributed import (
+    apply_slurm_environment,
+    env_context,
+    first_slurm_host,
+    slurm_environment,
+)
 from astrai.train import _torchrun_arguments
 from astrai.training.launch import inside_worker, processes_per_node
 
@@ -38,8 +46,29 @@ def test_slurm_environment() -> None:
         "LOCAL_RANK": "1",
         "WORLD_SIZE": "16",
         "MASTER_ADDR": "gpu03",
-        "MASTER_PORT": "29500",
+        "MASTER_PORT": "29500",  # no job id: torch's default
     }
+    # one port per job: two jobs whose first node is the same host do not collide
+    assert slurm_environment({**env, "SLURM_JOB_ID": "123457"})["MASTER_PORT"] == "23457"
+    assert slurm_environment({**env, "SLURM_JOB_ID": "20000"})["MASTER_PORT"] == "20000"
+    assert slurm_environment({**env, "SLURM_JOB_ID": "1", "MASTER_PORT": "6000"}) == {
+        "RANK": "9",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "16",
+        "MASTER_ADDR": "gpu03",
+        "MASTER_PORT": "6000",  # the user's own stays
+    }
+
+
+def test_a_slurm_task_gets_its_rank_only_under_infra_slurm() -> None:
+    task = {"SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NTASKS": "2",
+            "SLURM_JOB_NODELIST": "n7", "SLURM_JOB_ID": "42"}  # fmt: skip
+    environ = dict(task)
+    apply_slurm_environment("local", environ)  # an sbatch script's own python: a run of its own
+    assert environ == task and env_context(environ).is_main
+    apply_slurm_environment("slurm", environ)
+    assert env_context(environ) == env_context({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"})
+    assert (environ["MASTER_ADDR"], environ["MASTER_PORT"]) == ("n7", "20042")
 
 
 def test_processes_per_node() -> None:
@@ -84,3 +113,34 @@ def test_bad_process_layouts_are_config_errors(overrides: list[str], needle: str
     # on the CPU: with CUDA present, `device=auto` would first check one GPU per process
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
         compose_config(["infra.device=cpu", *overrides])
+
+
+def test_a_launch_that_narrows_the_gpus_leaves_the_next_job_the_users_selection(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A sequential sweep runs its jobs in one process: the first job's narrowing to
+    ``CUDA_VISIBLE_DEVICES=1,2`` must not be what the second job plans its GPUs from (it would
+    refuse ``infra.gpu.devices=[1,2]``: "only 2 GPU(s) are visible")."""
+    import torch
+
+    from astrai.training import launch
+
+    seen: list[tuple[str | None, object]] = []
+
+    def fake_launch(cfg, run_dir, nproc, grace_s):  # noqa: ANN001, ANN202 - launch's own
+        seen.append((os.environ.get("CUDA_VISIBLE_DEVICES"), cfg.infra.gpu.devices))
+        return {"step": 3}
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(launch, "_launch", fake_launch)
+    cfg = compose_config(["infra.gpu.devices=[1,2]"], validate=False)
+    for before in (None, "0,1,2,3"):
+        if before is None:
+            monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        else:
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", before)
+        for _job in range(2):  # two jobs of one sweep, the same selection
+            assert launch.launch_workers(cfg, tmp_path) == {"step": 3}
+            assert os.environ.get("CUDA_VISIBLE_DEVICES") == before
+    # the workers saw the narrowed list each time, and were told to use all of it
+    assert seen == [("1,2", "all")] * 4

@@ -66,16 +66,36 @@ def needs_launch(infra: DictConfig) -> bool:
 def launch_workers(cfg: DictConfig, run_dir: Path) -> dict[str, object]:
     """Run ``Trainer(cfg, run_dir).fit()`` on every rank; return rank 0's summary (its
     ``stopped`` says why the run ended: ``SIGTERM`` when this process was signalled)."""
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
     infra = cfg.infra
     grace_s = stop_grace_s(infra)
     nproc = processes_per_node(infra)
     plan = plan_here(infra, "host")
+    visible_before = os.environ.get(CUDA_VISIBLE_DEVICES)
     if plan.narrows:  # rank r then uses cuda:r; whoever narrows tells the workers "all"
         os.environ[CUDA_VISIBLE_DEVICES] = str(plan.cuda_visible_devices)
         cfg = copy.deepcopy(cfg)
         cfg.infra.gpu.devices = plan.gpu_devices
+    try:
+        return _launch(cfg, run_dir, nproc, grace_s)
+    finally:
+        # the spawned workers have read it; the next job of a sequential sweep plans its own
+        # GPUs from what the user gave, not from this job's narrowing
+        restore_variable(CUDA_VISIBLE_DEVICES, visible_before)
+
+
+def restore_variable(name: str, value: str | None) -> None:
+    """Set environment variable ``name`` back to ``value`` (None: unset it)."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def _launch(cfg: DictConfig, run_dir: Path, nproc: int, grace_s: float) -> dict[str, object]:
+    """``launch_workers`` once the workers' GPUs are set: the elastic launch itself."""
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    infra = cfg.infra
     single_node = infra.nnodes == 1 and not infra.rdzv_endpoint
     config = LaunchConfig(
         min_nodes=infra.nnodes,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,10 +23,10 @@ from astrai.checkpoints.io import prune_checkpoints
 from astrai.config.train_type_checks import check_world_batch
 from astrai.distributed import (
     all_reduce_sum,
+    apply_slurm_environment,
     env_context,
     init_distributed,
     mean_over_ranks,
-    slurm_environment,
 )
 from astrai.metrics.aggregate import MetricMeans
 from astrai.metrics.dashboards import hydra_job_context
@@ -90,8 +89,7 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.job_overrides, self.job_choices = job_context or hydra_job_context()
         seed_everything(cfg.seed)
-        if cfg.infra.name == "slurm" and "SLURM_PROCID" in os.environ:
-            os.environ.update(slurm_environment(dict(os.environ)))
+        apply_slurm_environment(cfg.infra.name)  # train.py did; a Trainer built directly
         self.dist = env_context()
         self.device = resolve_device(cfg.infra, self.dist)
         init_distributed(self.device)
