@@ -115,3 +115,36 @@ def reduce_a_cpu_tensor(rank: int, world: int, backend: str, out: str) -> None:
         assert all_reduce_max(float(rank)) == world - 1
     finally:
         torch.distributed.destroy_process_group()
+
+
+def evaluate_then_stop(rank: int, world: int, resolved: str, out: str) -> None:
+    """An evaluation with the decoding calls recorded, then a run whose rank 0 got SIGTERM
+    during start-up; rank 0 saves ``{"lockstep": [...], "summaries": [...]}``."""
+    import signal
+
+    from astrai.distributed import gather_objects
+    from astrai.training import evaluation
+    from astrai.training.stopping import catch_stop_signals
+    from astrai.training.trainer import Trainer
+
+    _join(rank, world, out)
+    lockstep: list[bool] = []
+    decode = evaluation.generate
+
+    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - generate's own
+        lockstep.append(kwargs.get("lockstep", False))
+        return decode(*args, **kwargs)
+
+    evaluation.generate = recording
+    trainer = Trainer(OmegaConf.create(resolved), Path(out) / "run")
+    trainer.eval_metrics()
+    catch_stop_signals()
+    if rank == 0:
+        os.kill(os.getpid(), signal.SIGTERM)  # rank 1 has none: only the vote tells it
+    summary = trainer.fit()
+    summaries = gather_objects({k: summary[k] for k in ("step", "stopped")})
+    if rank == 0:
+        torch.save({"lockstep": lockstep, "summaries": summaries}, Path(out) / "result.pt")
+    del trainer
+    gc.collect()
+    _leave()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
-from tests.distributed.ddp_worker import one_update
+from tests.distributed.ddp_worker import evaluate_then_stop, one_update
 from tests.helpers import compose_config
 from tests.test_train_cli import run_train
 
@@ -125,3 +126,28 @@ def test_two_process_run_writes_one_run_dir_and_resumes(tmp_path: Path, parallel
     final = "checkpoints/step_3/model.safetensors"
     a, b = load_file(str(run_dir / final)), load_file(str(straight_dir / final))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # exact resume
+
+
+@pytest.mark.slow  # ~10 s: 2 processes
+def test_sharded_ranks_evaluate_in_lockstep_and_agree_on_a_start_up_signal(
+    tmp_path: Path,
+) -> None:
+    """Under FSDP an evaluation's decoding steps are weight gathers every rank must join: the
+    ranks stop decoding together, and a signal one rank got during start-up stops them all
+    before the step-0 evaluation (rank 0 used to skip it while rank 1 gathered: a hang)."""
+    cfg = compose_config(["infra.parallel=fsdp", *QUICK])
+    resolved = OmegaConf.to_yaml(cfg, resolve=True)
+    context = mp.start_processes(
+        evaluate_then_stop, args=(2, resolved, str(tmp_path)), nprocs=2, join=False
+    )
+    deadline = time.monotonic() + 180  # a hang fails the test instead of stalling the suite
+    try:
+        # each join returns once one more process has ended (True: all have, successfully)
+        while not context.join(timeout=max(deadline - time.monotonic(), 0.1)):
+            assert time.monotonic() < deadline, "the ranks did not finish: a collective waits"
+    finally:
+        for process in context.processes:
+            process.kill()
+    result = torch.load(tmp_path / "result.pt", weights_only=False)
+    assert result["lockstep"] == [True]  # one batch of 8 eval prompts
+    assert result["summaries"] == [{"step": 0, "stopped": "SIGTERM"}] * 2

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from astrai.distributed import is_fsdp
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
@@ -44,12 +45,16 @@ def evaluate(
     policy.eval()
     device = policy.lm_head.weight.device
     greedy = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.0)
+    sharded = is_fsdp(policy)
     responses: list[str] = []
     lengths: list[int] = []
     for start in range(0, len(problems), batch_size):
         chunk = [p.prompt for p in problems[start : start + batch_size]]
         ids, mask = left_pad(tokenizer, chunk, device)
-        gen = generate(policy, ids, mask, greedy, tokenizer.eos_id, tokenizer.pad_id)
+        # a sharded policy gathers its weights in every decoding step: ranks stop together
+        gen = generate(
+            policy, ids, mask, greedy, tokenizer.eos_id, tokenizer.pad_id, lockstep=sharded
+        )
         responses += decode_responses(tokenizer, gen.response_ids, gen.response_mask)
         lengths += gen.response_mask.sum(-1).tolist()
     policy.train(was_training)

@@ -43,16 +43,19 @@ def run_loop(trainer: Trainer, until: int | None = None) -> dict[str, object]:
     console = logging_redirect_tqdm() if show_bar else contextlib.nullcontext()
     budget_s = parse_duration(budget) if budget is not None else None
     with console, StopRequest(budget_s) as stop:
-        if trainer.step == 0 and stop.signal_name is None:
+        # the ranks agree before evaluating: under FSDP an evaluation is collectives (weight
+        # gathers) that a rank signalled during start-up would leave waiting
+        stopped = agreed_stop_reason(stop.signal_name)
+        if trainer.step == 0 and stopped is None:
             trainer.initial_metrics = trainer.eval_metrics()
             if trainer.initial_metrics:
                 trainer.logger.log(trainer.step, trainer.initial_metrics)
                 trainer.log_eval_line(trainer.initial_metrics)
-        if trainer.eval_pending and stop.signal_name is None:
+        if trainer.eval_pending and stopped is None:
             evaluate_pending_step(trainer)
         # a signal during start-up or an evaluation before the first step: none was taken, so the
         # state is the one the run started from (fresh, or the checkpoint resumed)
-        stopped = agreed_stop_reason(stop.signal_name)
+        stopped = stopped or agreed_stop_reason(stop.signal_name)
         if stopped is not None:
             log.warning(
                 "stopped (%s) before step %d: nothing new to save", stopped, trainer.step + 1
