@@ -52,3 +52,18 @@ def save_with_char_tokenizer(model: torch.nn.Module, directory: Path) -> Path:
     model.save_pretrained(str(directory))
     save_char_tokenizer_as_hf(CharTokenizer(), directory)
     return directory
+
+
+def copy_with_added_token(source: Path, directory: Path, token: str = "abc") -> Path:
+    """A copy of the model directory ``source`` whose ``tokenizer.json`` has ``token`` added
+    (id = the old vocabulary size) and whose model was not resized: the tokenizer can produce an
+    id the embedding has no row for."""
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    shutil.copytree(source, directory)
+    tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    tokenizer.add_tokens([token])
+    tokenizer.save(str(directory / "tokenizer.json"))
+    return directory

@@ -14,7 +14,7 @@ import pytest
 import torch
 import transformers  # the hf extra; `make test` installs it
 from tests.helpers import run_main
-from tests.hf_models import save_tiny_hf_model
+from tests.hf_models import copy_with_added_token, save_tiny_hf_model
 from tests.test_train_cli import QUICK, run_train
 
 from astrai.checkpoints.policy import load_checkpoint_policy
@@ -69,12 +69,16 @@ def test_training_starts_from_the_pretrained_weights(hf_dir: Path, ppo_run: Path
 
 
 def test_export_cli_writes_policy_and_critic_transformers_load(
-    ppo_run: Path, tmp_path: Path
+    hf_dir: Path, ppo_run: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "export"
     result = _module(["astrai.export", str(ppo_run), str(out)], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["wrote", str(out), "wrote", str(out / "critic")]
+    # the source model's generation_config.json, carried by the checkpoint, is kept
+    generation = json.loads((out / "generation_config.json").read_text())
+    assert generation == json.loads((hf_dir / "generation_config.json").read_text())
+    assert not (out / "critic" / "generation_config.json").exists()  # it generates nothing
     trained = load_checkpoint_policy(ppo_run)
     assert trained.critic is not None
     ids = torch.tensor(
@@ -164,6 +168,21 @@ def test_generate_cli_bad_input_exits_2(
     result = _generate(args)
     assert result.returncode == 2
     assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_generate_cli_refuses_a_tokenizer_larger_than_the_model(
+    hf_dir: Path, tmp_path: Path
+) -> None:
+    # "abc" becomes id 48 of a 48-row embedding: before the check, an IndexError in
+    # torch.embedding (a device-side assert on CUDA)
+    grown = copy_with_added_token(hf_dir, tmp_path / "grown")
+    result = _generate([str(grown), "abc"])
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"astrai.generate: {grown / 'tokenizer.json'}: the tokenizer has 49 ids but "
+        "config.json's vocab_size is 48 (the model's embedding rows); resize the model's "
+        "embeddings or remove the added tokens\n"
+    )
 
 
 @pytest.mark.slow  # ~9 s: several train.py runs on broken model directories

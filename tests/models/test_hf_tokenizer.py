@@ -31,8 +31,17 @@ BOS_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}[ASSISTANT]{% endif %}"
 )
 
+# Qwen2.5-style: a tools block guarded by `tools is not none` (transformers passes tools=None and
+# documents=None; left undefined, jinja's Undefined "is not none" and the block would render)
+TOOLS_TEMPLATE = (
+    "{% if tools is not none %}<|im_start|>system\nTools: {{ tools | length }}<|im_end|>\n"
+    "{% endif %}{% if documents is not none %}[DOCS]{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
-@pytest.mark.parametrize("template", [CHATML, BOS_TEMPLATE])
+
+@pytest.mark.parametrize("template", [CHATML, BOS_TEMPLATE, TOOLS_TEMPLATE])
 @pytest.mark.parametrize("in_config", [False, True])
 def test_chat_template_renders_and_encodes_like_transformers(
     tmp_path: Path, template: str, in_config: bool
@@ -96,4 +105,12 @@ def test_missing_or_broken_files_are_named(tmp_path: Path) -> None:
         load_tokenizer(directory)
     (directory / "tokenizer.json").write_text('{"model": 3}')
     with pytest.raises(TokenizerFileError, match="invalid tokenizer file .*tokenizer.json"):
+        load_tokenizer(directory)
+
+
+def test_an_invalid_generation_config_is_named(tmp_path: Path) -> None:
+    directory = write_byte_level_tokenizer(tmp_path, CHATML, False)
+    assert load_tokenizer(directory).generation_config is None
+    (directory / "generation_config.json").write_text("[2]")
+    with pytest.raises(TokenizerFileError, match="invalid .*generation_config.json: expected"):
         load_tokenizer(directory)

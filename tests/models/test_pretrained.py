@@ -10,6 +10,7 @@ import torch
 import transformers  # the hf extra; `make test` installs it
 from tests.hf_models import save_tiny_hf_model
 
+from astrai.checkpoints.policy import load_policy
 from astrai.models.pretrained import (
     ModelDirError,
     load_critic_dir,
@@ -98,6 +99,64 @@ def test_export_loads_back_into_transformers(hf_dir: Path, tmp_path: Path) -> No
     again = load_pretrained_policy(str(tmp_path)).eval()
     with torch.no_grad():
         assert torch.equal(again(ids, mask).logits, logits)
+
+
+def _edit_json(path: Path, **changes: object) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_export_declares_only_the_tokenizers_special_tokens(family: str, tmp_path: Path) -> None:
+    # Qwen2-style: no BOS and no pad token, only EOS
+    src = save_tiny_hf_model(tmp_path / "src", family)
+    _edit_json(src / "tokenizer_config.json", bos_token=None, pad_token=None)
+    (src / "generation_config.json").unlink()  # nothing of the source's to keep
+    tokenizer = load_tokenizer(src)
+    assert (tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id) == (2, 2, 2)  # fill values
+    ours = load_pretrained_policy(str(src)).eval()
+    out = tmp_path / "out"
+    out.mkdir()
+    save_policy_dir(ours, tokenizer, out)
+    # null, as transformers writes it: a missing key would read as LlamaConfig's bos 1
+    config = json.loads((out / "config.json").read_text())
+    assert [config[f"{k}_token_id"] for k in ("bos", "eos", "pad")] == [None, 2, None]
+    assert json.loads((out / "generation_config.json").read_text()) == {"eos_token_id": 2}
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(out)).eval()
+    assert (theirs.config.bos_token_id, theirs.config.pad_token_id) == (None, None)
+    assert theirs.generation_config.bos_token_id is None
+    assert theirs.generation_config.eos_token_id == 2
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(out))
+    assert (hf_tokenizer.bos_token_id, hf_tokenizer.eos_token_id) == (None, 2)
+    again = load_policy(out)
+    assert again.tokenizer.special_token_ids == tokenizer.special_token_ids
+    ids, mask = _batch()
+    with torch.no_grad():
+        logits = ours(ids, mask).logits
+        assert torch.equal(again.policy(ids, mask).logits, logits)
+        assert torch.allclose(_hf_logits(theirs, ids, mask)[mask], logits[mask], atol=1e-4, rtol=0)
+
+
+def test_export_keeps_the_source_generation_config(tmp_path: Path) -> None:
+    src = save_tiny_hf_model(tmp_path / "src", "qwen2")
+    source = {
+        "bos_token_id": 1,
+        "eos_token_id": [2, 0],
+        "pad_token_id": 0,
+        "do_sample": True,
+        "temperature": 0.7,
+        "top_p": 0.8,
+    }
+    (src / "generation_config.json").write_text(json.dumps(source))
+    # through a checkpoint, as the export reads it: the tokenizer files carry the config
+    checkpoint = tmp_path / "step_1"
+    checkpoint.mkdir()
+    load_tokenizer(src).save(checkpoint)
+    out = tmp_path / "out"
+    out.mkdir()
+    save_policy_dir(load_pretrained_policy(str(src)), load_tokenizer(checkpoint), out)
+    assert json.loads((out / "generation_config.json").read_text()) == source
+    generation = transformers.GenerationConfig.from_pretrained(str(out))
+    assert (generation.eos_token_id, generation.temperature, generation.top_p) == ([2, 0], 0.7, 0.8)
 
 
 def test_export_in_bfloat16_halves_the_weights(tmp_path: Path) -> None:

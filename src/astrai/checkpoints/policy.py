@@ -24,7 +24,12 @@ from astrai.checkpoints.layout import (
     parse_step,
 )
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
-from astrai.models.pretrained import is_hf_model_dir, load_pretrained_policy
+from astrai.models.pretrained import (
+    check_tokenizer_fits,
+    is_hf_model_dir,
+    load_pretrained_policy,
+    read_hf_config,
+)
 from astrai.models.tokenizer import Tokenizer, load_tokenizer
 from astrai.models.value_model import ValueModel
 
@@ -94,9 +99,12 @@ def load_policy(path: str | Path, chat_template: bool | None = None) -> LoadedPo
     """Any source a user points at: a Hugging Face model dir, a checkpoint, or a run dir."""
     path = Path(path)
     if is_hf_model_dir(path):
-        policy = load_pretrained_policy(str(path))
+        # config and tokenizer first: a mismatch is refused before the weights are read
+        config = read_hf_config(path)
         tokenizer = load_tokenizer(
             path, chat_template=True if chat_template is None else chat_template
         )
+        check_tokenizer_fits(tokenizer, config, path)
+        policy = load_pretrained_policy(str(path))
         return LoadedPolicy(policy.eval(), tokenizer, path)
     return load_checkpoint_policy(path, chat_template)

@@ -105,7 +105,9 @@ def hf_config_from_llama(
         kind: ``causal_lm`` (the policy) or ``value`` (the critic: token classification, one
             label).
         dtype: the stored weights' dtype name (``float32`` / ``bfloat16``).
-        special_ids: ``bos_token_id`` / ``eos_token_id`` / ``pad_token_id`` from the tokenizer.
+        special_ids: ``bos_token_id`` / ``eos_token_id`` / ``pad_token_id`` from the tokenizer;
+            None (no such token) is written as null, as transformers does: an absent key would
+            read as ``LlamaConfig``'s default (``bos_token_id`` 1).
     """
     model_type = "qwen2" if config.attention_bias else "llama"
     hf: dict[str, Any] = {
@@ -137,5 +139,5 @@ def hf_config_from_llama(
     if kind == "value":
         hf.update(id2label={"0": "value"}, label2id={"value": 0}, classifier_dropout=0.0)
         hf["tie_word_embeddings"] = False  # the critic has no LM head to tie
-    hf.update({k: v for k, v in (special_ids or {}).items() if v is not None})
+    hf.update(special_ids or {})
     return hf

@@ -3,8 +3,10 @@
 Reads ``tokenizer.json`` (the fast-tokenizer file every modern checkpoint ships),
 ``tokenizer_config.json`` (special tokens) and the chat template (``chat_template.jinja``, as
 transformers 5 writes it, or the ``chat_template`` key of ``tokenizer_config.json``, as 4.x
-did). ``transformers`` is not needed. Task prompts go through the chat template as one user
-message with the generation prompt appended, like ``apply_chat_template(...,
+did). The model's ``generation_config.json`` (end-of-turn ids, sampling defaults), when there is
+one, travels with these files: checkpoints keep it and an export writes it back.
+``transformers`` is not needed. Task prompts go through the chat template as one user message
+with the generation prompt appended, like ``apply_chat_template(...,
 add_generation_prompt=True)``; the rendered text already holds its special tokens, so it is
 encoded without the post-processor's (as transformers does).
 
@@ -25,6 +27,9 @@ from astrai.models.tokenizer import SPECIAL_TOKENS, TOKENIZER_FILE, CharTokenize
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
+GENERATION_CONFIG_FILE = "generation_config.json"
+# read when present and written back verbatim by ``HFTokenizer.save`` (into checkpoints too)
+SOURCE_FILES = (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, CHAT_TEMPLATE_FILE, GENERATION_CONFIG_FILE)
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
 
 
@@ -62,6 +67,17 @@ def compile_chat_template(template: str) -> Any:
     return env.from_string(template)
 
 
+def _json_object(payload: bytes, path: Path) -> dict[str, Any]:
+    """A JSON object file's contents, or ``TokenizerFileError`` naming ``path``."""
+    try:
+        value = json.loads(payload)
+        if not isinstance(value, dict):
+            raise ValueError("expected a JSON object")
+    except ValueError as err:  # JSON and UTF-8 errors
+        raise TokenizerFileError(f"invalid {path}: {err}") from err
+    return value
+
+
 class HFTokenizer:
     """A ``tokenizers.Tokenizer`` plus special tokens and an optional chat template.
 
@@ -69,7 +85,11 @@ class HFTokenizer:
         bos_id / eos_id / pad_id: from ``tokenizer_config.json``; ``eos`` ends a response (for
             chat models the end-of-turn token, e.g. ``<|im_end|>``); ``pad`` falls back to EOS
             (masks decide what is padding); ``bos`` falls back to EOS too (only a fill value).
+        special_token_ids: ``bos_token_id`` / ``eos_token_id`` / ``pad_token_id`` as the
+            tokenizer defines them, None where it has no such token (no fallback: what an
+            export declares).
         chat_template: the template text, or None when the model has none or it is switched off.
+        generation_config: the model's ``generation_config.json``, or None.
     """
 
     def __init__(
@@ -78,6 +98,7 @@ class HFTokenizer:
         config: dict[str, Any],
         chat_template: str | None,
         files: dict[str, bytes],
+        generation_config: dict[str, Any] | None = None,
     ) -> None:
         self._tokenizer = tokenizer
         self.config = config
@@ -91,6 +112,7 @@ class HFTokenizer:
             except TemplateError as err:
                 raise TokenizerFileError(f"chat template does not compile: {err}") from err
         self._files = files  # the source files, written back verbatim by ``save``
+        self.generation_config = generation_config
         self.special_tokens = {
             key: text for key in SPECIAL_TOKEN_KEYS if (text := _token_text(config.get(key)))
         }
@@ -101,6 +123,9 @@ class HFTokenizer:
                 "is missing or not in the vocabulary (a response could never end)"
             )
         self.eos_id: int = ids["eos_token"]
+        self.special_token_ids: dict[str, int | None] = {
+            f"{key}_id": ids.get(key) for key in ("bos_token", "eos_token", "pad_token")
+        }
         pad, bos = ids.get("pad_token"), ids.get("bos_token")
         self.pad_id: int = pad if pad is not None else self.eos_id
         self.bos_id: int = bos if bos is not None else self.eos_id
@@ -112,7 +137,7 @@ class HFTokenizer:
 
         directory = Path(directory)
         files: dict[str, bytes] = {}
-        for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, CHAT_TEMPLATE_FILE):
+        for name in SOURCE_FILES:
             if (directory / name).is_file():
                 files[name] = (directory / name).read_bytes()
         for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE):
@@ -123,13 +148,11 @@ class HFTokenizer:
         except Exception as err:
             path = directory / TOKENIZER_FILE
             raise TokenizerFileError(f"invalid tokenizer file {path}: {err}") from err
-        try:
-            config = json.loads(files[TOKENIZER_CONFIG_FILE])
-            if not isinstance(config, dict):
-                raise ValueError("expected a JSON object")
-        except ValueError as err:
-            path = directory / TOKENIZER_CONFIG_FILE
-            raise TokenizerFileError(f"invalid {path}: {err}") from err
+        config = _json_object(files[TOKENIZER_CONFIG_FILE], directory / TOKENIZER_CONFIG_FILE)
+        generation_config = None
+        if GENERATION_CONFIG_FILE in files:
+            path = directory / GENERATION_CONFIG_FILE
+            generation_config = _json_object(files[GENERATION_CONFIG_FILE], path)
         template = None
         if CHAT_TEMPLATE_FILE in files:
             template = files[CHAT_TEMPLATE_FILE].decode()
@@ -138,8 +161,9 @@ class HFTokenizer:
         elif isinstance(config.get("chat_template"), list):  # named templates (4.x)
             named = {t.get("name"): t.get("template") for t in config["chat_template"]}
             template = named.get("default")
+        template = template if chat_template else None
         try:
-            return cls(tokenizer, config, template if chat_template else None, files)
+            return cls(tokenizer, config, template, files, generation_config)
         except TokenizerFileError as err:
             raise TokenizerFileError(f"{directory}/{err}") from err
 
@@ -155,13 +179,22 @@ class HFTokenizer:
         prompt (the assistant's turn opening) appended unless ``add_generation_prompt=False``."""
         if self._template is None:
             raise ValueError("chat messages need a tokenizer with a chat template")
-        return str(
-            self._template.render(
-                messages=[dict(m) for m in messages],
-                add_generation_prompt=add_generation_prompt,
-                **self.special_tokens,
+        from jinja2.exceptions import TemplateError
+
+        try:
+            # tools/documents as None, as apply_chat_template passes them: left undefined, a
+            # template's `{% if tools is not none %}` would be true and render a tools block
+            return str(
+                self._template.render(
+                    messages=[dict(m) for m in messages],
+                    tools=None,
+                    documents=None,
+                    add_generation_prompt=add_generation_prompt,
+                    **self.special_tokens,
+                )
             )
-        )
+        except TemplateError as err:  # the template's own raise_exception ("roles must ...")
+            raise ValueError(f"the chat template refuses these turns: {err}") from err
 
     def render_prompt(self, prompt: Prompt) -> str:
         """The text the policy sees: the chat template around the turns (a string is one user

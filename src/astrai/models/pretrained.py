@@ -23,15 +23,18 @@ from astrai.models.hf_config import (
     hf_config_from_llama,
     llama_config_from_hf,
 )
-from astrai.models.hf_tokenizer import HFTokenizer, save_char_tokenizer_as_hf
+from astrai.models.hf_tokenizer import (
+    GENERATION_CONFIG_FILE,
+    HFTokenizer,
+    save_char_tokenizer_as_hf,
+)
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM, set_gradient_checkpointing
-from astrai.models.tokenizer import CharTokenizer, Tokenizer
+from astrai.models.tokenizer import TOKENIZER_FILE, CharTokenizer, Tokenizer
 from astrai.models.value_model import ValueModel
 from astrai.models.weights import stored_names
 from astrai.paths import REPO_ROOT
 
 CONFIG_FILE = "config.json"
-GENERATION_CONFIG_FILE = "generation_config.json"
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
 VALUE_HEAD_PREFIX = "value_head."
@@ -93,6 +96,18 @@ def read_hf_config(path: str | Path) -> LlamaConfig:
         if isinstance(err, ModelDirError):
             raise
         raise ModelDirError(f"{config_path}: {err}") from err
+
+
+def check_tokenizer_fits(tokenizer: Tokenizer, config: LlamaConfig, directory: Path) -> None:
+    """``ModelDirError`` when the tokenizer can produce ids the embedding has no row for (a
+    token added without resizing the model): such an id would otherwise fail deep inside
+    ``torch.embedding`` (a device-side assert on CUDA), only once a prompt contains it."""
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ModelDirError(
+            f"{directory / TOKENIZER_FILE}: the tokenizer has {tokenizer.vocab_size} ids but "
+            f"{CONFIG_FILE}'s vocab_size is {config.vocab_size} (the model's embedding rows); "
+            "resize the model's embeddings or remove the added tokens"
+        )
 
 
 def check_safetensors_size(file: Path) -> None:
@@ -222,11 +237,24 @@ def tokenizer_for(model_cfg: Any) -> Tokenizer:
 
 
 def special_token_ids(tokenizer: Tokenizer) -> dict[str, int | None]:
+    """The ids an export declares: the tokenizer's own special tokens, None where it has none.
+    ``HFTokenizer.bos_id`` / ``pad_id`` fall back to EOS for internal use only: exported, a
+    Qwen2 model (no BOS) would claim ``<|im_end|>`` as its BOS."""
+    if isinstance(tokenizer, HFTokenizer):
+        return dict(tokenizer.special_token_ids)
     return {
         "bos_token_id": tokenizer.bos_id,
         "eos_token_id": tokenizer.eos_id,
         "pad_token_id": tokenizer.pad_id,
     }
+
+
+def generation_config_for(tokenizer: Tokenizer) -> dict[str, Any]:
+    """``generation_config.json``: the source model's own when the tokenizer carries it (its
+    end-of-turn id list and sampling defaults win), else the special-token ids that exist."""
+    ids = {k: v for k, v in special_token_ids(tokenizer).items() if v is not None}
+    source = tokenizer.generation_config if isinstance(tokenizer, HFTokenizer) else None
+    return {**ids, **(source or {})}
 
 
 def save_tokenizer_files(tokenizer: Tokenizer, directory: Path) -> None:
@@ -250,11 +278,12 @@ def save_policy_dir(
     state = model.state_dict()
     tensors = _cast({name: state[name] for name in stored_names(model)}, dtype)
     save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
-    ids = special_token_ids(tokenizer)
-    config = hf_config_from_llama(model.config, "causal_lm", dtype, ids)
-    _write_json(directory / CONFIG_FILE, config)
-    _write_json(directory / GENERATION_CONFIG_FILE, {k: v for k, v in ids.items() if v is not None})
+    # tokenizer files first: they may include the source's generation_config.json, which
+    # the merged one below replaces
     save_tokenizer_files(tokenizer, directory)
+    config = hf_config_from_llama(model.config, "causal_lm", dtype, special_token_ids(tokenizer))
+    _write_json(directory / CONFIG_FILE, config)
+    _write_json(directory / GENERATION_CONFIG_FILE, generation_config_for(tokenizer))
 
 
 def save_critic_dir(
@@ -269,6 +298,8 @@ def save_critic_dir(
     config = hf_config_from_llama(critic.config, "value", dtype, special_token_ids(tokenizer))
     _write_json(directory / CONFIG_FILE, config)
     save_tokenizer_files(tokenizer, directory)
+    # the source's generation defaults travel with the tokenizer files; a critic generates nothing
+    (directory / GENERATION_CONFIG_FILE).unlink(missing_ok=True)
 
 
 def load_critic_dir(path: str | Path) -> ValueModel:
