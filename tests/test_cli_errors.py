@@ -169,6 +169,11 @@ GENERATE_CASES = {
         ["1+1=", "--max-new-tokens", "100000"],
         f"max_position_embeddings ({MAX_POSITIONS}); use at most {MAX_POSITIONS - 5}",
     ),
+    "prompt_past_the_model": (
+        ["1+" * 32 + "1="],  # 67 tokens with BOS
+        f"the longest prompt has 67 tokens, which leaves no position for a response within "
+        f"the model's max_position_embeddings ({MAX_POSITIONS}); shorten it",
+    ),
     "n_huge": (["1+1=", "--n", "1e8"], "--n must be in [1, 4096] (got 100000000)"),
     "n_not_whole": (["1+1=", "--n", "2.5"], "argument --n: not a whole number: '2.5'"),
     "n_zero": (["1+1=", "--n", "0"], "--n must be in [1, 4096] (got 0)"),

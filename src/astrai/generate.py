@@ -244,6 +244,11 @@ def check_prompts(tokenizer: Any, prompts: list[str]) -> None:
 def check_length(policy: torch.nn.Module, prompt_width: int, max_new_tokens: int) -> None:
     """ValueError unless the prompts and ``max_new_tokens`` fit the model's positions."""
     limit = getattr(getattr(policy, "config", None), "max_position_embeddings", None)
+    if isinstance(limit, int) and prompt_width >= limit:  # no --max-new-tokens helps
+        raise ValueError(
+            f"the longest prompt has {prompt_width} tokens, which leaves no position for a "
+            f"response within the model's max_position_embeddings ({limit}); shorten it"
+        )
     if isinstance(limit, int) and prompt_width + max_new_tokens > limit:
         raise ValueError(
             f"--max-new-tokens {max_new_tokens}: with the longest prompt ({prompt_width} "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import torch
 from hydra.utils import instantiate
@@ -37,6 +38,7 @@ def _validate_pretrained(model: DictConfig) -> tuple[LlamaConfig, Tokenizer]:
     from astrai.models.hf_tokenizer import TokenizerFileError
     from astrai.models.pretrained import (
         ModelDirError,
+        check_tokenizer_fits,
         read_hf_config,
         tokenizer_for,
         weight_files,
@@ -52,13 +54,9 @@ def _validate_pretrained(model: DictConfig) -> tuple[LlamaConfig, Tokenizer]:
         config = read_hf_config(path)
         weight_files(path)
         tokenizer = tokenizer_for(model)
+        check_tokenizer_fits(tokenizer, config, Path(path))
     except (ModelDirError, TokenizerFileError) as err:
         raise ConfigError(f"model.path: {err}") from err
-    require(
-        tokenizer.vocab_size <= config.vocab_size,
-        f"model.path: the tokenizer has {tokenizer.vocab_size} ids but the model only "
-        f"{config.vocab_size} embeddings",
-    )
     return config, tokenizer
 
 
@@ -116,11 +114,18 @@ def _validate_task(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) ->
         task.train_problems(0, 0, 1)
     except (ValueError, RuntimeError) as err:
         raise ConfigError(f"task: {err} (task.eval_fraction)") from err
-    if not isinstance(tokenizer, CharTokenizer):
-        # subword tokenizers: the alphabet and length checks below count characters; an answer
-        # takes at most one token per character and pretrained positions reach far beyond
-        return task
     max_new_tokens = cfg.train_type.sampling.max_new_tokens
+    if not isinstance(tokenizer, CharTokenizer):
+        # subword tokenizers: the checks below count characters. A user's rows are encoded as
+        # the run will (chat template and all); the built-in tasks' prompts are a few tokens
+        if isinstance(task, DatasetTask):
+            try:
+                task.check_tokens(
+                    tokenizer.encode_prompt, model.max_position_embeddings - max_new_tokens
+                )
+            except DatasetError as err:
+                raise ConfigError(str(err)) from err
+        return task
     if isinstance(task, DatasetTask):
         try:
             task.check_characters(

@@ -24,7 +24,7 @@ import json
 import os
 import random
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -309,6 +309,26 @@ class DatasetTask:
                     f"{where}: the prompt has {len(problem.prompt)} characters; with "
                     f"train_type.sampling.max_new_tokens the model's positions allow "
                     f"{max_prompt_chars}"
+                )
+
+    def check_tokens(
+        self, encode_prompt: Callable[[Prompt], list[int]], max_prompt_tokens: int
+    ) -> None:
+        """For a subword tokenizer (``encode_prompt``, chat template included): every prompt
+        renders (chat turns need a chat template, which may refuse them) and has at most
+        ``max_prompt_tokens`` tokens; names the row. Tokenizes every row once, before the run,
+        so a bad row never stops a run at the step that draws it."""
+        rows = zip(self.train + self.evals, self.train_rows + self.eval_rows, strict=True)
+        for problem, where in rows:
+            try:
+                tokens = len(encode_prompt(problem.prompt))
+            except ValueError as err:
+                raise DatasetError(f"{where}: {err}") from err
+            if tokens > max_prompt_tokens:
+                raise DatasetError(
+                    f"{where}: the prompt has {tokens} tokens; with "
+                    f"train_type.sampling.max_new_tokens the model's max_position_embeddings "
+                    f"allow {max_prompt_tokens}"
                 )
 
 
