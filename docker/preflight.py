@@ -35,13 +35,12 @@ class PreflightError(Exception):
     """One failed check; the message is the reason, on one line."""
 
 
-def _one_line(text: str, limit: int = 200) -> str:
-    """The first non-empty line of ``text``, whitespace collapsed, cut at ``limit``."""
-    for line in text.splitlines():
-        line = " ".join(line.split())
-        if line:
-            return line if len(line) <= limit else line[: limit - 3] + "..."
-    return ""
+def _one_line(text: str, limit: int = 200, lines: int = 1) -> str:
+    """The first ``lines`` non-empty lines of ``text`` joined by `` | ``, whitespace collapsed,
+    cut at ``limit``."""
+    kept = [" ".join(line.split()) for line in text.splitlines() if line.strip()][:lines]
+    joined = " | ".join(kept)
+    return joined if len(joined) <= limit else joined[: limit - 3] + "..."
 
 
 def _docker(docker: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -57,8 +56,8 @@ def _docker(docker: str, *args: str) -> subprocess.CompletedProcess[str]:
         raise PreflightError(f"cannot run {docker}: {err.strerror or err}") from err
 
 
-def _failure(result: subprocess.CompletedProcess[str]) -> str:
-    detail = _one_line(result.stderr) or _one_line(result.stdout)
+def _failure(result: subprocess.CompletedProcess[str], lines: int = 1) -> str:
+    detail = _one_line(result.stderr, lines=lines) or _one_line(result.stdout, lines=lines)
     return detail or f"exit status {result.returncode}"
 
 
@@ -110,7 +109,10 @@ def check_compose(docker: str, compose_files: list[Path]) -> str:
     result = _docker(docker, "compose", *files, "config", "--quiet")
     if result.returncode != 0:
         shown = " + ".join(str(path) for path in compose_files)
-        raise PreflightError(f"{shown} does not render: {_failure(result)}")
+        # Compose heads its errors with a generic line ("decoding failed due to the following
+        # error(s):"); the key and the cause come on the next ones
+        detail = _failure(result, lines=3)
+        raise PreflightError(f"{shown} does not render: {detail}")
     return version
 
 

@@ -216,6 +216,19 @@ def test_compose_file_that_does_not_render(preflight) -> None:
     assert result.failed_with("does not render: validating compose.yaml"), result
 
 
+def test_a_render_error_keeps_the_lines_that_name_the_key(preflight) -> None:
+    # Compose's first line is generic; the key and the cause follow, after a blank line
+    err = (
+        "decoding failed due to the following error(s):\n\n"
+        "'services[trainer].stop_grace_period' time: missing unit in duration \"600\""
+    )
+    result = preflight(fake=FakeDocker(compose_config=Reply(rc=1, err=err)))
+    assert result.failed_with(
+        "does not render: decoding failed due to the following error(s): | "
+        "'services[trainer].stop_grace_period' time: missing unit in duration \"600\""
+    ), result
+
+
 def test_missing_compose_file(preflight, tmp_path: Path) -> None:
     result = preflight("--compose-file", str(tmp_path / "nope.yaml"))
     assert result.failed_with(f"compose file {tmp_path / 'nope.yaml'} not found"), result

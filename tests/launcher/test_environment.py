@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from hydra_plugins.astrai_docker_launcher._environment import (
     compose_argv,
+    compose_duration,
     compose_environment,
     compose_files,
     container_name,
@@ -76,6 +77,19 @@ def test_uid_gid_and_container_settings() -> None:
     assert env["ASTRAI_IMAGE"] == "astrai:latest"
     assert (env["ASTRAI_SHM_SIZE"], env["ASTRAI_IPC"]) == ("16gb", "host")
     assert env["ASTRAI_STOP_GRACE_PERIOD"] == "300s"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("300s", "300s"), ("5M", "300s"), ("2 m", "120s"), ("1h30m", "5400s"), (600, "600s")],
+)
+def test_the_grace_period_reaches_compose_with_a_unit(value: object, expected: str) -> None:
+    # Compose reads Go durations: "600" (no unit), "5M" and "2 m" fail to render there
+    infra = _infra()
+    infra["container"] = infra["container"] | {"stop_grace_period": value}
+    env = compose_environment(infra, HOST, 1, 1, REPO)
+    assert env["ASTRAI_STOP_GRACE_PERIOD"] == expected
+    assert compose_duration(1.5) == "1.5s" and compose_duration(2e6) == "2000000s"
 
 
 def test_mounts_resolve_relative_paths_against_the_repo_root() -> None:
@@ -172,11 +186,40 @@ def test_the_container_is_told_all_when_its_gpus_are_narrowed() -> None:
         "seed=1",
         "+infra.environment.X=1",
         "infra.gpu.devices=all",
+        "infra.device=cuda",
     ]
-    # nothing narrowed (all GPUs, or a CPU job): the overrides go in as given
-    assert container_overrides(overrides, container_plan(_infra("all"))) == overrides
+    # nothing narrowed (all GPUs, or a CPU job): the overrides go in as given, but for the
+    # GPU job's device (test_a_gpu_job_is_told_cuda_so_a_container_without_one_stops)
+    assert container_overrides(overrides, container_plan(_infra("all"))) == [
+        *overrides,
+        "infra.device=cuda",
+    ]
     cpu = container_plan(_infra([1, 0]) | {"device": "cpu"})
     assert container_overrides(overrides, cpu) == overrides
+
+
+@pytest.mark.parametrize(
+    ("infra", "overrides", "expected"),
+    [
+        # the default (auto, all GPUs reserved): a container that sees no GPU must not train on
+        # the CPU unnoticed; an explicit auto is replaced, not passed twice
+        ({}, ["seed=1"], ["seed=1", "infra.device=cuda"]),
+        ({}, ["infra.device=auto", "seed=1"], ["seed=1", "infra.device=cuda"]),
+        (
+            {"gpu": {"devices": [2]}},
+            ["infra.gpu.devices=[2]"],
+            ["infra.gpu.devices=all", "infra.device=cuda"],
+        ),
+        # cuda already; CPU jobs (no reservation) are never told cuda
+        ({"device": "cuda"}, ["infra.device=cuda"], ["infra.device=cuda"]),
+        ({"device": "cpu"}, ["infra.device=cpu"], ["infra.device=cpu"]),
+        ({"gpu": {"devices": "none"}}, ["infra.gpu.devices=none"], ["infra.gpu.devices=none"]),
+    ],
+)
+def test_a_gpu_job_is_told_cuda_so_a_container_without_one_stops(
+    infra: dict, overrides: list[str], expected: list[str]
+) -> None:
+    assert container_overrides(overrides, container_plan(_infra() | infra)) == expected
 
 
 def test_compose_argv_is_a_list_with_the_job_dir_mounted_and_never_build() -> None:
@@ -227,6 +270,7 @@ def test_a_multi_gpu_job_runs_train_py_which_starts_its_workers() -> None:
     assert argv[argv.index("trainer") + 1 :] == [
         "seed=1",
         "infra.gpu.devices=all",
+        "infra.device=cuda",
         f"hydra.run.dir={job}",
     ]
 

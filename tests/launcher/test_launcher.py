@@ -6,11 +6,15 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 from hydra._internal.callbacks import Callbacks
 from hydra._internal.utils import run_and_report
 from hydra.core.global_hydra import GlobalHydra
@@ -21,6 +25,7 @@ from hydra.types import HydraContext, RunMode
 from hydra_plugins.astrai_docker_launcher import _core
 from hydra_plugins.astrai_docker_launcher._core import DockerJobError, Job
 from omegaconf import OmegaConf
+from tests.helpers import wait_for_rows
 from tests.launcher.helpers import install_fake_docker, read_calls
 from tests.test_train_cli import QUICK, REPO, run_train
 
@@ -126,6 +131,17 @@ def test_plugin_is_discovered_from_any_working_directory(tmp_path: Path) -> None
             ["-m", "hydra/launcher=docker", "infra=docker", "infra.mounts.models=/etc/hostname"],
             "infra.mounts.models: /etc/hostname is not a directory",
         ),
+        # compose's bridge network publishes no rendezvous port: the nodes could never meet
+        (
+            [
+                "-m",
+                "hydra/launcher=docker",
+                "infra=docker",
+                "infra.nnodes=2",
+                "infra.rdzv_endpoint=node0:29400",
+            ],
+            "infra.nnodes=2: multi-node Docker needs host networking",
+        ),
     ],
 )
 def test_never_a_silent_host_run_and_bad_devices_fail_before_any_container(
@@ -189,6 +205,8 @@ def test_multirun_through_the_cli_runs_each_job_via_docker_compose(tmp_path: Pat
         assert ["--volume", f"{job}:{job}", "trainer"] == argv[argv.index("--volume") :][:3]
         assert argv[-1] == f"hydra.run.dir={job}"
         assert "--build" not in argv
+        # a GPU job (device auto) must not fall back to the CPU in its container
+        assert "infra.device=cuda" in argv[argv.index("trainer") :]
         assert {argv[i + 1] for i, a in enumerate(argv) if a == "-e"} == {
             "CUDA_VISIBLE_DEVICES",
             "NCCL_DEBUG",
@@ -238,6 +256,41 @@ def test_narrowed_gpus_are_not_selected_again_in_the_container(tmp_path: Path) -
         job_config = (sweep / str(num) / ".hydra" / "config.yaml").read_text()
         assert "devices: all" in job_config  # what the container's train.py composed
         assert json.loads((sweep / str(num) / "summary.json").read_text())["step"] == 2
+
+
+def test_a_grace_period_compose_cannot_read_as_written_still_runs(tmp_path: Path) -> None:
+    """``5M`` (any case, spaces) passes validation; Compose, which renders the compose file in
+    the preflight (the fake runs the real Compose binary for it), reads Go durations only."""
+    env = _env(tmp_path)
+    args = ["-m", "hydra/launcher=docker", "infra=docker", "hydra.launcher.preflight_only=true"]
+    grace = "infra.container.stop_grace_period=5M"
+    result = _train([*args, *_mounts(tmp_path), *QUICK, grace], tmp_path, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "preflight: ok (1 job(s))" in result.stdout
+    calls = read_calls(tmp_path / "docker-config")
+    renders = [c for c in calls if c["argv"][:1] == ["compose"] and "config" in c["argv"]]
+    assert renders and all(c["env"]["ASTRAI_STOP_GRACE_PERIOD"] == "300s" for c in renders)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a container without a GPU, pretended")
+def test_a_gpu_job_whose_container_sees_no_gpu_stops_instead_of_training_on_the_cpu(
+    tmp_path: Path,
+) -> None:
+    """The default job (infra.device=auto, every GPU reserved) in a container that sees no GPU
+    (a driver too old for the image's CUDA) fails with one line; a CPU job there runs."""
+    env = _env(tmp_path)
+    (tmp_path / "docker-config" / "no-gpu").touch()
+    sweep = tmp_path / "sweep"
+    args = ["-m", "hydra/launcher=docker", "infra=docker", f"hydra.sweep.dir={sweep}"]
+    result = _train([*args, *_mounts(tmp_path), *QUICK, "infra.device=cpu,auto"], tmp_path, env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "job #1 failed (exit code 2)" in result.stderr
+    assert "infra.device=cuda but no CUDA device is visible" in result.stderr
+    assert json.loads((sweep / "0" / "summary.json").read_text())["step"] == 2
+    assert not (sweep / "1" / "summary.json").exists()
+    cpu, gpu = (call["argv"] for call in _compose_calls(tmp_path))
+    assert "infra.device=cuda" not in cpu and "infra.device=cpu" in cpu
+    assert "infra.device=cuda" in gpu and "infra.device=auto" not in gpu
 
 
 @pytest.mark.slow  # ~25 s: three fake-docker jobs; the CLI multirun test stays in the fast suite
@@ -304,6 +357,22 @@ def test_launch_returns_each_jobs_summary_and_reports_the_failed_one(
             {},
             "infra.gpu.devices=none selects",
             marks=pytest.mark.slow,
+        ),
+        # a detached sweep starts every container at once: GPU jobs must not share GPUs
+        # (the default, infra.gpu.devices=all, overlaps everything); CPU jobs share nothing
+        (
+            ["hydra.launcher.job_name=sw", "hydra.launcher.detach=true", "seed=0,1"],
+            {},
+            "jobs #0 and #1 share GPUs (infra.gpu.devices=all and all)",
+        ),
+        (
+            [
+                "hydra.launcher.job_name=sw",
+                "hydra.launcher.detach=true",
+                "infra.gpu.devices=[0],[1],[2,1]",
+            ],
+            {},
+            "jobs #1 and #2 share GPUs (infra.gpu.devices=[1] and [2, 1])",
         ),
         # the engine down: that cause, not a missing image; the mounts are made on the way
         ([], {"engine": "down"}, "docker error: Docker engine not reachable"),
@@ -398,6 +467,59 @@ def test_a_named_sweep_puts_its_jobs_under_the_name(tmp_path: Path) -> None:
     sweep = _train([*args, "hydra.launcher.job_name=one", "seed=0,1"], tmp_path, env)
     assert sweep.returncode == 2 and "holds a single run, not a sweep" in sweep.stderr
     assert len(_compose_calls(tmp_path)) == 2  # no container for the refused ones
+
+
+@pytest.mark.slow  # ~15 s: two detached fake-docker jobs, waited for
+def test_a_detached_sweep_of_gpu_jobs_on_their_own_gpus_starts_them_all(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    outputs = tmp_path / "mounts" / "outputs"
+    args = ["-m", "hydra/launcher=docker", "infra=docker", *_mounts(tmp_path), *QUICK]
+    args += ["hydra.launcher.job_name=sw", "hydra.launcher.detach=true"]
+    # a CPU job beside them shares no GPU either
+    result = _train([*args, "infra.gpu.devices=[0],[1],none"], tmp_path, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    calls = _compose_calls(tmp_path)
+    assert [call["env"].get("CUDA_VISIBLE_DEVICES") for call in calls] == ["0", "1", None]
+    assert all("-d" in call["argv"] for call in calls)
+    for num in range(3):  # the background jobs end before the test does
+        wait_for_file(outputs / "sw" / str(num) / "summary.json", timeout=120)
+
+
+@pytest.mark.slow  # a 2-job Docker sweep stopped mid-job: ~15 s
+def test_sigterm_stops_a_docker_sweep_after_the_running_job_checkpoints(tmp_path: Path) -> None:
+    """The signal reaches job 0's container (through compose, which the fake plays), which
+    checkpoints and exits 0; job 1 never starts; the launcher exits 0."""
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, **_env(tmp_path), "OMP_NUM_THREADS": "1"}
+    args = ["-m", "hydra/launcher=docker", "infra=docker", "infra.gpu.devices=none", "seed=0,1"]
+    args += [*_mounts(tmp_path), *QUICK, "trainer.total_steps=100000"]  # only the signal ends it
+    args.append(f"hydra.sweep.dir={sweep}")
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "train.py"), *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for_rows(process, sweep / "0" / "metrics.jsonl")
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 0, output[-3000:]
+    summary = json.loads((sweep / "0" / "summary.json").read_text())
+    assert summary["stopped"] == "SIGTERM" and summary["checkpoint"] is not None
+    assert len(_compose_calls(tmp_path)) == 1 and not (sweep / "1").exists()
+    assert "sweep stopped after job 0 (SIGTERM)" in output
+
+
+def wait_for_file(path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.is_file():
+        assert time.monotonic() < deadline, f"no {path} after {timeout} s"
+        time.sleep(0.2)
 
 
 def _fake_job(tmp_path: Path) -> tuple[SimpleNamespace, Job]:

@@ -25,6 +25,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from hydra_plugins.astrai_docker_launcher._docker_cli import (
     DockerCallError,
+    SignalRelay,
     docker_output,
     stream_to_log,
 )
@@ -41,6 +42,7 @@ from hydra_plugins.astrai_docker_launcher._environment import (
     job_name_error,
     named_job_dir,
     needs_gpus,
+    shared_gpus,
 )
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -115,11 +117,35 @@ def _check_job(job_config: DictConfig) -> str | None:
             f"hydra/launcher=docker needs infra=docker (got infra={job_config.infra.name}): "
             "add infra=docker to the command line"
         )
+    nnodes = job_config.infra.nnodes
+    if isinstance(nnodes, int) and nnodes > 1:
+        # the container sits on compose's bridge network and publishes no rendezvous port, so
+        # the nodes could never meet (and checked before validation, which asks for an
+        # infra.rdzv_endpoint first: this is the reason that stands)
+        return (
+            f"infra.nnodes={nnodes}: multi-node Docker needs host networking, which "
+            "hydra/launcher=docker does not support (run python train.py on each node)"
+        )
     try:
         validate_config(job_config, where="container")
     except ConfigError as err:
         return str(err)
     return None
+
+
+def _shared_gpus_error(jobs: list[Job]) -> str | None:
+    """A detached sweep starts every container at once: two GPU jobs whose GPUs overlap would
+    train side by side on the same GPUs (``all``, the default, overlaps everything)."""
+    pair = shared_gpus([container_plan(job.infra) for job in jobs])
+    if pair is None:
+        return None
+    first, second = (jobs[position] for position in pair)
+    return (
+        f"hydra.launcher.detach=true starts every job at once, but jobs #{first.idx} and "
+        f"#{second.idx} share GPUs (infra.gpu.devices={first.infra['gpu']['devices']} and "
+        f"{second.infra['gpu']['devices']}): give each GPU job its own infra.gpu.devices "
+        "(e.g. [0],[1]) or leave out detach"
+    )
 
 
 def _user() -> tuple[int, int]:
@@ -280,6 +306,10 @@ def launch(
         job.idx: compose_files(compose_file, cpu_compose_file, container_plan(job.infra))
         for job in jobs
     }
+    if launcher.detach:
+        error = _shared_gpus_error(jobs)
+        if error is not None:
+            _fail_before_launch(error, sweep_dir)
 
     try:
         _user()
@@ -307,14 +337,40 @@ def launch(
 
     log.info("Launching %d jobs in Docker (%s)", len(jobs), compose_file)
     results = []
-    for job in jobs:
-        HydraConfig.instance().set_config(job.config)
-        results.append(_run_job(launcher, job, files_of[job.idx], repo_root))
-        configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    with SignalRelay() as relay:
+        for job in jobs:
+            HydraConfig.instance().set_config(job.config)
+            results.append(_run_job(launcher, job, files_of[job.idx], repo_root, relay))
+            configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+            if relay.received is not None:
+                _stop_sweep(job, results[-1], relay.received)
+                break
     return results
 
 
-def _run_job(launcher: DockerLauncher, job: Job, files: list[Path], repo_root: Path) -> JobReturn:
+def _stop_sweep(job: Job, result: JobReturn, received: str) -> None:
+    """A SIGTERM or Ctrl-C stops the sweep, not only its running job (as train.py's
+    ``stop_sweep_after_a_signal`` does for the basic launcher): that job has checkpointed; exit
+    0. A job that failed is left to the sweep to report (exit 2); either way no job starts
+    after it."""
+    if result.status != JobStatus.COMPLETED:
+        return
+    log.warning(
+        "sweep stopped after job %d (%s); a named sweep (hydra.launcher.job_name) resumes "
+        "with the same command",
+        job.idx,
+        received,
+    )
+    sys.exit(0)
+
+
+def _run_job(
+    launcher: DockerLauncher,
+    job: Job,
+    files: list[Path],
+    repo_root: Path,
+    relay: SignalRelay | None = None,
+) -> JobReturn:
     task_config = OmegaConf.masked_copy(job.config, [str(k) for k in job.config if k != "hydra"])
     result = JobReturn(
         overrides=job.overrides,
@@ -324,7 +380,7 @@ def _run_job(launcher: DockerLauncher, job: Job, files: list[Path], repo_root: P
         task_name=job.config.hydra.job.name,
     )
     try:
-        returncode, tail = _start_job(launcher, job, files, repo_root)
+        returncode, tail = _start_job(launcher, job, files, repo_root, relay)
     except OSError as err:  # the run dir or its docker.log cannot be written (disk full, ...)
         return _failed(result, job, f"cannot write {err.filename}: {err.strerror or err}", [])
     summary_path = job.job_dir / SUMMARY_FILE
@@ -370,7 +426,11 @@ def _failed(result: JobReturn, job: Job, reason: str, tail: list[str]) -> JobRet
 
 
 def _start_job(
-    launcher: DockerLauncher, job: Job, files: list[Path], repo_root: Path
+    launcher: DockerLauncher,
+    job: Job,
+    files: list[Path],
+    repo_root: Path,
+    relay: SignalRelay | None = None,
 ) -> tuple[int, list[str]]:
     """Run the job's ``docker compose run``; (exit code, last log lines)."""
     make_dirs(job.job_dir)
@@ -392,4 +452,4 @@ def _start_job(
         (job.job_dir / JOB_FILE).write_text(json.dumps(record, indent=2) + "\n")
     log.info("\t#%d : %s", job.idx, " ".join(filter_overrides(job.overrides)))
     log_file = job.job_dir / JOB_LOG_FILE
-    return stream_to_log(argv, env, repo_root, log_file, launcher.tail_lines)
+    return stream_to_log(argv, env, repo_root, log_file, launcher.tail_lines, relay)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan, infra_plan
+from astrai.config.duration import parse_duration
 from astrai.config.environment import DOCKER_CLI_VARIABLES, reserved_reason
 
 # DOCKER_CLI_VARIABLES: what the Docker CLI itself needs to reach the engine, from the host
@@ -16,6 +17,7 @@ from astrai.config.environment import DOCKER_CLI_VARIABLES, reserved_reason
 
 FORWARDED_PREFIX = "NCCL_"
 GPU_DEVICES_KEY = "infra.gpu.devices"
+DEVICE_KEY = "infra.device"
 CONTAINER_PREFIX = "astrai-"  # named jobs run in containers astrai-<name>[-<job num>]
 JOB_LABEL = "astrai.job"  # the job name, on every named job's container
 RUN_DIR_LABEL = "astrai.run_dir"  # the job's run dir on the host, on every container
@@ -44,6 +46,22 @@ def needs_gpus(plan: DevicePlan) -> bool:
     the CPU (``infra.gpu.devices=none`` or ``infra.device=cpu``); ``auto`` keeps the
     reservation (the container decides, and sees the GPUs only when they are reserved)."""
     return plan.device != "cpu"
+
+
+def shared_gpus(plans: Sequence[DevicePlan]) -> tuple[int, int] | None:
+    """The positions of the first two GPU jobs whose GPU selections overlap (``all`` overlaps
+    every other), or None: CPU jobs reserve no GPU and overlap nothing."""
+    taken: list[tuple[int, set[str] | None]] = []
+    for position, plan in enumerate(plans):
+        if not needs_gpus(plan):
+            continue
+        visible = plan.cuda_visible_devices  # None: every GPU of the engine
+        gpus = None if visible is None else set(visible.split(","))
+        for other, used in taken:
+            if gpus is None or used is None or gpus & used:
+                return other, position
+        taken.append((position, gpus))
+    return None
 
 
 def container_user(host_env: Mapping[str, str], uid: int, gid: int) -> tuple[int, int]:
@@ -113,7 +131,7 @@ def compose_environment(
             "ASTRAI_IMAGE": str(container["image"]),
             "ASTRAI_SHM_SIZE": str(container["shm_size"]),
             "ASTRAI_IPC": str(container["ipc"]),
-            "ASTRAI_STOP_GRACE_PERIOD": str(container["stop_grace_period"]),
+            "ASTRAI_STOP_GRACE_PERIOD": compose_duration(container["stop_grace_period"]),
             "ASTRAI_DATA_DIR": resolve_host_path(mounts["data"], repo_root),
             "ASTRAI_MODELS_DIR": resolve_host_path(mounts["models"], repo_root),
             "ASTRAI_OUTPUTS_DIR": resolve_host_path(mounts["outputs"], repo_root),
@@ -126,6 +144,15 @@ def compose_environment(
     if visible:  # never the empty string, which would hide every GPU
         env[CUDA_VISIBLE_DEVICES] = visible
     return env
+
+
+def compose_duration(value: str | int | float) -> str:
+    """A duration as Compose reads it (Go's syntax: a unit on every number, case-sensitive,
+    no spaces): ``parse_duration`` also takes ``600``, ``5M`` and ``2 m``, which Compose
+    refuses. Seconds, fixed-point (Go reads no exponent): ``5M`` -> ``300s``, ``1.5s`` ->
+    ``1.5s``. ValueError for what ``parse_duration`` refuses."""
+    seconds = f"{parse_duration(value):.3f}".rstrip("0").rstrip(".")
+    return f"{seconds}s"
 
 
 def forwarded_names(env: Mapping[str, str], infra: Mapping[str, Any]) -> list[str]:
@@ -141,11 +168,23 @@ def container_overrides(overrides: Sequence[str], plan: DevicePlan) -> list[str]
     """The job's overrides as the container gets them: when the plan narrows
     ``CUDA_VISIBLE_DEVICES``, ``infra.gpu.devices=all`` replaces the job's own
     ``infra.gpu.devices`` (the container's GPU 0 is then the first selected one; passing the
-    list again would select twice)."""
-    if not plan.narrows:
-        return list(overrides)
-    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != GPU_DEVICES_KEY]
-    return [*kept, f"{GPU_DEVICES_KEY}={plan.gpu_devices}"]
+    list again would select twice). A GPU job with ``infra.device=auto`` is told
+    ``infra.device=cuda``: its container reserves GPUs, so one that sees none (a driver too old
+    for the image's CUDA, a CPU build of torch) stops at start with one line instead of
+    training on the CPU unnoticed."""
+    kept = list(overrides)
+    if plan.narrows:
+        kept = [o for o in kept if _key(o) != GPU_DEVICES_KEY]
+        kept.append(f"{GPU_DEVICES_KEY}={plan.gpu_devices}")
+    if plan.device is None:  # auto, GPUs reserved (a CPU plan says "cpu")
+        kept = [o for o in kept if _key(o) != DEVICE_KEY]
+        kept.append(f"{DEVICE_KEY}=cuda")
+    return kept
+
+
+def _key(override: str) -> str:
+    """The config key an override sets (``+``/``~``/``++`` prefixes dropped)."""
+    return override.split("=", 1)[0].lstrip("+~")
 
 
 def compose_files(compose_file: Path, cpu_compose_file: Path, plan: DevicePlan) -> list[Path]:

@@ -172,7 +172,7 @@ def plan_devices(
         _require(
             device != "cuda",
             "infra.device=cuda but infra.gpu.devices=none selects no GPU "
-            "(use infra.device=auto or cpu)",
+            "(infra.device=cpu or infra.gpu.devices=none trains on the CPU)",
         )
         return DevicePlan("cpu", nproc or 1, (), None, NONE)
     if device == "cpu":
@@ -188,7 +188,7 @@ def plan_devices(
         _require(
             device == "auto",
             f"infra.device=cuda but no CUDA device is visible{_seen(inherited)} "
-            "(use infra.device=auto or cpu)",
+            "(infra.device=cpu or infra.gpu.devices=none trains on the CPU)",
         )
         return DevicePlan("cpu", nproc or 1, (), None, given)
 
