@@ -272,6 +272,7 @@ def test_a_grace_period_compose_cannot_read_as_written_still_runs(tmp_path: Path
     assert renders and all(c["env"]["ASTRAI_STOP_GRACE_PERIOD"] == "300s" for c in renders)
 
 
+@pytest.mark.slow  # ~15 s: a two-job sweep through the fake docker, one job trains
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a container without a GPU, pretended")
 def test_a_gpu_job_whose_container_sees_no_gpu_stops_instead_of_training_on_the_cpu(
     tmp_path: Path,
