@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     ids, mask = left_pad(tokenizer, rows, device)  # a character it does not know: ValueError
     check_length(policy, ids.shape[1], max_new_tokens)
     generator = torch.Generator(device=device).manual_seed(args.seed)
-    out = generate(policy, ids, mask, sampling, tokenizer.eos_id, tokenizer.pad_id, generator)
+    out = generate(policy, ids, mask, sampling, tokenizer.stop_ids, tokenizer.pad_id, generator)
     completions = decode_responses(tokenizer, out.response_ids, out.response_mask)
     print(f"# {loaded.source}")
     decoding = "greedy" if args.temperature == 0 else f"temperature {args.temperature}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -113,4 +114,36 @@ def test_an_invalid_generation_config_is_named(tmp_path: Path) -> None:
     assert load_tokenizer(directory).generation_config is None
     (directory / "generation_config.json").write_text("[2]")
     with pytest.raises(TokenizerFileError, match="invalid .*generation_config.json: expected"):
+        load_tokenizer(directory)
+
+
+@pytest.mark.parametrize(
+    ("eos_token_id", "stop_ids"),
+    [
+        (None, (2,)),  # the tokenizer's eos_token (<|im_end|>) alone
+        (2, (2,)),
+        (0, (2, 0)),  # <|endoftext|> too (Llama 3 Instruct: <|eot_id|> beside the EOS)
+        ([0, 2, 1], (2, 0, 1)),  # eos_id first, no repeats
+    ],
+)
+def test_a_response_ends_at_every_id_the_generation_config_declares(
+    tmp_path: Path, eos_token_id: object, stop_ids: tuple[int, ...]
+) -> None:
+    directory = write_byte_level_tokenizer(tmp_path, CHATML, False)
+    if eos_token_id is not None:
+        config = {"eos_token_id": eos_token_id, "temperature": 0.6}
+        (directory / "generation_config.json").write_text(json.dumps(config))
+    tokenizer = load_tokenizer(directory)
+    assert (tokenizer.eos_id, tokenizer.stop_ids) == (2, stop_ids)
+
+
+@pytest.mark.parametrize("eos_token_id", [-1, 10**6, "2", [2, None], True, 1.0])
+def test_an_end_id_outside_the_vocabulary_is_named(tmp_path: Path, eos_token_id: object) -> None:
+    directory = write_byte_level_tokenizer(tmp_path, CHATML, False)
+    (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": eos_token_id}))
+    with pytest.raises(
+        TokenizerFileError,
+        match=re.escape(f"{directory}/generation_config.json: eos_token_id ")
+        + ".* is not a token id",
+    ):
         load_tokenizer(directory)

@@ -190,3 +190,30 @@ def test_zero_rows(tiny_model: LlamaForCausalLM) -> None:
     ids, mask = torch.zeros(0, 5, dtype=torch.long), torch.ones(0, 5, dtype=torch.bool)
     gen = generate(tiny_model, ids, mask, SamplingConfig(max_new_tokens=3), 1, 0)
     assert gen.response_ids.shape == gen.response_mask.shape == gen.logprobs.shape == (0, 0)
+
+
+def test_rows_stop_at_any_of_several_end_ids(tokenizer: CharTokenizer) -> None:
+    """An instruct model's end of turn beside its EOS (``Tokenizer.stop_ids``): a row stops at
+    whichever comes first, and ``ended_with_eos`` counts both."""
+    from astrai.rollout.rollout import ended_with_eos
+
+    model = LlamaForCausalLM(LlamaConfig(tie_word_embeddings=False)).eval()
+    with torch.no_grad():
+        model.lm_head.weight.zero_()  # uniform over 48 tokens
+    stop = (tokenizer.eos_id, 7)
+    ids, mask = left_pad(tokenizer, ["1+1="] * 300)
+    gen = generate(model, ids, mask, SamplingConfig(max_new_tokens=6), stop, tokenizer.pad_id,
+                   generator=torch.Generator().manual_seed(0))  # fmt: skip
+    lengths = gen.response_mask.sum(-1)
+    last = gen.response_ids.gather(1, (lengths - 1)[:, None]).squeeze(1)
+    stopped = lengths < 6
+    assert set(last[stopped].tolist()) == set(stop)  # both end rows, nothing else does
+    body = gen.response_ids.masked_fill(~gen.response_mask, -1)
+    body[torch.arange(len(lengths)), lengths - 1] = -1  # each row's last token aside
+    assert not torch.isin(body, torch.tensor(stop)).any()  # no row runs past an end id
+    ended = ended_with_eos(gen.response_ids, gen.response_mask, stop)
+    assert torch.equal(ended, torch.isin(last, torch.tensor(stop)))
+    assert torch.equal(
+        ended_with_eos(gen.response_ids, gen.response_mask, tokenizer.eos_id),
+        last == tokenizer.eos_id,
+    )

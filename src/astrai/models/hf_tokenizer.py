@@ -78,6 +78,22 @@ def _json_object(payload: bytes, path: Path) -> dict[str, Any]:
     return value
 
 
+def declared_end_ids(generation_config: dict[str, Any] | None, vocab_size: int) -> list[int]:
+    """``generation_config.json``'s ``eos_token_id`` (one id or a list) as a list; a value that
+    is not an id of the vocabulary is ``TokenizerFileError`` naming the file."""
+    declared = (generation_config or {}).get("eos_token_id")
+    if declared is None:
+        return []
+    ids = declared if isinstance(declared, list) else [declared]
+    for value in ids:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < vocab_size:
+            raise TokenizerFileError(
+                f"{GENERATION_CONFIG_FILE}: eos_token_id {declared!r} is not a token id (or a "
+                f"list of them) of the tokenizer's {vocab_size}"
+            )
+    return ids
+
+
 class HFTokenizer:
     """A ``tokenizers.Tokenizer`` plus special tokens and an optional chat template.
 
@@ -129,6 +145,14 @@ class HFTokenizer:
         pad, bos = ids.get("pad_token"), ids.get("bos_token")
         self.pad_id: int = pad if pad is not None else self.eos_id
         self.bos_id: int = bos if bos is not None else self.eos_id
+        self._stop_ids = (self.eos_id, *declared_end_ids(generation_config, self.vocab_size))
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """``eos_id``, then the other ids ``generation_config.json`` ends a response at (an
+        instruct model's end of turn, e.g. Llama 3's ``<|eot_id|>`` beside ``<|end_of_text|>``):
+        ``generate`` in transformers and vLLM stop at each of them."""
+        return tuple(dict.fromkeys(self._stop_ids))
 
     @classmethod
     def load(cls, directory: str | Path, chat_template: bool = True) -> HFTokenizer:

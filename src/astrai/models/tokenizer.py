@@ -29,6 +29,12 @@ class Tokenizer(Protocol):
     eos_id: int
 
     @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """The ids that end a response: ``eos_id`` first, then any other end-of-turn id the
+        model declares (``generation_config.json``'s ``eos_token_id`` list)."""
+        ...
+
+    @property
     def vocab_size(self) -> int: ...
 
     def encode_prompt(self, prompt: Prompt) -> list[int]:
@@ -55,6 +61,10 @@ class CharTokenizer:
         offset = len(SPECIAL_TOKENS)
         self._char_to_id = {c: i + offset for i, c in enumerate(alphabet)}
         self._id_to_char = {i + offset: c for i, c in enumerate(alphabet)}
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        return (self.eos_id,)
 
     @property
     def vocab_size(self) -> int:

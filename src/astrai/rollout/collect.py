@@ -82,7 +82,7 @@ def collect_rollout(
         prompt_ids.repeat_interleave(group_size, 0),
         prompt_mask.repeat_interleave(group_size, 0),
         sampling,
-        eos_id=tokenizer.eos_id,
+        eos_id=tokenizer.stop_ids,
         pad_id=tokenizer.pad_id,
         generator=generator,
         lockstep=lockstep,

@@ -153,9 +153,21 @@ def cat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
     )
 
 
-def ended_with_eos(response_ids: Tensor, response_mask: Tensor, eos_id: int) -> Tensor:
-    """``[..., R]`` right-padded responses -> ``[...]`` bool: the last valid token is EOS (False
-    for a response cut at the length limit, and for an empty one)."""
+def ended_with_eos(
+    response_ids: Tensor, response_mask: Tensor, eos_id: int | Sequence[int]
+) -> Tensor:
+    """``[..., R]`` right-padded responses -> ``[...]`` bool: the last valid token is EOS, or
+    one of the tokenizer's ``stop_ids`` when ``eos_id`` is a sequence (False for a response cut
+    at the length limit, and for an empty one)."""
     lengths = response_mask.sum(-1)
-    last = (lengths - 1).clamp_min(0)[..., None]
-    return (response_ids.gather(-1, last).squeeze(-1) == eos_id) & (lengths > 0)
+    last = response_ids.gather(-1, (lengths - 1).clamp_min(0)[..., None]).squeeze(-1)
+    return is_stop_token(last, eos_id) & (lengths > 0)
+
+
+def is_stop_token(tokens: Tensor, stop: int | Sequence[int]) -> Tensor:
+    """``tokens == stop`` for one id, membership for several (``Tokenizer.stop_ids``)."""
+    if isinstance(stop, int):
+        return tokens == stop
+    if len(stop) == 1:  # the common case stays one comparison (a decoding step's op count)
+        return tokens == stop[0]
+    return torch.isin(tokens, torch.tensor(list(stop), device=tokens.device))

@@ -8,6 +8,7 @@ ratio starts at 1. Top-k / top-p only restrict which tokens may be drawn.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +19,7 @@ from astrai.models.decode import Decoder
 from astrai.models.kv_cache import KVCache
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.shared_prefix import prefill
+from astrai.rollout.rollout import is_stop_token
 
 
 @dataclass
@@ -90,7 +92,7 @@ def generate(
     prompt_ids: Tensor,
     prompt_mask: Tensor,
     cfg: SamplingConfig,
-    eos_id: int,
+    eos_id: int | Sequence[int],
     pad_id: int,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
@@ -101,12 +103,13 @@ def generate(
     Args:
         prompt_ids: ``[N, P]`` left-padded prompt tokens.
         prompt_mask: ``[N, P]`` bool, True on real prompt tokens.
+        eos_id: the id that ends a response, or several (``Tokenizer.stop_ids``).
         use_cache: False recomputes the whole sequence every step (reference/benchmark path).
         lockstep: stop early only when every rank's rows are finished. A sharded (FSDP) model
             gathers its weights in every forward, a collective all ranks must join.
 
     Returns:
-        A ``Generation``; rows stop at EOS, which is kept in the response.
+        A ``Generation``; rows stop at EOS (any of ``eos_id``), which is kept in the response.
     """
     # inference mode skips autograd's per-op bookkeeping that no_grad still pays (up to ~10% of
     # a CPU decoding step at small sizes), but FSDP must not allocate its unsharded weights as
@@ -130,7 +133,7 @@ def _sample(
     prompt_ids: Tensor,
     prompt_mask: Tensor,
     cfg: SamplingConfig,
-    eos_id: int,
+    eos_id: int | Sequence[int],
     pad_id: int,
     generator: torch.Generator | None,
     use_cache: bool,
@@ -168,7 +171,7 @@ def _sample(
         next_token = _choose(logits, cfg, generator)
         token_steps.append(next_token)
         logprob_steps.append(logits.log_softmax(-1).gather(-1, next_token[:, None]))
-        finished |= next_token == eos_id
+        finished |= is_stop_token(next_token, eos_id)
         done = bool(finished.all())
         if lockstep:
             done = all_reduce_max(0.0 if done else 1.0) == 0.0

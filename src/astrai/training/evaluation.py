@@ -53,7 +53,7 @@ def evaluate(
         ids, mask = left_pad(tokenizer, chunk, device)
         # a sharded policy gathers its weights in every decoding step: ranks stop together
         gen = generate(
-            policy, ids, mask, greedy, tokenizer.eos_id, tokenizer.pad_id, lockstep=sharded
+            policy, ids, mask, greedy, tokenizer.stop_ids, tokenizer.pad_id, lockstep=sharded
         )
         responses += decode_responses(tokenizer, gen.response_ids, gen.response_mask)
         lengths += gen.response_mask.sum(-1).tolist()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from astrai.algorithms.masked import masked_global_mean, masked_var
@@ -9,10 +11,13 @@ from astrai.distributed import all_reduce_sum
 from astrai.rollout.rollout import Rollout, ended_with_eos
 
 
-def rollout_metrics(rollout: Rollout, eos_id: int, accuracy_threshold: float) -> dict[str, float]:
+def rollout_metrics(
+    rollout: Rollout, eos_id: int | Sequence[int], accuracy_threshold: float
+) -> dict[str, float]:
     """Reward, accuracy, reward-term, length and advantage statistics of a prepared rollout,
     over all ranks in one reduction. ``rollout/accuracy``: the share of responses whose reward
-    reaches ``accuracy_threshold``; ``reward/<name>``: each reward term's mean."""
+    reaches ``accuracy_threshold``; ``reward/<name>``: each reward term's mean. ``eos_id``: the
+    id (or ``Tokenizer.stop_ids``) a response that ended on its own ends with."""
     mask = rollout.response_mask
     lengths = mask.sum(-1).float()  # [B, G]
     with_eos = ended_with_eos(rollout.response_ids, mask, eos_id)

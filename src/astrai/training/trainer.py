@@ -218,7 +218,9 @@ class Trainer:
         the steps that log them (``metrics.names.kl_logged_at``: step 1 and every
         ``logger.kl_every``)."""
         if self.strategy.mask_truncated:
-            eos = ended_with_eos(rollout.response_ids, rollout.response_mask, self.tokenizer.eos_id)
+            eos = ended_with_eos(
+                rollout.response_ids, rollout.response_mask, self.tokenizer.stop_ids
+            )
             rollout.loss_mask = rollout.response_mask & eos[..., None]
         score = kl_logged_at(self.step + 1, self.strategy.kl_coef, self.cfg.logger.kl_every)
         reference = self.reference if score else None
@@ -314,7 +316,7 @@ class Trainer:
         metrics.update(self.update(rollout))
         t2 = time.perf_counter()
         threshold = self.reward.accuracy_threshold
-        metrics.update(rollout_metrics(rollout, self.tokenizer.eos_id, threshold))  # all ranks
+        metrics.update(rollout_metrics(rollout, self.tokenizer.stop_ids, threshold))  # all ranks
         metrics["time/rollout_s"] = t1 - t0
         metrics["time/update_s"] = t2 - t1
         metrics["perf/step_s"] = t2 - t0
