@@ -172,7 +172,7 @@ def test_multirun_through_the_cli_runs_each_job_via_docker_compose(tmp_path: Pat
             "infra.gpu.devices=[0,2]",
             "infra.nproc_per_node=1",  # one process per container (torchrun: test_environment)
             f"hydra.sweep.dir={sweep}",
-            "ckpt.resume=null,/nonexistent/step_1",
+            "ckpt.resume=null,/outputs/missing/step_1",  # visible there, but absent
             *_mounts(tmp_path),
             *QUICK,
         ],
@@ -182,7 +182,7 @@ def test_multirun_through_the_cli_runs_each_job_via_docker_compose(tmp_path: Pat
     # job 1 fails in its container; the launcher reports it and the multirun exits 2
     assert result.returncode == 2
     assert "job #1 failed (exit code 2)" in result.stderr
-    assert "no checkpoint directory at /nonexistent/step_1" in result.stderr
+    assert "no checkpoint directory at /outputs/missing/step_1" in result.stderr
     assert "Traceback" not in result.stderr  # the exit code and log lines, not launcher code
     summary = json.loads((sweep / "0" / "summary.json").read_text())
     assert summary["step"] == 2 and summary["run_dir"] == str(sweep / "0")
@@ -321,7 +321,7 @@ def test_launch_returns_each_jobs_summary_and_reports_the_failed_one(
             hydra_context=context, task_function=lambda cfg: None, config=config
         )
         results = launcher.launch(
-            [[*task, "seed=0"], [*task, "seed=1"], [*task, "ckpt.resume=/nonexistent/step_1"]],
+            [[*task, "seed=0"], [*task, "seed=1"], [*task, "ckpt.resume=/outputs/missing/step_1"]],
             initial_job_idx=0,
         )
     assert [r.status for r in results] == [

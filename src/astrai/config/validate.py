@@ -10,6 +10,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from astrai.config.container_paths import NotInContainer, container_view
 from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan, Where, infra_plan
 from astrai.config.duration import parse_duration
 from astrai.config.environment import reserved_reason
@@ -150,7 +151,7 @@ def _validate_task(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) ->
     return task
 
 
-def _validate_reward(reward: DictConfig, task: ProblemSource | None) -> None:
+def _validate_reward(reward: DictConfig, task: ProblemSource) -> None:
     """Built as the run will build it (the import, the arguments, a reward model's files),
     then tried on the first eval problems, answered with their reference and with nothing: a
     reward that raises, miscounts or returns a non-finite value stops here, before the run."""
@@ -164,8 +165,6 @@ def _validate_reward(reward: DictConfig, task: ProblemSource | None) -> None:
         raise ConfigError(str(err)) from err
     except Exception as err:  # a reward's own constructor (a model directory, say)
         raise ConfigError(f"reward: {err}") from err
-    if task is None:
-        return
     probe = task.eval_problems(2)
     try:
         built.score(
@@ -295,7 +294,8 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
     Args:
         where: ``host`` for a job that runs here (its GPU indices are checked against what
             this process sees); ``container`` when the Docker launcher checks a job on the host
-            before its container starts (the container's GPUs cannot be counted from here).
+            before its container starts (the container's GPUs cannot be counted from here;
+            its files are checked where the container will read them, ``container_view``).
     """
     check_known_keys(cfg)  # a key added with ``+`` that no schema defines
     allow_large = cfg.trainer.allow_large
@@ -306,6 +306,11 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
     _validate_logger(cfg.logger, allow_large)
     validate_train_type(cfg.train_type, cfg.critic, allow_large)
     _validate_overlong(cfg)
+    if where == "container":  # its files, as the container will read them
+        try:
+            cfg = container_view(cfg)
+        except NotInContainer as err:
+            raise ConfigError(str(err)) from None
     tokenizer: Tokenizer
     if "path" in cfg.model.keys():  # model=hf (``in`` alone is False while path is ???)
         model, tokenizer = _validate_pretrained(cfg.model)
@@ -313,12 +318,8 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
         tokenizer = CharTokenizer()
         model = _validate_model(cfg.model, tokenizer)
     _check_model_size(model, cfg.train_type.sampling.max_new_tokens, allow_large)
-    # a container's job reads its own files (prompt files, a reward model), not the host's
-    task = None
-    if where == "host" or not str(cfg.task._target_).endswith(".DatasetTask"):
-        task = _validate_task(cfg, tokenizer, model)
-    if where == "host":
-        _validate_reward(cfg.reward, task)
+    task = _validate_task(cfg, tokenizer, model)
+    _validate_reward(cfg.reward, task)
     _validate_infra(cfg.infra, where)
     if isinstance(cfg.infra.nproc_per_node, int):  # auto: the trainer checks the real count
         check_world_batch(cfg.train_type, cfg.infra.nproc_per_node * cfg.infra.nnodes)
