@@ -36,7 +36,9 @@ DOCKER_SELECT := $(if $(NAME),-a --filter label=astrai.job=$(NAME),)
 	docker-clean docker-serve
 
 docker-build: ## build the image astrai:latest with your uid/gid (the only target that builds)
-	ASTRAI_UID=$(ASTRAI_UID) ASTRAI_GID=$(ASTRAI_GID) $(COMPOSE) build trainer
+	source_hash="$$($(PYTHON) docker/source_hash.py)" && \
+		ASTRAI_UID=$(ASTRAI_UID) ASTRAI_GID=$(ASTRAI_GID) ASTRAI_SOURCE_HASH="$$source_hash" \
+		$(COMPOSE) build trainer
 
 docker-preflight: $(STAMP) ## check engine, Compose v2, GPUs, mounts and image for a job (GPUS= ARGS=)
 	ASTRAI_UID=$(ASTRAI_UID) ASTRAI_GID=$(ASTRAI_GID) $(DOCKER_LAUNCH) \

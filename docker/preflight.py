@@ -7,7 +7,8 @@ Checks, in order, so that the first failure names the real cause: the docker CLI
 engine answers (``docker info``); Compose v2 is installed (``docker compose version``) and
 renders the compose files (several: merged in order, as ``docker compose -f A -f B``); with
 ``--gpus``, the engine has the NVIDIA runtime (or NVIDIA CDI devices); every ``--mount`` path is
-an existing folder the container user can write (nothing is created); the image exists. The
+an existing folder the container user can write (nothing is created); the image exists and
+holds this checkout's code (``docker/source_hash.py``; a warning for an image without the hash). The
 first failure prints one line ``preflight: <reason>`` to stderr and exits 1; success prints
 ``preflight: ok``. The container user is ``ASTRAI_UID:ASTRAI_GID`` (default: this process's).
 The Docker launcher runs this script before any container starts, with the image, mounts and
@@ -17,6 +18,7 @@ GPU need of the composed jobs.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -25,6 +27,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 IMAGE = "astrai:latest"
 DEFAULT_COMPOSE_FILE = Path(__file__).resolve().parent / "compose.yaml"
@@ -171,10 +174,44 @@ def check_mount(path: Path, uid: int, gid: int) -> None:
         )
 
 
+def _source_hash_module() -> Any:
+    """``docker/source_hash.py``, loaded by path (this script also runs isolated, ``-I``)."""
+    path = Path(__file__).resolve().parent / "source_hash.py"
+    spec = importlib.util.spec_from_file_location("astrai_source_hash", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def check_image(docker: str, image: str) -> None:
-    result = _docker(docker, "image", "inspect", "--format", "{{.Id}}", image)
+    """The image exists and was built from this checkout's code (its ``astrai.source_hash``
+    label, which ``make docker-build`` sets); an image built otherwise gets a warning line."""
+    result = _docker(
+        docker, "image", "inspect", "--format", "{{.Id}} {{json .Config.Labels}}", image
+    )
     if result.returncode != 0:
         raise PreflightError(f"image {image} not found; build it with `make docker-build`")
+    hashing = _source_hash_module()
+    _, _, labels_json = result.stdout.strip().partition(" ")
+    try:
+        labels = json.loads(labels_json) if labels_json else None
+    except json.JSONDecodeError:
+        labels = None
+    built = labels.get(hashing.LABEL) if isinstance(labels, dict) else None
+    if built in (None, hashing.UNKNOWN):
+        print(
+            f"preflight: warning: image {image} has no {hashing.LABEL} label (not built by "
+            "`make docker-build`): it may run other code than this checkout's",
+            file=sys.stderr,
+        )
+        return
+    if built != hashing.source_hash(Path(__file__).resolve().parents[1]):
+        raise PreflightError(
+            f"image {image} was built from other code than this checkout's (a Python file, "
+            "conf/ or pyproject.toml changed since): the container would run the old code; "
+            "rebuild it with `make docker-build` (the dependency layers stay cached)"
+        )
 
 
 def run_checks(gpus: bool, mounts: list[Path], compose_files: list[Path], image: str) -> None:

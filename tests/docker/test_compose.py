@@ -188,10 +188,17 @@ def test_empty_or_unset_cuda_visible_devices_stays_unset(render, host: dict) -> 
 
 def test_uid_gid_reach_build_args_and_user(launched: dict, bare: dict) -> None:
     trainer = launched["services"]["trainer"]
-    assert trainer["build"]["args"] == {"USER_UID": "1234", "USER_GID": "5678"}
+    # ASTRAI_SOURCE_HASH: make docker-build's (docker/source_hash.py); unset, the image's
+    # label says it is unknown and the preflight warns
+    unknown = {"ASTRAI_SOURCE_HASH": "unknown"}
+    assert trainer["build"]["args"] == {"USER_UID": "1234", "USER_GID": "5678", **unknown}
     assert trainer["user"] == "1234:5678"
     assert launched["services"]["tensorboard"]["user"] == "1234:5678"
-    assert bare["services"]["trainer"]["build"]["args"] == {"USER_UID": "1000", "USER_GID": "1000"}
+    assert bare["services"]["trainer"]["build"]["args"] == {
+        "USER_UID": "1000",
+        "USER_GID": "1000",
+        **unknown,
+    }
     assert bare["services"]["trainer"]["user"] == "1000:1000"
 
 
@@ -462,9 +469,12 @@ def test_make_targets_expand(tmp_path: Path) -> None:
         return result.stdout
 
     ids = f"ASTRAI_UID={os.getuid()} ASTRAI_GID={os.getgid()}"
-    assert dry_run("docker-build").splitlines() == [
-        f"{ids} docker compose -f docker/compose.yaml build trainer"
-    ]
+    build = " ".join(dry_run("docker-build").replace("\\\n", " ").split())
+    assert build == (  # the code's hash first: a failing hash fails the build
+        'source_hash="$(python3 docker/source_hash.py)" && '
+        f'{ids} ASTRAI_SOURCE_HASH="$source_hash" docker compose -f docker/compose.yaml '
+        "build trainer"
+    )
     launch = ".venv/bin/python train.py -m hydra/launcher=docker infra=docker"
     train = dry_run("docker-train", "ARGS=train_type=online_ppo seed=3").splitlines()
     assert [" ".join(line.split()) for line in train] == [
@@ -478,8 +488,9 @@ def test_make_targets_expand(tmp_path: Path) -> None:
     )
     assert "infra.gpu.devices=[0,2] " in dry_run("docker-train", "GPUS=0,2")
     assert "infra.gpu.devices=all " in dry_run("docker-train", "GPUS=all")
-    as_user = dry_run("docker-build", "ASTRAI_UID=1000", "ASTRAI_GID=1001")
-    assert as_user.startswith("ASTRAI_UID=1000 ASTRAI_GID=1001 docker compose")
+    as_user = dry_run("docker-build", "ASTRAI_UID=1000", "ASTRAI_GID=1001").replace("\\\n", " ")
+    as_user = " ".join(as_user.split())
+    assert "&& ASTRAI_UID=1000 ASTRAI_GID=1001 ASTRAI_SOURCE_HASH=" in as_user
     preflight = " ".join(dry_run("docker-preflight", "GPUS=none").replace("\\\n", " ").split())
     assert f"{launch} hydra.launcher.preflight_only=true infra.gpu.devices=none" in preflight
     assert "docker/status.py outputs" in dry_run("docker-status")

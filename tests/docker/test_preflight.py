@@ -19,6 +19,24 @@ PREFLIGHT = REPO_ROOT / "docker" / "preflight.py"
 COMPOSE_FILE = REPO_ROOT / "docker" / "compose.yaml"
 
 NO_DOCKER = None  # `fake=NO_DOCKER`: no docker executable on PATH at all
+INSPECT = "image inspect --format {{.Id}} {{json .Config.Labels}}"  # the image check's command
+
+
+def source_hash() -> str:
+    """This checkout's code hash (docker/source_hash.py, as make docker-build computes it)."""
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "docker" / "source_hash.py")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return result.stdout.strip()
+
+
+def image_reply(source: str | None) -> Reply:
+    """``docker image inspect``'s answer for an image labelled with ``source`` (None: none)."""
+    labels = None if source is None else {"astrai.source_hash": source, "other": "x"}
+    return Reply(out=f"sha256:0123abcd {json.dumps(labels)}")
+
+
 INFO_NVIDIA = {"ServerVersion": "28.2.2", "Runtimes": {"runc": {}, "nvidia": {"path": "nvidia"}}}
 INFO_RUNC_ONLY = {"ServerVersion": "28.2.2", "Runtimes": {"runc": {}}}
 DAEMON_DOWN = (
@@ -46,7 +64,7 @@ class FakeDocker:
         default_factory=lambda: Reply(out="Docker Compose version v2.40.3")
     )
     compose_config: Reply = field(default_factory=Reply)
-    image_inspect: Reply = field(default_factory=lambda: Reply(out="sha256:0123abcd"))
+    image_inspect: Reply = field(default_factory=lambda: image_reply(source_hash()))
 
     def script(self, log: Path) -> str:
         # the JSON-format arguments arrive literally, e.g. `info --format {{json .}}`
@@ -57,7 +75,7 @@ case "$*" in
   "info --format {{{{json .}}}}") {self.info.shell()} ;;
   "compose version") {self.compose_version.shell()} ;;
   "compose -f "*" config --quiet") {self.compose_config.shell()} ;;
-  "image inspect --format {{{{.Id}}}} "*) {self.image_inspect.shell()} ;;
+  "{INSPECT} "*) {self.image_inspect.shell()} ;;
   *) printf 'fake docker: unexpected command: %s\\n' "$*" >&2; exit 99 ;;
 esac
 """
@@ -130,7 +148,7 @@ def test_all_checks_pass_in_order(preflight, tmp_path: Path) -> None:
         "info --format {{json .}}",
         "compose version",
         f"compose -f {COMPOSE_FILE} config --quiet",
-        "image inspect --format {{.Id}} astrai:latest",
+        f"{INSPECT} astrai:latest",
     ]
     assert all(not any(m.iterdir()) for m in mounts)  # nothing created in the mounts
 
@@ -145,7 +163,7 @@ def test_the_cpu_files_and_another_image(preflight) -> None:
         "info --format {{json .}}",
         "compose version",
         f"compose -f {COMPOSE_FILE} -f {cpu_file} config --quiet",
-        "image inspect --format {{.Id}} registry.example/astrai:v2",
+        f"{INSPECT} registry.example/astrai:v2",
     ]
 
 
@@ -309,4 +327,22 @@ def test_missing_image(preflight) -> None:
     result = preflight("--gpus", fake=FakeDocker(image_inspect=missing))
     expected = "image astrai:latest not found; build it with `make docker-build`"
     assert result.failed_with(expected), result
-    assert result.calls[-1] == "image inspect --format {{.Id}} astrai:latest"
+    assert result.calls[-1] == f"{INSPECT} astrai:latest"
+
+
+def test_an_image_built_from_other_code_is_refused(preflight) -> None:
+    """``make docker-build`` labels the image with the code's hash; a reward, task or conf/
+    change since then would be validated on the host and run old in the container."""
+    stale = FakeDocker(image_inspect=image_reply("0" * 64))
+    result = preflight("--gpus", fake=stale)
+    assert result.failed_with("image astrai:latest was built from other code than this"), result
+    assert "make docker-build" in result.stderr
+
+
+def test_an_image_without_the_label_passes_with_a_warning(preflight) -> None:
+    result = preflight("--gpus", fake=FakeDocker(image_inspect=image_reply(None)))
+    assert (result.rc, result.stdout) == (0, "preflight: ok\n"), result
+    assert result.stderr == (
+        "preflight: warning: image astrai:latest has no astrai.source_hash label (not built by "
+        "`make docker-build`): it may run other code than this checkout's\n"
+    )
