@@ -7,6 +7,7 @@ import copy
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +177,10 @@ def test_an_evaluation_a_signal_abandoned_runs_first_on_resume(
     assert (tmp_path / "metrics.jsonl").read_bytes() == before
     state_file.write_text(json.dumps(state))
 
+    # a resume is a later process, its event file named after it (time, host, pid, then a
+    # per-process counter); in this one process, the same second's counter can sort ".10"
+    # before ".9", and TensorBoard reads the files in name order
+    time.sleep(1.1)
     second = Trainer(copy.deepcopy(straight.cfg), tmp_path)
     assert second.step == 2 and second.eval_pending
     second.fit()
