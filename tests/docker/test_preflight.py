@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from tests.launcher.fake_docker import checkout_source_hash
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PREFLIGHT = REPO_ROOT / "docker" / "preflight.py"
@@ -20,15 +21,6 @@ COMPOSE_FILE = REPO_ROOT / "docker" / "compose.yaml"
 
 NO_DOCKER = None  # `fake=NO_DOCKER`: no docker executable on PATH at all
 INSPECT = "image inspect --format {{.Id}} {{json .Config.Labels}}"  # the image check's command
-
-
-def source_hash() -> str:
-    """This checkout's code hash (docker/source_hash.py, as make docker-build computes it)."""
-    result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "docker" / "source_hash.py")],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return result.stdout.strip()
 
 
 def image_reply(source: str | None) -> Reply:
@@ -64,7 +56,7 @@ class FakeDocker:
         default_factory=lambda: Reply(out="Docker Compose version v2.40.3")
     )
     compose_config: Reply = field(default_factory=Reply)
-    image_inspect: Reply = field(default_factory=lambda: image_reply(source_hash()))
+    image_inspect: Reply = field(default_factory=lambda: image_reply(checkout_source_hash()))
 
     def script(self, log: Path) -> str:
         # the JSON-format arguments arrive literally, e.g. `info --format {{json .}}`

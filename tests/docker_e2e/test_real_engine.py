@@ -165,7 +165,15 @@ def test_engine_down_compose_and_image_errors_name_their_cause(engine: None, wor
 
 def test_build_as_root_and_a_cpu_job(engine: None, work: Path) -> None:
     _ok(make("docker-build", env={"ASTRAI_UID": "0", "ASTRAI_GID": "0"}))
-    _ok(
+    # the image carries the hash of the code it copied, the checkout's
+    label = '{{index .Config.Labels "astrai.source_hash"}}'
+    built = _docker("image", "inspect", "--format", label, "astrai:latest").stdout.strip()
+    checkout = subprocess.run(
+        ["python3", str(REPO / "docker" / "source_hash.py")],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert len(built) == 64 and built == checkout
+    preflight = _ok(
         make(
             "docker-preflight",
             env={"ASTRAI_UID": "0"},
@@ -173,6 +181,17 @@ def test_build_as_root_and_a_cpu_job(engine: None, work: Path) -> None:
             ARGS=_args(*_mounts(work / "root")),
         )
     )
+    assert "warning" not in preflight.stderr  # the label matched: no "may run other code"
+    probe = REPO / "e2e_source_probe.py"  # code added after the build: the image lacks it
+    try:
+        probe.write_text("# written after make docker-build\n")
+        stale = make(
+            "docker-preflight", env={"ASTRAI_UID": "0"}, GPUS="none",
+            ARGS=_args(*_mounts(work / "root")),
+        )  # fmt: skip
+        assert stale.returncode != 0 and "was built from other code" in stale.stderr
+    finally:
+        probe.unlink(missing_ok=True)
     result = _ok(
         make(
             "docker-train",
