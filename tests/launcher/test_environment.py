@@ -18,6 +18,7 @@ from hydra_plugins.astrai_docker_launcher._environment import (
     job_name_error,
     named_job_dir,
     needs_gpus,
+    shared_gpus,
 )
 
 REPO = Path("/repo")
@@ -341,3 +342,18 @@ def test_container_user_and_job_names() -> None:
     assert named_job_dir(outputs, "exp1", 3, sweep=True) == outputs / "exp1" / "3"
     assert container_name("exp1", 0, sweep=False) == "astrai-exp1"
     assert container_name("exp1", 3, sweep=True) == "astrai-exp1-3"
+
+
+@pytest.mark.parametrize(
+    ("selections", "pair"),
+    [
+        (["all", "all"], (0, 1)),  # the default overlaps everything
+        ([[0], [1], [2, 1]], (1, 2)),
+        ([[0], [1], [2]], None),
+        ([[0], "none", "none", [1]], None),  # CPU jobs reserve no GPU
+        (["none", "all"], None),
+        ([[0, 1], "all"], (0, 1)),
+    ],
+)
+def test_which_detached_gpu_jobs_share_a_gpu(selections: list, pair: tuple | None) -> None:
+    assert shared_gpus([container_plan(_infra(devices)) for devices in selections]) == pair

@@ -258,6 +258,7 @@ def test_narrowed_gpus_are_not_selected_again_in_the_container(tmp_path: Path) -
         assert json.loads((sweep / str(num) / "summary.json").read_text())["step"] == 2
 
 
+@pytest.mark.slow  # ~7 s: a preflight through the CLI; compose_duration's table is fast
 def test_a_grace_period_compose_cannot_read_as_written_still_runs(tmp_path: Path) -> None:
     """``5M`` (any case, spaces) passes validation; Compose, which renders the compose file in
     the preflight (the fake runs the real Compose binary for it), reads Go durations only."""
@@ -366,7 +367,7 @@ def test_launch_returns_each_jobs_summary_and_reports_the_failed_one(
             {},
             "jobs #0 and #1 share GPUs (infra.gpu.devices=all and all)",
         ),
-        (
+        pytest.param(  # the overlap rule itself: test_environment.py (no sweep there)
             [
                 "hydra.launcher.job_name=sw",
                 "hydra.launcher.detach=true",
@@ -374,6 +375,7 @@ def test_launch_returns_each_jobs_summary_and_reports_the_failed_one(
             ],
             {},
             "jobs #1 and #2 share GPUs (infra.gpu.devices=[1] and [2, 1])",
+            marks=pytest.mark.slow,
         ),
         # the engine down: that cause, not a missing image; the mounts are made on the way
         ([], {"engine": "down"}, "docker error: Docker engine not reachable"),
