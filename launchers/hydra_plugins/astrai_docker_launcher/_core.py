@@ -5,16 +5,14 @@ and ``docker/preflight.py`` checks the host for the jobs' image, mounts and GPU 
 Compose, NVIDIA runtime, image: the first failure names its cause). A named job
 (``hydra.launcher.job_name``) gets a stable run dir under the outputs mount and a container of
 the same name, so the same command resumes it; ``hydra.launcher.detach`` starts its containers
-and returns.
+and returns. The host side (user, compose environment, mounts, preflight) is ``_host``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,17 +30,22 @@ from hydra_plugins.astrai_docker_launcher._docker_cli import (
 from hydra_plugins.astrai_docker_launcher._environment import (
     JOB_FILE,
     compose_argv,
-    compose_environment,
     compose_files,
     container_name,
     container_overrides,
     container_plan,
-    container_user,
     forwarded_names,
     job_name_error,
     named_job_dir,
-    needs_gpus,
     shared_gpus,
+)
+from hydra_plugins.astrai_docker_launcher._host import (
+    HostError,
+    container_ids,
+    job_environment,
+    make_dirs,
+    prepare_mounts,
+    run_preflight,
 )
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -52,14 +55,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "summary.json"
-MOUNT_VARIABLES = {
-    "data": "ASTRAI_DATA_DIR",
-    "models": "ASTRAI_MODELS_DIR",
-    "outputs": "ASTRAI_OUTPUTS_DIR",
-}
 JOB_LOG_FILE = "docker.log"
 SWEEP_FILE = "multirun.yaml"  # what Hydra writes into the sweep dir before launching
-PREFLIGHT_SCRIPT = Path("docker") / "preflight.py"  # relative to the repository root
 
 
 class DockerJobError(SystemExit):
@@ -72,10 +69,6 @@ class DockerJobError(SystemExit):
     def __init__(self, report: str) -> None:
         super().__init__(report)
         self.code = 2
-
-
-class _HostError(Exception):
-    """A host problem found before any container starts; the message is one line."""
 
 
 @dataclass
@@ -148,74 +141,11 @@ def _shared_gpus_error(jobs: list[Job]) -> str | None:
     )
 
 
-def _user() -> tuple[int, int]:
-    """The container's uid:gid (``ASTRAI_UID``/``ASTRAI_GID``, default this process's)."""
-    return container_user(os.environ, os.getuid(), os.getgid())
-
-
-def _environment(infra: dict, repo_root: Path) -> dict[str, str]:
-    uid, gid = _user()
-    return compose_environment(infra, os.environ, uid, gid, repo_root)
-
-
-def make_dirs(path: Path) -> list[Path]:
-    """``mkdir -p path``; the folders it created, outermost first. Run as root for a container
-    user that is not root (``ASTRAI_UID``), they are given to that user, who writes into them."""
-    missing = [p for p in (path, *path.parents) if not p.exists()][::-1]
-    path.mkdir(parents=True, exist_ok=True)
-    uid, gid = _user()
-    if os.geteuid() == 0 and (uid, gid) != (0, 0):
-        for folder in missing:
-            os.chown(folder, uid, gid)
-    return missing
-
-
-def _prepare_mounts(infra: dict, repo_root: Path) -> None:
-    """Create missing mount folders: ``outputs`` silently (runs write there), ``data`` and
-    ``models`` empty, with one info line each (the job may expect files there)."""
-    env = _environment(infra, repo_root)
-    for key, variable in MOUNT_VARIABLES.items():
-        path = Path(env[variable])
-        if path.exists() and not path.is_dir():
-            raise _HostError(f"infra.mounts.{key}: {path} is not a directory")
-        if make_dirs(path) and key != "outputs":
-            log.info(
-                "infra.mounts.%s: created the empty folder %s (mounted at /%s)", key, path, key
-            )
-
-
-def _preflight(jobs: list[Job], files_of: dict[int, list[Path]], repo_root: Path) -> None:
-    """``docker/preflight.py`` once per distinct (infra, compose files) of the jobs, with the
-    compose environment each job's ``docker compose run`` gets; _HostError on the first
-    failure."""
-    checked: set[str] = set()
-    for job in jobs:
-        files = files_of[job.idx]
-        key = json.dumps([job.infra, [str(f) for f in files]], sort_keys=True)
-        if key in checked:
-            continue
-        checked.add(key)
-        env = _environment(job.infra, repo_root)
-        argv = [sys.executable, str(repo_root / PREFLIGHT_SCRIPT), "--image", env["ASTRAI_IMAGE"]]
-        if needs_gpus(container_plan(job.infra)):
-            argv.append("--gpus")
-        for variable in MOUNT_VARIABLES.values():
-            argv += ["--mount", env[variable]]
-        for path in files:
-            argv += ["--compose-file", str(path)]
-        result = subprocess.run(
-            argv, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL
-        )
-        if result.returncode != 0:
-            reason = result.stderr.strip().splitlines()[-1:] or [f"exit {result.returncode}"]
-            raise _HostError(reason[0].removeprefix("preflight: "))
-
-
 def _free_container_name(launcher: DockerLauncher, job: Job, repo_root: Path) -> None:
     """A named job's container must not be running; a finished one (kept for its logs and exit
     code) or one that never started is removed so the new one can take its name."""
     assert job.container is not None
-    env = _environment(job.infra, repo_root)
+    env = job_environment(job.infra, repo_root)
     state = docker_output(
         launcher.docker,
         *("ps", "-a", "--filter", f"name=^/{job.container}$", "--format", "{{.State}}"),
@@ -223,7 +153,7 @@ def _free_container_name(launcher: DockerLauncher, job: Job, repo_root: Path) ->
     ).strip()
     if state in ("running", "restarting", "paused"):
         name = launcher.job_name
-        raise _HostError(
+        raise HostError(
             f"hydra.launcher.job_name={name}: container {job.container} is {state} "
             f"(make docker-logs NAME={name}, make docker-stop NAME={name})"
         )
@@ -241,14 +171,14 @@ def _place_named_jobs(
     assert name is not None
     sweep = len(jobs) > 1 or jobs[0].idx > 0
     for job in jobs:
-        top = Path(_environment(job.infra, repo_root)["ASTRAI_OUTPUTS_DIR"]) / name
+        top = Path(job_environment(job.infra, repo_root)["ASTRAI_OUTPUTS_DIR"]) / name
         if sweep and (top / ".hydra").is_dir():
-            raise _HostError(
+            raise HostError(
                 f"hydra.launcher.job_name={name}: {top} holds a single run, not a sweep "
                 "(pick another name)"
             )
         if not sweep and (top / SWEEP_FILE).is_file():
-            raise _HostError(
+            raise HostError(
                 f"hydra.launcher.job_name={name}: {top} holds a sweep, not a single run "
                 "(pick another name, or run the sweep again)"
             )
@@ -312,10 +242,10 @@ def launch(
             _fail_before_launch(error, sweep_dir)
 
     try:
-        _user()
+        container_ids()
         for job in jobs:
-            _prepare_mounts(job.infra, repo_root)
-        _preflight(jobs, files_of, repo_root)
+            prepare_mounts(job.infra, repo_root)
+        run_preflight(jobs, files_of, repo_root)
         if launcher.preflight_only:
             from astrai.files import discard_fresh_dir
 
@@ -326,7 +256,7 @@ def launch(
             _place_named_jobs(launcher, jobs, sweep_dir, repo_root)
             for job in jobs:
                 _free_container_name(launcher, job, repo_root)
-    except (_HostError, DockerCallError, ValueError, OSError) as err:
+    except (HostError, DockerCallError, ValueError, OSError) as err:
         from astrai.cli_errors import error_line
 
         _fail_before_launch(error_line(err), sweep_dir, kind="docker error")
@@ -434,7 +364,7 @@ def _start_job(
 ) -> tuple[int, list[str]]:
     """Run the job's ``docker compose run``; (exit code, last log lines)."""
     make_dirs(job.job_dir)
-    env = _environment(job.infra, repo_root)
+    env = job_environment(job.infra, repo_root)
     argv = compose_argv(
         launcher.docker,
         files,
