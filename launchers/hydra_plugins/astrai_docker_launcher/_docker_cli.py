@@ -9,16 +9,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType, TracebackType
 
+from astrai.signal_handlers import STOP_SIGNALS, install_handlers, restore_handlers
+
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 60.0
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class DockerCallError(Exception):
@@ -58,10 +58,7 @@ class SignalRelay:
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> SignalRelay:
-        if threading.current_thread() is threading.main_thread():  # only it may install
-            self._previous = {
-                signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS
-            }
+        self._previous = install_handlers(dict.fromkeys(STOP_SIGNALS, self._handle))
         return self
 
     def __exit__(
@@ -70,9 +67,7 @@ class SignalRelay:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
-        self._previous = {}
+        restore_handlers(self._previous)
 
     def attach(self, child: subprocess.Popen[str] | None) -> None:
         """The running ``docker compose`` (None once it ended); one that starts after a signal

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from astrai.config.container_paths import mount_source
 from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan, infra_plan
 from astrai.config.duration import parse_duration
 from astrai.config.environment import DOCKER_CLI_VARIABLES, reserved_reason
@@ -99,12 +100,6 @@ def named_job_dir(outputs_dir: Path, job_name: str, job_num: int, sweep: bool) -
     return outputs_dir / job_name / str(job_num) if sweep else outputs_dir / job_name
 
 
-def resolve_host_path(path: str, repo_root: Path) -> str:
-    """Mount sources: absolute as given, relative against the repository root."""
-    candidate = Path(path).expanduser()
-    return str(candidate if candidate.is_absolute() else (repo_root / candidate).resolve())
-
-
 def compose_environment(
     infra: Mapping[str, Any],
     host_env: Mapping[str, str],
@@ -132,9 +127,9 @@ def compose_environment(
             "ASTRAI_SHM_SIZE": str(container["shm_size"]),
             "ASTRAI_IPC": str(container["ipc"]),
             "ASTRAI_STOP_GRACE_PERIOD": compose_duration(container["stop_grace_period"]),
-            "ASTRAI_DATA_DIR": resolve_host_path(mounts["data"], repo_root),
-            "ASTRAI_MODELS_DIR": resolve_host_path(mounts["models"], repo_root),
-            "ASTRAI_OUTPUTS_DIR": resolve_host_path(mounts["outputs"], repo_root),
+            "ASTRAI_DATA_DIR": str(mount_source(mounts["data"], repo_root)),
+            "ASTRAI_MODELS_DIR": str(mount_source(mounts["models"], repo_root)),
+            "ASTRAI_OUTPUTS_DIR": str(mount_source(mounts["outputs"], repo_root)),
             # named jobs' kept containers are not "orphans" of the project: no warning
             "COMPOSE_IGNORE_ORPHANS": "true",
         }

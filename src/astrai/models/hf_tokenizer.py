@@ -145,14 +145,15 @@ class HFTokenizer:
         pad, bos = ids.get("pad_token"), ids.get("bos_token")
         self.pad_id: int = pad if pad is not None else self.eos_id
         self.bos_id: int = bos if bos is not None else self.eos_id
-        self._stop_ids = (self.eos_id, *declared_end_ids(generation_config, self.vocab_size))
+        # eos_id, then the other ids generation_config.json ends a response at (an instruct
+        # model's end of turn, e.g. Llama 3's <|eot_id|> beside <|end_of_text|>): transformers'
+        # and vLLM's generate stop at each of them
+        declared = declared_end_ids(generation_config, self.vocab_size)
+        self._stop_ids = tuple(dict.fromkeys((self.eos_id, *declared)))
 
     @property
     def stop_ids(self) -> tuple[int, ...]:
-        """``eos_id``, then the other ids ``generation_config.json`` ends a response at (an
-        instruct model's end of turn, e.g. Llama 3's ``<|eot_id|>`` beside ``<|end_of_text|>``):
-        ``generate`` in transformers and vLLM stop at each of them."""
-        return tuple(dict.fromkeys(self._stop_ids))
+        return self._stop_ids
 
     @classmethod
     def load(cls, directory: str | Path, chat_template: bool = True) -> HFTokenizer:

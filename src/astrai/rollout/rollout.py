@@ -161,13 +161,16 @@ def ended_with_eos(
     at the length limit, and for an empty one)."""
     lengths = response_mask.sum(-1)
     last = response_ids.gather(-1, (lengths - 1).clamp_min(0)[..., None]).squeeze(-1)
-    return is_stop_token(last, eos_id) & (lengths > 0)
+    return is_stop_token(last, stop_ids_on(eos_id, last.device)) & (lengths > 0)
 
 
-def is_stop_token(tokens: Tensor, stop: int | Sequence[int]) -> Tensor:
-    """``tokens == stop`` for one id, membership for several (``Tokenizer.stop_ids``)."""
-    if isinstance(stop, int):
-        return tokens == stop
-    if len(stop) == 1:  # the common case stays one comparison (a decoding step's op count)
-        return tokens == stop[0]
-    return torch.isin(tokens, torch.tensor(list(stop), device=tokens.device))
+def stop_ids_on(stop: int | Sequence[int], device: torch.device) -> int | Tensor:
+    """The ids that end a response, made once for ``is_stop_token``: one id as an int (a plain
+    comparison), several as a tensor on ``device``."""
+    ids = [stop] if isinstance(stop, int) else list(stop)
+    return ids[0] if len(ids) == 1 else torch.tensor(ids, device=device)
+
+
+def is_stop_token(tokens: Tensor, stop: int | Tensor) -> Tensor:
+    """Whether each of ``tokens`` ends a response (``stop`` from ``stop_ids_on``)."""
+    return tokens == stop if isinstance(stop, int) else torch.isin(tokens, stop)

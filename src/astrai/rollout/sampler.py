@@ -19,7 +19,7 @@ from astrai.models.decode import Decoder
 from astrai.models.kv_cache import KVCache
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.shared_prefix import prefill
-from astrai.rollout.rollout import is_stop_token
+from astrai.rollout.rollout import is_stop_token, stop_ids_on
 
 
 @dataclass
@@ -152,6 +152,7 @@ def _sample(
     cache: KVCache | None = None
     decoder: Decoder | None = None
     finished = torch.zeros(n, dtype=torch.bool, device=device)
+    stop = stop_ids_on(eos_id, device)  # once: a step only compares
     token_steps: list[Tensor] = []  # [N] per step
     logprob_steps: list[Tensor] = []  # [N, 1] per step
     step_input = prompt_ids  # the prompt, then one token per step
@@ -171,7 +172,7 @@ def _sample(
         next_token = _choose(logits, cfg, generator)
         token_steps.append(next_token)
         logprob_steps.append(logits.log_softmax(-1).gather(-1, next_token[:, None]))
-        finished |= is_stop_token(next_token, eos_id)
+        finished |= is_stop_token(next_token, stop)
         done = bool(finished.all())
         if lockstep:
             done = all_reduce_max(0.0 if done else 1.0) == 0.0

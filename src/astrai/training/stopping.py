@@ -25,31 +25,13 @@ import logging
 import multiprocessing
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType, TracebackType
 
+from astrai.signal_handlers import STOP_SIGNALS, Handler, install_handlers, restore_handlers
+
 log = logging.getLogger(__name__)
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-Handler = Callable[[int, FrameType | None], None]
-
-
-def install_handlers(handlers: dict[int, Handler]) -> dict[int, object]:
-    """Install ``handlers`` (signal number -> handler); returns the ones they replace. Only the
-    main thread may install signal handlers: elsewhere nothing is installed."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    return {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
-
-
-def restore_handlers(previous: dict[int, object]) -> None:
-    """Put back what ``install_handlers`` replaced, and forget it."""
-    for signum, handler in previous.items():
-        signal.signal(signum, handler)  # type: ignore[arg-type]
-    previous.clear()
 
 
 class StopInterrupt(BaseException):  # noqa: N818 (a request, not an error)
