@@ -10,7 +10,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev train test test-slow test-docker test-all lint format bench gpu-check tensorboard \
+.PHONY: help install install-dev train test test-slow test-docker test-all lint format bench bench-quick gpu-check tensorboard \
 	clean smollm2
 
 help: ## show this help
@@ -82,6 +82,18 @@ bench: $(DEV_STAMP) ## sampling throughput (KV cache, vs transformers); peak mem
 	$(BIN)/python bench/rollout.py
 	$(BIN)/python bench/generate_vs_hf.py
 	$(BIN)/python bench/memory.py
+
+# every bench script at a tiny workload: the scripts still run and print their ratio line (CI
+# runs this; the numbers mean nothing). gpu_check's checks run on the CPU in tests/test_gpu_check.py
+bench-quick: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## every bench script in its quick mode (seconds each; CI)
+	$(BIN)/python bench/rollout.py --quick
+	$(BIN)/python bench/generate_vs_hf.py --quick
+	$(BIN)/python bench/memory.py --quick
+	$(BIN)/python bench/step_overhead.py --quick
+	$(BIN)/python bench/parallel_sweep.py --quick
+	$(BIN)/python bench/gpu_check.py
+	tmp=$$(mktemp -d) && $(BIN)/python bench/smollm2_shaped.py --quick $(SMOLLM2_DIR) $$tmp/shaped \
+		&& rm -rf $$tmp
 
 # On a CUDA machine, SmolLM2 is converted first (its check times a real model's step); without
 # CUDA the script prints one line and exits 0. Summary: ASTRAI_GPU_CHECK_SUMMARY or outputs/.

@@ -10,6 +10,7 @@ adds time). Prints a table per config, the ratio astrai ÷ transformers, and whe
 token ids agree (they should: same weights, same arithmetic up to float rounding).
 
     .venv/bin/python bench/generate_vs_hf.py [--config tiny|small|both] [--threads N]
+    .venv/bin/python bench/generate_vs_hf.py --quick   # seconds: checks the script (CI)
 
 transformers is an optional extra (``pip install -e ".[hf]"``), needed only by this bench.
 """
@@ -20,28 +21,15 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import fields
-from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 from astrai.models.hf_config import hf_config_from_llama
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
-from astrai.paths import CONFIG_DIR
+from astrai.models.presets import load_model_preset
 from astrai.rollout.sampler import SamplingConfig, generate
 
 PAD_ID = 0
-
-
-def load_model_preset(name: str) -> LlamaConfig:
-    """``conf/model/<name>.yaml`` -> ``LlamaConfig`` (the keys are HF ``LlamaConfig`` names;
-    the preset's other keys, e.g. ``gradient_checkpointing``, are not architecture)."""
-    path = Path(CONFIG_DIR) / "model" / f"{name}.yaml"
-    keys = OmegaConf.to_container(OmegaConf.load(path))
-    assert isinstance(keys, dict)
-    architecture = {f.name for f in fields(LlamaConfig)}
-    return LlamaConfig(**{k: v for k, v in keys.items() if k in architecture})
 
 
 def build_models(config: LlamaConfig) -> tuple[LlamaForCausalLM, torch.nn.Module]:
@@ -171,7 +159,10 @@ def main() -> None:
     parser.add_argument("--min-prompt", type=int, default=8)
     parser.add_argument("--max-prompt", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="a tiny workload: checks the script")
     args = parser.parse_args()
+    if args.quick:
+        args.config, args.batch, args.new_tokens, args.repeats = "tiny", 4, 4, 1
     try:
         import transformers
     except ImportError:

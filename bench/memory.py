@@ -24,6 +24,7 @@ peaks do not depend on it, and on a shared 2-core machine two threads contending
 process run many times slower (the seconds are only a rough guide).
 
     .venv/bin/python bench/memory.py [--prompts 16] [--group 8] [--new-tokens 96] [--micro 16]
+    .venv/bin/python bench/memory.py --quick   # seconds: checks the script (CI)
 """
 
 from __future__ import annotations
@@ -159,7 +160,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # child: JSON list of overrides
     parser.add_argument("--rollout", help=argparse.SUPPRESS)  # child: the saved rollout
+    parser.add_argument("--quick", action="store_true", help="a tiny workload: checks the script")
     args = parser.parse_args()
+    if args.quick:  # the children get the shape through ``forwarded``
+        args.prompts, args.group, args.new_tokens, args.micro = 2, 2, 8, 2
     torch.set_num_threads(args.threads)
     if args.measure is not None:
         print(json.dumps(measure(args, json.loads(args.measure), Path(args.rollout))))

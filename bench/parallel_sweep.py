@@ -7,6 +7,7 @@ hydra.launcher.n_jobs=2``), both with ``infra.num_threads=1``. Wall times are wh
 ``summary.json`` ``wall_time_s``. The last line is ``ratio: <parallel ÷ sequential>``.
 
     python bench/parallel_sweep.py [--steps 60] [--seeds 0,1] [--repeats 1] [--keep DIR]
+    python bench/parallel_sweep.py --quick   # 2 steps a job: checks the script (CI)
 """
 
 from __future__ import annotations
@@ -63,7 +64,10 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1", help="the swept seeds (one job each)")
     parser.add_argument("--repeats", type=int, default=1, help="sweeps per mode, alternating")
     parser.add_argument("--keep", type=Path, help="keep the sweeps under DIR (default: a temp dir)")
+    parser.add_argument("--quick", action="store_true", help="2 steps a job: checks the script")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.repeats = 2, 1
     print(f"cores: {os.cpu_count()}, jobs: seed={args.seeds}, {args.steps} steps each")
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp)

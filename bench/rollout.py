@@ -4,19 +4,18 @@ Same tiny model, same prompts, same number of new tokens (EOS disabled so every 
 all of them). Prints tokens/s of each and, on the last line, ``ratio: <kv ÷ recompute>``.
 
     python bench/rollout.py [--batch 256] [--new-tokens 32] [--repeats 3]
+    python bench/rollout.py --quick   # seconds: the script works (CI); its numbers mean nothing
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
-from astrai.models.llama import LlamaConfig, LlamaForCausalLM
-from astrai.paths import CONFIG_DIR
+from astrai.models.llama import LlamaForCausalLM
+from astrai.models.presets import load_model_preset
 from astrai.rollout.sampler import SamplingConfig, generate
 
 
@@ -41,14 +40,6 @@ def tokens_per_second(
     return ids.shape[0] * new_tokens / best
 
 
-def load_model_preset(name: str) -> LlamaConfig:
-    """``conf/model/<name>.yaml`` -> ``LlamaConfig`` (the keys are HF ``LlamaConfig`` names)."""
-    path = Path(CONFIG_DIR) / "model" / f"{name}.yaml"
-    keys = OmegaConf.to_container(OmegaConf.load(path))
-    assert isinstance(keys, dict)
-    return LlamaConfig(**{k: v for k, v in keys.items() if k not in ("defaults", "_target_")})
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=256)
@@ -56,7 +47,10 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--model", default="tiny", help="preset under conf/model/")
+    parser.add_argument("--quick", action="store_true", help="a tiny workload: checks the script")
     args = parser.parse_args()
+    if args.quick:
+        args.batch, args.new_tokens, args.repeats = 8, 4, 1
     torch.manual_seed(0)
     config = load_model_preset(args.model)
     config.max_position_embeddings = max(

@@ -7,7 +7,8 @@ random (normal, std 0.02; norms 1). The converted weights are 538 MB; the small 
 so they travel to a machine the weights cannot reach (a lent GPU machine with a 64 MiB upload).
 Then ``bench/gpu_check.py --smollm2-dir OUT`` times a step of the same size: the decode, update
 and memory costs depend on the shapes only, except that a random policy rarely stops early, so
-every response runs to ``max_new_tokens`` (the slowest case).
+every response runs to ``max_new_tokens`` (the slowest case). ``--quick`` writes one decoder
+layer (and a config.json that says so): it checks the script in seconds (CI).
 """
 
 from __future__ import annotations
@@ -60,12 +61,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", type=Path, help="config.json, tokenizer and chat template")
     parser.add_argument("out", type=Path, help="the model directory to write")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="one decoder layer (config.json says so): checks the script",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for path in args.source.iterdir():
         if path.is_file() and path.name not in WEIGHT_FILES:
             shutil.copy(path, args.out / path.name)
     config = json.loads((args.source / "config.json").read_text())
+    if args.quick:  # the written config must describe the written weights
+        config["num_hidden_layers"] = 1
+        (args.out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     weights = shaped_weights(config)
     save_file(weights, str(args.out / "model.safetensors"), metadata={"format": "pt"})
     count = sum(t.numel() for t in weights.values()) / 1e6

@@ -21,6 +21,7 @@ beside it). The last line is ``ratio: <astrai ÷ bare>``, the median of the roun
 
     python bench/step_overhead.py [--rounds 10] [--threads 1] [--steps-per-round 1]
         [--bare-decode forward|sampler]
+    python bench/step_overhead.py --quick   # the math check and one small round (CI)
 """
 
 from __future__ import annotations
@@ -394,7 +395,10 @@ def main() -> None:
         help="the bare loop samples with the model's forward (a hand-written loop) or with "
         "astrai's sampler",
     )
+    parser.add_argument("--quick", action="store_true", help="a tiny workload: checks the script")
     args = parser.parse_args()
+    if args.quick:  # the math check still runs; one round of timing
+        args.rounds, args.prompts, args.group = 1, 8, 4
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as run_dir:
         trainer, loop = build(args, run_dir)
