@@ -117,15 +117,16 @@ def _validate_task(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) ->
         raise ConfigError(f"task: {err} (task.eval_fraction)") from err
     max_new_tokens = cfg.train_type.sampling.max_new_tokens
     if not isinstance(tokenizer, CharTokenizer):
-        # subword tokenizers: the checks below count characters. A user's rows are encoded as
-        # the run will (chat template and all); the built-in tasks' prompts are a few tokens
+        # subword tokenizers: the checks below count characters. Prompts are encoded as the
+        # run will (chat template and all): a user's every row, an embedded task's first ones
+        max_prompt_tokens = model.max_position_embeddings - max_new_tokens
         if isinstance(task, DatasetTask):
             try:
-                task.check_tokens(
-                    tokenizer.encode_prompt, model.max_position_embeddings - max_new_tokens
-                )
+                task.check_tokens(tokenizer.encode_prompt, max_prompt_tokens)
             except DatasetError as err:
                 raise ConfigError(str(err)) from err
+        else:
+            _check_embedded_prompts(cfg, task, tokenizer, max_prompt_tokens)
         return task
     if isinstance(task, DatasetTask):
         try:
@@ -149,6 +150,33 @@ def _validate_task(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) ->
         f"<bos> + longest prompt + train_type.sampling.max_new_tokens ({longest})",
     )
     return task
+
+
+def _check_embedded_prompts(
+    cfg: DictConfig, task: ProblemSource, tokenizer: Tokenizer, max_prompt_tokens: int
+) -> None:
+    """An embedded task's first prompts (``first_prompts``) through the model's tokenizer and
+    chat template: a template that raises on them is one line naming its file."""
+    from astrai.tasks.prompt_fit import (
+        PromptLengthError,
+        PromptRenderError,
+        check_prompt_tokens,
+        first_prompts,
+    )
+
+    prompts = first_prompts(
+        task, cfg.seed, cfg.trainer.eval_prompts, cfg.train_type.prompts_per_step
+    )
+    try:
+        check_prompt_tokens(prompts, tokenizer.encode_prompt, max_prompt_tokens)
+    except PromptRenderError as err:
+        source = getattr(tokenizer, "template_file", None) or cfg.model.path
+        raise ConfigError(
+            f"model.path: {source}: {err} (model.chat_template=false feeds the task's prompts "
+            "without the template)"
+        ) from err
+    except PromptLengthError as err:
+        raise ConfigError(str(err)) from err
 
 
 def _validate_reward(reward: DictConfig, task: ProblemSource) -> None:

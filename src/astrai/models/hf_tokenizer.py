@@ -119,6 +119,8 @@ class HFTokenizer:
         self._tokenizer = tokenizer
         self.config = config
         self.chat_template = chat_template
+        # the file the template was read from (``load``), for messages about it
+        self.template_file: Path | None = None
         self._template = None
         if chat_template is not None:
             from jinja2.exceptions import TemplateError
@@ -178,9 +180,9 @@ class HFTokenizer:
         if GENERATION_CONFIG_FILE in files:
             path = directory / GENERATION_CONFIG_FILE
             generation_config = _json_object(files[GENERATION_CONFIG_FILE], path)
-        template = None
+        template, source = None, directory / TOKENIZER_CONFIG_FILE
         if CHAT_TEMPLATE_FILE in files:
-            template = files[CHAT_TEMPLATE_FILE].decode()
+            template, source = files[CHAT_TEMPLATE_FILE].decode(), directory / CHAT_TEMPLATE_FILE
         elif isinstance(config.get("chat_template"), str):
             template = config["chat_template"]
         elif isinstance(config.get("chat_template"), list):  # named templates (4.x)
@@ -188,9 +190,11 @@ class HFTokenizer:
             template = named.get("default")
         template = template if chat_template else None
         try:
-            return cls(tokenizer, config, template, files, generation_config)
+            loaded = cls(tokenizer, config, template, files, generation_config)
         except TokenizerFileError as err:
             raise TokenizerFileError(f"{directory}/{err}") from err
+        loaded.template_file = source if template is not None else None
+        return loaded
 
     @property
     def vocab_size(self) -> int:
@@ -220,6 +224,10 @@ class HFTokenizer:
             )
         except TemplateError as err:  # the template's own raise_exception ("roles must ...")
             raise ValueError(f"the chat template refuses these turns: {err}") from err
+        except Exception as err:  # a template is the model author's code: 1/0, a bad filter
+            raise ValueError(
+                f"the chat template fails on these turns: {type(err).__name__}: {err}"
+            ) from err
 
     def render_prompt(self, prompt: Prompt) -> str:
         """The text the policy sees: the chat template around the turns (a string is one user

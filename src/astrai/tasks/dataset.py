@@ -31,6 +31,7 @@ from typing import Any
 
 from astrai.chat import Prompt
 from astrai.tasks.base import _EVAL_SALT, _HASH_BUCKETS, Problem, _stable_int
+from astrai.tasks.prompt_fit import PromptError, check_prompt_tokens
 
 FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 ROLES = ("system", "user", "assistant")
@@ -319,17 +320,14 @@ class DatasetTask:
         ``max_prompt_tokens`` tokens; names the row. Tokenizes every row once, before the run,
         so a bad row never stops a run at the step that draws it."""
         rows = zip(self.train + self.evals, self.train_rows + self.eval_rows, strict=True)
-        for problem, where in rows:
-            try:
-                tokens = len(encode_prompt(problem.prompt))
-            except ValueError as err:
-                raise DatasetError(f"{where}: {err}") from err
-            if tokens > max_prompt_tokens:
-                raise DatasetError(
-                    f"{where}: the prompt has {tokens} tokens; with "
-                    f"train_type.sampling.max_new_tokens the model's max_position_embeddings "
-                    f"allow {max_prompt_tokens}"
-                )
+        try:
+            check_prompt_tokens(
+                ((problem.prompt, where) for problem, where in rows),
+                encode_prompt,
+                max_prompt_tokens,
+            )
+        except PromptError as err:
+            raise DatasetError(str(err)) from err
 
 
 @lru_cache(maxsize=4)
