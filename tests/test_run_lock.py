@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from tests.helpers import wait_for_rows
 
+from astrai import run_lock
 from astrai.paths import REPO_ROOT
 from astrai.run_lock import LOCK_NAME, RunDirBusy, lock_run_dir
 
@@ -79,3 +81,54 @@ def test_two_concurrent_runs_into_one_dir(tmp_path: Path) -> None:
     first.send_signal(signal.SIGTERM)
     _, stderr = first.communicate(timeout=120)
     assert first.returncode == 0, stderr[-2000:]
+
+
+# --- a full disk before the run ---------------------------------------------------------------
+
+
+def _disk_full(*_: object) -> int:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as os.pwrite raises it: no path
+
+
+def test_a_full_disk_names_the_lock_file_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "outputs" / "run"
+    monkeypatch.setattr(run_lock.os, "pwrite", _disk_full)
+    with pytest.raises(OSError) as caught:
+        lock_run_dir(run_dir)
+    assert caught.value.errno == errno.ENOSPC
+    assert caught.value.filename == str(run_dir.resolve() / LOCK_NAME)
+    assert list(tmp_path.iterdir()) == []  # the dirs it made are gone again
+    monkeypatch.undo()
+    lock_run_dir(run_dir)  # nothing half-held: the same dir locks once the disk has room
+    assert (run_dir / LOCK_NAME).read_text().startswith(f"pid {os.getpid()} on ")
+
+
+def test_a_full_disk_keeps_an_earlier_runs_dir_and_lock_file_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / LOCK_NAME).write_text("pid 1 on elsewhere\n")
+    monkeypatch.setattr(run_lock.os, "pwrite", _disk_full)
+    with pytest.raises(OSError):
+        lock_run_dir(tmp_path / "run")
+    assert (tmp_path / "run" / LOCK_NAME).read_text() == "pid 1 on elsewhere\n"
+
+
+def test_train_py_says_one_line_and_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``main`` in-process: the lock of an explicit run dir is taken before Hydra starts."""
+    import astrai.train
+
+    run_dir = tmp_path / "run"
+    monkeypatch.setattr(astrai.train, "catch_stop_signals", lambda: None)  # pytest's own
+    monkeypatch.setattr(sys, "argv", ["train.py", f"hydra.run.dir={run_dir}"])
+    monkeypatch.setattr(run_lock.os, "pwrite", _disk_full)
+    with pytest.raises(SystemExit) as caught:
+        astrai.train.main()
+    assert caught.value.code == 2
+    lock_file = run_dir.resolve() / LOCK_NAME
+    assert capsys.readouterr().err == f"astrai: I/O error: {lock_file}: No space left on device\n"
+    assert list(tmp_path.iterdir()) == []

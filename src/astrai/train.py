@@ -167,6 +167,10 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     except RunDirBusy as err:  # another run's dir: leave everything in it as it is
         print(f"astrai: {err}", file=sys.stderr)
         sys.exit(2)
+    except OSError as err:  # a full disk: undo the start as for a config error
+        _discard_run_dir(run_dir)
+        print(f"astrai: I/O error: {error_line(err)}", file=sys.stderr)
+        sys.exit(2)
     try:
         summary = run(cfg, run_dir, parallel_jobs())
     except ConfigError as err:  # found once the run starts (e.g. the launch's grace period)
@@ -300,6 +304,9 @@ def main() -> None:
             lock_run_dir(explicit_dir)
         except RunDirBusy as err:
             print(f"astrai: {err}", file=sys.stderr)
+            sys.exit(2)
+        except OSError as err:  # a full disk: lock_run_dir removed what it had created
+            print(f"astrai: I/O error: {error_line(err)}", file=sys.stderr)
             sys.exit(2)
         global _earlier_record, _earlier_dir
         _earlier_record, _earlier_dir = read_hydra_record(explicit_dir), explicit_dir.resolve()
