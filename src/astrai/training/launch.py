@@ -25,6 +25,8 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ from astrai.config.validate import ConfigError, plan_here
 from astrai.metrics.dashboards import hydra_job_context
 from astrai.training.setup import apply_num_threads
 from astrai.training.stopping import StopForwarder
+from astrai.training.worker_errors import quiet_elastic, report_worker_error, worker_error
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,7 @@ def restore_variable(name: str, value: str | None) -> None:
 
 def _launch(cfg: DictConfig, run_dir: Path, nproc: int, grace_s: float) -> dict[str, object]:
     """``launch_workers`` once the workers' GPUs are set: the elastic launch itself."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     infra = cfg.infra
@@ -112,10 +116,19 @@ def _launch(cfg: DictConfig, run_dir: Path, nproc: int, grace_s: float) -> dict[
     resolved = OmegaConf.to_yaml(cfg, resolve=True)
     log.info("launching %d processes per node on %d node(s)", nproc, infra.nnodes)
     job_context = hydra_job_context()
-    with StopForwarder(grace_s):
-        results = elastic_launch(config, run_worker)(
-            resolved, str(run_dir), job_context, log_files()
-        )
+    errors = Path(tempfile.mkdtemp(prefix="astrai-launch-"))  # the workers' known errors
+    try:
+        with StopForwarder(grace_s), quiet_elastic(errors):
+            results = elastic_launch(config, run_worker)(
+                resolved, str(run_dir), job_context, log_files(), str(errors)
+            )
+    except ChildFailedError as failed:
+        known = worker_error(errors, failed.get_first_failure()[0])
+        if known is None:  # not one of astrai's one-line errors: elastic's report stands
+            raise
+        raise known from None  # the one line a one-process run would print
+    finally:
+        shutil.rmtree(errors, ignore_errors=True)
     summary = results.get(0)
     if summary is None:  # another node holds global rank 0
         return {"step": None, "worker": "not rank 0"}
@@ -150,6 +163,7 @@ def run_worker(
     run_dir: str,
     job_context: tuple[list[str], dict[str, object]] | None = None,
     files: list[LogFile] | None = None,
+    errors: str | None = None,
 ) -> dict[str, Any] | None:
     """One rank: the trainer on the shared run dir. Rank 0 returns the summary.
 
@@ -158,6 +172,7 @@ def run_worker(
         run_dir: the shared run dir.
         job_context: the launcher's Hydra overrides and group choices.
         files: log files rank 0 appends to (``log_files()`` of the launcher).
+        errors: the launch's folder for a known error's one line (``worker_errors``).
     """
     from astrai.training.trainer import Trainer
 
@@ -176,7 +191,12 @@ def run_worker(
     assert isinstance(cfg, DictConfig)
     # a number is every rank's own count; auto: torch's default, as each rank had before
     apply_num_threads(cfg.infra.num_threads)
-    trainer = Trainer(cfg, run_dir, job_context)
-    trainer.save_config()
-    summary = trainer.fit()
+    try:
+        trainer = Trainer(cfg, run_dir, job_context)
+        trainer.save_config()
+        summary = trainer.fit()
+    except Exception as err:
+        if errors is not None:
+            report_worker_error(Path(errors), err)
+        raise  # elastic fails the launch (and stops the other workers)
     return summary if trainer.dist.is_main else None
