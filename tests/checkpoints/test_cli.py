@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tests.checkpoints.checkpoint_dirs import write_checkpoint
 from tests.helpers import compose_config, run_main
 
 from astrai.checkpoints.__main__ import main
@@ -123,3 +126,58 @@ def test_list_of_a_dir_without_checkpoints_exits_1(tmp_path: Path) -> None:
     result = cli("list", tmp_path)
     assert result.returncode == 1
     assert result.stdout == "" and result.stderr == f"no checkpoints under {tmp_path}\n"
+
+
+def test_retention_in_a_run_keeps_incomplete_dirs_and_counts_complete_ones(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ckpt.keep_last=1`` in a real run next to an incomplete step_9 (a restore that never
+    finished) and an incomplete step_3 in the way of the run's own step 3: step_9 used to be
+    the one kept, and step_3 was deleted by the save."""
+    config = compose_config([*QUICK, "ckpt.keep_last=1"])
+    Trainer(config, tmp_path).fit(until=1)
+    root = tmp_path / "checkpoints"
+    for name in ("step_9", "step_3"):
+        (root / name).mkdir()
+        shutil.copy(root / "step_1" / "model.safetensors", root / name)
+    with caplog.at_level(logging.WARNING):
+        resumed = Trainer(config, tmp_path)  # ckpt.resume=auto skips both
+        assert resumed.step == 1
+        resumed.fit()
+    assert "skipped newer incomplete checkpoint(s) step_3 (incomplete: missing " in caplog.text
+    assert sorted(p.name for p in root.glob("step_*")) == [
+        "step_3",
+        *[p.name for p in root.glob("step_3.incomplete-*")],
+        "step_9",
+    ]
+    [aside] = root.glob("step_3.incomplete-*")
+    assert [p.name for p in aside.iterdir()] == ["model.safetensors"]
+    assert f"moved aside to {aside.name}" in caplog.text
+    rows = {line.split()[0]: line for line in cli("list", tmp_path).stdout.splitlines()[1:]}
+    assert " complete " in rows["3"] and " incomplete: missing config.json" in rows["9"]
+    assert rows["aside"].startswith(f"   aside  {aside}")
+
+
+def test_verify_walks_a_sweep_dirs_jobs_as_list_does(tmp_path: Path) -> None:
+    """Issue 30, item 7: ``verify <sweep dir>`` said "no checkpoints"."""
+    sweep = tmp_path / "sweep"
+    for job in ("0", "1"):
+        for step in (1, 2):
+            write_checkpoint(sweep / job / "checkpoints", step)
+    (sweep / "multirun.yaml").write_text("{}\n")
+    assert cli("verify", sweep).returncode == 0
+    optimizer = sweep / "1" / "checkpoints" / "step_2" / "optimizer.pt"
+    optimizer.write_bytes(optimizer.read_bytes()[:100])
+    result = cli("verify", sweep)
+    assert result.returncode == 1, result.stdout + result.stderr
+    blocks = result.stdout.split("\n\n")
+    assert [b.splitlines()[0] for b in blocks] == [f"{sweep / '0'}:", f"{sweep / '1'}:"]
+    lines = result.stdout.splitlines()
+    verdicts = [line.split()[:2] for line in lines if line.startswith(("OK ", "FAIL "))]
+    assert verdicts == [
+        ["OK", str(sweep / "0" / "checkpoints" / "step_1")],
+        ["OK", str(sweep / "0" / "checkpoints" / "step_2")],
+        ["OK", str(sweep / "1" / "checkpoints" / "step_1")],
+        ["FAIL", str(sweep / "1" / "checkpoints" / "step_2")],
+    ]
+    assert f"{optimizer}: unreadable torch file" in result.stdout

@@ -202,10 +202,15 @@ def test_resume_refuses_a_tampered_step_and_a_ppo_checkpoint_as_grpo(tmp_path: P
         Trainer(
             compose_config(["train_type=online_ppo", *QUICK, "trainer.total_steps=1"]), tmp_path
         )
-    # step 1 written into step_2/
+    # step 1 written into step_2/: incomplete, so ckpt.resume=auto takes step_1 (as list, prune
+    # and verify see it), and naming it is refused
     state_file.write_text(json.dumps({**state, "step": 1}))
+    assert Trainer(compose_config(["train_type=online_ppo", *QUICK]), tmp_path).step == 1
     with pytest.raises(CheckpointError, match="step 1 does not match its directory step_2"):
-        Trainer(compose_config(["train_type=online_ppo", *QUICK]), tmp_path)
+        Trainer(
+            compose_config(["train_type=online_ppo", *QUICK, f"ckpt.resume={root / 'step_2'}"]),
+            tmp_path,
+        )
     state_file.write_text(json.dumps(state))
     # a longer run resumes (total_steps is not in the fingerprint), as may an allowed change
     longer = Trainer(
@@ -290,14 +295,15 @@ def test_a_malformed_metrics_row_is_one_line_naming_file_and_line(tmp_path: Path
 
 @pytest.mark.slow  # ~6 s: train.py and verify as subprocesses (the checks run in-process above)
 def test_train_py_refuses_a_tampered_checkpoint_as_verify_does(tmp_path: Path) -> None:
-    """The one subprocess test: train.py and verify print the same single line, exit 2."""
+    """The one subprocess test: train.py and verify print the same single line, exit 2.
+    (``ckpt.resume=auto`` skips the checkpoint as incomplete: ``test_agreement.py``.)"""
     run_dir = tmp_path / "run"
     checkpoint = write_checkpoint_dir(run_dir / "checkpoints", "step_2", step=-5)
     state_file = checkpoint / "trainer_state.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("HYDRA_FULL_ERROR", None)
     train = subprocess.run(
-        [sys.executable, TRAIN, *QUICK, f"hydra.run.dir={run_dir}"],
+        [sys.executable, TRAIN, *QUICK, f"hydra.run.dir={run_dir}", f"ckpt.resume={checkpoint}"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

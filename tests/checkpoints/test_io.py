@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 from pathlib import Path
 
 import pytest
 import torch
+from tests.checkpoints.checkpoint_dirs import write_checkpoint as write_complete_checkpoint
 from torch import nn
 
 from astrai.checkpoints import io
 from astrai.checkpoints.layout import (
     CheckpointError,
-    latest_checkpoint,
     list_checkpoints,
     stale_temporaries,
 )
@@ -44,9 +45,8 @@ def test_a_save_interrupted_after_the_first_file_is_never_picked(tmp_path: Path)
     with pytest.raises(RuntimeError, match="disk full"):
         io.write_checkpoint(tmp_path, 4, writers)
     assert not (tmp_path / "step_4").exists()
-    latest = latest_checkpoint(tmp_path)
-    assert latest is not None and latest.step == 2
-    assert (latest.path / "a.txt").read_text() == "old"
+    assert [info.step for info in list_checkpoints(tmp_path)] == [2]
+    assert (tmp_path / "step_2" / "a.txt").read_text() == "old"
 
 
 def test_a_killed_save_leaves_a_temporary_that_is_ignored_then_cleaned(tmp_path: Path) -> None:
@@ -72,7 +72,7 @@ def test_list_orders_by_step_numerically_and_skips_other_names(tmp_path: Path) -
 
 def test_prune_keeps_the_newest_and_dry_run_deletes_nothing(tmp_path: Path) -> None:
     for step in (1, 2, 3, 4):
-        io.write_checkpoint(tmp_path, step, _writers("x"))
+        write_complete_checkpoint(tmp_path, step)
     would = io.prune_checkpoints(tmp_path, keep_last=2, dry_run=True)
     assert [p.name for p in would] == ["step_1", "step_2"]
     assert len(list_checkpoints(tmp_path)) == 4
@@ -135,3 +135,51 @@ def test_torch_files_load_with_weights_only(tmp_path: Path) -> None:
         io.load_torch(path)
     torch.save({"step": torch.tensor(3.0), "lr": [1e-3]}, path)
     assert io.load_torch(path)["lr"] == [1e-3]
+
+
+# --- a full disk inside torch.save ----------------------------------------------------------
+
+
+def test_a_full_disk_in_torch_save_is_an_oserror_naming_the_file(tmp_path: Path) -> None:
+    """/dev/full: every write fails with ENOSPC, as on a full disk (torch's own file writer
+    said "unexpected pos 704 vs 598", a RuntimeError, and train.py printed 56 lines)."""
+    full = Path("/dev/full")
+    if not full.exists():
+        pytest.skip("no /dev/full")
+    with pytest.raises(OSError) as err:
+        io.save_torch({"w": torch.ones(1000)}, full)
+    assert (err.value.errno, err.value.filename) == (errno.ENOSPC, str(full))
+    assert err.value.strerror == "No space left on device"
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("PytorchStreamWriter failed writing file data/0: file write failed", errno.EIO),
+        ("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598", errno.EIO),
+        ("PytorchStreamWriter failed writing file: No space left on device", errno.ENOSPC),
+    ],
+)
+def test_torch_writer_failures_become_oserrors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, code: int
+) -> None:
+    failure = RuntimeError(text)
+
+    def failing_save(payload: object, f: object) -> None:
+        raise failure
+
+    monkeypatch.setattr(io.torch, "save", failing_save)
+    path = tmp_path / "optimizer.pt"
+    with pytest.raises(OSError) as err:
+        io.save_torch({}, path)
+    assert (err.value.errno, err.value.filename) == (code, str(path))
+    assert err.value.strerror == f"{os.strerror(code)} ({text})"
+    assert err.value.__cause__ is failure
+
+    def unpicklable(payload: object, f: object) -> None:
+        raise RuntimeError("cannot pickle 'generator' object")
+
+    # anything else torch.save raises is not a disk problem and goes through unchanged
+    monkeypatch.setattr(io.torch, "save", unpicklable)
+    with pytest.raises(RuntimeError, match="cannot pickle"):
+        io.save_torch({}, path)

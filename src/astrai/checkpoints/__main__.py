@@ -1,10 +1,13 @@
 """``python -m astrai.checkpoints {list,verify,prune} DIR``: inspect and tidy checkpoints.
 
-DIR is a run dir, its ``checkpoints/`` folder, (for ``list`` and ``prune``) a sweep dir, whose
-numbered job dirs are listed or pruned one by one, or (for ``verify``) one ``step_<N>`` directory.
-Exit status: 0 on success, 1 when ``list`` finds no checkpoints or ``verify`` finds a missing or
-unreadable file, 2 on bad usage or when ``verify`` finds a checkpoint that resume would refuse
-(its step against its directory name and ``trainer.total_steps``), with the line resume prints.
+DIR is a run dir, its ``checkpoints/`` folder, a sweep dir, whose numbered job dirs are taken
+one by one, or (for ``verify``) one ``step_<N>`` directory. ``list`` says of each checkpoint
+``complete`` or ``incomplete: <reasons>`` (``completeness.checkpoint_problems``, the check resume
+and retention use); ``prune`` counts and deletes complete checkpoints only and reports each
+incomplete one as skipped. Exit status: 0 on success, 1 when ``list`` finds no checkpoints or
+``verify`` finds a missing or unreadable file, 2 on bad usage or when ``verify`` finds a
+checkpoint that resume would refuse (its step against its directory name and
+``trainer.total_steps``), with the line resume prints.
 """
 
 from __future__ import annotations
@@ -14,14 +17,15 @@ import json
 import sys
 from pathlib import Path
 
+from astrai.checkpoints.completeness import scan_checkpoints
 from astrai.checkpoints.io import prune_checkpoints, remove_stale_temporaries
 from astrai.checkpoints.layout import (
     CHECKPOINTS_DIR,
     CheckpointInfo,
     checkpoints_root,
     list_checkpoints,
-    missing_files,
     parse_step,
+    set_aside,
     stale_temporaries,
 )
 from astrai.checkpoints.verify import verify_checkpoint
@@ -54,29 +58,36 @@ def sweep_job_dirs(directory: Path) -> list[Path]:
 
 def _list_run(root: Path) -> None:
     print(f"{'step':>8}  {'train_type':<12} {'size':>11}  status  path")
-    for info in list_checkpoints(root):
+    for status in scan_checkpoints(root):
+        info = status.info
         train_type = info.train_type() or "?"
-        missing = missing_files(info.path, train_type) if train_type != "?" else []
-        status = "complete" if not missing else "missing " + ", ".join(missing)
         size = _size_mb(info.path)
-        print(f"{info.step:>8}  {train_type:<12} {size:8.2f} MB  {status}  {info.path}")
+        print(f"{info.step:>8}  {train_type:<12} {size:8.2f} MB  {status.describe()}  {info.path}")
     for tmp in stale_temporaries(root):
         print(f"   stale  {tmp}  (unfinished save; ignored, removed by the next save)")
+    for aside in set_aside(root):
+        print(f"   aside  {aside}  (incomplete, moved aside by a save of its step; never used)")
 
 
 def _has_checkpoints(root: Path) -> bool:
-    return bool(list_checkpoints(root) or stale_temporaries(root))
+    return bool(list_checkpoints(root) or stale_temporaries(root) or set_aside(root))
+
+
+def _roots(directory: Path) -> tuple[list[Path], bool]:
+    """(checkpoints folders to walk, whether ``directory`` is a sweep): a sweep's jobs', else
+    ``directory``'s own; only those holding a checkpoint or a leftover."""
+    jobs = sweep_job_dirs(directory)
+    roots = [checkpoints_root(job) for job in jobs] or [checkpoints_root(directory)]
+    return [root for root in roots if _has_checkpoints(root)], bool(jobs)
 
 
 def cmd_list(directory: Path) -> int:
-    jobs = sweep_job_dirs(directory)
-    roots = [checkpoints_root(job) for job in jobs] or [checkpoints_root(directory)]
-    roots = [root for root in roots if _has_checkpoints(root)]
+    roots, sweep = _roots(directory)
     if not roots:
         print(f"no checkpoints under {directory}", file=sys.stderr)
         return 1
     for n, root in enumerate(roots):
-        if jobs:  # a sweep: one block per job, under its job dir
+        if sweep:  # a sweep: one block per job, under its job dir
             if n:
                 print()
             print(f"{root.parent}:")
@@ -85,25 +96,36 @@ def cmd_list(directory: Path) -> int:
 
 
 def cmd_verify(directory: Path, train_type: str | None) -> int:
-    targets = _targets(directory)
-    if not targets:
+    roots, sweep = _roots(directory) if parse_step(directory.name) is None else ([], False)
+    blocks = [list_checkpoints(root) for root in roots] if sweep else [_targets(directory)]
+    if not any(blocks):
         print(f"no checkpoints under {directory}", file=sys.stderr)
         return 1
     failed, refused = 0, 0
-    for info in targets:
-        verdict = verify_checkpoint(info, train_type)
-        label = verdict.train_type or "?"
-        if verdict.ok:
-            print(f"OK    {info.path} ({label})")
-        else:
-            failed += 1
-            for problem in [*verdict.problems, *filter(None, [verdict.refusal])]:
-                print(f"FAIL  {info.path} ({label}): {problem}")
-        if verdict.refusal is not None:  # the line resume would print, on stderr as train.py
-            refused += 1
-            print(f"astrai: checkpoint error: {verdict.refusal}", file=sys.stderr)
-        print(f"      fingerprint: {_fingerprint_line(verdict.fingerprint)}")
+    for n, targets in enumerate(blocks):
+        if sweep:  # one block per job, as ``list`` prints a sweep
+            if n:
+                print()
+            print(f"{roots[n].parent}:")
+        for info in targets:
+            ok, refusal = _verify_one(info, train_type)
+            failed += not ok
+            refused += refusal
     return 2 if refused else 1 if failed else 0
+
+
+def _verify_one(info: CheckpointInfo, train_type: str | None) -> tuple[bool, bool]:
+    """Print one checkpoint's verdict; (ok, refused by the identity check)."""
+    verdict = verify_checkpoint(info, train_type)
+    label = verdict.train_type or "?"
+    if verdict.ok:
+        print(f"OK    {info.path} ({label})")
+    for problem in [*verdict.problems, *filter(None, [verdict.refusal])]:
+        print(f"FAIL  {info.path} ({label}): {problem}")
+    if verdict.refusal is not None:  # the line resume would print, on stderr as train.py
+        print(f"astrai: checkpoint error: {verdict.refusal}", file=sys.stderr)
+    print(f"      fingerprint: {_fingerprint_line(verdict.fingerprint)}")
+    return verdict.ok, verdict.refusal is not None
 
 
 def _fingerprint_line(fingerprint: dict | None) -> str:
@@ -123,17 +145,21 @@ def cmd_prune(directory: Path, keep: int, force: bool) -> int:
 
 
 def _prune_run(root: Path, keep: int, force: bool) -> None:
-    doomed = prune_checkpoints(root, keep, dry_run=not force)
+    statuses = scan_checkpoints(root)
+    doomed = prune_checkpoints(root, keep, dry_run=not force, statuses=statuses)
     verb = "deleted" if force else "would delete"
     for path in doomed:
         print(f"{verb} {path}")
+    skipped = [status for status in statuses if not status.complete]
+    for status in skipped:  # never counted, never deleted: its files may be all there is
+        print(f"skipped {status.info.path} ({status.describe()})")
     stale = remove_stale_temporaries(root) if force else stale_temporaries(root)
     for path in stale:
         print(f"{verb} {path} (stale temporary)")
     if not force and (doomed or stale):
         print("dry run: pass --force to delete")
     if not doomed and not stale:
-        print(f"nothing to prune under {root} (keeping {keep})")
+        print(f"nothing to prune under {root} (keeping {keep} complete)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         "list", help="checkpoints of a run (or of each job of a sweep), with completeness"
     )
     p_list.add_argument("dir", type=Path)
-    p_verify = commands.add_parser("verify", help="every file present and readable")
+    p_verify = commands.add_parser(
+        "verify", help="complete, every file readable and finite (of a run or of each job)"
+    )
     p_verify.add_argument("dir", type=Path)
     p_verify.add_argument(
         "--train-type", help="check for this train_type instead of the recorded one"

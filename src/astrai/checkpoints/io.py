@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import shutil
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,14 +16,22 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from astrai.checkpoints.completeness import (
+    CheckpointStatus,
+    checkpoint_problems,
+    scan_checkpoints,
+    short_problems,
+)
 from astrai.checkpoints.layout import (
+    ASIDE_MARKER,
     CheckpointError,
-    list_checkpoints,
     stale_temporaries,
     step_dir_name,
 )
 from astrai.files import FileWriter, temporary_sibling, write_files_atomic
 from astrai.models.weights import stored_names
+
+log = logging.getLogger(__name__)
 
 
 def write_checkpoint(root: str | Path, step: int, writers: Mapping[str, FileWriter]) -> Path:
@@ -29,12 +40,38 @@ def write_checkpoint(root: str | Path, step: int, writers: Mapping[str, FileWrit
     Each ``writers[name](path)`` writes one file into a temporary sibling directory; the files
     and the directory are fsynced, then the directory is renamed to its final name. A failure
     (or a kill) before the rename leaves at most a temporary that readers ignore; stale
-    temporaries are removed before each save.
+    temporaries are removed before each save. An incomplete ``step_<step>`` already there is
+    moved aside first (``set_aside_incomplete``), never merged into or deleted.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(root)
-    return write_files_atomic(root / step_dir_name(step), writers)
+    final = root / step_dir_name(step)
+    set_aside_incomplete(final)
+    return write_files_atomic(final, writers)
+
+
+def set_aside_incomplete(final: Path) -> Path | None:
+    """Rename an incomplete ``final`` (a partial copy or restore of that step) to
+    ``step_<N>.incomplete-<time>``, which no reader uses and nothing deletes (it may be the
+    user's only copy of something), and log it; return the new name. A complete ``final`` is
+    left for the writer to replace whole."""
+    if not (final.exists() or final.is_symlink()):
+        return None
+    problems = checkpoint_problems(final) if final.is_dir() else [f"{final}: not a directory"]
+    if not problems:
+        return None
+    aside = final.with_name(f"{final.name}{ASIDE_MARKER}{time.strftime('%Y%m%dT%H%M%S')}")
+    while aside.exists():  # two saves of one step within a second
+        aside = aside.with_name(aside.name + "x")
+    os.rename(final, aside)
+    log.warning(
+        "%s was incomplete (%s): moved aside to %s before saving this step",
+        final,
+        short_problems(problems, final),
+        aside.name,
+    )
+    return aside
 
 
 def remove_stale_temporaries(root: Path) -> list[Path]:
@@ -47,12 +84,20 @@ def remove_stale_temporaries(root: Path) -> list[Path]:
     return removed
 
 
-def prune_checkpoints(root: str | Path, keep_last: int, dry_run: bool = False) -> list[Path]:
-    """Delete all but the ``keep_last`` highest-step checkpoints; return what was (or would be)
-    deleted. Only complete, final-named directories count."""
+def prune_checkpoints(
+    root: str | Path,
+    keep_last: int,
+    dry_run: bool = False,
+    statuses: list[CheckpointStatus] | None = None,
+) -> list[Path]:
+    """Delete all but the ``keep_last`` highest-step *complete* checkpoints; return what was (or
+    would be) deleted. An incomplete ``step_<N>`` is never counted and never deleted (its files
+    may be all that is left of something); ``statuses``: ``scan_checkpoints(root)`` if the
+    caller already has it."""
     if keep_last < 1:
         raise ValueError(f"keep_last must be >= 1 (got {keep_last})")
-    doomed = [info.path for info in list_checkpoints(root)[:-keep_last]]
+    statuses = scan_checkpoints(root) if statuses is None else statuses
+    doomed = [status.info.path for status in statuses if status.complete][:-keep_last]
     if not dry_run:
         for path in doomed:
             # renamed to a temporary name first: a kill mid-delete leaves a stale temporary
@@ -85,7 +130,24 @@ def save_json(payload: Any, path: Path) -> None:
 
 
 def save_torch(payload: Any, path: Path) -> None:
-    torch.save(payload, path)
+    """``torch.save`` whose write failures are ``OSError``s naming ``path``, so a full disk is
+    one line like the safetensors files' (torch's own file writer reports it as a RuntimeError
+    without the errno: "PytorchStreamWriter failed writing file ...", "unexpected pos")."""
+    try:
+        # through a Python file object: a failed write raises OSError with its errno
+        with open(path, "wb") as f:
+            torch.save(payload, f)
+    except OSError as err:
+        if err.filename is not None:
+            raise
+        raise OSError(err.errno, err.strerror or _one_line(err), str(path)) from err
+    except RuntimeError as err:
+        text = _one_line(err)
+        if not any(mark in text for mark in ("PytorchStreamWriter", "inline_container")):
+            raise
+        space = any(mark in text for mark in ("No space left", "ENOSPC"))
+        code = errno.ENOSPC if space else errno.EIO
+        raise OSError(code, f"{os.strerror(code)} ({text})", str(path)) from err
 
 
 # --- readers: every failure names the file ---------------------------------------------------

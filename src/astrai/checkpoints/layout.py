@@ -36,6 +36,9 @@ COMMON_FILES = (
 CRITIC_FILES = (VALUE_MODEL_FILE, VALUE_OPTIMIZER_FILE)
 TRAIN_TYPES_WITH_CRITIC = frozenset({"online_ppo"})
 
+# an incomplete step_<N> that a save of step N found in its way: "step_<N>.incomplete-<time>"
+ASIDE_MARKER = ".incomplete-"
+
 _STEP_DIR = re.compile(rf"^{STEP_PREFIX}(\d+)$")
 
 
@@ -89,7 +92,8 @@ class CheckpointInfo:
 
 
 def list_checkpoints(root: str | Path) -> list[CheckpointInfo]:
-    """``step_<N>`` directories under ``root`` sorted by step; temporaries are never listed."""
+    """Every ``step_<N>`` directory under ``root`` sorted by step, complete or not
+    (``completeness.scan_checkpoints`` says which); temporaries are never listed."""
     root = Path(root)
     if not root.is_dir():
         return []
@@ -109,7 +113,12 @@ def stale_temporaries(root: str | Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.name.startswith(".") and TMP_MARKER in p.name)
 
 
-def latest_checkpoint(root: str | Path) -> CheckpointInfo | None:
-    """The highest-step checkpoint under ``root`` (a run dir or its checkpoints folder)."""
-    checkpoints = list_checkpoints(checkpoints_root(root))
-    return checkpoints[-1] if checkpoints else None
+def set_aside(root: str | Path) -> list[Path]:
+    """Incomplete ``step_<N>`` directories that a later save of step N moved aside
+    (``io.set_aside_incomplete``); never read, never deleted by astrai."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(
+        p for p in root.iterdir() if p.name.startswith(STEP_PREFIX) and ASIDE_MARKER in p.name
+    )

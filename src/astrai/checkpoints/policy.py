@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from astrai.checkpoints import io
+from astrai.checkpoints.completeness import scan_checkpoints
 from astrai.checkpoints.layout import (
     MODEL_CONFIG_FILE,
     MODEL_FILE,
@@ -20,7 +21,6 @@ from astrai.checkpoints.layout import (
     TRAINER_STATE_FILE,
     VALUE_MODEL_FILE,
     CheckpointError,
-    latest_checkpoint,
     parse_step,
 )
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
@@ -45,19 +45,27 @@ class LoadedPolicy:
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A ``step_<N>`` directory as given, or the latest checkpoint of a run dir."""
+    """A ``step_<N>`` directory as given (its loaders name any missing file), or the latest
+    *complete* checkpoint of a run dir (``completeness``, as resume picks it)."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"no checkpoint or model directory at {path}")
     if (path / TRAINER_STATE_FILE).is_file() or parse_step(path.name) is not None:
         return path
-    latest = latest_checkpoint(path)
-    if latest is None:
+    statuses = scan_checkpoints(path)
+    complete = [status for status in statuses if status.complete]
+    if complete:
+        return complete[-1].info.path
+    if statuses:
+        newest = statuses[-1]
         raise CheckpointError(
-            f"{path}: neither a checkpoint (no {TRAINER_STATE_FILE}), a run dir with "
-            f"checkpoints, nor a Hugging Face model directory (no config.json with model_type)"
+            f"{path}: no complete checkpoint ({len(statuses)} incomplete; the newest, "
+            f"{newest.info.path.name}: {newest.describe()})"
         )
-    return latest.path
+    raise CheckpointError(
+        f"{path}: neither a checkpoint (no {TRAINER_STATE_FILE}), a run dir with "
+        f"checkpoints, nor a Hugging Face model directory (no config.json with model_type)"
+    )
 
 
 def _run_uses_chat_template(checkpoint: Path) -> bool:

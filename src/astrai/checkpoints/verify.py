@@ -1,37 +1,31 @@
 """Is a checkpoint complete, readable and what it says it is? (Used by the CLI.)
 
-The identity part (step against directory name and ``total_steps``) is
-``identity.check_checkpoint_identity``, the same check resume runs.
+``verify`` = the completeness check every other reader runs (``completeness``), plus the deep
+checks: every tensor loaded and finite, every torch file loaded with ``weights_only``, and the
+identity refusal resume would print (``identity.check_checkpoint_identity``: the step against
+its directory name and the ``total_steps`` it was written with).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from astrai.checkpoints import io
+from astrai.checkpoints.completeness import checkpoint_problems
 from astrai.checkpoints.identity import (
     check_checkpoint_identity,
     recorded_total_steps,
     saved_fingerprint,
 )
 from astrai.checkpoints.layout import (
-    MODEL_CONFIG_FILE,
-    MODEL_FILE,
-    OPTIMIZER_FILE,
     REFERENCE_FILE,
-    SCHEDULER_FILE,
-    TOKENIZER_FILE,
     TRAINER_STATE_FILE,
-    VALUE_MODEL_FILE,
-    VALUE_OPTIMIZER_FILE,
     CheckpointError,
     CheckpointInfo,
-    missing_files,
+    required_files,
 )
-
-_TORCH_FILES = (OPTIMIZER_FILE, SCHEDULER_FILE, VALUE_MODEL_FILE, VALUE_OPTIMIZER_FILE)
-_JSON_FILES = (MODEL_CONFIG_FILE, TOKENIZER_FILE, TRAINER_STATE_FILE)
 
 
 @dataclass
@@ -51,40 +45,32 @@ class Verdict:
 
 
 def verify_checkpoint(info: CheckpointInfo, train_type: str | None = None) -> Verdict:
-    """Check presence (for ``train_type``, default: the one recorded in the checkpoint) and
-    readability of every file, and the run's ``reference.safetensors`` next to it."""
+    """``checkpoint_problems`` (for ``train_type``, default: the one recorded in the
+    checkpoint), then a full load of every file that passed it, and the identity check."""
     train_type = train_type or info.train_type()
     verdict = Verdict(info, train_type)
-    if train_type is None:
-        verdict.problems.append(f"{TRAINER_STATE_FILE} missing or unreadable: train_type unknown")
-        train_type = "online_grpo"  # still check the files every train_type needs
-    missing = missing_files(info.path, train_type)
-    if missing:
-        verdict.problems.append(f"missing {', '.join(missing)}")
-    present = [name for name in (MODEL_FILE, *_TORCH_FILES, *_JSON_FILES) if name not in missing]
-    for name in present:
-        path = info.path / name
-        if not path.is_file():
-            continue
-        try:
-            if name == MODEL_FILE:
-                io.load_tensors(path)
-            elif name in _TORCH_FILES:
-                io.load_torch(path)
-            else:
-                io.load_json(path)
-        except CheckpointError as err:
-            verdict.problems.append(str(err))
+    verdict.problems = checkpoint_problems(info.path, train_type)
+    flagged = " ".join(verdict.problems)
+    # a file already reported (missing or malformed) is not loaded again
+    files = [info.path / name for name in required_files(train_type or "online_grpo")]
+    for path in [*files, info.path.parent / REFERENCE_FILE]:
+        if path.is_file() and f"{path}:" not in flagged:
+            _load(path, verdict)
     _check_identity(verdict)
-    reference = info.path.parent / REFERENCE_FILE
-    if not reference.is_file():
-        verdict.problems.append(f"{reference}: missing (the run's frozen reference policy)")
-    else:
-        try:
-            io.load_tensors(reference)
-        except CheckpointError as err:
-            verdict.problems.append(str(err))
+    if verdict.refusal is not None:  # printed once, as the refusal
+        verdict.problems = [p for p in verdict.problems if p != verdict.refusal]
     return verdict
+
+
+def _load(path: Path, verdict: Verdict) -> None:
+    """Read ``path`` whole as resume would; a failure is one more problem."""
+    try:
+        if path.suffix == ".safetensors":
+            io.load_tensors(path)  # also: every value finite
+        elif path.suffix == ".pt":
+            io.load_torch(path)
+    except CheckpointError as err:
+        verdict.problems.append(str(err))
 
 
 def _check_identity(verdict: Verdict) -> None:

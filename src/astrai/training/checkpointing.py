@@ -16,6 +16,13 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import OmegaConf
 
 from astrai.checkpoints import io
+from astrai.checkpoints.completeness import (
+    CheckpointStatus,
+    check_state,
+    checkpoint_problems,
+    scan_checkpoints,
+    short_problems,
+)
 from astrai.checkpoints.identity import (
     check_checkpoint_identity,
     model_fingerprint,
@@ -35,7 +42,7 @@ from astrai.checkpoints.layout import (
     VALUE_OPTIMIZER_FILE,
     CheckpointError,
     CheckpointInfo,
-    latest_checkpoint,
+    list_checkpoints,
     missing_files,
     step_dir_name,
 )
@@ -62,25 +69,27 @@ FORMAT_VERSION = 1
 def resolve_resume(resume: str | None, run_dir: Path, train_type: str) -> Path | None:
     """``ckpt.resume`` -> the checkpoint directory to restore, or None to start fresh.
 
-    ``auto`` picks the latest checkpoint of ``run_dir`` (None if there is none), a path must be
-    a checkpoint directory, ``None`` never resumes — and refuses a run dir that already holds
+    ``auto`` picks the latest *complete* checkpoint of ``run_dir`` (``completeness``, the check
+    list, prune and retention use), warning in one line about each newer incomplete one it
+    skips; None if the run dir holds no ``step_<N>`` at all. A path must be a complete
+    checkpoint directory. ``None`` never resumes — and refuses a run dir that already holds
     checkpoints, whose retention would otherwise prune the new run's checkpoints in favour of
-    the old run's higher steps. The chosen checkpoint must hold every file ``train_type``
-    needs; the error names the missing ones.
+    the old run's higher steps. The chosen checkpoint must hold every file ``train_type`` needs;
+    the error names the missing ones.
     """
     if resume is None:
-        existing = latest_checkpoint(run_dir / CHECKPOINTS_DIR)
-        if existing is not None:
+        existing = list_checkpoints(run_dir / CHECKPOINTS_DIR)
+        if existing:
             raise CheckpointError(
                 f"ckpt.resume=null but {run_dir} already holds checkpoints (latest "
-                f"{existing.path.name}); resume with ckpt.resume=auto or use a new hydra.run.dir"
+                f"{existing[-1].path.name}); resume with ckpt.resume=auto or use a new "
+                f"hydra.run.dir"
             )
         return None
     if resume == "auto":
-        latest = latest_checkpoint(run_dir / CHECKPOINTS_DIR)
-        if latest is None:
+        path = _latest_complete(run_dir / CHECKPOINTS_DIR)
+        if path is None:
             return None
-        path = latest.path
     else:
         path = Path(resume).expanduser()
         if not path.is_dir():
@@ -89,12 +98,47 @@ def resolve_resume(resume: str | None, run_dir: Path, train_type: str) -> Path |
     missing = missing_files(path, train_type)
     if missing:
         recorded = CheckpointInfo(0, path).train_type()
-        written_by = f" (written by train_type={recorded})" if recorded != train_type else ""
+        written_by = (
+            f" (written by train_type={recorded})" if recorded not in (None, train_type) else ""
+        )
         raise CheckpointError(
             f"{path}: incomplete checkpoint for {train_type}: missing {', '.join(missing)}"
             f"{written_by}"
         )
+    problems = checkpoint_problems(path)
+    if len(problems) == 1 and str(path) in problems[0]:
+        raise CheckpointError(problems[0])  # already one line naming the file: verify's line
+    if problems:
+        raise CheckpointError(f"{path}: incomplete checkpoint: {short_problems(problems, path)}")
     return path
+
+
+def _latest_complete(root: Path) -> Path | None:
+    """``ckpt.resume=auto``'s choice: the latest complete checkpoint under ``root``; None when
+    there is no ``step_<N>`` at all. Only incomplete ones is a ``CheckpointError``: starting
+    fresh beside them would let retention delete the new run's checkpoints for their steps."""
+    statuses = scan_checkpoints(root)
+    complete = [status for status in statuses if status.complete]
+    if not complete:
+        if statuses:
+            raise CheckpointError(
+                f"ckpt.resume=auto: no complete checkpoint in {root}: {_describe(statuses)} "
+                f"(repair or remove them, or use a new hydra.run.dir)"
+            )
+        return None
+    chosen = complete[-1].info
+    skipped = [status for status in statuses if status.info.step > chosen.step]
+    if skipped:
+        log.warning(
+            "ckpt.resume=auto: skipped newer incomplete checkpoint(s) %s; resuming from %s",
+            _describe(skipped),
+            chosen.path.name,
+        )
+    return chosen.path
+
+
+def _describe(statuses: list[CheckpointStatus]) -> str:
+    return ", ".join(f"{s.info.path.name} ({s.describe()})" for s in statuses)
 
 
 def check_metrics_for_resume(run_dir: Path) -> None:
@@ -229,7 +273,7 @@ def restore_training_checkpoint(trainer: Trainer, path: Path) -> dict[str, Any]:
     )
     if warning is not None:
         log.warning("%s", warning)
-    _check_state(state, path / TRAINER_STATE_FILE)
+    check_state(state, path / TRAINER_STATE_FILE)
     reference = path.parent / REFERENCE_FILE
     io.load_module(trainer.reference, reference)
     if trainer.sharded:
@@ -280,14 +324,3 @@ def _restore_rng(trainer: Trainer, state: dict[str, Any], path: Path) -> None:
             restore_rng_state(rng, generators)
     except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as err:
         raise CheckpointError(f"{path / TRAINER_STATE_FILE}: bad RNG state ({err})") from err
-
-
-def _check_state(state: dict[str, Any], path: Path) -> None:
-    """The fields a restore reads beyond what ``check_checkpoint_identity`` checked (a JSON
-    object with an integer ``step``)."""
-    required = {"policy_version": int, "initial_metrics": dict, "rng": dict}
-    for key, kind in required.items():
-        if not isinstance(state.get(key), kind):
-            raise CheckpointError(f"{path}: missing or invalid {key!r}")
-    if not isinstance(state.get("eval_pending", False), bool):
-        raise CheckpointError(f"{path}: invalid 'eval_pending' (true or false)")
