@@ -5,6 +5,7 @@ tokenizer directory locally."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import subprocess
@@ -12,9 +13,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from astrai.config.compose import compose_train_config as compose_config
 
-__all__ = ["compose_config", "run_main", "wait_for_rows", "write_byte_level_tokenizer"]
+__all__ = [
+    "compose_config",
+    "run_main",
+    "wait_for_rows",
+    "weights_digest",
+    "write_byte_level_tokenizer",
+]
 
 
 def wait_for_rows(
@@ -71,3 +80,13 @@ def write_byte_level_tokenizer(
         (directory / "chat_template.jinja").write_text(template)
     (directory / "tokenizer_config.json").write_text(json.dumps(config))
     return directory
+
+
+def weights_digest(*models: torch.nn.Module) -> str:
+    """sha256 of every tensor of ``models`` (state-dict order, names included)."""
+    digest = hashlib.sha256()
+    for model in models:
+        for name, tensor in model.state_dict().items():
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()

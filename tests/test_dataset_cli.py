@@ -14,9 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.test_train_cli import TRAIN, run_train
-
-from astrai.tasks import AdditionTask
+from tests.train_runs import TRAIN, run_train, write_addition_files
 
 QUICK = ["debug=quick", "trainer.progress_bar=false"]
 REWARDS = '''
@@ -39,20 +37,6 @@ def miscounts(prompts, responses, answers):
 def overflows(prompts, responses, answers):
     return [1e308 for _ in prompts]
 '''
-
-
-def write_addition_files(directory: Path) -> tuple[Path, Path]:
-    """The embedded addition task as two JSONL files: every training problem, and the held-out
-    ones in ``eval_problems`` order (the same split)."""
-    task = AdditionTask()
-    held_out = task.eval_prompts(1000)
-    every = [f"{a}+{b}=" for a in range(10) for b in range(10)]
-    train = [p for p in every if p not in set(held_out)]
-    paths = directory / "train.jsonl", directory / "eval.jsonl"
-    for path, prompts in zip(paths, (train, held_out), strict=True):
-        rows = [{"prompt": p, "answer": task.answer(p)} for p in prompts]
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return paths
 
 
 def dataset_run(tmp_path: Path, *overrides: str, threads: int | None = 1, timeout: int = 120):  # noqa: ANN201

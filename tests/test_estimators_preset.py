@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.test_train_cli import run_train
+from tests.train_runs import run_train
 
 ADVANTAGES = {"grpo", "dr_grpo", "rloo", "reinforce_pp"}
 LOSS_AGG = {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"}

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import run_main
-from tests.test_dataset_cli import write_addition_files
-from tests.test_train_cli import QUICK, run_train
+from tests.train_runs import QUICK, run_train, write_addition_files
 
 from astrai.generate import main as generate_main
 from astrai.tasks import AdditionTask

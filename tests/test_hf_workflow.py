@@ -15,7 +15,7 @@ import torch
 import transformers  # the hf extra; `make test` installs it
 from tests.helpers import run_main
 from tests.hf_models import copy_with_added_token, save_tiny_hf_model
-from tests.test_train_cli import QUICK, run_train
+from tests.train_runs import QUICK, run_train
 
 from astrai.checkpoints.policy import load_checkpoint_policy
 from astrai.generate import main as generate_main

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tests.test_train_cli import run_train
+from tests.train_runs import run_train
 
 
 @pytest.mark.slow

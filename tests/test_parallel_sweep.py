@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.test_train_cli import run_train
+from tests.train_runs import run_train
 
 from astrai.report.__main__ import main as report_main
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers  # the hf extra; `make test` installs it
-from tests.test_train_cli import run_train
+from tests.train_runs import run_train
 
 from astrai.checkpoints.policy import load_policy
 from astrai.models.gguf_import import convert_gguf, packaged_smollm2_gguf

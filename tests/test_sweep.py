@@ -16,7 +16,7 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import api_pb2, metadata
 from tests.helpers import compose_config
-from tests.test_train_cli import REPO, run_train
+from tests.train_runs import REPO, run_train
 
 from astrai.metrics.dashboards import HPARAM_METRICS
 from astrai.report.__main__ import main as report_main

@@ -12,36 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-REPO = Path(__file__).resolve().parents[1]
-TRAIN = str(REPO / "train.py")
-QUICK = [
-    "debug=quick",  # conf/debug/quick.yaml
-]
-
-
-def run_train(
-    args: list[str],
-    cwd: Path,
-    timeout: int = 120,
-    threads: int | None = 1,
-    extra_env: dict[str, str] | None = None,
-) -> subprocess.CompletedProcess:
-    """``python train.py args`` in ``cwd``; ``threads=None`` keeps torch's default (as
-    ``make train`` runs), an int pins ``OMP_NUM_THREADS`` (quick runs on a shared machine);
-    ``extra_env`` is added to (or replaces entries of) this process's environment."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "HYDRA_FULL_ERROR")}
-    if threads is not None:
-        env["OMP_NUM_THREADS"] = str(threads)
-    env.update(extra_env or {})
-    return subprocess.run(
-        [sys.executable, TRAIN, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+from tests.train_runs import QUICK, TRAIN, checkpoint_weights, last_logged_step, run_train
 
 
 @pytest.mark.parametrize(
@@ -202,23 +173,6 @@ LONG = [
 ]
 
 
-def _last_logged_step(run_dir: Path) -> int:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return -1
-    lines = path.read_text().splitlines()
-    try:
-        return json.loads(lines[-1])["step"] if lines else -1
-    except ValueError:
-        return -1  # a line being written
-
-
-def _weights(path: Path) -> dict:
-    from safetensors.torch import load_file
-
-    return load_file(str(path))
-
-
 @pytest.mark.slow  # ~20 s: three runs of train.py
 def test_sigterm_checkpoints_exits_0_and_the_resumed_run_matches(tmp_path: Path) -> None:
     straight = tmp_path / "straight"
@@ -230,7 +184,7 @@ def test_sigterm_checkpoints_exits_0_and_the_resumed_run_matches(tmp_path: Path)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while _last_logged_step(stopped) < 3 and time.monotonic() < deadline:
+    while last_logged_step(stopped) < 3 and time.monotonic() < deadline:
         assert proc.poll() is None, "the run ended before it could be stopped"
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
@@ -246,8 +200,8 @@ def test_sigterm_checkpoints_exits_0_and_the_resumed_run_matches(tmp_path: Path)
     resumed = run_train([*LONG, f"hydra.run.dir={stopped}"], cwd=tmp_path)  # ckpt.resume=auto
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads((stopped / "summary.json").read_text())["step"] == 150
-    a = _weights(straight / "checkpoints" / "step_150" / "model.safetensors")
-    b = _weights(stopped / "checkpoints" / "step_150" / "model.safetensors")
+    a = checkpoint_weights(straight / "checkpoints" / "step_150" / "model.safetensors")
+    b = checkpoint_weights(stopped / "checkpoints" / "step_150" / "model.safetensors")
     assert a.keys() == b.keys()
     assert all(torch.equal(a[name], b[name]) for name in a)
     steps = [json.loads(line)["step"] for line in (stopped / "metrics.jsonl").open()]

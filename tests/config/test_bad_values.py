@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from tests.test_train_cli import run_train
+from tests.train_runs import run_train
 
 from astrai.config.compose import check_run_config, check_sweep_overrides
 from astrai.config.errors import ConfigError

@@ -19,7 +19,7 @@ from hydra.utils import instantiate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf
-from tests.test_train_cli import run_train
+from tests.train_runs import run_train
 
 from astrai.config.compose import check_run_config
 from astrai.config.duration import parse_duration

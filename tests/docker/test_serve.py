@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.docker.test_compose import DOCKER_MK, REPO_ROOT, compose_binary
+from tests.docker.compose_files import DOCKER_MK, REPO_ROOT, compose_binary
 
 FAKE_DOCKER = """#!{python}
 import json, os, subprocess, sys

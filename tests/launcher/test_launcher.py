@@ -27,7 +27,7 @@ from hydra_plugins.astrai_docker_launcher._core import DockerJobError, Job
 from omegaconf import OmegaConf
 from tests.helpers import wait_for_rows
 from tests.launcher.helpers import install_fake_docker, read_calls
-from tests.test_train_cli import QUICK, REPO, run_train
+from tests.train_runs import QUICK, REPO, run_train
 
 from astrai.config.store import register_configs
 from astrai.paths import CONFIG_DIR

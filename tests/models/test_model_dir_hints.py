@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.test_train_cli import QUICK, run_train
+from tests.train_runs import QUICK, run_train
 
 from astrai.models import pretrained
 from astrai.models.pretrained import ModelDirError, read_hf_config

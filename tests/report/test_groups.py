@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from tests.report.test_report import _job, _rows, _summary
+from tests.report.sweep_dirs import make_job, make_rows, make_summary
 
 from astrai.report.__main__ import main
 from astrai.report.groups import NOTE, GroupTable, group_curve, group_label, mean_std
@@ -31,11 +31,13 @@ def seeds(tmp_path: Path) -> Path:
         ("mean", 0, [0.0, 0.2, 0.4], 0.05),  # final 0.4, reward 0.1
     ]
     for num, (agg, seed, accuracies, reward) in enumerate(jobs):
-        rows = _rows(accuracies, reward)
+        rows = make_rows(accuracies, reward)
         ov = ["train_type=online_ppo", f"seed={seed}", f"train_type.loss_agg={agg}"]
-        _job(sweep, str(num), ov, rows, _summary(rows))
+        make_job(sweep, str(num), ov, rows, make_summary(rows))
     failed = ["train_type=online_ppo", "seed=2", "train_type.loss_agg=seq"]
-    _job(sweep, "6", failed, _rows([0.0, 0.99], 0.5), log=ERROR_LOG)  # best of all, left out
+    make_job(
+        sweep, "6", failed, make_rows([0.0, 0.99], 0.5), log=ERROR_LOG
+    )  # best of all, left out
     return sweep
 
 
@@ -135,8 +137,10 @@ def test_cli_mean_over_writes_grouped_table_csv_and_png(seeds: Path, capsys) -> 
 
 def test_the_only_differing_key_makes_one_group(tmp_path: Path) -> None:
     for seed, accuracies in enumerate([[0.0, 0.2], [0.0, 0.6]]):
-        rows = _rows(accuracies, 0.1)
-        _job(tmp_path, str(seed), ["train_type=online_ppo", f"seed={seed}"], rows, _summary(rows))
+        rows = make_rows(accuracies, 0.1)
+        make_job(
+            tmp_path, str(seed), ["train_type=online_ppo", f"seed={seed}"], rows, make_summary(rows)
+        )
     table = GroupTable.build(load_sweep(tmp_path), "seed", "eval/accuracy")
     assert table.keys == [] and len(table.groups) == 1
     assert table.rows()[1] == ["2", "0.400 ± 0.283", "0.400 ± 0.283", "0.100 ± 0.000", "1.5s"]

@@ -3,54 +3,18 @@
 from __future__ import annotations
 
 import csv
-import json
 import os
 import time
 from pathlib import Path
 
 import pytest
 from PIL import Image
+from tests.report.sweep_dirs import make_job, make_rows, make_summary
 
 from astrai.report.__main__ import main
 from astrai.report.jobs import load_sweep
 from astrai.report.plot import plot_curves
 from astrai.report.table import ReportError, Table, differing_keys, short_names, sort_jobs
-
-
-def _job(
-    sweep: Path,
-    name: str,
-    overrides: list[str],
-    rows: list[dict],
-    summary: dict | None = None,
-    log: str = "[2026-01-01 00:00:00,000][astrai.train][INFO] - started\n",
-) -> Path:
-    job = sweep / name
-    (job / ".hydra").mkdir(parents=True)
-    (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-    (job / ".hydra" / "config.yaml").write_text(
-        "optimized_metric: eval/accuracy\ntrainer:\n  total_steps: 4\n"
-    )
-    (job / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (job / "train.log").write_text(log)
-    if summary is not None:
-        (job / "summary.json").write_text(json.dumps(summary))
-    return job
-
-
-def _rows(accuracies: list[float], reward: float) -> list[dict]:
-    rows = [{"step": 0, "eval/accuracy": accuracies[0]}]
-    for step, acc in enumerate(accuracies[1:], start=1):
-        rows.append(
-            {"step": step, "rollout/reward_mean": reward * step, "eval/accuracy": acc,
-             "time/elapsed_s": 1.5 * step}
-        )  # fmt: skip
-    return rows
-
-
-def _summary(rows: list[dict], **extra: object) -> dict:
-    last = {k: v for r in rows for k, v in r.items()}
-    return {**last, "wall_time_s": 99.0, "stopped": None, **extra}
 
 
 @pytest.fixture
@@ -60,13 +24,13 @@ def sweep(tmp_path: Path) -> Path:
     grid = [("0.9", "0.9"), ("0.9", "0.95"), ("0.9", "1.0"), ("1.0", "0.9")]  # multirun.yaml order
     ov = [["train_type=online_ppo", f"train_type.ppo_gamma={g}", f"+a.ppo_gae_lambda={lam}"]
           for g, lam in grid]  # fmt: skip
-    rows0 = _rows([0.0, 0.5, 0.25, 0.25, 0.3], reward=0.1)
-    _job(sweep, "0", ov[0], rows0, _summary(rows0))
-    rows1 = _rows([0.0, 0.2, 0.6, 0.7, 0.8], reward=0.2)
-    _job(sweep, "1", ov[1], rows1, _summary(rows1))
-    rows2 = _rows([0.0, 0.1, 0.9], reward=0.05)
-    _job(sweep, "2", ov[2], rows2, _summary(rows2, stopped="SIGTERM"))
-    _job(sweep, "3", ov[3], _rows([0.0, 0.4], reward=0.3))  # no summary: running
+    rows0 = make_rows([0.0, 0.5, 0.25, 0.25, 0.3], reward=0.1)
+    make_job(sweep, "0", ov[0], rows0, make_summary(rows0))
+    rows1 = make_rows([0.0, 0.2, 0.6, 0.7, 0.8], reward=0.2)
+    make_job(sweep, "1", ov[1], rows1, make_summary(rows1))
+    rows2 = make_rows([0.0, 0.1, 0.9], reward=0.05)
+    make_job(sweep, "2", ov[2], rows2, make_summary(rows2, stopped="SIGTERM"))
+    make_job(sweep, "3", ov[3], make_rows([0.0, 0.4], reward=0.3))  # no summary: running
     (sweep / "multirun.yaml").write_text(
         "hydra:\n  sweeper:\n    _target_: hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
         "\n    params: null\n  overrides:\n    task:\n    - train_type=online_ppo\n"
@@ -94,16 +58,18 @@ def test_statuses_values_and_missing_jobs(sweep: Path) -> None:
 
 
 def test_failed_stale_and_resumed_jobs(tmp_path: Path) -> None:
-    rows = _rows([0.0, 0.1], reward=0.1)
+    rows = make_rows([0.0, 0.1], reward=0.1)
     error = "[2026-01-01 00:00:01,000][astrai.train][ERROR] - stopped: reward failed on '3+4='\n"
-    _job(tmp_path, "0", ["seed=0"], rows, log=error)
-    stale = _job(tmp_path, "1", ["seed=1"], rows)
+    make_job(tmp_path, "0", ["seed=0"], rows, log=error)
+    stale = make_job(tmp_path, "1", ["seed=1"], rows)
     old = time.time() - 3 * 3600
     for path in (stale / "metrics.jsonl", stale / "train.log"):
         os.utime(path, (old, old))
     # stopped at step 1, resumed, now logging past its summary
-    resumed = _rows([0.0, 0.1, 0.2], reward=0.1)
-    _job(tmp_path, "2", ["seed=2"], resumed, _summary(resumed[:2], step=1, stopped="SIGTERM"))
+    resumed = make_rows([0.0, 0.1, 0.2], reward=0.1)
+    make_job(
+        tmp_path, "2", ["seed=2"], resumed, make_summary(resumed[:2], step=1, stopped="SIGTERM")
+    )
     jobs = load_sweep(tmp_path)
     assert [j.status for j in jobs] == ["failed", "stale", "running"]
     assert jobs[2].step == 2  # logged past the summary's step 1

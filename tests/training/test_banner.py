@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import compose_config
-from tests.test_train_cli import QUICK, run_train
+from tests.train_runs import QUICK, run_train
 
 from astrai.config.devices import plan_devices
 from astrai.training.banner import (

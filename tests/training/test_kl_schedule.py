@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.helpers import compose_config
-from tests.training.test_default_digest import weights_digest
+from tests.helpers import compose_config, weights_digest
 
 from astrai.metrics.names import KL_METRICS, kl_logged_at
 from astrai.training.trainer import Trainer

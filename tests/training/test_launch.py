@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.test_train_cli import TRAIN, _last_logged_step, _weights, run_train
+from tests.train_runs import TRAIN, checkpoint_weights, last_logged_step, run_train
 
 from astrai.checkpoints.layout import missing_files
 from astrai.training.stopping import StopForwarder
@@ -117,7 +117,7 @@ def _start(run_dir: Path, cwd: Path) -> subprocess.Popen:
 def _stop_once_training(proc: subprocess.Popen, run_dir: Path, send: Callable[[], None]) -> str:
     """Wait for a logged step after step 0, call ``send()``, return the run's output."""
     deadline = time.monotonic() + 240
-    while _last_logged_step(run_dir) < 2 and time.monotonic() < deadline:
+    while last_logged_step(run_dir) < 2 and time.monotonic() < deadline:
         if proc.poll() is not None:
             out, _ = proc.communicate()
             pytest.fail(f"the run ended before it could be stopped:\n{out[-3000:]}")
@@ -165,8 +165,8 @@ def test_sigterm_stops_a_two_process_run_with_exit_0_and_it_resumes_exactly(
     assert result.returncode == 0, result.stderr[-3000:]
     final = Path("checkpoints") / "step_30"
     a, b = (
-        _weights(straight / final / "model.safetensors"),
-        _weights(stopped / final / "model.safetensors"),
+        checkpoint_weights(straight / final / "model.safetensors"),
+        checkpoint_weights(stopped / final / "model.safetensors"),
     )
     assert a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
     a, b = (
