@@ -3,9 +3,11 @@ the check ``python train.py`` runs on its overrides before Hydra starts a job.""
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import re
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from astrai.config.errors import ConfigError, first_line
 
@@ -69,15 +71,43 @@ def compose_error_message(err: Exception, overrides: list[str]) -> str:
         key = match["key"]
         others = [o for o in overrides if o.partition("=")[0].lstrip("+~") != key]
         try:  # the keys the other overrides compose (their group choices decide the schema)
-            known = known_keys(compose_train_config(others, validate=False))
+            base = compose_train_config(others, validate=False)
         except Exception:
-            known = known_keys(compose_train_config([], validate=False))
-        return unknown_key_message(key, known)
+            base = compose_train_config([], validate=False)
+        # ``infra.environment={K:v}``: the key exists, the one it adds (``K``) does not
+        new_key = getattr(err.__cause__, "full_key", None) or key
+        new_key = new_key if new_key.startswith(f"{key}.") else key
+        parent = new_key.rpartition(".")[0]
+        if parent and _is_open_map(base, parent):
+            override = next(o for o in overrides if o not in others)
+            return _new_key_message(override, new_key, known_keys(base))
+        return unknown_key_message(new_key, known_keys(base))
     message = first_line(err)
     cause = err.__cause__
     if cause is not None and first_line(cause) not in message:
         message = f"{message}: {first_line(cause)}"
     return message.removeprefix("Error merging override ")
+
+
+def _new_key_message(override: str, key: str, known: list[str]) -> str:
+    """``override`` sets ``key``, which its open map (``parent``) does not hold yet: Hydra adds
+    it only with ``+``. A close sibling (a typo of a key the map has) is named too."""
+    parent, _, name = key.rpartition(".")
+    siblings = [k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == parent]
+    close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.75)
+    typo = f"did you mean {parent}.{close[0]}? A" if close else "a"
+    return f"{override} adds the key {name} to {parent}: {typo} new key needs + (+{override})"
+
+
+def _is_open_map(cfg: DictConfig, key: str) -> bool:
+    """True when ``key`` is a map that takes any key, added with ``+`` (``infra.environment``,
+    an optimizer's keyword arguments, the reward node's constructor arguments)."""
+    from astrai.config.keys import OPEN_NODES
+
+    node = OmegaConf.select(cfg, key, default=None)
+    if not isinstance(node, DictConfig):
+        return False
+    return key in OPEN_NODES or not dataclasses.is_dataclass(OmegaConf.get_type(node))
 
 
 def check_overrides(overrides: list[str]) -> DictConfig:

@@ -1,0 +1,53 @@
+"""Setting a key an open map does not hold yet (``infra.environment``, an optimizer's keyword
+arguments, the reward's constructor arguments) needs Hydra's ``+``: the message says so, rather
+than suggesting the map's own name back ("did you mean infra.environment?")."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from astrai.config.compose import check_overrides
+from astrai.config.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["infra=docker", "infra.environment={K:v}"],
+            "infra.environment={K:v} adds the key K to infra.environment: a new key needs + "
+            "(+infra.environment={K:v})",
+        ),
+        (
+            ["infra.environment.NCCL_DEBUG=INFO"],
+            "infra.environment.NCCL_DEBUG=INFO adds the key NCCL_DEBUG to infra.environment: "
+            "a new key needs + (+infra.environment.NCCL_DEBUG=INFO)",
+        ),
+        (  # a typo of a key the map has: named too
+            ["train_type.optimizer.lrr=1"],
+            "train_type.optimizer.lrr=1 adds the key lrr to train_type.optimizer: did you mean "
+            "train_type.optimizer.lr? A new key needs + (+train_type.optimizer.lrr=1)",
+        ),
+    ],
+)
+def test_a_new_key_of_an_open_map_needs_a_plus(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        check_overrides(overrides)
+
+
+def test_with_the_plus_it_composes() -> None:
+    cfg = check_overrides(["infra=docker", "+infra.environment={K:v}"])
+    assert dict(cfg.infra.environment) == {"K": "v"}
+
+
+def test_a_typed_node_given_a_map_names_the_unknown_key_inside() -> None:
+    """``trainer={total_step: 5}``: the key Hydra could not set is ``trainer.total_step``."""
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "trainer.total_step is not a config key (did you mean trainer.total_steps?)"
+        ),
+    ):
+        check_overrides(["trainer={total_step:5}"])
