@@ -167,6 +167,7 @@ class RewardConfig:
     accuracy_threshold: float = MISSING
     overlong_buffer: int | None = MISSING  # DAPO soft overlong penalty (training rollouts only)
     overlong_penalty: float = MISSING
+    timeout_s: float | None = MISSING  # seconds per term call; None = no bound
 
 
 @dataclass
@@ -190,6 +191,7 @@ class WeightedRewardConfig:
     accuracy_threshold: float = MISSING
     overlong_buffer: int | None = MISSING  # on the whole reward, not on a term
     overlong_penalty: float = MISSING
+    timeout_s: float | None = MISSING  # on the whole reward: seconds per term call
     terms: list[Any] = MISSING  # reward nodes, each with name and weight
 
 

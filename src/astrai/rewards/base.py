@@ -5,8 +5,9 @@ lists, one entry per sampled response). The ``reward`` config node names one wit
 (a function, or a class whose instance is that callable, built from the node's other keys), or
 several under ``terms`` with weights. Either way the run scores with a ``Reward``: a weighted sum
 of named terms (one term of weight 1 for a single reward), each term also logged on its own as
-``reward/<name>``. A term that raises, returns the wrong number of scores or a value that is not
-a finite float32 stops the run with one ``RewardError`` line naming the term and the prompt.
+``reward/<name>``. A term that raises (``sys.exit()`` included: ``astrai.rewards.user_code``),
+returns the wrong number of scores or a value that is not a finite float32, or that runs past
+``reward.timeout_s``, stops the run with one ``RewardError`` line naming the term and the prompt.
 """
 
 from __future__ import annotations
@@ -16,11 +17,20 @@ import importlib
 import inspect
 import math
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from astrai.rewards.user_code import (
+    USER_ERRORS,
+    USER_EXITS,
+    CallTimeout,
+    call_user,
+    describe_failure,
+)
 
 RewardFn = Callable[[list[str], list[str], list[str | None]], list[float]]
 # keys of a reward node that configure the run's use of it, not the callable itself
@@ -32,10 +42,12 @@ RUN_KEYS = (
     "terms",
     "overlong_buffer",
     "overlong_penalty",
+    "timeout_s",
 )
 # run keys of the whole reward (``astrai.rewards.config.overlong_from_config``): on the
 # top-level node only, refused on a term of ``terms``
 OVERLONG_KEYS = ("overlong_buffer", "overlong_penalty")
+WHOLE_REWARD_KEYS = (*OVERLONG_KEYS, "timeout_s")
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
@@ -56,11 +68,18 @@ class RewardTerm:
 
 class Reward:
     """A weighted sum of named reward terms; ``accuracy_threshold``: a response whose total
-    reaches it counts as correct (``rollout/accuracy``, ``eval/accuracy``)."""
+    reaches it counts as correct (``rollout/accuracy``, ``eval/accuracy``); ``timeout_s``: the
+    seconds each term's call may take (None = no bound; ``astrai.rewards.user_code``)."""
 
-    def __init__(self, terms: list[RewardTerm], accuracy_threshold: float) -> None:
+    def __init__(
+        self,
+        terms: list[RewardTerm],
+        accuracy_threshold: float,
+        timeout_s: float | None = None,
+    ) -> None:
         self.terms = terms
         self.accuracy_threshold = accuracy_threshold
+        self.timeout_s = timeout_s
 
     @property
     def names(self) -> list[str]:
@@ -98,11 +117,21 @@ class Reward:
         responses: list[str],
         answers: list[str | None],
     ) -> list[float]:
+        first = prompts[0] if prompts else ""
         try:
-            values = list(term.fn(prompts, responses, answers))
-        except Exception as err:
-            prompt = _first_failing(term.fn, prompts, responses, answers)
-            raise RewardError(f"reward {term.name} failed on prompt {prompt!r}: {err}") from err
+            # list(): a generator's items are the reward's code too, run under the same guard
+            values = call_user(lambda: list(term.fn(prompts, responses, answers)), self.timeout_s)
+        except CallTimeout:
+            raise RewardError(
+                f"reward {term.name} did not return within reward.timeout_s={self.timeout_s:g}s "
+                f"on a batch of {len(responses)} responses (first prompt {first!r}); the call "
+                "is left running in a daemon thread"
+            ) from None
+        except USER_ERRORS as err:
+            prompt = _first_failing(term.fn, prompts, responses, answers, self.timeout_s)
+            what = describe_failure(err)
+            detail = f": {err}" if what == "failed" else ""
+            raise RewardError(f"reward {term.name} {what} on prompt {prompt!r}{detail}") from err
         if len(values) != len(responses):
             raise RewardError(
                 f"reward {term.name} returned {len(values)} scores for {len(responses)} "
@@ -112,7 +141,7 @@ class Reward:
         for prompt, value in zip(prompts, values, strict=True):
             try:
                 score = float(value)
-            except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float
+            except USER_ERRORS:  # OverflowError: an int past float; or a user __float__
                 score = math.nan
             if not _finite32(score):
                 raise RewardError(
@@ -128,13 +157,23 @@ def _finite32(value: float) -> bool:
 
 
 def _first_failing(
-    fn: RewardFn, prompts: list[str], responses: list[str], answers: list[str | None]
+    fn: RewardFn,
+    prompts: list[str],
+    responses: list[str],
+    answers: list[str | None],
+    timeout_s: float | None = None,
 ) -> str:
-    """The first prompt whose pair alone makes ``fn`` raise (a batch error names no row)."""
+    """The first prompt whose pair alone makes ``fn`` raise (a batch error names no row); the
+    first prompt of the batch when none does. With ``timeout_s`` the search as a whole gets
+    that long (a row that times out counts as failing), not that long per row."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     for prompt, response, answer in zip(prompts, responses, answers, strict=True):
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            break
         try:
-            fn([prompt], [response], [answer])
-        except Exception:
+            call_user(functools.partial(fn, [prompt], [response], [answer]), left)
+        except USER_ERRORS:  # CallTimeout included: that row does not return
             return prompt
     return prompts[0] if prompts else ""
 
@@ -161,14 +200,30 @@ def build_reward(node: Mapping[str, Any]) -> Reward:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise RewardConfigError(f"reward.terms: names must differ, {repeated} repeat")
-    return Reward(terms, float(threshold))
+    return Reward(terms, float(threshold), _timeout(node.get("timeout_s")))
+
+
+def _timeout(value: Any) -> float | None:
+    """``reward.timeout_s``: null, or a finite number of seconds > 0."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise RewardConfigError(
+            f"reward.timeout_s must be null or a number of seconds > 0, got {value!r}"
+        )
+    return float(value)
 
 
 def _build_term(node: Any, where: str, weight: float | None = None) -> RewardTerm:
     if not isinstance(node, Mapping):
         raise RewardConfigError(f"{where}: expected a reward node with _target_, got {node!r}")
     if weight is None:  # a term of ``terms``
-        misplaced = [k for k in OVERLONG_KEYS if k in node]
+        misplaced = [k for k in WHOLE_REWARD_KEYS if k in node]
         if misplaced:
             raise RewardConfigError(
                 f"{where}.{misplaced[0]}: set it on the reward node (reward.{misplaced[0]}), "
@@ -189,6 +244,10 @@ def _build_term(node: Any, where: str, weight: float | None = None) -> RewardTer
         fn = obj(**kwargs) if isinstance(obj, type) else _bind(obj, kwargs)
     except (TypeError, ValueError) as err:
         raise RewardConfigError(f"{where} ({target}): {err}") from err
+    except USER_EXITS as err:  # a constructor is user code too (other errors: the caller's)
+        raise RewardConfigError(
+            f"{where} ({target}): its constructor {describe_failure(err)}"
+        ) from err
     try:
         inspect.signature(fn).bind([], [], [])
     except (TypeError, ValueError) as err:
@@ -214,7 +273,7 @@ def _import(target: str, where: str) -> Any:
         raise RewardConfigError(f"{where}._target_: {target!r} is no module.function path")
     try:
         module = importlib.import_module(module_name)
-    except Exception as err:  # the user's module may fail in any way while importing
+    except USER_ERRORS as err:  # the user's module may fail in any way while importing
         raise RewardConfigError(
             f"{where}._target_: cannot import {module_name!r} ({type(err).__name__}: "
             f"{str(err).splitlines()[0] if str(err) else ''})"
