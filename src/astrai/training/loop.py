@@ -53,9 +53,10 @@ def run_loop(trainer: Trainer, until: int | None = None) -> dict[str, object]:
                 trainer.log_eval_line(trainer.initial_metrics)
         if trainer.eval_pending and stopped is None:
             evaluate_pending_step(trainer)
-        # a signal during start-up or an evaluation before the first step: none was taken, so the
-        # state is the one the run started from (fresh, or the checkpoint resumed)
-        stopped = stopped or agreed_stop_reason(stop.signal_name)
+        # a signal during start-up or an evaluation before the first step (or the time budget
+        # spent there): none was taken, so the state is the one the run started from (fresh,
+        # or the checkpoint resumed)
+        stopped = stopped or agreed_stop_reason(stop.reason)
         if stopped is not None:
             log.warning(
                 "stopped (%s) before step %d: nothing new to save", stopped, trainer.step + 1
@@ -63,8 +64,8 @@ def run_loop(trainer: Trainer, until: int | None = None) -> dict[str, object]:
         while stopped is None and trainer.step < stop_at:
             try:
                 metrics = trainer.train_step()
-            except StopInterrupt as interrupt:  # sampling abandoned (``abandonable``)
-                stopped = interrupt.signal_name
+            except StopInterrupt as interrupt:  # sampling abandoned (``abandonable``): a
+                stopped = interrupt.signal_name  # signal, or the time budget (``max_duration``)
                 if saved_step != trainer.step:
                     checkpoint, saved_step = trainer.save_checkpoint(), trainer.step
                 log.warning(

@@ -10,7 +10,22 @@ during start-up (imports, model build) or the step-0 evaluation stops the run be
 step, exit 0, nothing to save; one after the run's stop completed is ignored (the exit stays 0).
 Inside ``interruptible()`` (a one-process run's sampling and its evaluations: work that changes
 no training state) the first signal raises ``StopInterrupt`` at once instead of waiting for the
-step's end, so a long rollout does not hold a stop for minutes.
+step's end, so a long rollout does not hold a stop for minutes. At exit the two signals are
+ignored outright (``_ignore_stop_signals_at_exit``): Python's finalization would otherwise put
+their default action back, and a late signal would turn a finished run's exit 0 into 143.
+
+The time budget (``trainer.max_duration``, ``StopRequest(max_duration_s)``) stops the same way.
+A watchdog thread (``BudgetWatch``) notices the moment it runs out: inside ``interruptible()``
+it sends the main thread ``BUDGET_SIGNAL`` (``signal.pthread_kill``: a real signal also wakes a
+blocking ``time.sleep``, socket read or lock wait, which a simulated interrupt would not), whose
+handler raises ``StopInterrupt("max_duration")``; work entering ``interruptible()`` later is
+abandoned on entry; elsewhere (the update, a checkpoint, every multi-process run) the run stops
+at the step's end as before. The bound: the run stops at most the rest of the current step's
+non-interruptible work (reference/critic pass and update epochs) + one checkpoint write + ~1 s
+after the budget; a multi-process run, the rest of the current step (its sampling and
+evaluation included) + one checkpoint write. Reward code that never returns to Python (a C
+loop that ignores signals) is bounded only by ``reward.timeout_s``. No SIGALRM: math-verify and
+user rewards use ``signal.alarm`` for their own timeouts.
 
 In a multi-process run started by ``python train.py`` (``astrai.training.launch``), the
 launcher is the process that gets the signal (``docker stop`` signals the container's main
@@ -20,11 +35,13 @@ process; the workers run in sessions of their own, so a Ctrl-C reaches the launc
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType, TracebackType
@@ -46,7 +63,8 @@ class StopInterrupt(BaseException):  # noqa: N818 (a request, not an error)
 class SignalState:
     """What this process has been told: ``received``, the first stop signal's name;
     ``in_run``, a run's loop is going (``StopRequest``); ``interruptible``, inside
-    ``interruptible()``; ``completed``, the stop that signal asked for is done."""
+    ``interruptible()``; ``completed``, the stop that signal asked for is done;
+    ``budget_spent``, the run's time budget ran out (``BudgetWatch``)."""
 
     def __init__(self) -> None:
         self.clear()
@@ -56,9 +74,19 @@ class SignalState:
         self.in_run = False
         self.interruptible = False
         self.completed = False
+        self.budget_spent = False
 
 
 SIGNALS = SignalState()  # one per process, as signal handlers are
+# entering ``interruptible()`` and the budget running out take it, so that one of the two always
+# sees the other: work is abandoned on entry, or the watchdog signals it
+_ENTRY_LOCK = threading.Lock()
+# the main thread's wake-up when the budget runs out inside ``interruptible()``: its default
+# action is to ignore it, so one delivered after ``StopRequest`` restored the handlers is
+# harmless, and nothing in the trainer uses it (SIGALRM is math-verify's and user rewards',
+# SIGUSR1/2 are Slurm's and users')
+BUDGET_SIGNAL = signal.SIGURG
+BUDGET_REASON = "max_duration"
 
 
 def on_stop_signal(signum: int, frame: FrameType | None) -> None:
@@ -83,14 +111,35 @@ def on_stop_signal(signum: int, frame: FrameType | None) -> None:
         log.warning("%s received: stopping before the next step (none is in progress)", name)
 
 
+def on_budget_signal(signum: int, frame: FrameType | None) -> None:
+    """The handler of ``BUDGET_SIGNAL`` during a ``StopRequest`` with a budget: the watchdog
+    says the budget ran out inside ``interruptible()``; abandon that work."""
+    if SIGNALS.interruptible and SIGNALS.received is None:
+        SIGNALS.interruptible = False  # raised once; the work is being abandoned
+        raise StopInterrupt(BUDGET_REASON)
+
+
 def catch_stop_signals() -> None:
     """From now on, in this process, a first SIGTERM/SIGINT is a stop request whenever it comes
     (``python train.py`` calls it first thing); a second kills, one after a completed stop is
-    ignored."""
+    ignored, and so is one during the interpreter's exit."""
     if signal.getsignal(signal.SIGTERM) is on_stop_signal:  # already (``train.py``'s first line)
         return
     SIGNALS.clear()
     install_handlers(dict.fromkeys(STOP_SIGNALS, on_stop_signal))
+    atexit.register(_ignore_stop_signals_at_exit)  # atexit runs before finalization resets them
+
+
+def _ignore_stop_signals_at_exit() -> None:
+    """The process is ending and its work is done (a stop completed, or the run ended): ignore
+    the stop signals from here on. Python's finalization (``_PySignal_Fini``, after the atexit
+    callbacks) sets every signal with a Python handler back to its default action while module
+    teardown still runs, so a SIGTERM then killed a finished run with 143; SIG_IGN survives it."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) is on_stop_signal:  # someone else's choice stays theirs
+            signal.signal(signum, signal.SIG_IGN)
 
 
 @contextlib.contextmanager
@@ -101,17 +150,20 @@ def interruptible(enabled: bool = True) -> Iterator[None]:
     if not enabled:
         yield
         return
-    if SIGNALS.received is not None:
-        raise StopInterrupt(SIGNALS.received)
-    SIGNALS.interruptible = True
-    try:
+    try:  # a signal may raise as soon as the flag is set: the finally clears it then too
+        with _ENTRY_LOCK:
+            pending = SIGNALS.received or (BUDGET_REASON if SIGNALS.budget_spent else None)
+            SIGNALS.interruptible = pending is None
+        if pending is not None:
+            raise StopInterrupt(pending)
         yield
     finally:
         SIGNALS.interruptible = False
 
 
 class StopRequest:
-    """Context manager that turns SIGTERM/SIGINT into ``reason`` and watches a time budget.
+    """Context manager that turns SIGTERM/SIGINT into ``reason`` and watches a time budget
+    (``BudgetWatch``: work inside ``interruptible()`` is abandoned the moment it runs out).
 
     Inside ``catch_stop_signals`` it carries on what the process was told before (a signal
     during start-up is already the reason) and, on exit after a stop, leaves later signals
@@ -126,15 +178,22 @@ class StopRequest:
         self._start = 0.0
         self._previous: dict[int, object] = {}
         self._process_wide = False
+        self._watch: BudgetWatch | None = None
 
     def __enter__(self) -> StopRequest:
         self._start = time.monotonic()
-        self._previous = install_handlers(dict.fromkeys(STOP_SIGNALS, on_stop_signal))
-        previous = list(self._previous.values())
+        handlers: dict[int, Handler] = dict.fromkeys(STOP_SIGNALS, on_stop_signal)
+        if self.max_duration_s is not None:
+            handlers[BUDGET_SIGNAL] = on_budget_signal
+        self._previous = install_handlers(handlers)
+        previous = [self._previous[s] for s in STOP_SIGNALS if s in self._previous]
         self._process_wide = bool(previous) and all(h is on_stop_signal for h in previous)
         if not self._process_wide:
             SIGNALS.clear()
         SIGNALS.in_run = True
+        SIGNALS.budget_spent = False  # a sequential sweep's earlier job spent its own
+        if self.max_duration_s is not None and self._previous:  # handlers: the main thread's
+            self._watch = BudgetWatch(self.max_duration_s)
         return self
 
     def __exit__(
@@ -143,8 +202,11 @@ class StopRequest:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._watch is not None:  # before the handlers go: it signals no more after this
+            self._watch.close()
+            self._watch = None
         restore_handlers(self._previous)
-        SIGNALS.in_run = SIGNALS.interruptible = False
+        SIGNALS.in_run = SIGNALS.interruptible = SIGNALS.budget_spent = False
         if not self._process_wide:
             SIGNALS.clear()
         elif SIGNALS.received is not None:  # the stop is done: nothing left to stop
@@ -160,13 +222,57 @@ class StopRequest:
         """Why the run should stop now (``"SIGTERM"``, ``"SIGINT"``, ``"max_duration"``)."""
         if self.signal_name is not None:
             return self.signal_name
+        if SIGNALS.budget_spent and self.max_duration_s is not None:
+            return BUDGET_REASON
         if self.max_duration_s is not None and self.elapsed_s >= self.max_duration_s:
-            return "max_duration"
+            return BUDGET_REASON
         return None
 
     @property
     def elapsed_s(self) -> float:
         return time.monotonic() - self._start
+
+
+class BudgetWatch:
+    """A daemon thread that waits out a time budget, then marks it spent and, when the main
+    thread is inside ``interruptible()``, sends it ``BUDGET_SIGNAL`` (once), so that work is
+    abandoned now rather than at the step's end. Multi-process runs never enter
+    ``interruptible()`` (their ranks would abandon work at different points): for them this
+    only marks the budget, and the ranks agree at the step's end.
+
+    Args:
+        seconds: the budget from now.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self._closed = threading.Event()
+        self._main = threading.main_thread().ident
+        self._thread = threading.Thread(
+            target=self._watch, args=(seconds,), name="astrai-time-budget", daemon=True
+        )
+        self._thread.start()
+
+    def _watch(self, seconds: float) -> None:
+        if self._closed.wait(seconds):
+            return
+        with _ENTRY_LOCK:
+            if self._closed.is_set():
+                return
+            SIGNALS.budget_spent = True
+            abandon = SIGNALS.interruptible and SIGNALS.received is None
+            if abandon and self._main is not None:
+                signal.pthread_kill(self._main, BUDGET_SIGNAL)
+        log.warning(
+            "trainer.max_duration (%gs) spent: %s, then checkpoint and exit",
+            seconds,
+            "abandoning the sampling or evaluation in progress" if abandon else "ending this step",
+        )
+
+    def close(self) -> None:
+        """Stop watching; after this no signal comes from it."""
+        with _ENTRY_LOCK:
+            self._closed.set()
+        self._thread.join()
 
 
 def live_children() -> list[int]:
