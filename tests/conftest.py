@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+from hypothesis import settings
 
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.tokenizer import CharTokenizer
@@ -11,6 +14,13 @@ from astrai.models.tokenizer import CharTokenizer
 # The tests' models are tiny: one intra-op thread is as fast as two and, on a shared 2-core
 # machine, far faster than two threads contending with another process for one core.
 torch.set_num_threads(1)
+
+# Hypothesis profiles (before any test module builds its settings): ``ci``, the default, keeps the
+# slow suite inside its budget; ``deep`` is the search to run on demand after touching config
+# validation: HYPOTHESIS_PROFILE=deep make test-slow (or pytest tests/config/test_fuzz_overrides.py)
+settings.register_profile("ci", max_examples=50)
+settings.register_profile("deep", max_examples=250)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture
