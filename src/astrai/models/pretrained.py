@@ -32,7 +32,7 @@ from astrai.models.llama import LlamaConfig, LlamaForCausalLM, set_gradient_chec
 from astrai.models.tokenizer import TOKENIZER_FILE, CharTokenizer, Tokenizer
 from astrai.models.value_model import ValueModel
 from astrai.models.weights import stored_names
-from astrai.paths import REPO_ROOT
+from astrai.paths import REPO_ROOT, missing_reason
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -88,6 +88,8 @@ def read_hf_config(path: str | Path) -> LlamaConfig:
     """``<path>/config.json`` -> ``LlamaConfig``; refuses what astrai cannot compute exactly."""
     directory = Path(path)
     if not directory.is_dir():
+        if missing_reason(directory) != "does not exist":  # a symlink loop, a broken link
+            raise ModelDirError(f"{directory} {missing_reason(directory)}")
         raise ModelDirError(f"no model directory at {directory}: {missing_dir_hint(directory)}")
     config_path = directory / CONFIG_FILE
     try:

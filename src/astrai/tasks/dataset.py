@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from astrai.chat import Prompt
+from astrai.paths import missing_reason
 from astrai.tasks.base import _EVAL_SALT, _HASH_BUCKETS, Problem, _stable_int
 from astrai.tasks.prompt_fit import PromptError, check_prompt_tokens
 
@@ -46,7 +47,7 @@ def read_rows(path: Path, key: str) -> list[dict[str, Any]]:
     """The records of one local file or ``save_to_disk`` folder (``key``: the config key that
     named it, for the message)."""
     if not path.exists():
-        raise DatasetError(f"{key}: {path} does not exist")
+        raise DatasetError(f"{key}: {path} {missing_reason(path)}")
     # never reach the Hugging Face Hub, whatever the environment says
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -72,6 +73,12 @@ def read_rows(path: Path, key: str) -> list[dict[str, Any]]:
                 f"{key}: {path}: unknown format {path.suffix!r} (use {', '.join(FORMATS)} "
                 "or a save_to_disk folder)"
             )
+        held = _lone_json_value(path) if path.suffix.lower() == ".json" else None
+        if held is not None:
+            raise DatasetError(
+                f"{key}: {path} is not an array of records: it holds one JSON {held} (write "
+                "[{...}, {...}], or one record per line in a .jsonl file)"
+            )
         with tempfile.TemporaryDirectory(prefix="astrai-datasets-") as cache:
             loaded = datasets.load_dataset(
                 builder, data_files=str(path), split="train", cache_dir=cache, keep_in_memory=True
@@ -81,6 +88,23 @@ def read_rows(path: Path, key: str) -> list[dict[str, Any]]:
         raise
     except Exception as err:
         raise DatasetError(f"{key}: {path}: {_unreadable(path, err)}") from err
+
+
+JSON_TYPES = {dict: "object", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def _lone_json_value(path: Path) -> str | None:
+    """What a ``.json`` file holds when it is one JSON value but no array (``object``,
+    ``string``, ...): the ``json`` loader would read a lone object as one row, and a dict of
+    columns as one row of lists. None for an array, or JSON Lines (the loader reads both)."""
+    with path.open("rb") as handle:
+        if handle.read(4096).lstrip().startswith(b"["):
+            return None  # an array: not parsed twice
+    try:
+        value = json.loads(path.read_bytes())
+    except ValueError:  # JSON Lines, or broken: the loader reads or reports it
+        return None
+    return JSON_TYPES.get(type(value), "null")
 
 
 def _unreadable(path: Path, err: Exception) -> str:
