@@ -208,11 +208,16 @@ def test_sigterm_checkpoints_exits_0_and_the_resumed_run_matches(tmp_path: Path)
     assert steps == list(range(151))
 
 
-def test_time_budget_stops_with_a_checkpoint_and_exit_0(tmp_path: Path) -> None:
+def test_a_time_budget_spent_before_the_first_step_stops_at_step_0_with_exit_0(
+    tmp_path: Path,
+) -> None:
+    """The budget runs out in the step-0 evaluation, which is abandoned (issue 30: a budget
+    bounds the step; tests/test_time_budget_cli.py stops a hung step with its checkpoint)."""
     run_dir = tmp_path / "run"
     result = run_train([*LONG, "trainer.max_duration=0.001s", f"hydra.run.dir={run_dir}"], tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stopped"] == "max_duration"
-    assert summary["step"] == 1  # the step in progress is finished, then the run stops
-    assert (run_dir / "checkpoints" / "step_1" / "trainer_state.json").is_file()
+    assert summary["step"] == 0 and summary["checkpoint"] is None
+    assert not list((run_dir / "checkpoints").glob("step_*"))
+    assert "stopped (max_duration) before step 1: nothing new to save" in result.stdout
