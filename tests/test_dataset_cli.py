@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.train_runs import TRAIN, run_train, write_addition_files
+from tests.train_runs import TRAIN, run_train, run_train_in_process, write_addition_files
 
 QUICK = ["debug=quick", "trainer.progress_bar=false"]
 REWARDS = '''
@@ -40,6 +40,7 @@ def overflows(prompts, responses, answers):
 
 
 def dataset_run(tmp_path: Path, *overrides: str, threads: int | None = 1, timeout: int = 120):  # noqa: ANN201
+    """A real ``python train.py task=dataset ...`` process, the test's rewards importable."""
     (tmp_path / "user_rewards.py").write_text(REWARDS)
     return run_train(
         ["task=dataset", *overrides, f"hydra.run.dir={tmp_path / 'run'}"],
@@ -48,6 +49,13 @@ def dataset_run(tmp_path: Path, *overrides: str, threads: int | None = 1, timeou
         timeout=timeout,
         extra_env={"PYTHONPATH": str(tmp_path)},
     )
+
+
+def dataset_run_in_process(tmp_path: Path, *overrides: str):  # noqa: ANN201
+    """The same command through ``main`` in this interpreter (tests/train_runs.py)."""
+    (tmp_path / "user_rewards.py").write_text(REWARDS)
+    args = ["task=dataset", *overrides, f"hydra.run.dir={tmp_path / 'run'}"]
+    return run_train_in_process(args, cwd=tmp_path, import_path=tmp_path)
 
 
 def assert_one_line_exit_2(result, tmp_path: Path, *needles: str) -> None:  # noqa: ANN001
@@ -95,7 +103,8 @@ def addition_files(tmp_path: Path) -> list[str]:
     return [f"task.train_path={train}", f"task.eval_path={held_out}"]
 
 
-@pytest.mark.slow  # ~4 s each
+# one real process per family above (a missing file) and below (a reward that raises); the rest
+# run main in-process
 @pytest.mark.parametrize(
     ("make", "overrides", "needles"),
     [
@@ -103,10 +112,11 @@ def addition_files(tmp_path: Path) -> list[str]:
         (no_answer_column, [], ["q.jsonl", "'answer'", "task.answer_key"]),
         (all_held_out, [], ["task.train_path", "no training rows"]),
         (unknown_character, [], ["train.jsonl row 5", "'Z'", "character"]),
-        (
+        pytest.param(  # the real process of the reward family: slow (~4 s)
             addition_files,
             ["reward=custom", "reward._target_=user_rewards.raises_on_seven"],
             ["reward raises_on_seven failed on prompt", "7", "tried before the run"],
+            marks=pytest.mark.slow,
         ),
         (
             addition_files,
@@ -137,7 +147,9 @@ def test_bad_input_is_one_line_exit_2_and_no_run_dir(
     overrides: list[str],
     needles: list[str],  # noqa: ANN001
 ) -> None:
-    result = dataset_run(tmp_path, *QUICK, *make(tmp_path), *overrides)
+    run = dataset_run if "reward._target_=user_rewards.raises_on_seven" in overrides else None
+    run = run or dataset_run_in_process
+    result = run(tmp_path, *QUICK, *make(tmp_path), *overrides)
     assert_one_line_exit_2(result, tmp_path, *needles)
 
 

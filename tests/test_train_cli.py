@@ -12,7 +12,23 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.train_runs import QUICK, TRAIN, checkpoint_weights, last_logged_step, run_train
+from tests.train_runs import (
+    QUICK,
+    TRAIN,
+    checkpoint_weights,
+    last_logged_step,
+    run_train,
+    run_train_in_process,
+)
+
+# one real ``python train.py`` process per error family (config, checkpoint); every other row
+# runs the same ``main`` in-process (tests/train_runs.py), a torch import cheaper each
+REAL_PROCESS = {"train_type=nope", "ckpt.resume=/nonexistent/step_3", "trainer.total_step=10"}
+
+
+def run_row(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    real = " ".join(args) in REAL_PROCESS
+    return run_train(args, cwd=cwd) if real else run_train_in_process(args, cwd=cwd)
 
 
 @pytest.mark.parametrize(
@@ -23,36 +39,26 @@ from tests.train_runs import QUICK, TRAIN, checkpoint_weights, last_logged_step,
             "train_type=nope is not an option (choose from online_grpo, online_ppo)",
         ),
         # unknown keys and wrong types: test_compose_errors_are_one_line_and_exit_2
-        pytest.param(  # in-process in tests/config/test_bad_values.py and test_environment.py
-            "+infra.environment={PATH:/nonexistent}",
-            "infra.environment.PATH cannot be set",
-            marks=pytest.mark.slow,
-        ),
+        ("+infra.environment={PATH:/nonexistent}", "infra.environment.PATH cannot be set"),
         ("ckpt.resume=/nonexistent/step_3", "ckpt.resume: no checkpoint directory"),
-        # the same path through the CLI for more of validate_config's checks, each also tested
-        # in-process in tests/config (a train.py start each: slow)
-        *[
-            pytest.param(override, needle, marks=pytest.mark.slow)
-            for override, needle in (
-                ("train_type.group_size=1", "train_type.group_size"),
-                ("model.hidden_size=-3", "model.hidden_size"),
-                ("train_type.clip_eps=abc", "train_type.clip_eps"),
-                ("infra.gpu.devices=[1,1]", "infra.gpu.devices"),
-                ("train_type=online_ppo critic=none", "critic=value_model"),
-                ("train_type=online_ppo train_type.ppo_gamma=1.5", "train_type.ppo_gamma"),
-                ("train_type=online_ppo train_type.ppo_gae_lambda=-1", "train_type.ppo_gae_lambda"),
-                ("train_type=online_ppo train_type.kl_estimator=k7", "train_type.kl_estimator"),
-                ("trainer.max_duration=2weeks", "trainer.max_duration"),
-                ("ckpt.keep_last=0", "ckpt.keep_last"),
-                ("ckpt.every_steps=-1", "ckpt.every_steps"),
-            )
-        ],
+        # validate_config's checks through main, each also tested in tests/config
+        ("train_type.group_size=1", "train_type.group_size"),
+        ("model.hidden_size=-3", "model.hidden_size"),
+        ("train_type.clip_eps=abc", "train_type.clip_eps"),
+        ("infra.gpu.devices=[1,1]", "infra.gpu.devices"),
+        ("train_type=online_ppo critic=none", "critic=value_model"),
+        ("train_type=online_ppo train_type.ppo_gamma=1.5", "train_type.ppo_gamma"),
+        ("train_type=online_ppo train_type.ppo_gae_lambda=-1", "train_type.ppo_gae_lambda"),
+        ("train_type=online_ppo train_type.kl_estimator=k7", "train_type.kl_estimator"),
+        ("trainer.max_duration=2weeks", "trainer.max_duration"),
+        ("ckpt.keep_last=0", "ckpt.keep_last"),
+        ("ckpt.every_steps=-1", "ckpt.every_steps"),
     ],
 )
 def test_bad_override_exits_nonzero_with_one_clear_message(
     tmp_path: Path, override: str, needle: str
 ) -> None:
-    result = run_train(override.split(), cwd=tmp_path)
+    result = run_row(override.split(), cwd=tmp_path)
     assert result.returncode == 2
     assert needle in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
@@ -68,40 +74,34 @@ def test_bad_override_exits_nonzero_with_one_clear_message(
             ["trainer.total_step=10"],
             "trainer.total_step is not a config key (did you mean trainer.total_steps?)",
         ),
-        # each also in-process in tests/config/test_keys.py (a train.py start each: slow)
-        pytest.param(
+        # each also in-process in tests/config/test_keys.py
+        (
             ["+trainer.total_step=10"],
             "trainer.total_step is not a config key (did you mean trainer.total_steps?)",
-            marks=pytest.mark.slow,
         ),
-        pytest.param(
+        (
             ["train_type=base_online_ppo"],
             "train_type=base_online_ppo is not an option (choose from online_grpo, online_ppo)",
-            marks=pytest.mark.slow,
         ),
-        pytest.param(
+        (
             ["trainer.total_steps=ten"],
             "trainer.total_steps=ten: Value 'ten' of type 'str' could not be converted to Integer",
-            marks=pytest.mark.slow,
         ),
-        pytest.param(  # the same check as with -m below
+        (  # the same check as with -m below
             ["+experiment=ppo_sweep"],
             "+experiment=ppo_sweep: drop the + (experiment=ppo_sweep)",
-            marks=pytest.mark.slow,
         ),
         (
             ["-m", "+experiment=ppo_sweep"],
             "+experiment=ppo_sweep: drop the + (experiment=ppo_sweep)",
         ),
-        pytest.param(
-            ["+debug=quick"], "+debug=quick: drop the + (debug=quick)", marks=pytest.mark.slow
-        ),
+        (["+debug=quick"], "+debug=quick: drop the + (debug=quick)"),
     ],
 )
 def test_compose_errors_are_one_line_and_exit_2(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
-    result = run_train(args, cwd=tmp_path)
+    result = run_row(args, cwd=tmp_path)
     assert (result.returncode, result.stderr) == (2, f"astrai: config error: {message}\n")
     assert list(tmp_path.iterdir()) == []
 

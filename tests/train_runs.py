@@ -1,14 +1,23 @@
-"""Real ``python train.py`` processes for the end-to-end tests: the command, a quick preset, a
-run's last logged step and checkpoint weights, and the embedded addition task written as JSONL
-files (``task=dataset`` tests)."""
+"""``python train.py`` for the end-to-end tests: as a real process (``run_train``) or in this
+interpreter (``run_train_in_process``, the same ``main`` with a patched ``sys.argv``, as
+torchtune's recipe tests do: no torch import per row); a quick preset, a run's last logged step
+and checkpoint weights, and the embedded addition task written as JSONL files (``task=dataset``
+tests)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import torch
 
 from astrai.tasks import AdditionTask
 
@@ -41,6 +50,81 @@ def run_train(
         text=True,
         timeout=timeout,
     )
+
+
+@contextlib.contextmanager
+def _process_state(cwd: Path, argv: list[str], env: dict[str, str]) -> Iterator[None]:
+    """What ``main`` changes in a process, put back afterwards: the working directory,
+    ``sys.argv``, the environment, the stop-signal handlers, the root logger's handlers and
+    level (Hydra's job logging replaces them) and torch's intra-op threads."""
+    saved_cwd, saved_argv, saved_env = os.getcwd(), sys.argv, dict(os.environ)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    root = logging.getLogger()
+    root_handlers, root_level = list(root.handlers), root.level
+    threads = torch.get_num_threads()
+    os.chdir(cwd)
+    sys.argv = argv
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for handler in [h for h in root.handlers if h not in root_handlers]:
+            root.removeHandler(handler)
+            handler.close()
+        root.handlers[:] = root_handlers
+        root.setLevel(root_level)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def _importable(folder: Path | None) -> Iterator[None]:
+    """``folder`` first on ``sys.path`` (``PYTHONPATH=folder`` of a real process); afterwards the
+    modules imported from it are forgotten, so the next row imports its own version."""
+    if folder is None:
+        yield
+        return
+    sys.path.insert(0, str(folder))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(folder))
+        for name, module in list(sys.modules.items()):
+            if str(getattr(module, "__file__", None) or "").startswith(str(folder)):
+                del sys.modules[name]
+
+
+def run_train_in_process(
+    args: list[str],
+    cwd: Path,
+    extra_env: dict[str, str] | None = None,
+    import_path: Path | None = None,
+) -> subprocess.CompletedProcess:
+    """``python train.py args`` in ``cwd``, run by ``astrai.train.main`` in this interpreter:
+    its exit status, stdout and stderr as ``subprocess.run`` gives them. ``import_path``: a
+    folder of user modules (a custom reward), importable during the run. For rows whose run
+    refuses to start or is short: a run's own state (signal handlers, logging, threads, the
+    working directory, the user's modules) is put back afterwards; a job that starts worker
+    processes or waits for a signal belongs in ``run_train``."""
+    from astrai.train import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code: int = 0
+    env = {"HYDRA_FULL_ERROR": "", **(extra_env or {})}
+    with _process_state(cwd, [TRAIN, *args], env), _importable(import_path):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+            except SystemExit as exit_:
+                code = (
+                    exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+                )
+    return subprocess.CompletedProcess([TRAIN, *args], code, out.getvalue(), err.getvalue())
 
 
 def last_logged_step(run_dir: Path) -> int:

@@ -6,8 +6,10 @@ import functools
 import logging
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -79,10 +81,20 @@ def _accuracy(value: object) -> str:
     return f"{value:.3f}" if isinstance(value, int | float) else "-"
 
 
-# the Hydra record (``.hydra/``) an explicit run dir held before this start, which Hydra rewrites
-# before the job runs (``main`` reads it): put back if the start is refused
-_earlier_record: dict[str, bytes] | None = None
-_earlier_dir: Path | None = None
+@dataclass(frozen=True)
+class StartUp:
+    """What ``main`` learned before Hydra starts the job, handed to the job explicitly (no module
+    state, so ``main`` can run again in the same interpreter, as the in-process CLI tests do).
+
+    Args:
+        earlier_record: the Hydra record (``.hydra/`` files) an explicit run dir held before
+            this start, which Hydra rewrites before the job runs: put back if the start is
+            refused. None: the dir had none, or no explicit run dir was given.
+        earlier_dir: that run dir, resolved.
+    """
+
+    earlier_record: dict[str, bytes] | None = None
+    earlier_dir: Path | None = None
 
 
 def read_hydra_record(run_dir: Path) -> dict[str, bytes] | None:
@@ -108,12 +120,12 @@ def _write_bytes(path: Path, data: bytes) -> None:
     path.write_bytes(data)
 
 
-def _discard_run_dir(run_dir: Path) -> None:
+def _discard_run_dir(run_dir: Path, start: StartUp) -> None:
     """Undo the start of a run that failed validation or was refused its checkpoint: a fresh run
     dir (``.hydra/``, the job log, its lock file) is removed; an existing one gets back the
     Hydra record it had (a refused resume leaves the run it belongs to as it was)."""
-    if _earlier_record is not None and run_dir.resolve() == _earlier_dir:
-        restore_hydra_record(run_dir, _earlier_record)
+    if start.earlier_record is not None and run_dir.resolve() == start.earlier_dir:
+        restore_hydra_record(run_dir, start.earlier_record)
         return
     discard_fresh_dir(run_dir, {".hydra", f"{HydraConfig.get().job.name}.log", LOCK_NAME})
 
@@ -147,14 +159,28 @@ def parallel_jobs() -> int:
     return launcher_parallel_jobs(hydra_cfg.launcher, multirun, available_cores())
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
-def _hydra_main(cfg: DictConfig) -> float | None:
+def hydra_task(start: StartUp) -> Callable[[], Any]:
+    """The Hydra entry of one ``main`` call: composes the job (or each job of a multirun) and
+    runs ``run_job`` on it with ``start``. A closure rather than a module-level function so the
+    start-up state reaches the job as an argument; its module, ``astrai.train``, names the job
+    (``train.log``) as before."""
+
+    @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+    def task(cfg: DictConfig) -> float | None:
+        return run_job(cfg, start)
+
+    return task
+
+
+def run_job(cfg: DictConfig, start: StartUp) -> float | None:
+    """One composed job: validate, lock the run dir, train; every known failure is one line on
+    stderr and exit 2. Returns the job's ``optimized_metric`` (what a sweeper optimises)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         check_where_it_runs(cfg)
         validate_config(cfg)
     except ConfigError as err:
-        _discard_run_dir(run_dir)
+        _discard_run_dir(run_dir, start)
         print(f"astrai: config error: {err}", file=sys.stderr)
         sys.exit(2)
     apply_slurm_environment(cfg.infra.name)  # a Slurm task's rank, before asking for it
@@ -168,18 +194,18 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         print(f"astrai: {err}", file=sys.stderr)
         sys.exit(2)
     except OSError as err:  # a full disk: undo the start as for a config error
-        _discard_run_dir(run_dir)
+        _discard_run_dir(run_dir, start)
         print(f"astrai: I/O error: {error_line(err)}", file=sys.stderr)
         sys.exit(2)
     try:
         summary = run(cfg, run_dir, parallel_jobs())
     except ConfigError as err:  # found once the run starts (e.g. the launch's grace period)
-        _discard_run_dir(run_dir)
+        _discard_run_dir(run_dir, start)
         print(f"astrai: config error: {err}", file=sys.stderr)
         sys.exit(2)
     except CheckpointError as err:
         # raised while restoring, before the run writes anything
-        _discard_run_dir(run_dir)
+        _discard_run_dir(run_dir, start)
         print(f"astrai: checkpoint error: {err}", file=sys.stderr)
         sys.exit(2)
     except RewardError as err:  # mid-run: the run dir keeps what the run did so far
@@ -296,6 +322,7 @@ def main() -> None:
     except ConfigError as err:
         _config_error(str(err))
     explicit_dir = _explicit_run_dir(overrides or [])
+    start = StartUp()
     # the config is not composed yet: a Slurm task's rank is its SLURM_PROCID (``infra=slurm``
     # turns it into RANK; without it every task is a run of its own, and the lock says so)
     launch_rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
@@ -308,9 +335,8 @@ def main() -> None:
         except OSError as err:  # a full disk: lock_run_dir removed what it had created
             print(f"astrai: I/O error: {error_line(err)}", file=sys.stderr)
             sys.exit(2)
-        global _earlier_record, _earlier_dir
-        _earlier_record, _earlier_dir = read_hydra_record(explicit_dir), explicit_dir.resolve()
-    _hydra_main()
+        start = StartUp(read_hydra_record(explicit_dir), explicit_dir.resolve())
+    hydra_task(start)()
 
 
 def _explicit_run_dir(overrides: list[str]) -> Path | None:

@@ -27,7 +27,7 @@ from hydra_plugins.astrai_docker_launcher._core import DockerJobError, Job
 from omegaconf import OmegaConf
 from tests.helpers import wait_for_rows
 from tests.launcher.helpers import install_fake_docker, read_calls
-from tests.train_runs import QUICK, REPO, run_train
+from tests.train_runs import QUICK, REPO, run_train, run_train_in_process
 
 from astrai.config.store import register_configs
 from astrai.paths import CONFIG_DIR
@@ -62,7 +62,13 @@ def _env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def _train(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+def _train(
+    args: list[str], cwd: Path, env: dict[str, str], in_process: bool = False
+) -> subprocess.CompletedProcess:
+    """``python train.py args`` with the fake docker: a real process, or (``in_process``, for
+    the refusals before any container) ``main`` in this interpreter."""
+    if in_process:
+        return run_train_in_process(args, cwd, extra_env=env)
     return run_train(args, cwd, timeout=300, extra_env=env)
 
 
@@ -79,17 +85,15 @@ def test_plugin_is_discovered_from_any_working_directory(tmp_path: Path) -> None
         (["hydra/launcher=docker", "infra=docker"], "add -m"),
         (["infra=docker"], "python train.py -m hydra/launcher=docker infra=docker"),
         (["-m", "hydra/launcher=docker"], "needs infra=docker"),
-        # the device parse is unit-tested in tests/config/test_devices.py: slow here
-        pytest.param(
+        # the device parse is unit-tested in tests/config/test_devices.py: in-process here
+        (
             ["-m", "hydra/launcher=docker", "infra=docker", "infra.gpu.devices=[0,0]"],
             "duplicates",
-            marks=pytest.mark.slow,
         ),
         *[
-            pytest.param(
+            (
                 ["-m", "hydra/launcher=docker", "infra=docker", f"infra.gpu.devices={value}"],
                 needle,
-                marks=pytest.mark.slow,
             )
             for value, needle in (
                 ("[-1]", "non-negative"),
@@ -99,18 +103,16 @@ def test_plugin_is_discovered_from_any_working_directory(tmp_path: Path) -> None
         ],
         # infra.environment cannot reach the Docker CLI's own variables, nor the GPU selection
         # (unit-tested in tests/launcher/test_environment.py, and in-process by
-        # tests/config/test_bad_values.py: slow here)
-        pytest.param(
+        # tests/config/test_bad_values.py: in-process here)
+        (
             ["-m", "hydra/launcher=docker", "infra=docker", "+infra.environment={PATH:/nowhere}"],
             "infra.environment.PATH cannot be set per job",
-            marks=pytest.mark.slow,
         ),
-        pytest.param(
+        (
             ["-m", "hydra/launcher=docker", "infra=docker", "+infra.environment.DOCKER_HOST=x"],
             "infra.environment.DOCKER_HOST cannot be set per job",
-            marks=pytest.mark.slow,
         ),
-        pytest.param(
+        (
             [
                 "-m",
                 "hydra/launcher=docker",
@@ -118,14 +120,12 @@ def test_plugin_is_discovered_from_any_working_directory(tmp_path: Path) -> None
                 "+infra.environment.CUDA_VISIBLE_DEVICES=",
             ],
             "infra.environment.CUDA_VISIBLE_DEVICES cannot be set per job",
-            marks=pytest.mark.slow,
         ),
         # docker/preflight.py's check, unit-tested in tests/docker/test_preflight.py and run
-        # against the real engine in tests/docker_e2e: slow here
-        pytest.param(
+        # against the real engine in tests/docker_e2e: in-process here
+        (
             ["-m", "hydra/launcher=docker", "infra=docker", "infra.container.image=missing:latest"],
             "image missing:latest not found; build it with `make docker-build`",
-            marks=pytest.mark.slow,
         ),
         (
             ["-m", "hydra/launcher=docker", "infra=docker", "infra.mounts.models=/etc/hostname"],
@@ -152,7 +152,8 @@ def test_never_a_silent_host_run_and_bad_devices_fail_before_any_container(
     work.mkdir()
     flags = [a for a in args if a == "-m"]
     overrides = [a for a in args if a != "-m"]  # last, so they win over the defaults here
-    result = _train([*flags, *_mounts(tmp_path), *QUICK, *overrides], work, env)
+    in_process = args != ["hydra/launcher=docker", "infra=docker"]
+    result = _train([*flags, *_mounts(tmp_path), *QUICK, *overrides], work, env, in_process)
     assert result.returncode == 2, result.stdout + result.stderr
     assert needle in result.stderr
     assert "Traceback" not in result.stderr
@@ -347,18 +348,16 @@ def test_launch_returns_each_jobs_summary_and_reports_the_failed_one(
     ("args", "env", "needle"),
     [
         (["hydra.launcher.detach=true"], {}, "hydra.launcher.detach=true needs"),
-        # unit-tested in test_environment.py / tests/config/test_devices.py: slow here
-        pytest.param(
+        # unit-tested in test_environment.py / tests/config/test_devices.py: in-process here
+        (
             ["hydra.launcher.job_name=../up"],
             {},
             "hydra.launcher.job_name='../up': use 1-63",
-            marks=pytest.mark.slow,
         ),
-        pytest.param(
+        (
             ["infra.gpu.devices=none", "infra.device=cuda"],
             {},
             "infra.gpu.devices=none selects",
-            marks=pytest.mark.slow,
         ),
         # a detached sweep starts every container at once: GPU jobs must not share GPUs
         # (the default, infra.gpu.devices=all, overlaps everything); CPU jobs share nothing
@@ -367,7 +366,7 @@ def test_launch_returns_each_jobs_summary_and_reports_the_failed_one(
             {},
             "jobs #0 and #1 share GPUs (infra.gpu.devices=all and all)",
         ),
-        pytest.param(  # the overlap rule itself: test_environment.py (no sweep there)
+        (  # the overlap rule itself: test_environment.py (no sweep there)
             [
                 "hydra.launcher.job_name=sw",
                 "hydra.launcher.detach=true",
@@ -375,13 +374,10 @@ def test_launch_returns_each_jobs_summary_and_reports_the_failed_one(
             ],
             {},
             "jobs #1 and #2 share GPUs (infra.gpu.devices=[1] and [2, 1])",
-            marks=pytest.mark.slow,
         ),
         # the engine down: that cause, not a missing image; the mounts are made on the way
         ([], {"engine": "down"}, "docker error: Docker engine not reachable"),
-        pytest.param(
-            [], {"ASTRAI_UID": "me"}, "ASTRAI_UID must be a number", marks=pytest.mark.slow
-        ),
+        ([], {"ASTRAI_UID": "me"}, "ASTRAI_UID must be a number"),
     ],
 )
 def test_host_and_name_errors_are_one_line_before_any_container(
@@ -396,7 +392,8 @@ def test_host_and_name_errors_are_one_line_before_any_container(
     if engine_down:
         (tmp_path / "docker-config").mkdir()
         (tmp_path / "docker-config" / "engine-down").touch()
-    result = _train(launch, work, _env(tmp_path) | env)
+    in_process = args != ["hydra.launcher.detach=true"]
+    result = _train(launch, work, _env(tmp_path) | env, in_process)
     assert result.returncode == 2, result.stdout + result.stderr
     assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.stderr

@@ -127,6 +127,7 @@ def catch_stop_signals() -> None:
         return
     SIGNALS.clear()
     install_handlers(dict.fromkeys(STOP_SIGNALS, on_stop_signal))
+    atexit.unregister(_ignore_stop_signals_at_exit)  # once, however often main() runs in-process
     atexit.register(_ignore_stop_signals_at_exit)  # atexit runs before finalization resets them
 
 
