@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import run_main
-from tests.train_runs import QUICK, run_train, write_addition_files
+from tests.train_runs import QUICK, run_train, run_train_in_process, write_addition_files
 
 from astrai.generate import main as generate_main
 from astrai.tasks import AdditionTask
@@ -56,7 +56,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cwd = tmp_path_factory.mktemp("generate")
     run = cwd / "run"
     overrides = [*QUICK, *RUN_TASK, f"train_type.sampling.max_new_tokens={RUN_MAX_NEW_TOKENS}"]
-    result = run_train([*overrides, f"hydra.run.dir={run}"], cwd=cwd)
+    result = run_train_in_process([*overrides, f"hydra.run.dir={run}"], cwd=cwd)  # train.py's main
     assert result.returncode == 0, result.stderr[-3000:]
     return run
 

@@ -113,7 +113,7 @@ def test_help_is_astrais_page_and_hydra_help_hydras(tmp_path: Path) -> None:
     assert (result.returncode, result.stdout) == (0, help_text() + "\n")
     assert "  train_type  online_grpo*, online_ppo\n" in result.stdout
     assert "base_" not in result.stdout
-    hydra_help = run_train(["--hydra-help"], cwd=tmp_path)
+    hydra_help = run_train_in_process(["--hydra-help"], cwd=tmp_path)  # main, in this process
     assert hydra_help.returncode == 0
     assert hydra_help.stdout.startswith("Hydra (1.3")
 
@@ -148,10 +148,11 @@ def test_python_m_astrai_train_runs_like_train_py(tmp_path: Path) -> None:
         pytest.param("reverse", marks=pytest.mark.slow),
         pytest.param("sort", marks=pytest.mark.slow),
     ],
-)  # one train.py run each, ~7 s: addition in the fast suite, all three in the slow one
+)  # addition: the fast suite's real train.py run (~4 s); the other two through main in-process
 def test_each_builtin_task_runs(tmp_path: Path, task: str) -> None:
     run_dir = tmp_path / "run"
-    result = run_train([f"task={task}", *QUICK, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    run = run_train if task == "addition" else run_train_in_process
+    result = run([f"task={task}", *QUICK, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["step"] == 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from tests.train_runs import run_train
+from tests.train_runs import run_train_in_process
 
 from astrai.config.compose import check_run_config, check_sweep_overrides
 from astrai.config.errors import ConfigError
@@ -184,30 +184,25 @@ def test_llama_config_refuses_non_finite_and_non_positive_floats(key: str, value
         LlamaConfig(**{key: value})
 
 
-# through the CLI: one stderr line, exit 2, nothing written (each ~4 s: all but one are slow;
-# tests/test_train_cli.py holds single runs' one-line errors in the fast suite)
+# through train.py's main, in-process (tests/train_runs.py; the config family's real process is
+# in tests/test_train_cli.py): one stderr line, exit 2, nothing written
 CLI_ROWS = [
     ["-m", "model=tiny,nope"],
-    *[
-        pytest.param(args, marks=pytest.mark.slow)
-        for args in (
-            ["train_type.optimizer.betas=[2,3]"],
-            ["model.rope_theta=nan"],
-            ["trainer.max_duration=[1,2]"],
-            ["train_type.scheduler.min_lr_ratio=nan"],
-            ["train_type.prompts_per_step=100000000"],
-            ["+infra.environment.FOO=1"],
-            ["-m", "train_type.optimizer.lr=abc,1e-3"],
-            ["-m", "+foo=1"],
-            ["-m", "trainer.bogus=1"],
-        )
-    ],
+    ["train_type.optimizer.betas=[2,3]"],
+    ["model.rope_theta=nan"],
+    ["trainer.max_duration=[1,2]"],
+    ["train_type.scheduler.min_lr_ratio=nan"],
+    ["train_type.prompts_per_step=100000000"],
+    ["+infra.environment.FOO=1"],
+    ["-m", "train_type.optimizer.lr=abc,1e-3"],
+    ["-m", "+foo=1"],
+    ["-m", "trainer.bogus=1"],
 ]
 
 
 @pytest.mark.parametrize("args", CLI_ROWS, ids=lambda v: " ".join(v))
 def test_trial_commands_give_one_line_and_exit_2(tmp_path, args: list[str]) -> None:
-    result = run_train(args, cwd=tmp_path)
+    result = run_train_in_process(args, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("astrai: config error: ")
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr

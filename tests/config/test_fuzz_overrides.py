@@ -19,7 +19,7 @@ from hydra.utils import instantiate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf
-from tests.train_runs import run_train
+from tests.train_runs import run_train, run_train_in_process
 
 from astrai.config.compose import check_run_config
 from astrai.config.duration import parse_duration
@@ -249,7 +249,7 @@ CLI_CASES = [
 
 @pytest.mark.parametrize("args", CLI_CASES, ids=" ".join)
 def test_cli_fuzz_cases_end_in_one_line_and_exit_2(tmp_path, args: list[str]) -> None:
-    result = run_train(args, cwd=tmp_path)
+    result = run_train_in_process(args, cwd=tmp_path)  # train.py's main (tests/train_runs.py)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("astrai: config error: ")
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.train_runs import QUICK, run_train
+from tests.train_runs import QUICK, run_train_in_process
 
 from astrai.models import pretrained
 from astrai.models.pretrained import ModelDirError, read_hf_config
@@ -30,10 +30,9 @@ def test_other_missing_dirs_say_what_to_point_at(tmp_path: Path) -> None:
         read_hf_config(tmp_path / "nope")
 
 
-@pytest.mark.slow  # ~4 s: a train.py start
 def test_train_with_smollm2_before_make_smollm2_is_one_line_exit_2(tmp_path: Path) -> None:
     """From a directory other than the checkout, the hint names where make writes it."""
-    result = run_train(["model=smollm2", *QUICK], cwd=tmp_path)
+    result = run_train_in_process(["model=smollm2", *QUICK], cwd=tmp_path)  # train.py's main
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.strip().splitlines() == [
         "astrai: config error: model.path: no model directory at models/smollm2: run `make "

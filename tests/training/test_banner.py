@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import compose_config
-from tests.train_runs import QUICK, run_train
+from tests.train_runs import QUICK, run_train_in_process
 
 from astrai.config.devices import plan_devices
 from astrai.training.banner import (
@@ -181,7 +181,8 @@ def test_train_py_logs_banner_eval_lines_and_the_gpu_warning(tmp_path: Path) -> 
         "infra.gpu.devices=[0,2]",
         f"hydra.run.dir={run_dir}",
     ]
-    result = run_train(args, cwd=tmp_path, extra_env={"CUDA_VISIBLE_DEVICES": ""})  # ~3 s
+    # train.py's main in this process (tests/train_runs.py)
+    result = run_train_in_process(args, cwd=tmp_path, extra_env={"CUDA_VISIBLE_DEVICES": ""})
     assert result.returncode == 0, result.stderr[-2000:]
     log = (run_dir / "train.log").read_text()
     banner = [
