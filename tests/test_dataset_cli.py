@@ -174,6 +174,16 @@ def test_dataset_run_logs_each_reward_term(tmp_path: Path) -> None:
 
 
 SEEDS = (0, 1, 2)
+# task=addition's own numbers for the same seeds, default job (1200 steps), one thread each:
+# recorded on 2026-12-02 (AMD EPYC, torch 2.13.0 CPU) with `OMP_NUM_THREADS=1 python train.py
+# seed=S`, instead of re-running those three runs every time (they are the acceptance job of
+# tests/test_learning.py). Another machine's kernels round differently, so the comparisons below
+# have tolerances, not equalities.
+ADDITION = {
+    0: {"eval/accuracy": 1.0, "rollout/reward_mean": 0.9428710939828306},
+    1: {"eval/accuracy": 0.9230769230769231, "rollout/reward_mean": 0.9680989586049691},
+    2: {"eval/accuracy": 0.9230769230769231, "rollout/reward_mean": 0.9427083334303461},
+}
 
 
 def _train_in_background(args: list[str], cwd: Path, log: Path) -> subprocess.Popen:
@@ -185,10 +195,11 @@ def _train_in_background(args: list[str], cwd: Path, log: Path) -> subprocess.Po
         return subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-@pytest.mark.slow  # six default-length runs, two at a time: ~11 min on 2 cores
+@pytest.mark.slow  # three default-length runs, two at a time: ~6 min on 2 cores
 def test_a_jsonl_of_the_addition_problems_learns_like_task_addition(tmp_path: Path) -> None:
     """The embedded addition problems as JSONL files with the same split, trained with
-    ``task=dataset`` and a custom reward, against ``task=addition``: seeds 0-2, 1200 steps."""
+    ``task=dataset`` and a custom reward, against ``task=addition``'s recorded numbers: seeds
+    0-2, 1200 steps."""
     train, held_out = write_addition_files(tmp_path)
     (tmp_path / "user_rewards.py").write_text(REWARDS)
     dataset = [
@@ -198,34 +209,32 @@ def test_a_jsonl_of_the_addition_problems_learns_like_task_addition(tmp_path: Pa
         "reward=custom",
         "reward._target_=user_rewards.addition_reward",
     ]
-    summaries: dict[tuple[str, int], dict] = {}
-    for seed in SEEDS:
-        runs = {
-            "dataset": [*dataset, f"seed={seed}", f"hydra.run.dir={tmp_path / f'dataset{seed}'}"],
-            "addition": [f"seed={seed}", f"hydra.run.dir={tmp_path / f'addition{seed}'}"],
-        }
+    summaries: dict[int, dict] = {}
+    for batch in (SEEDS[:2], SEEDS[2:]):  # two at a time: one core each
         started = {
-            arm: _train_in_background(args, tmp_path, tmp_path / f"{arm}{seed}.log")
-            for arm, args in runs.items()
+            seed: _train_in_background(
+                [*dataset, f"seed={seed}", f"hydra.run.dir={tmp_path / f'dataset{seed}'}"],
+                tmp_path,
+                tmp_path / f"dataset{seed}.log",
+            )
+            for seed in batch
         }
-        for arm, process in started.items():
-            log = (tmp_path / f"{arm}{seed}.log").read_text
-            assert process.wait(timeout=3600) == 0, (arm, seed, log()[-2000:])
-            summary = tmp_path / f"{arm}{seed}" / "summary.json"
-            summaries[arm, seed] = json.loads(summary.read_text())
-    held = {
-        arm: [summaries[arm, seed]["eval/accuracy"] for seed in SEEDS]
-        for arm in ("dataset", "addition")
-    }
-    # greedy accuracy on the same 13 held-out prompts after the same 1200 steps and seeds
-    # (measured, one thread each: dataset 1.0 / 0.92 / 1.0, addition 1.0 / 1.0 / 1.0; one prompt
-    # is 0.077, and a seed can land a prompt lower: dataset seed 0 on two threads ended at 0.77)
-    mean = {arm: sum(values) / len(values) for arm, values in held.items()}
-    assert mean["dataset"] >= 0.85 and mean["addition"] >= 0.9, held
-    assert abs(mean["dataset"] - mean["addition"]) <= 0.15, held
+        for seed, process in started.items():
+            log = (tmp_path / f"dataset{seed}.log").read_text
+            assert process.wait(timeout=3600) == 0, (seed, log()[-2000:])
+            summaries[seed] = json.loads((tmp_path / f"dataset{seed}" / "summary.json").read_text())
+    ours = [summaries[seed]["eval/accuracy"] for seed in SEEDS]
+    theirs = [ADDITION[seed]["eval/accuracy"] for seed in SEEDS]
+    # greedy accuracy on the same 13 held-out prompts after the same 1200 steps and seeds (one
+    # prompt is 0.077, and a seed can land a prompt lower: dataset seed 0 on two threads once
+    # ended at 0.77)
+    mean_ours, mean_theirs = sum(ours) / len(ours), sum(theirs) / len(theirs)
+    assert mean_ours >= 0.85, (ours, theirs)
+    assert abs(mean_ours - mean_theirs) <= 0.15, (ours, theirs)
     for seed in SEEDS:
-        ours, theirs = summaries["dataset", seed], summaries["addition", seed]
-        assert ours["initial/eval/accuracy"] <= 0.2
+        summary = summaries[seed]
+        assert summary["initial/eval/accuracy"] <= 0.2
         # the training problems are the same: the final sampled reward is too
-        assert abs(ours["rollout/reward_mean"] - theirs["rollout/reward_mean"]) <= 0.05
-        assert ours["reward/addition"] == ours["rollout/reward_mean"]  # the one term is the total
+        recorded = ADDITION[seed]["rollout/reward_mean"]
+        assert abs(summary["rollout/reward_mean"] - recorded) <= 0.05, (seed, summary)
+        assert summary["reward/addition"] == summary["rollout/reward_mean"]  # the one term

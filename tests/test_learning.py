@@ -14,6 +14,7 @@ from tests.train_runs import run_train
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("learning")  # one learning run at a time (make test-slow: 2 workers)
 def test_default_job_learns_addition(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     result = run_train(
@@ -38,6 +39,7 @@ def test_default_job_learns_addition(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("learning")
 def test_ppo_learns_addition_with_a_critic_that_learns(tmp_path: Path) -> None:
     """`python train.py train_type=online_ppo` (the PPO acceptance run, ~4 min on 2 cores)."""
     run_dir = tmp_path / "run"
