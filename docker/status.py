@@ -32,7 +32,7 @@ import yaml
 from hydra_plugins.astrai_docker_launcher._docker_cli import DockerCallError, docker_output
 from hydra_plugins.astrai_docker_launcher._environment import JOB_FILE, JOB_LABEL, RUN_DIR_LABEL
 
-from astrai.checkpoints.layout import checkpoints_root, list_checkpoints, missing_files
+from astrai.checkpoints.completeness import complete_checkpoints
 from astrai.metrics.writers import METRICS_FILE, SUMMARY_FILE, read_metrics
 
 TRAINERS = (
@@ -130,11 +130,7 @@ def job_status(name: str, run_dir: Path, container: Container | None) -> JobStat
         state = f"failed (exit {container.exit_code})"
     else:
         state = "interrupted"
-    complete = [
-        info
-        for info in list_checkpoints(checkpoints_root(run_dir))
-        if (kind := info.train_type()) is not None and not missing_files(info.path, kind)
-    ]
+    complete = complete_checkpoints(run_dir)  # the one completeness check (resume's, list's)
     return JobStatus(
         name=name,
         state=state,

@@ -7,7 +7,6 @@ import csv
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,8 @@ from omegaconf import OmegaConf
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import api_pb2, metadata
-from tests.helpers import compose_config
-from tests.train_runs import REPO, run_train
+from tests.helpers import compose_config, run_main
+from tests.train_runs import run_train, run_train_in_process
 
 from astrai.metrics.dashboards import HPARAM_METRICS
 from astrai.report.__main__ import main as report_main
@@ -31,20 +30,19 @@ GRID = [(0.95, 0.9), (0.95, 0.95), (1.0, 0.9), (1.0, 0.95)]
 
 
 def _report(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "astrai.report", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """``python -m astrai.report args``, its main in this process (the real entry point:
+    tests/test_cli_errors.py)."""
+    from astrai.report.__main__ import main
+
+    return run_main(main, list(args))
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("sweep")
     args = ["-m", "experiment=ppo_sweep", "train_type.ppo_gamma=0.95,1.0", *TINY]
-    result = run_train([*args, f"hydra.sweep.dir={root / 'sweep'}"], cwd=root)
+    # train.py's main in this process (tests/train_runs.py): the basic launcher runs the jobs here
+    result = run_train_in_process([*args, f"hydra.sweep.dir={root / 'sweep'}"], cwd=root)
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "sweep"
 

@@ -23,7 +23,7 @@ from tests.train_runs import (
 
 # one real ``python train.py`` process per error family (config, checkpoint); every other row
 # runs the same ``main`` in-process (tests/train_runs.py), a torch import cheaper each
-REAL_PROCESS = {"train_type=nope", "ckpt.resume=/nonexistent/step_3", "trainer.total_step=10"}
+REAL_PROCESS = {"train_type=nope", "ckpt.resume=/nonexistent/step_3"}
 
 
 def run_row(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -109,7 +109,7 @@ def test_compose_errors_are_one_line_and_exit_2(
 def test_help_is_astrais_page_and_hydra_help_hydras(tmp_path: Path) -> None:
     from astrai.config.help import help_text
 
-    result = run_train(["--help"], cwd=tmp_path)
+    result = run_train_in_process(["--help"], cwd=tmp_path)  # main, in this process
     assert (result.returncode, result.stdout) == (0, help_text() + "\n")
     assert "  train_type  online_grpo*, online_ppo\n" in result.stdout
     assert "base_" not in result.stdout
@@ -215,7 +215,8 @@ def test_a_time_budget_spent_before_the_first_step_stops_at_step_0_with_exit_0(
     """The budget runs out in the step-0 evaluation, which is abandoned (issue 30: a budget
     bounds the step; tests/test_time_budget_cli.py stops a hung step with its checkpoint)."""
     run_dir = tmp_path / "run"
-    result = run_train([*LONG, "trainer.max_duration=0.001s", f"hydra.run.dir={run_dir}"], tmp_path)
+    args = [*LONG, "trainer.max_duration=0.001s", f"hydra.run.dir={run_dir}"]
+    result = run_train_in_process(args, tmp_path)  # main, in this process
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stopped"] == "max_duration"

@@ -4,14 +4,17 @@ tests/docker_e2e)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
-import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.checkpoints.checkpoint_dirs import write_checkpoint
+from tests.helpers import run_main
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATUS = REPO_ROOT / "docker" / "status.py"
@@ -39,12 +42,7 @@ def _run_dir(
     if summary is not None:
         (run_dir / "summary.json").write_text(json.dumps(summary))
     if checkpoint is not None:
-        ckpt = run_dir / "checkpoints" / f"step_{checkpoint}"
-        ckpt.mkdir(parents=True)
-        from astrai.checkpoints.layout import required_files
-
-        for file in required_files("online_grpo"):
-            (ckpt / file).write_text(json.dumps({"train_type": "online_grpo"}))
+        write_checkpoint(run_dir / "checkpoints", checkpoint)
     return run_dir
 
 
@@ -75,17 +73,36 @@ def _container(name: str, status: str, exit_code: int, job: str, run_dir: Path) 
     }
 
 
-def _status(tmp_path: Path, outputs: Path, containers: list[dict] | None) -> list[str]:
-    _fake_docker(tmp_path / "bin", containers)
-    result = subprocess.run(
-        [sys.executable, str(STATUS), str(outputs)],
-        env={**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout.splitlines()
+@pytest.fixture(scope="module")
+def status_main() -> Iterator[Callable[[list[str]], int]]:
+    """docker/status.py's ``main`` (a script, no package), run in this process: a child
+    process would cost a torch import per call. Registered while in use, as its dataclasses
+    need."""
+    spec = importlib.util.spec_from_file_location("docker_status", STATUS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["docker_status"] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module.main
+    finally:
+        del sys.modules["docker_status"]
+
+
+@pytest.fixture
+def status(
+    tmp_path: Path, status_main: Callable[[list[str]], int], monkeypatch: pytest.MonkeyPatch
+) -> Callable[[Path, list[dict] | None], list[str]]:
+    """The status lines for an outputs dir, the fake docker answering with ``containers``."""
+
+    def lines(outputs: Path, containers: list[dict] | None) -> list[str]:
+        _fake_docker(tmp_path / "bin", containers)
+        monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+        result = run_main(status_main, [str(outputs)])
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    return lines
 
 
 def _row(lines: list[str], job: str) -> list[str]:
@@ -106,14 +123,16 @@ def outputs(tmp_path: Path) -> Path:
     return outputs
 
 
-def test_each_state_from_the_run_dir_and_the_kept_container(tmp_path: Path, outputs: Path) -> None:
+def test_each_state_from_the_run_dir_and_the_kept_container(
+    tmp_path: Path, outputs: Path, status: Callable
+) -> None:
     containers = [
         _container("astrai-running", "running", 0, "running", outputs / "running"),
         _container("astrai-stopped", "exited", 0, "stopped", outputs / "stopped"),
         _container("astrai-failed", "exited", 2, "failed", outputs / "failed"),
         _container("astrai-trainer-run-1a2b", "running", 0, "-", tmp_path / "multirun/0"),
     ]
-    lines = _status(tmp_path, outputs, containers)
+    lines = status(outputs, containers)
     assert lines[0] == "containers:" and lines[1].split() == [
         "CONTAINER",
         "STATE",
@@ -137,8 +156,8 @@ def test_each_state_from_the_run_dir_and_the_kept_container(tmp_path: Path, outp
     assert not any(line.split()[:1] == ["not-a-job"] for line in lines)
 
 
-def test_without_an_engine_the_jobs_are_still_listed(tmp_path: Path, outputs: Path) -> None:
-    lines = _status(tmp_path, outputs, None)
+def test_without_an_engine_the_jobs_are_still_listed(outputs: Path, status: Callable) -> None:
+    lines = status(outputs, None)
     assert lines[1].startswith(
         "  Docker engine not reachable (docker ps -aq: Cannot connect to the Docker"
     )
@@ -148,8 +167,8 @@ def test_without_an_engine_the_jobs_are_still_listed(tmp_path: Path, outputs: Pa
     assert _row(lines, "done")[1] == "done"
 
 
-def test_no_named_job(tmp_path: Path) -> None:
-    lines = _status(tmp_path, tmp_path / "empty", [])
+def test_no_named_job(tmp_path: Path, status: Callable) -> None:
+    lines = status(tmp_path / "empty", [])
     assert lines == [
         "containers:",
         "  no astrai trainer container",

@@ -179,6 +179,7 @@ def test_multirun_through_the_cli_runs_each_job_via_docker_compose(tmp_path: Pat
         ],
         tmp_path,
         env,
+        in_process=True,  # the launcher in this process; each container is a real train.py
     )
     # job 1 fails in its container; the launcher reports it and the multirun exits 2
     assert result.returncode == 2
@@ -392,8 +393,8 @@ def test_host_and_name_errors_are_one_line_before_any_container(
     if engine_down:
         (tmp_path / "docker-config").mkdir()
         (tmp_path / "docker-config" / "engine-down").touch()
-    in_process = args != ["hydra.launcher.detach=true"]
-    result = _train(launch, work, _env(tmp_path) | env, in_process)
+    # in-process: the real process of this family is the first row of the test above
+    result = _train(launch, work, _env(tmp_path) | env, in_process=True)
     assert result.returncode == 2, result.stdout + result.stderr
     assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.stderr
