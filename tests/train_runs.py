@@ -56,8 +56,12 @@ def run_train(
 def _process_state(cwd: Path, argv: list[str], env: dict[str, str]) -> Iterator[None]:
     """What ``main`` changes in a process, put back afterwards: the working directory,
     ``sys.argv``, the environment, the stop-signal handlers, the root logger's handlers and
-    level (Hydra's job logging replaces them) and torch's intra-op threads."""
+    level (Hydra's job logging replaces them), Hydra's job config (a later Trainer would take
+    its job's overrides for its TensorBoard run name) and torch's intra-op threads."""
+    from hydra.core.hydra_config import HydraConfig
+
     saved_cwd, saved_argv, saved_env = os.getcwd(), sys.argv, dict(os.environ)
+    hydra_config = HydraConfig.instance().cfg
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     root = logging.getLogger()
     root_handlers, root_level = list(root.handlers), root.level
@@ -80,6 +84,7 @@ def _process_state(cwd: Path, argv: list[str], env: dict[str, str]) -> Iterator[
         sys.argv = saved_argv
         os.chdir(saved_cwd)
         torch.set_num_threads(threads)
+        HydraConfig.instance().cfg = hydra_config
 
 
 @contextlib.contextmanager
