@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import io
 import json
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -20,6 +23,7 @@ from astrai.config.compose import compose_train_config as compose_config
 __all__ = [
     "compose_config",
     "run_main",
+    "script_module",
     "wait_for_rows",
     "weights_digest",
     "write_byte_level_tokenizer",
@@ -36,6 +40,21 @@ def wait_for_rows(
         assert process.poll() is None, f"train.py exited ({process.returncode}) before {rows} rows"
         assert time.monotonic() < deadline, f"no {rows} rows in {metrics} after {timeout} s"
         time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def script_module(path: Path, name: str) -> Iterator[ModuleType]:
+    """A script (``bench/*.py``, ``docker/*.py``: no package) imported as module ``name``,
+    registered in ``sys.modules`` while in use, as its dataclasses need."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[name]
 
 
 def run_main(main: Callable[[list[str]], int], args: list[str]) -> subprocess.CompletedProcess:

@@ -4,7 +4,6 @@ failing check fails the run."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -16,6 +15,7 @@ from types import ModuleType
 
 import pytest
 import torch
+from tests.helpers import script_module
 
 from astrai.paths import REPO_ROOT
 
@@ -26,17 +26,9 @@ CPU_CHECKS = ["grpo-learns", "ppo-learns", "bf16", "micro-batching", "resume", "
 
 @pytest.fixture(scope="module")
 def gpu_check() -> Iterator[ModuleType]:
-    """The script as a module (bench/ is no package); registered while in use, as its
-    dataclasses need."""
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module
-    try:
-        spec.loader.exec_module(module)
+    """The script as a module (bench/ is no package)."""
+    with script_module(SCRIPT, "gpu_check") as module:
         yield module
-    finally:
-        del sys.modules["gpu_check"]
 
 
 def run_script(*args: str | Path) -> subprocess.CompletedProcess:
@@ -134,18 +126,14 @@ def test_smollm2_shaped_weights_load_into_the_model_their_config_describes(tied:
     from astrai.models.llama import LlamaConfig, LlamaForCausalLM
     from astrai.models.pretrained import load_weights
 
-    spec = importlib.util.spec_from_file_location(
-        "smollm2_shaped", SCRIPT.with_name("smollm2_shaped.py")
-    )
-    assert spec is not None and spec.loader is not None
-    shaped = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(shaped)
+    with script_module(SCRIPT.with_name("smollm2_shaped.py"), "smollm2_shaped") as shaped:
+        shaped_weights = shaped.shaped_weights
     config = LlamaConfig(
         vocab_size=40, hidden_size=24, intermediate_size=32, num_hidden_layers=2,
         num_attention_heads=6, num_key_value_heads=2, tie_word_embeddings=tied,
     )  # fmt: skip
     hf = hf_config_from_llama(config)
-    weights = shaped.shaped_weights(hf)
+    weights = shaped_weights(hf)
     model = LlamaForCausalLM(llama_config_from_hf(hf))
     load_weights(model, dict(weights), Path("shaped"))  # raises on a missing or extra name
     assert ("lm_head.weight" in weights) is not tied

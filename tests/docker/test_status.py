@@ -4,17 +4,15 @@ tests/docker_e2e)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shlex
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from tests.checkpoints.checkpoint_dirs import write_checkpoint
-from tests.helpers import run_main
+from tests.helpers import run_main, script_module
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATUS = REPO_ROOT / "docker" / "status.py"
@@ -76,17 +74,9 @@ def _container(name: str, status: str, exit_code: int, job: str, run_dir: Path) 
 @pytest.fixture(scope="module")
 def status_main() -> Iterator[Callable[[list[str]], int]]:
     """docker/status.py's ``main`` (a script, no package), run in this process: a child
-    process would cost a torch import per call. Registered while in use, as its dataclasses
-    need."""
-    spec = importlib.util.spec_from_file_location("docker_status", STATUS)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["docker_status"] = module
-    try:
-        spec.loader.exec_module(module)
+    process would cost a torch import per call."""
+    with script_module(STATUS, "docker_status") as module:
         yield module.main
-    finally:
-        del sys.modules["docker_status"]
 
 
 @pytest.fixture
