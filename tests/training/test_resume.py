@@ -18,6 +18,7 @@ from tests.helpers import compose_config
 
 from astrai.checkpoints import io
 from astrai.checkpoints.layout import CheckpointError
+from astrai.training.checkpointing import resolve_resume
 from astrai.training.setup import capture_rng_state, restore_rng_state
 from astrai.training.trainer import Trainer
 
@@ -279,6 +280,17 @@ def test_resume_null_starts_fresh_and_a_bad_path_is_named(tmp_path: Path) -> Non
         _trainer(tmp_path / "a", "online_grpo", "ckpt.resume=null")
     with pytest.raises(CheckpointError, match="ckpt.resume: no checkpoint directory at .*nope"):
         _trainer(tmp_path / "b", "online_grpo", f"ckpt.resume={tmp_path / 'nope'}")
+
+
+def test_a_resume_path_that_is_a_symlink_loop_says_so(tmp_path: Path) -> None:
+    loop = tmp_path / "step_3"
+    loop.symlink_to(loop)  # issue 30, item 7: it said only "no checkpoint directory"
+    with pytest.raises(
+        CheckpointError, match=r"no checkpoint directory at .*step_3 is a symlink loop"
+    ):
+        resolve_resume(str(loop), tmp_path / "run", "online_grpo")
+    with pytest.raises(CheckpointError, match=r"nope does not exist\)$"):
+        resolve_resume(str(tmp_path / "nope"), tmp_path / "run", "online_grpo")
 
 
 def test_corrupt_weights_are_named(tmp_path: Path) -> None:

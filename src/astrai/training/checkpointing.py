@@ -50,6 +50,7 @@ from astrai.distributed import all_reduce_max, gather_objects
 from astrai.files import FileWriter, write_file_atomic
 from astrai.metrics.writers import METRICS_FILE, MetricsFileError, read_metrics_for_resume
 from astrai.models.weights import stored_names
+from astrai.paths import missing_reason
 from astrai.training.parallel import (
     full_model_state,
     full_optimizer_state,
@@ -93,7 +94,9 @@ def resolve_resume(resume: str | None, run_dir: Path, train_type: str) -> Path |
     else:
         path = Path(resume).expanduser()
         if not path.is_dir():
-            raise CheckpointError(f"ckpt.resume: no checkpoint directory at {path}")
+            # a path that is there (a file) is no directory; one that is not says why
+            why = "" if path.exists() else f" ({path} {missing_reason(path)})"
+            raise CheckpointError(f"ckpt.resume: no checkpoint directory at {path}{why}")
     check_metrics_for_resume(run_dir)
     missing = missing_files(path, train_type)
     if missing:
