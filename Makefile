@@ -86,7 +86,7 @@ bench: $(DEV_STAMP) ## sampling throughput (KV cache, vs transformers); peak mem
 	$(BIN)/python bench/memory.py
 
 # every bench script at a tiny workload: the scripts still run and print their ratio line (CI
-# runs this; the numbers mean nothing). gpu_check's checks run on the CPU in tests/test_gpu_check.py
+# runs this; the numbers mean nothing). gpu_check's checks run on the CPU in tests/e2e/test_gpu_check.py
 bench-quick: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## every bench script in its quick mode (seconds each; CI)
 	$(BIN)/python bench/rollout.py --quick
 	$(BIN)/python bench/generate_vs_hf.py --quick

@@ -19,7 +19,7 @@ Without CUDA it prints one line and exits 0.
     .venv/bin/python bench/gpu_check.py [--summary PATH]
 
 Hidden, for testing the checks on a CPU: ``--device cpu`` runs them on the CPU and ``--quick``
-shortens them (``tests/test_gpu_check.py``).
+shortens them (``tests/e2e/test_gpu_check.py``).
 """
 
 from __future__ import annotations

@@ -185,7 +185,7 @@ def test_llama_config_refuses_non_finite_and_non_positive_floats(key: str, value
 
 
 # through train.py's main, in-process (tests/train_runs.py; the config family's real process is
-# in tests/test_train_cli.py): one stderr line, exit 2, nothing written
+# in tests/e2e/test_train_cli.py): one stderr line, exit 2, nothing written
 CLI_ROWS = [
     ["-m", "model=tiny,nope"],
     ["train_type.optimizer.betas=[2,3]"],

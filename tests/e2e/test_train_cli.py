@@ -213,7 +213,7 @@ def test_a_time_budget_spent_before_the_first_step_stops_at_step_0_with_exit_0(
     tmp_path: Path,
 ) -> None:
     """The budget runs out in the step-0 evaluation, which is abandoned (issue 30: a budget
-    bounds the step; tests/test_time_budget_cli.py stops a hung step with its checkpoint)."""
+    bounds the step; tests/e2e/test_time_budget_cli.py stops a hung step with its checkpoint)."""
     run_dir = tmp_path / "run"
     args = [*LONG, "trainer.max_duration=0.001s", f"hydra.run.dir={run_dir}"]
     result = run_train_in_process(args, tmp_path)  # main, in this process

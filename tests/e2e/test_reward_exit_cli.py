@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
+from tests.train_runs import TRAIN
 
-REPO = Path(__file__).resolve().parents[1]
 # its instance built by the trainer exits at call EXIT_AT (the pre-run check's makes 1 call)
 QUITTING_REWARD = textwrap.dedent(
     """
@@ -46,7 +46,7 @@ def test_a_reward_calling_sys_exit_stops_the_run_with_one_line(
     result = subprocess.run(
         [
             sys.executable,
-            str(REPO / "train.py"),
+            TRAIN,
             "debug=quick",
             "trainer.total_steps=3",
             "ckpt.every_steps=1",

@@ -31,7 +31,7 @@ GRID = [(0.95, 0.9), (0.95, 0.95), (1.0, 0.9), (1.0, 0.95)]
 
 def _report(*args: str) -> subprocess.CompletedProcess:
     """``python -m astrai.report args``, its main in this process (the real entry point:
-    tests/test_cli_errors.py)."""
+    tests/e2e/test_cli_errors.py)."""
     from astrai.report.__main__ import main
 
     return run_main(main, list(args))

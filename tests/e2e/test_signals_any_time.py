@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from tests.train_runs import TRAIN
 
-REPO = Path(__file__).resolve().parents[1]
-TRAIN = str(REPO / "train.py")
 # a reward that announces itself on stderr and then takes its time, where ASTRAI_TEST_PAUSE says
 REWARD_MODULE = textwrap.dedent(
     """

@@ -9,13 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.train_runs import TRAIN
 
 
 def _train(run_dir: Path, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "debug=quick", f"hydra.run.dir={run_dir}"],
+        [sys.executable, TRAIN, "debug=quick", f"hydra.run.dir={run_dir}"],
         cwd=cwd,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
         capture_output=True,

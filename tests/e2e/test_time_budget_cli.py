@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.train_runs import TRAIN
 
-REPO = Path(__file__).resolve().parents[1]
 BUDGET_S = 5.0
 # the bound's "+ one checkpoint write + ~1 s" (no update is pending: the hang is in sampling),
 # with a generous margin for a busy machine
@@ -63,7 +63,7 @@ def test_a_hung_reward_stops_at_the_time_budget_with_exit_0_and_a_checkpoint(
     result = subprocess.run(
         [
             sys.executable,
-            str(REPO / "train.py"),
+            TRAIN,
             "debug=quick",
             "trainer.total_steps=5",
             "trainer.eval_every=100",

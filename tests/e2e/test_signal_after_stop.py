@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.train_runs import TRAIN
 
 # the stop completes; then, during finalization (module teardown, after the atexit callbacks),
 # an object's __del__ sends SIGTERM to its own process
@@ -77,7 +76,7 @@ def test_sigterms_after_train_py_s_stop_completed_keep_exit_0(tmp_path: Path) ->
     proc = subprocess.Popen(
         [
             sys.executable,
-            str(REPO / "train.py"),
+            TRAIN,
             "debug=quick",
             "trainer.total_steps=3",
             "trainer.eval_every=100",

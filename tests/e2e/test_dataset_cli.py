@@ -177,7 +177,7 @@ SEEDS = (0, 1, 2)
 # task=addition's own numbers for the same seeds, default job (1200 steps), one thread each:
 # recorded on 2026-12-02 (AMD EPYC, torch 2.13.0 CPU) with `OMP_NUM_THREADS=1 python train.py
 # seed=S`, instead of re-running those three runs every time (they are the acceptance job of
-# tests/test_learning.py). Another machine's kernels round differently, so the comparisons below
+# tests/e2e/test_learning.py). Another machine's kernels round differently, so the comparisons below
 # have tolerances, not equalities.
 ADDITION = {
     0: {"eval/accuracy": 1.0, "rollout/reward_mean": 0.9428710939828306},

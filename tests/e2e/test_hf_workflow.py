@@ -29,7 +29,7 @@ def _module(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 def _generate(args: list[str]) -> subprocess.CompletedProcess:
-    """``python -m astrai.generate args``, in-process (``main``); tests/test_generate.py runs
+    """``python -m astrai.generate args``, in-process (``main``); tests/e2e/test_generate.py runs
     the real entry point."""
     return run_main(generate_main, args)
 
