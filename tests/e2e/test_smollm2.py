@@ -65,7 +65,9 @@ def test_smollm2_converts_matches_transformers_and_trains(tmp_path: Path) -> Non
         "ckpt.every_steps=0",
         f"hydra.run.dir={run_dir}",
     ]
-    result = run_train(args, cwd=tmp_path, timeout=900, threads=None)
+    result = run_train(
+        args, cwd=tmp_path, timeout=900
+    )  # one thread: the other worker has the other core
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     trained = [row for row in rows if "loss/policy" in row]
