@@ -15,7 +15,7 @@ import torch
 import transformers  # the hf extra; `make test` installs it
 from tests.helpers import run_main
 from tests.hf_models import copy_with_added_token, save_tiny_hf_model
-from tests.train_runs import QUICK, run_train
+from tests.train_runs import QUICK, run_train_in_process
 
 from astrai.checkpoints.policy import load_checkpoint_policy
 from astrai.generate import main as generate_main
@@ -47,7 +47,7 @@ def ppo_run(hf_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     # a KL penalty in the reward: non-zero returns even at task reward 0, so the critic learns
     args = ["model=hf", f"model.path={hf_dir}", "train_type=online_ppo", "train_type.kl_coef=0.1"]
     args += QUICK
-    result = run_train([*args, f"hydra.run.dir={run_dir}"], cwd=cwd)
+    result = run_train_in_process([*args, f"hydra.run.dir={run_dir}"], cwd=cwd)  # train.py's main
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir
 
@@ -185,7 +185,7 @@ def test_generate_cli_refuses_a_tokenizer_larger_than_the_model(
     )
 
 
-@pytest.mark.slow  # ~9 s: several train.py runs on broken model directories
+@pytest.mark.slow  # three refused starts through train.py's main, in-process
 def test_config_errors_name_the_model_directory_or_file(hf_dir: Path, tmp_path: Path) -> None:
     no_tokenizer = tmp_path / "no-tokenizer"
     no_tokenizer.mkdir()
@@ -201,7 +201,7 @@ def test_config_errors_name_the_model_directory_or_file(hf_dir: Path, tmp_path: 
     work = tmp_path / "work"
     work.mkdir()
     for override, needle in cases.items():
-        result = run_train(override.split(), cwd=work)
+        result = run_train_in_process(override.split(), cwd=work)
         assert result.returncode == 2, override
         assert result.stderr.strip().startswith("astrai: config error: ")
         assert needle in result.stderr, result.stderr
