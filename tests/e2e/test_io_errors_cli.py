@@ -3,24 +3,15 @@ exit 2, and the run dir keeps what the run did so far."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from tests.train_runs import TRAIN
+from tests.train_runs import run_train
 
 
 def _train(run_dir: Path, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, TRAIN, "debug=quick", f"hydra.run.dir={run_dir}"],
-        cwd=cwd,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    return run_train(["debug=quick", f"hydra.run.dir={run_dir}"], cwd, timeout=180)
 
 
 @pytest.mark.slow  # ~5 s each: one train.py run

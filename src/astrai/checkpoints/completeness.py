@@ -238,8 +238,13 @@ def complete_checkpoints(root: str | Path) -> list[CheckpointInfo]:
     return [status.info for status in scan_checkpoints(root) if status.complete]
 
 
+def latest_complete(statuses: list[CheckpointStatus]) -> CheckpointInfo | None:
+    """The highest-step complete checkpoint of a ``scan_checkpoints`` result; None when none
+    is complete (callers that also report the incomplete ones scan once and ask this)."""
+    return next((status.info for status in reversed(statuses) if status.complete), None)
+
+
 def latest_checkpoint(root: str | Path) -> CheckpointInfo | None:
     """The highest-step *complete* checkpoint under ``root`` (a run dir or its checkpoints
     folder); None when there is none."""
-    complete = complete_checkpoints(root)
-    return complete[-1] if complete else None
+    return latest_complete(scan_checkpoints(root))

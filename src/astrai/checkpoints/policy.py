@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from astrai.checkpoints import io
-from astrai.checkpoints.completeness import scan_checkpoints
+from astrai.checkpoints.completeness import latest_complete, scan_checkpoints
 from astrai.checkpoints.layout import (
     MODEL_CONFIG_FILE,
     MODEL_FILE,
@@ -53,9 +53,9 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if (path / TRAINER_STATE_FILE).is_file() or parse_step(path.name) is not None:
         return path
     statuses = scan_checkpoints(path)
-    complete = [status for status in statuses if status.complete]
-    if complete:
-        return complete[-1].info.path
+    latest = latest_complete(statuses)
+    if latest is not None:
+        return latest.path
     if statuses:
         newest = statuses[-1]
         raise CheckpointError(

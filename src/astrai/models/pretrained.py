@@ -88,8 +88,9 @@ def read_hf_config(path: str | Path) -> LlamaConfig:
     """``<path>/config.json`` -> ``LlamaConfig``; refuses what astrai cannot compute exactly."""
     directory = Path(path)
     if not directory.is_dir():
-        if missing_reason(directory) != "does not exist":  # a symlink loop, a broken link
-            raise ModelDirError(f"{directory} {missing_reason(directory)}")
+        reason = missing_reason(directory)
+        if reason != "does not exist":  # a symlink loop, a broken link
+            raise ModelDirError(f"{directory} {reason}")
         raise ModelDirError(f"no model directory at {directory}: {missing_dir_hint(directory)}")
     config_path = directory / CONFIG_FILE
     try:

@@ -20,6 +20,7 @@ from astrai.checkpoints.completeness import (
     CheckpointStatus,
     check_state,
     checkpoint_problems,
+    latest_complete,
     scan_checkpoints,
     short_problems,
 )
@@ -121,15 +122,14 @@ def _latest_complete(root: Path) -> Path | None:
     there is no ``step_<N>`` at all. Only incomplete ones is a ``CheckpointError``: starting
     fresh beside them would let retention delete the new run's checkpoints for their steps."""
     statuses = scan_checkpoints(root)
-    complete = [status for status in statuses if status.complete]
-    if not complete:
+    chosen = latest_complete(statuses)
+    if chosen is None:
         if statuses:
             raise CheckpointError(
                 f"ckpt.resume=auto: no complete checkpoint in {root}: {_describe(statuses)} "
                 f"(repair or remove them, or use a new hydra.run.dir)"
             )
         return None
-    chosen = complete[-1].info
     skipped = [status for status in statuses if status.info.step > chosen.step]
     if skipped:
         log.warning(

@@ -223,8 +223,7 @@ class StopRequest:
         """Why the run should stop now (``"SIGTERM"``, ``"SIGINT"``, ``"max_duration"``)."""
         if self.signal_name is not None:
             return self.signal_name
-        if SIGNALS.budget_spent and self.max_duration_s is not None:
-            return BUDGET_REASON
+        # (``BudgetWatch`` marks the budget spent no sooner than this says so)
         if self.max_duration_s is not None and self.elapsed_s >= self.max_duration_s:
             return BUDGET_REASON
         return None
