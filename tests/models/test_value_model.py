@@ -1,10 +1,12 @@
-"""The ValueModel critic: zero head, warm start from the policy trunk, trunk parity."""
+"""The ValueModel critic: zero head, warm start from the policy trunk, trunk parity, the
+policy's gradient checkpointing."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+from astrai.models.llama import LlamaConfig, LlamaForCausalLM, build_llama
 from astrai.models.value_model import ValueModel, build_value_model
 
 
@@ -58,3 +60,27 @@ def test_trunk_parity_with_unit_head_on_padded_input(tiny_model: LlamaForCausalL
 def test_critic_has_no_lm_head() -> None:
     critic = ValueModel(LlamaConfig())
     assert not any(k.startswith("lm_head") for k in critic.state_dict())
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_the_critic_recomputes_its_layers_exactly_when_the_policy_does(enabled: bool) -> None:
+    # the user's path: model.gradient_checkpointing -> build_llama (model=<preset>'s target)
+    # sets the policy's flag -> build_value_model, as the trainer calls it
+    policy = build_llama(gradient_checkpointing=enabled, num_hidden_layers=2)
+    critic = build_value_model(policy).train()
+    assert critic.model.gradient_checkpointing is enabled
+    with torch.no_grad():
+        critic.value_head.weight.fill_(1.0)  # a gradient that is not zero everywhere
+    forwards: list[int] = []  # a pre-hook: a recompute stops once it has what backward needs
+    for index, layer in enumerate(critic.model.layers):
+        layer.register_forward_pre_hook(lambda *_, i=index: forwards.append(i))
+    layers = list(range(policy.config.num_hidden_layers))
+    ids = torch.tensor([[1, 5, 6, 7, 8], [0, 0, 4, 9, 3]])
+    mask = torch.tensor([[True] * 5, [False, False, True, True, True]])
+    values = critic(ids, attention_mask=mask)
+    assert forwards == layers
+    values.sum().backward()
+    # checkpointed: backward runs every layer's forward again (last layer's gradient first);
+    # plain: the activations were kept, no layer runs again
+    assert forwards == layers + (layers[::-1] if enabled else [])
+    assert all(p.grad is not None for p in critic.model.layers.parameters())

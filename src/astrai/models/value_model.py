@@ -3,7 +3,8 @@
 Self-contained: the policy class is untouched. The trunk has the policy's parameter names
 (``model.embed_tokens``, ``model.layers.N...``, ``model.norm``), so the policy's trunk weights
 load into it directly (warm start); ``value_head`` is zero-initialised, so V ≡ 0 at the start and
-the first advantages are the discounted rewards themselves.
+the first advantages are the discounted rewards themselves. The trunk recomputes its activations
+in backward exactly when the policy's does (``model.gradient_checkpointing``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from astrai.models.llama import (
     LlamaModel,
     init_weights,
     new_cache,
+    set_gradient_checkpointing,
 )
 
 TRUNK_PREFIX = "model."
@@ -60,8 +62,11 @@ class ValueModel(nn.Module):
 
 
 def build_value_model(policy: LlamaForCausalLM, warm_start: bool = True) -> ValueModel:
-    """A critic with the policy's architecture, trunk copied from it when ``warm_start``."""
+    """A critic with the policy's architecture, trunk copied from it when ``warm_start``, and
+    the policy's gradient checkpointing (the flag lives on the trunk, not in ``LlamaConfig``, so
+    a fresh trunk would not inherit it: the critic's activations are as large as the policy's)."""
     critic = ValueModel(policy.config).to(policy.lm_head.weight.device)
+    set_gradient_checkpointing(critic, policy.model.gradient_checkpointing)
     if warm_start:
         critic.warm_start(policy)
     return critic
