@@ -41,7 +41,7 @@ from astrai.rewards.config import overlong_from_config, reward_node
 from astrai.rollout.collect import collect_rollout
 from astrai.rollout.minibatch import Minibatch, flatten_rollout, iter_minibatches
 from astrai.rollout.rollout import Rollout, ended_with_eos
-from astrai.tasks.base import ProblemSource
+from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.accumulation import accumulate_gradients
 from astrai.training.announce import count_parameters
 from astrai.training.banner import format_eval_line
@@ -178,22 +178,27 @@ class Trainer:
         under ``train_type.filter_groups``, resample until the groups are informative
         (``dynamic_sampling``; its metrics land in ``sampling_metrics``)."""
         if not self.strategy.filter_groups:
-            return self.sample_round(0)
+            return self.sample_round(self.draw_problems(0))
         rollout, self.sampling_metrics = sample_informative(
             self.sample_round,
+            self.draw_problems,
             self.strategy.prompts_per_step // self.dist.world_size,
             self.strategy.max_resample_rounds,
             self.tokenizer.pad_id,
             sum_over_ranks=all_reduce_sum,
+            ranks=self.dist.world_size,
         )
         return rollout
 
-    def sample_round(self, round_index: int) -> Rollout:
-        """This rank's share of the step's prompts (round 0) or of an extra round's, sampled
-        and scored."""
-        seed = self.cfg.seed + RESAMPLE_SEED_STRIDE * round_index
-        problems = self.task.train_problems(seed, self.step, self.strategy.prompts_per_step)
-        share = len(problems) // self.dist.world_size  # validated: divides evenly
+    def draw_problems(self, draw: int) -> list[Problem]:
+        """The step's ``draw``-th batch of the training stream, every rank's prompts (0: the
+        step's own; dynamic sampling's extra rounds draw further)."""
+        seed = self.cfg.seed + RESAMPLE_SEED_STRIDE * draw
+        return self.task.train_problems(seed, self.step, self.strategy.prompts_per_step)
+
+    def sample_round(self, problems: list[Problem]) -> Rollout:
+        """This rank's share of one round's ``problems`` (every rank's), sampled and scored."""
+        share = len(problems) // self.dist.world_size  # divides evenly (validated, or cut to)
         problems = problems[self.dist.rank * share : (self.dist.rank + 1) * share]
         with self.autocast():
             return collect_rollout(
