@@ -2,9 +2,13 @@
 # docker-build is the only target that builds the image; every other target uses astrai:latest,
 # except docker-serve, which runs vLLM's pinned image (compose.yaml, service server).
 COMPOSE := docker compose -f docker/compose.yaml
-# trainer containers: `compose run` makes one-off containers, found by their compose labels
+# whose containers docker-logs/-stop/-clean see: yours (the launcher labels every container
+# astrai.user=<uid> of who launched it), never other users' on a shared engine; OWNER=<uid> on
+# the command line for another user's
+OWNER := $(shell id -u)
+# your trainer containers: `compose run` makes one-off containers, found by their labels
 DOCKER_TRAINERS := --filter label=com.docker.compose.project=astrai \
-	--filter label=com.docker.compose.service=trainer
+	--filter label=com.docker.compose.service=trainer --filter label=astrai.user=$(OWNER)
 # the container user, and the image's non-root user: yours unless set (e.g. ASTRAI_UID=1000 as
 # root); docker-build and docker-train must agree, so both read these
 ASTRAI_UID ?= $(shell id -u)
@@ -15,7 +19,7 @@ LOG_TAIL ?= all
 STOP_TIME ?=
 # From the command line only (`:=` ignores them in the environment):
 # NAME: docker-train/-logs/-stop/-status: the job's name (run dir outputs/NAME, container
-#   astrai-NAME; the same command resumes it); docker-serve: the served model's name
+#   astrai-<user>-NAME; the same command resumes it); docker-serve: the served model's name
 # GPUS: all (default) | none (the CPU, no GPU reservation) | 0,2 (these GPUs)
 # DETACH=1: docker-train starts the container and returns (needs NAME)
 # MODEL, PORT: docker-serve (ASTRAI_SERVE_PORT / ASTRAI_SERVE_NAME in the environment still
@@ -29,7 +33,7 @@ PORT :=
 DOCKER_JOB := $(if $(GPUS),infra.gpu.devices=$(if $(filter all none,$(GPUS)),$(GPUS),[$(GPUS)])) \
 	$(if $(NAME),hydra.launcher.job_name=$(NAME)) $(if $(DETACH),hydra.launcher.detach=true)
 DOCKER_LAUNCH := $(BIN)/python train.py -m hydra/launcher=docker infra=docker
-# containers of job NAME (running or kept), else every running trainer
+# your containers of job NAME (running or kept), else your running trainers
 DOCKER_SELECT := $(if $(NAME),-a --filter label=astrai.job=$(NAME),)
 
 .PHONY: docker-build docker-preflight docker-train docker-status docker-logs docker-stop \
@@ -50,11 +54,11 @@ docker-train: $(STAMP) ## train in the container [NAME=exp1 GPUS=none DETACH=1 A
 docker-status: $(STAMP) ## astrai containers, and named jobs with step, eval/accuracy, state
 	@$(BIN)/python docker/status.py $(or $(STATUS_DIRS),outputs)
 
-docker-logs: ## follow the logs of the running trainer(s), or of job NAME=... (also when ended)
+docker-logs: ## follow the logs of your running trainer(s), or of job NAME=... (also when ended)
 	@ids="$$(docker ps -q $(DOCKER_SELECT) $(DOCKER_TRAINERS))" || exit 1; \
 	set -- $$ids; \
 	if [ $$# -eq 0 ]; then \
-		echo "docker-logs: no $(if $(NAME),container of job $(NAME),running astrai trainer container)" >&2; \
+		echo "docker-logs: no $(if $(NAME),container of job $(NAME),running astrai trainer container) of user $(OWNER)" >&2; \
 		exit 1; \
 	fi; \
 	if [ $$# -eq 1 ]; then exec docker logs --follow --tail $(LOG_TAIL) "$$1"; fi; \
@@ -64,11 +68,11 @@ docker-logs: ## follow the logs of the running trainer(s), or of job NAME=... (a
 	done; \
 	wait
 
-docker-stop: ## stop trainers (or job NAME=...): SIGTERM, checkpoint, exit 0 (STOP_TIME=s)
+docker-stop: ## stop your trainers (or job NAME=...): SIGTERM, checkpoint, exit 0 (STOP_TIME=s)
 	@ids="$$(docker ps -q $(if $(NAME),--filter label=astrai.job=$(NAME)) $(DOCKER_TRAINERS))" \
 		|| exit 1; \
 	if [ -z "$$ids" ]; then \
-		echo "docker-stop: no running $(if $(NAME),container of job $(NAME),astrai trainer container)"; \
+		echo "docker-stop: no running $(if $(NAME),container of job $(NAME),astrai trainer container) of user $(OWNER)"; \
 		exit 0; \
 	fi; \
 	grace="$(STOP_TIME)"; \
@@ -86,7 +90,7 @@ docker-clean: $(STAMP) ## keep only the newest KEEP=N checkpoints of every run i
 		exit 2; \
 	fi; \
 	if [ -n "$$(docker ps -q $(DOCKER_TRAINERS) 2>/dev/null)" ]; then \
-		echo "docker-clean: trainer containers are running (make docker-stop first)" >&2; exit 1; \
+		echo "docker-clean: your trainer containers are running (make docker-stop first)" >&2; exit 1; \
 	fi; \
 	for top in $(CLEAN_DIRS); do \
 		[ -d "$$top" ] && find "$$top" -type d -name checkpoints -prune; \
@@ -97,6 +101,8 @@ docker-clean: $(STAMP) ## keep only the newest KEEP=N checkpoints of every run i
 
 # No $(STAMP) and no preflight: it needs no Python and no astrai image, only vLLM's pinned one.
 # An empty CUDA_VISIBLE_DEVICES (it would hide every GPU) is unset; a non-empty one selects GPUs.
+# The server runs as ASTRAI_UID:ASTRAI_GID (yours), in a compose project of your own
+# (astrai-serve-<uid>), so two users' servers never replace each other's container.
 docker-serve: ## serve an exported model with vLLM on 127.0.0.1: MODEL=<dir> [PORT=8000 NAME=astrai]
 	@model='$(MODEL)'; \
 	if [ -z "$$model" ]; then \
@@ -115,5 +121,6 @@ docker-serve: ## serve an exported model with vLLM on 127.0.0.1: MODEL=<dir> [PO
 	[ -n "$${CUDA_VISIBLE_DEVICES:-}" ] || unset CUDA_VISIBLE_DEVICES; \
 	$(if $(PORT),export ASTRAI_SERVE_PORT='$(PORT)';) \
 	$(if $(NAME),export ASTRAI_SERVE_NAME='$(NAME)';) \
+	export ASTRAI_UID=$(ASTRAI_UID) ASTRAI_GID=$(ASTRAI_GID); \
 	echo "docker-serve: $$ASTRAI_SERVE_MODEL on http://127.0.0.1:$${ASTRAI_SERVE_PORT:-8000}/v1"; \
-	exec $(COMPOSE) --profile serve up server
+	exec $(COMPOSE) -p astrai-serve-$(OWNER) --profile serve up server

@@ -1,13 +1,14 @@
 """Check that this host can run astrai in Docker, before a run starts (standard library only).
 
-    python docker/preflight.py [--gpus] [--mount PATH ...] [--image astrai:latest]
-        [--compose-file docker/compose.yaml ...]
+    python docker/preflight.py [--gpus] [--mount PATH ...] [--read-mount PATH ...]
+        [--image astrai:latest] [--compose-file docker/compose.yaml ...]
 
 Checks, in order, so that the first failure names the real cause: the docker CLI is on PATH; the
 engine answers (``docker info``); Compose v2 is installed (``docker compose version``) and
 renders the compose files (several: merged in order, as ``docker compose -f A -f B``); with
 ``--gpus``, the engine has the NVIDIA runtime (or NVIDIA CDI devices); every ``--mount`` path is
-an existing folder the container user can write (nothing is created); the image exists and
+an existing folder the container user can write, every ``--read-mount`` path (mounted read-only:
+``/data``, ``/models``) one it can read (nothing is created); the image exists and
 holds this checkout's code (``docker/source_hash.py``; a warning for an image without the hash). The
 first failure prints one line ``preflight: <reason>`` to stderr and exits 1; success prints
 ``preflight: ok``. The container user is ``ASTRAI_UID:ASTRAI_GID`` (default: this process's).
@@ -143,8 +144,9 @@ def container_ids() -> tuple[int, int]:
     return ids[0], ids[1]
 
 
-def check_mount(path: Path, uid: int, gid: int) -> None:
-    """``path`` exists, is a folder and ``uid:gid`` may create files in it.
+def check_mount(path: Path, uid: int, gid: int, write: bool = True) -> None:
+    """``path`` exists, is a folder and ``uid:gid`` may create files in it (``write``), or
+    list and read it (a read-only mount).
 
     Mode bits only, as the container sees them: it runs with exactly ``uid:gid`` and no
     supplementary groups. ACLs are not read.
@@ -157,20 +159,21 @@ def check_mount(path: Path, uid: int, gid: int) -> None:
         raise PreflightError(f"mount {path} cannot be read: {err.strerror or err}") from None
     if not stat.S_ISDIR(st.st_mode):
         raise PreflightError(f"mount {path} is not a folder")
-    if os.statvfs(path).f_flag & os.ST_RDONLY:
+    if write and os.statvfs(path).f_flag & os.ST_RDONLY:
         raise PreflightError(f"mount {path} is on a read-only file system")
     if uid == 0:
         return
+    # (write or read, search) bits of the class the container user falls in
     if st.st_uid == uid:
-        needed = stat.S_IWUSR | stat.S_IXUSR
+        needed = (stat.S_IWUSR if write else stat.S_IRUSR) | stat.S_IXUSR
     elif st.st_gid == gid:
-        needed = stat.S_IWGRP | stat.S_IXGRP
+        needed = (stat.S_IWGRP if write else stat.S_IRGRP) | stat.S_IXGRP
     else:
-        needed = stat.S_IWOTH | stat.S_IXOTH
+        needed = (stat.S_IWOTH if write else stat.S_IROTH) | stat.S_IXOTH
     if st.st_mode & needed != needed:
         raise PreflightError(
-            f"mount {path} is not writable by the container user {uid}:{gid} "
-            f"(owner {st.st_uid}:{st.st_gid}, mode {stat.filemode(st.st_mode)})"
+            f"mount {path} is not {'writable' if write else 'readable'} by the container user "
+            f"{uid}:{gid} (owner {st.st_uid}:{st.st_gid}, mode {stat.filemode(st.st_mode)})"
         )
 
 
@@ -214,7 +217,13 @@ def check_image(docker: str, image: str) -> None:
         )
 
 
-def run_checks(gpus: bool, mounts: list[Path], compose_files: list[Path], image: str) -> None:
+def run_checks(
+    gpus: bool,
+    mounts: list[Path],
+    compose_files: list[Path],
+    image: str,
+    read_mounts: tuple[Path, ...] = (),
+) -> None:
     docker = check_cli()
     info = check_engine(docker)
     check_compose(docker, compose_files)
@@ -223,6 +232,8 @@ def run_checks(gpus: bool, mounts: list[Path], compose_files: list[Path], image:
     uid, gid = container_ids()
     for mount in mounts:
         check_mount(mount, uid, gid)
+    for mount in read_mounts:
+        check_mount(mount, uid, gid, write=False)
     check_image(docker, image)
 
 
@@ -240,6 +251,14 @@ def main(argv: list[str] | None = None) -> int:
         help="host folder the container writes to (repeatable)",
     )
     parser.add_argument(
+        "--read-mount",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="PATH",
+        help="host folder mounted read-only, which the container reads (repeatable)",
+    )
+    parser.add_argument(
         "--compose-file",
         action="append",
         type=Path,
@@ -249,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image", default=IMAGE, help=f"the trainer image (default {IMAGE})")
     args = parser.parse_args(argv)
     try:
-        run_checks(args.gpus, args.mount, args.compose_file or [DEFAULT_COMPOSE_FILE], args.image)
+        files = args.compose_file or [DEFAULT_COMPOSE_FILE]
+        run_checks(args.gpus, args.mount, files, args.image, tuple(args.read_mount))
     except PreflightError as err:
         print(f"preflight: {err}", file=sys.stderr)
         return 1

@@ -2,11 +2,12 @@
 
     python docker/status.py [OUTPUTS_DIR ...]      (default: outputs)
 
-Containers: every trainer container of the ``astrai`` compose project, running or kept (a named
-job's container stays after it exits, with its exit code and logs), with its job name and run
-dir. Named jobs: each run dir under ``OUTPUTS_DIR`` that the Docker launcher marked
-(``docker-job.json``, written for ``hydra.launcher.job_name``), with its state, last step of
-``trainer.total_steps``, last ``eval/accuracy`` and latest complete checkpoint. The state:
+Containers: your trainer containers of the ``astrai`` compose project (labelled ``astrai.user=<your
+uid>`` by the launcher: other users' on a shared engine are not listed), running or kept (a named
+job's container stays after it exits, with its exit code and logs), with its job name and run dir.
+Named jobs: each run dir under ``OUTPUTS_DIR`` that the Docker launcher marked (``docker-job.json``,
+written for ``hydra.launcher.job_name``), with its state, last step of ``trainer.total_steps``, last
+``eval/accuracy`` and latest complete checkpoint. The state:
 
 * ``running``: its container runs;
 * ``done``: ``summary.json`` says it reached ``total_steps``;
@@ -24,23 +25,34 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from hydra_plugins.astrai_docker_launcher._docker_cli import DockerCallError, docker_output
-from hydra_plugins.astrai_docker_launcher._environment import JOB_FILE, JOB_LABEL, RUN_DIR_LABEL
+from hydra_plugins.astrai_docker_launcher._environment import (
+    JOB_FILE,
+    JOB_LABEL,
+    RUN_DIR_LABEL,
+    USER_LABEL,
+)
 
 from astrai.checkpoints.completeness import complete_checkpoints
 from astrai.metrics.writers import METRICS_FILE, SUMMARY_FILE, read_metrics
 
-TRAINERS = (
-    "--filter",
-    "label=com.docker.compose.project=astrai",
-    "--filter",
-    "label=com.docker.compose.service=trainer",
-)
+
+def trainer_filters(uid: int) -> tuple[str, ...]:
+    """``docker ps`` filters for user ``uid``'s astrai trainer containers."""
+    return (
+        "--filter",
+        "label=com.docker.compose.project=astrai",
+        "--filter",
+        "label=com.docker.compose.service=trainer",
+        "--filter",
+        f"label={USER_LABEL}={uid}",
+    )
 
 
 @dataclass(frozen=True)
@@ -64,8 +76,8 @@ def _docker(*args: str) -> str:
 
 
 def containers() -> list[Container]:
-    """The astrai trainer containers (running or kept), newest first."""
-    ids = _docker("ps", "-aq", *TRAINERS).split()
+    """This user's astrai trainer containers (running or kept), newest first."""
+    ids = _docker("ps", "-aq", *trainer_filters(os.getuid())).split()
     if not ids:
         return []
     found = []

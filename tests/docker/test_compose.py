@@ -23,13 +23,12 @@ from tests.docker.compose_files import (
     compose_binary,
 )
 
+# not NCCL_SOCKET_IFNAME / NCCL_IB_HCA: the host's interface names (issue 32)
 NCCL_PASSTHROUGH = {
     "NCCL_DEBUG",
     "NCCL_DEBUG_SUBSYS",
     "NCCL_P2P_DISABLE",
     "NCCL_IB_DISABLE",
-    "NCCL_SOCKET_IFNAME",
-    "NCCL_IB_HCA",
     "NCCL_NET_GDR_LEVEL",
     "NCCL_ASYNC_ERROR_HANDLING",
 }
@@ -44,7 +43,8 @@ LAUNCHER_ENV = {
     "ASTRAI_GID": "5678",
     "CUDA_VISIBLE_DEVICES": "0,2",
     "NCCL_DEBUG": "INFO",
-    "NCCL_SOCKET_IFNAME": "eth0",
+    "NCCL_SOCKET_IFNAME": "ib0",  # the host's interface: must not pass (issue 32)
+    "NCCL_IB_HCA": "mlx5_0",
     "ASTRAI_DATA_DIR": "/srv/astrai/data",
     "ASTRAI_MODELS_DIR": "/srv/astrai/models",
     "ASTRAI_OUTPUTS_DIR": "/srv/astrai/outputs",
@@ -154,8 +154,7 @@ def test_environment_is_only_the_pass_through_list(launched: dict) -> None:
     assert set(environment) == PASSTHROUGH
     assert environment["CUDA_VISIBLE_DEVICES"] == "0,2"
     assert environment["NCCL_DEBUG"] == "INFO"
-    assert environment["NCCL_SOCKET_IFNAME"] == "eth0"
-    assert environment["NCCL_IB_HCA"] is None  # unset on the host: no value
+    assert environment["NCCL_P2P_DISABLE"] is None  # unset on the host: no value
     for secret in ("HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "NCCL_CUSTOM_KNOB", "ASTRAI_UID"):
         assert secret not in environment
     assert "xyz" not in json.dumps(launched) and "abc" not in json.dumps(launched)
@@ -230,7 +229,8 @@ def test_volumes_from_launcher(launched: dict) -> None:
     ]
     for volume in trainer["volumes"]:
         assert volume["type"] == "bind"
-        assert not volume.get("read_only", False)
+        # inputs read-only (issue 32), results writable
+        assert volume.get("read_only", False) is (volume["target"] != "/outputs")
         # a missing host folder is an error, not a root-owned folder made by the engine
         assert not volume.get("bind", {}).get("create_host_path", False)
     tensorboard = launched["services"]["tensorboard"]
@@ -283,7 +283,13 @@ def test_without_profiles_only_the_trainer_renders() -> None:
 
 # --- vLLM server (profile serve) ----------------------------------------------------------------
 
-SERVER_ENVIRONMENT = {"CUDA_VISIBLE_DEVICES", "HF_HUB_OFFLINE", "VLLM_NO_USAGE_STATS"}
+SERVER_ENVIRONMENT = {
+    "CUDA_VISIBLE_DEVICES",
+    "HF_HUB_OFFLINE",
+    "VLLM_NO_USAGE_STATS",
+    "HOME",
+    "USER",
+}
 SERVE_ENV = {**LAUNCHER_ENV, "ASTRAI_SERVE_MODEL": "/srv/astrai/export/step-100"}
 
 
@@ -311,11 +317,14 @@ def test_server_reserves_every_gpu(served: dict) -> None:
 
 
 def test_server_environment_is_cuda_visible_devices_only(render, served: dict) -> None:  # noqa: ANN001
-    # from the host only CUDA_VISIBLE_DEVICES; the rest are constants (offline Hub, no usage stats)
+    # from the host only CUDA_VISIBLE_DEVICES; the rest are constants (offline Hub, no usage
+    # stats, a writable HOME and a user name for the non-root user)
     assert served["environment"] == {
         "CUDA_VISIBLE_DEVICES": "0,2",
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
+        "HOME": "/tmp",
+        "USER": "astrai",
     }
     for host in ({}, {"CUDA_VISIBLE_DEVICES": ""}):
         unset = render({"ASTRAI_SERVE_MODEL": "/srv/m", **host}, "serve")["services"]["server"]
@@ -374,7 +383,6 @@ def test_server_is_local_only(render, served: dict) -> None:  # noqa: ANN001
     assert moved["ports"][0]["host_ip"] == "127.0.0.1"
     assert served["ipc"] == "host"
     assert served["init"] is True
-    assert "user" not in served  # vLLM's image runs as root; the model mount is read-only
 
 
 def test_serve_profile_leaves_the_trainer_alone(render) -> None:  # noqa: ANN001
@@ -383,6 +391,35 @@ def test_serve_profile_leaves_the_trainer_alone(render) -> None:  # noqa: ANN001
     with_server = render(SERVE_ENV, profile="serve")["services"]
     assert set(with_server) == {"trainer", "server"}
     assert with_server["trainer"] == default["trainer"]
+
+
+def test_server_runs_as_the_host_user_with_a_health_check(served: dict, render) -> None:  # noqa: ANN001
+    """Issue 32: not vLLM's root, and a health check on the OpenAI server's GET /health."""
+    assert served["user"] == "1234:5678"  # ASTRAI_UID:ASTRAI_GID, as for the trainer
+    assert render({"ASTRAI_SERVE_MODEL": "/m"}, "serve")["services"]["server"]["user"] == (
+        "1000:1000"
+    )
+    check = served["healthcheck"]
+    assert check["test"][:3] == ["CMD", "python3", "-c"]
+    assert "'http://127.0.0.1:8000/health'" in check["test"][3]
+    # the probe itself: it exits 0 on 200 and non-zero otherwise (no server: refused)
+    probe = check["test"][3].replace("127.0.0.1:8000", "127.0.0.1:9")
+    assert subprocess.run(["python3", "-c", probe], capture_output=True).returncode == 1
+    assert (check["interval"], check["timeout"], check["retries"]) == ("30s", "10s", 3)
+    assert check["start_period"] == "10m0s"  # loading a large model takes minutes
+
+
+@pytest.mark.parametrize("service", ["trainer", "tensorboard", "server"])
+def test_every_service_bounds_its_log(render, service: str) -> None:  # noqa: ANN001
+    """Issue 32: json-file with max-size/max-file, from infra.container.log_max_* through the
+    launcher's ASTRAI_LOG_MAX_*, 50m x 3 without it."""
+    bounded = render({**SERVE_ENV, "ASTRAI_LOG_MAX_SIZE": "10m", "ASTRAI_LOG_MAX_FILE": "5"})
+    assert bounded["services"][service]["logging"] == {
+        "driver": "json-file",
+        "options": {"max-size": "10m", "max-file": "5"},
+    }
+    default = render({"ASTRAI_SERVE_MODEL": "/m"})["services"][service]["logging"]
+    assert default["options"] == {"max-size": "50m", "max-file": "3"}
 
 
 # --- nothing but docker-build builds ------------------------------------------------------------
@@ -490,4 +527,8 @@ def test_make_targets_expand(tmp_path: Path) -> None:
     stop = dry_run("docker-stop")
     assert "label=com.docker.compose.project=astrai" in stop
     assert "label=com.docker.compose.service=trainer" in stop
+    # only this user's containers (issue 32), with or without NAME
+    for text in (stop, dry_run("docker-stop", "NAME=exp1"), dry_run("docker-logs")):
+        assert f"label=astrai.user={os.getuid()}" in text
+    assert "label=astrai.user=4242" in dry_run("docker-stop", "OWNER=4242")
     assert 'docker stop -t "$grace"' in stop  # -t: --time in old CLIs, --timeout in new ones

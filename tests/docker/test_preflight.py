@@ -308,6 +308,35 @@ def test_mount_writable_by_container_user(
     assert list(mount.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("mode", "readable"),
+    [(0o555, True), (0o755, True), (0o751, False), (0o744, False)],
+    ids=lambda v: oct(v) if isinstance(v, int) and not isinstance(v, bool) else str(v),
+)
+def test_a_read_only_mount_needs_to_be_readable_only(
+    preflight, tmp_path: Path, mode: int, readable: bool
+) -> None:
+    """/data and /models are mounted read-only (issue 32): a shared dataset folder the
+    container user cannot write passes as a --read-mount; one it cannot list fails."""
+    data = tmp_path / "data"
+    data.mkdir()
+    data.chmod(mode)
+    env = {
+        "ASTRAI_UID": "1234",
+        "ASTRAI_GID": str(next(g for g in (5678, 5679) if g != data.stat().st_gid)),
+    }
+    result = preflight("--read-mount", str(data), env=env)
+    if readable:
+        assert (result.rc, result.stdout) == (0, "preflight: ok\n"), result
+    else:
+        assert result.failed_with(f"mount {data} is not readable by the container user 1234:"), (
+            result
+        )
+    # the same folder as a written mount: 0o555 is refused there
+    written = preflight("--mount", str(data), env=env)
+    assert written.rc != 0 and "is not writable" in written.stderr
+
+
 def test_container_uid_must_be_a_number(preflight, tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
     result = preflight("--mount", str(tmp_path / "data"), env={"ASTRAI_UID": "alice"})

@@ -121,10 +121,13 @@ def test_serve_runs_compose_up_server(make_serve, export_dir: Path) -> None:  # 
     assert result.returncode == 0, result.stderr
     assert "the venv stamp ran" not in result.stderr
     (call,) = calls
+    # a compose project of this user's own: another user's server is another container
     assert call["argv"] == [
         "compose",
         "-f",
         "docker/compose.yaml",
+        "-p",
+        f"astrai-serve-{os.getuid()}",
         "--profile",
         "serve",
         "up",
@@ -143,6 +146,12 @@ def test_serve_runs_compose_up_server(make_serve, export_dir: Path) -> None:  # 
         True,
     )
     assert server["ports"][0]["published"] == "8000"
+    # as this user, not vLLM's root (issue 32)
+    assert (call["env"]["ASTRAI_UID"], call["env"]["ASTRAI_GID"]) == (
+        str(os.getuid()),
+        str(os.getgid()),
+    )
+    assert server["user"] == f"{os.getuid()}:{os.getgid()}"
 
 
 def test_serve_port_and_name(make_serve, export_dir: Path) -> None:  # noqa: ANN001

@@ -52,7 +52,9 @@ def _fake_docker(bin_dir: Path, containers: list[dict] | None) -> None:
         body = 'echo "Cannot connect to the Docker daemon at unix:///x.sock." >&2; exit 1'
     else:
         ids = " ".join(c["Id"] for c in containers)
+        calls = shlex.quote(str(bin_dir / "calls.txt"))
         body = (
+            f'echo "$*" >> {calls}\n'
             f'case "$1" in\n  ps) echo {shlex.quote(ids)} ;;\n'
             f"  inspect) echo {shlex.quote(json.dumps(containers))} ;;\n"
             '  *) echo "unexpected $*" >&2; exit 99 ;;\nesac'
@@ -165,3 +167,14 @@ def test_no_named_job(tmp_path: Path, status: Callable) -> None:
         f"named jobs in {tmp_path / 'empty'}/:",
         "  none (make docker-train NAME=<name> starts one)",
     ]
+
+
+def test_only_this_users_containers_are_listed(
+    tmp_path: Path, outputs: Path, status: Callable
+) -> None:
+    """On a shared engine the table is yours: ``docker ps`` asks for the launcher's
+    ``astrai.user=<uid>`` label (issue 32)."""
+    status(outputs, [])
+    (ps,) = [c for c in (tmp_path / "bin" / "calls.txt").read_text().splitlines() if c[:2] == "ps"]
+    assert f"--filter label=astrai.user={os.getuid()}" in ps
+    assert "--filter label=com.docker.compose.service=trainer" in ps

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hydra_plugins.astrai_docker_launcher._host import launching_user
 
 pytestmark = pytest.mark.docker
 
@@ -29,6 +30,8 @@ USER = {"ASTRAI_UID": "1000", "ASTRAI_GID": "1000"}
 SHORT = ["debug=quick", "trainer.eval_every=5"]
 STEPS = 40  # long enough to be stopped mid-run (a step takes ~0.1-0.3 s here)
 NOT_COMPARED = ("time/", "perf/")  # wall-clock metrics differ between any two runs
+# named jobs' containers are astrai-<launching user>-<name> (root here: "astrai-root-")
+NAMED = f"astrai-{launching_user()[1]}-"
 
 
 def _docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -211,10 +214,12 @@ def test_a_cpu_job_as_a_non_root_user(engine: None, work: Path) -> None:
     _ok(make("docker-build", env=USER))
     uid = _docker("run", "--rm", "--entrypoint", "id", "astrai:latest", "-u").stdout.strip()
     assert uid == "1000"  # the image's own user
+    # a host NCCL_SOCKET_IFNAME names the host's interface: it must not reach the container
+    host_nccl = {"NCCL_SOCKET_IFNAME": "ib0", "NCCL_DEBUG": "WARN"}
     _ok(
         make(
             "docker-train",
-            env=USER,
+            env=USER | host_nccl,
             NAME="e2e-cpu",
             GPUS="none",
             ARGS=_args(*_mounts(work), *SHORT),
@@ -228,7 +233,29 @@ def test_a_cpu_job_as_a_non_root_user(engine: None, work: Path) -> None:
     _complete_checkpoint(run_dir, 2)
     assert _owners(run_dir) == {1000}
     # the named job's container is kept, exited 0, until the job starts again
-    assert _container_exit("astrai-e2e-cpu") == 0
+    container = f"{NAMED}e2e-cpu"
+    assert _container_exit(container) == 0
+    _shared_engine_settings(container)
+
+
+def _shared_engine_settings(container: str) -> None:
+    """Issue 32, as the engine applied it to a kept container: its user's label, a bounded
+    json-file log, /data and /models read-only (a write there is refused), no host interface
+    name in its environment."""
+    (record,) = json.loads(_docker("inspect", container).stdout)
+    assert record["Config"]["Labels"]["astrai.user"] == str(os.getuid())
+    assert record["HostConfig"]["LogConfig"] == {
+        "Type": "json-file",
+        "Config": {"max-file": "3", "max-size": "50m"},
+    }
+    writable = {m["Destination"]: m["RW"] for m in record["Mounts"]}
+    assert (writable["/data"], writable["/models"], writable["/outputs"]) == (False, False, True)
+    env = record["Config"]["Env"]
+    assert "NCCL_DEBUG=WARN" in env and not any(e.startswith("NCCL_SOCKET_IFNAME=") for e in env)
+    # the container user owns /data on the host (the launcher made it): only the mount refuses
+    touch = ["--volumes-from", container, "--user", "1000:1000", "--entrypoint", "touch"]
+    refused = _docker("run", "--rm", *touch, "astrai:latest", "/data/x", check=False)
+    assert refused.returncode != 0 and "Read-only file system" in refused.stderr, refused
 
 
 def test_a_two_job_sweep_through_the_launcher(engine: None, work: Path) -> None:
@@ -257,7 +284,7 @@ def test_a_two_job_sweep_through_the_launcher(engine: None, work: Path) -> None:
     kept = _docker(
         "ps", "-a", "--format", "{{.Names}}", "--filter", "label=com.docker.compose.service=trainer"
     )
-    assert all(name.startswith("astrai-e2e-") for name in kept.stdout.split()), kept.stdout
+    assert all(name.startswith(f"{NAMED}e2e-") for name in kept.stdout.split()), kept.stdout
 
 
 def _stop_and_resume(work: Path, name: str, extra: list[str], stop_after: int) -> Path:
@@ -268,9 +295,14 @@ def _stop_and_resume(work: Path, name: str, extra: list[str], stop_after: int) -
     run_dir = work / "outputs" / name
     _ok(make("docker-train", env=USER, **job))
     _wait_for_step(run_dir, stop_after)
+    # another user's `make docker-stop` (no NAME) leaves this user's trainer running
+    other = _ok(make("docker-stop", OWNER="4242"))
+    assert "no running astrai trainer container of user 4242" in other.stdout
+    state = _docker("inspect", "--format", "{{.State.Running}}", f"{NAMED}{name}").stdout
+    assert state.strip() == "true"
     stopped = _ok(make("docker-stop", NAME=name))
     assert "SIGTERM" in stopped.stdout
-    assert _container_exit(f"astrai-{name}") == 0
+    assert _container_exit(f"{NAMED}{name}") == 0
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stopped"] == "SIGTERM" and stop_after <= summary["step"] < STEPS
     _complete_checkpoint(run_dir, summary["step"])
@@ -279,7 +311,7 @@ def _stop_and_resume(work: Path, name: str, extra: list[str], stop_after: int) -
     assert "stopped (SIGTERM)" in line and f"{summary['step']}/{STEPS}" in line
 
     _ok(make("docker-train", env=USER, **job))  # the same command: resumes
-    assert _container_exit(f"astrai-{name}") == 0
+    assert _container_exit(f"{NAMED}{name}") == 0
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["step"] == STEPS and summary["stopped"] is None
     assert _owners(run_dir) == {1000}

@@ -16,9 +16,12 @@ from hydra_plugins.astrai_docker_launcher._environment import (
     container_user,
     forwarded_names,
     job_name_error,
+    log_options_error,
     named_job_dir,
     needs_gpus,
     shared_gpus,
+    unforwarded_host_variables,
+    user_tag,
 )
 
 REPO = Path("/repo")
@@ -45,6 +48,8 @@ def _infra(devices: object = "all", environment: dict | None = None, **mounts: s
             "shm_size": "16gb",
             "ipc": "host",
             "stop_grace_period": "300s",
+            "log_max_size": "50m",
+            "log_max_file": 3,
         },
         "mounts": {"data": "data", "models": "/mnt/models", "outputs": "outputs", **mounts},
         "environment": environment or {},
@@ -102,7 +107,7 @@ def test_mounts_resolve_relative_paths_against_the_repo_root() -> None:
 
 def test_only_nccl_and_docker_cli_variables_come_from_the_host() -> None:
     env = compose_environment(_infra(), HOST, 1, 1, REPO)
-    assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert env["NCCL_DEBUG"] == "INFO"
     assert env["PATH"] == "/usr/bin" and env["DOCKER_HOST"] == "unix:///run/docker.sock"
     for secret in ("HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "LD_PRELOAD"):
         assert secret not in env
@@ -111,13 +116,14 @@ def test_only_nccl_and_docker_cli_variables_come_from_the_host() -> None:
         "HOME",
         "DOCKER_HOST",
         "NCCL_DEBUG",
-        "NCCL_SOCKET_IFNAME",
         "ASTRAI_UID",
         "ASTRAI_GID",
         "ASTRAI_IMAGE",
         "ASTRAI_SHM_SIZE",
         "ASTRAI_IPC",
         "ASTRAI_STOP_GRACE_PERIOD",
+        "ASTRAI_LOG_MAX_SIZE",
+        "ASTRAI_LOG_MAX_FILE",
         "ASTRAI_DATA_DIR",
         "ASTRAI_MODELS_DIR",
         "ASTRAI_OUTPUTS_DIR",
@@ -135,7 +141,6 @@ def test_infra_environment_is_forwarded_and_wins_over_the_host() -> None:
         "MY_FLAG",
         "NCCL_DEBUG",
         "NCCL_P2P_DISABLE",
-        "NCCL_SOCKET_IFNAME",
     ]
 
 
@@ -171,12 +176,7 @@ def test_reserved_names_in_infra_environment_never_reach_docker_or_the_container
     assert (env["ASTRAI_UID"], env["ASTRAI_GID"]) == ("1000", "1001")
     assert env["PATH"] == "/usr/bin" and env["CUDA_VISIBLE_DEVICES"] == "1"
     assert env["MY_FLAG"] == "x"
-    assert forwarded_names(env, infra) == [
-        "CUDA_VISIBLE_DEVICES",
-        "MY_FLAG",
-        "NCCL_DEBUG",
-        "NCCL_SOCKET_IFNAME",
-    ]
+    assert forwarded_names(env, infra) == ["CUDA_VISIBLE_DEVICES", "MY_FLAG", "NCCL_DEBUG"]
 
 
 def test_the_container_is_told_all_when_its_gpus_are_narrowed() -> None:
@@ -232,6 +232,7 @@ def test_compose_argv_is_a_list_with_the_job_dir_mounted_and_never_build() -> No
         ["CUDA_VISIBLE_DEVICES", "NCCL_DEBUG"],
         job,
         ["train_type=online_ppo", "train_type.ppo_gamma=0.95", "hydra.run.dir=/elsewhere"],
+        user_id=1000,
     )
     assert argv == [
         "docker",
@@ -245,6 +246,8 @@ def test_compose_argv_is_a_list_with_the_job_dir_mounted_and_never_build() -> No
         "CUDA_VISIBLE_DEVICES",
         "-e",
         "NCCL_DEBUG",
+        "--label",
+        "astrai.user=1000",
         "--label",
         f"astrai.run_dir={job}",
         "--volume",
@@ -265,7 +268,7 @@ def test_a_multi_gpu_job_runs_train_py_which_starts_its_workers() -> None:
     assert plan.processes == 2 and plan.cuda_visible_devices == "0,1"
     overrides = container_overrides(["seed=1", "infra.gpu.devices=[0,1]"], plan)
     argv = compose_argv(
-        "docker", [Path("/repo/docker/compose.yaml")], "trainer", [], job, overrides
+        "docker", [Path("/repo/docker/compose.yaml")], "trainer", [], job, overrides, user_id=0
     )
     assert "--entrypoint" not in argv and "torchrun" not in argv
     assert argv[argv.index("trainer") + 1 :] == [
@@ -297,13 +300,14 @@ def test_a_named_detached_cpu_job() -> None:
         [],
         job,
         ["seed=1"],
+        user_id=1000,
         job_name="exp1",
-        container="astrai-exp1",
+        container="astrai-alice-exp1",
         detach=True,
     )
     assert argv == [
         "docker", "compose", "-f", "/repo/c.yaml", "-f", "/repo/cpu.yaml",
-        "run", "--name", "astrai-exp1", "-d", "-T",
+        "run", "--name", "astrai-alice-exp1", "-d", "-T", "--label", "astrai.user=1000",
         "--label", f"astrai.run_dir={job}", "--label", "astrai.job=exp1",
         "--volume", f"{job}:{job}", "trainer", "seed=1", f"hydra.run.dir={job}",
     ]  # fmt: skip
@@ -340,8 +344,8 @@ def test_container_user_and_job_names() -> None:
     outputs = Path("/srv/outputs")
     assert named_job_dir(outputs, "exp1", 0, sweep=False) == outputs / "exp1"
     assert named_job_dir(outputs, "exp1", 3, sweep=True) == outputs / "exp1" / "3"
-    assert container_name("exp1", 0, sweep=False) == "astrai-exp1"
-    assert container_name("exp1", 3, sweep=True) == "astrai-exp1-3"
+    assert container_name("alice", "exp1", 0, sweep=False) == "astrai-alice-exp1"
+    assert container_name("alice", "exp1", 3, sweep=True) == "astrai-alice-exp1-3"
 
 
 @pytest.mark.parametrize(
@@ -357,3 +361,57 @@ def test_container_user_and_job_names() -> None:
 )
 def test_which_detached_gpu_jobs_share_a_gpu(selections: list, pair: tuple | None) -> None:
     assert shared_gpus([container_plan(_infra(devices)) for devices in selections]) == pair
+
+
+# --- issue 32: a shared or multi-GPU engine ----------------------------------------------------
+
+
+def test_host_interface_names_never_reach_the_bridge_networked_container() -> None:
+    """NCCL_SOCKET_IFNAME / NCCL_IB_HCA name the host's interfaces (ib0, mlx5_0), which the
+    container on compose's bridge network lacks: not forwarded from the host; other NCCL_*
+    still are; infra.environment may set them for the container, and then they pass."""
+    host = {**HOST, "NCCL_SOCKET_IFNAME": "ib0", "NCCL_IB_HCA": "mlx5_0", "NCCL_P2P_LEVEL": "NVL"}
+    env = compose_environment(_infra(), host, 1, 1, REPO)
+    assert "NCCL_SOCKET_IFNAME" not in env and "NCCL_IB_HCA" not in env
+    assert (env["NCCL_DEBUG"], env["NCCL_P2P_LEVEL"]) == ("INFO", "NVL")
+    assert forwarded_names(env, _infra()) == ["NCCL_DEBUG", "NCCL_P2P_LEVEL"]
+    assert unforwarded_host_variables(_infra(), host) == ["NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"]
+    own = _infra(environment={"NCCL_SOCKET_IFNAME": "eth0"})
+    env = compose_environment(own, host, 1, 1, REPO)
+    assert env["NCCL_SOCKET_IFNAME"] == "eth0" and "NCCL_IB_HCA" not in env
+    assert "NCCL_SOCKET_IFNAME" in forwarded_names(env, own)
+    assert unforwarded_host_variables(own, host) == ["NCCL_IB_HCA"]
+    assert unforwarded_host_variables(_infra(), {"NCCL_DEBUG": "INFO"}) == []
+
+
+def test_named_containers_and_labels_are_the_launching_users() -> None:
+    # two users' job "exp1" on one engine: two containers, each labelled with its user's uid
+    assert container_name(user_tag(1000, "alice"), "exp1", 0, sweep=False) == "astrai-alice-exp1"
+    assert container_name(user_tag(1001, "bob"), "exp1", 0, sweep=False) == "astrai-bob-exp1"
+    # a login Docker would refuse in a name, or none (a uid without a passwd entry): u<uid>
+    assert user_tag(1002, "jean dupont") == "u1002" and user_tag(1003, None) == "u1003"
+    assert user_tag(0, "root") == "root"
+    argv = compose_argv("docker", [Path("/c.yaml")], "trainer", [], Path("/j"), [], user_id=1001)
+    assert argv[argv.index("--label") : argv.index("--label") + 2] == [
+        "--label",
+        "astrai.user=1001",
+    ]
+
+
+def test_log_bounds_reach_compose_and_bad_ones_are_refused() -> None:
+    infra = _infra()
+    infra["container"] |= {"log_max_size": "10m", "log_max_file": 5}
+    env = compose_environment(infra, HOST, 1, 1, REPO)
+    assert (env["ASTRAI_LOG_MAX_SIZE"], env["ASTRAI_LOG_MAX_FILE"]) == ("10m", "5")
+    assert log_options_error(infra["container"]) is None
+    for key, bad in (
+        ("log_max_size", "50"),  # no unit
+        ("log_max_size", "50 mb"),
+        ("log_max_size", "0m"),
+        ("log_max_size", None),  # infra=local's null: unbounded is not an option
+        ("log_max_file", 0),
+        ("log_max_file", True),
+        ("log_max_file", None),
+    ):
+        error = log_options_error(infra["container"] | {key: bad})
+        assert error is not None and error.startswith(f"infra.container.{key}={bad!r}: "), key

@@ -24,6 +24,7 @@ from hydra.core.utils import JobStatus
 from hydra.types import HydraContext, RunMode
 from hydra_plugins.astrai_docker_launcher import _core
 from hydra_plugins.astrai_docker_launcher._core import DockerJobError, Job
+from hydra_plugins.astrai_docker_launcher._host import launching_user
 from omegaconf import OmegaConf
 from tests.helpers import wait_for_rows
 from tests.launcher.helpers import install_fake_docker, read_calls
@@ -163,7 +164,8 @@ def test_never_a_silent_host_run_and_bad_devices_fail_before_any_container(
 
 
 def test_multirun_through_the_cli_runs_each_job_via_docker_compose(tmp_path: Path) -> None:
-    env = _env(tmp_path)
+    # the host's interface names (issue 32): not for the bridge-networked container
+    env = _env(tmp_path) | {"NCCL_SOCKET_IFNAME": "ib0", "NCCL_IB_HCA": "mlx5_0"}
     sweep = tmp_path / "sweep"
     result = _train(
         [
@@ -186,6 +188,9 @@ def test_multirun_through_the_cli_runs_each_job_via_docker_compose(tmp_path: Pat
     assert "job #1 failed (exit code 2)" in result.stderr
     assert "no checkpoint directory at /outputs/missing/step_1" in result.stderr
     assert "Traceback" not in result.stderr  # the exit code and log lines, not launcher code
+    # one line says the host's interface names stay out (issue 32)
+    said = [line for line in (result.stdout + result.stderr).splitlines() if "NCCL_IB_HCA" in line]
+    assert len(said) == 1 and "NCCL_IB_HCA, NCCL_SOCKET_IFNAME from the host not passed" in said[0]
     summary = json.loads((sweep / "0" / "summary.json").read_text())
     assert summary["step"] == 2 and summary["run_dir"] == str(sweep / "0")
     assert (sweep / "0" / "docker.log").is_file()
@@ -213,9 +218,14 @@ def test_multirun_through_the_cli_runs_each_job_via_docker_compose(tmp_path: Pat
             "CUDA_VISIBLE_DEVICES",
             "NCCL_DEBUG",
         }
+        # the launching user's label (make docker-stop stops only theirs: issue 32)
+        assert f"astrai.user={os.getuid()}" == argv[argv.index("--label") + 1]
         seen = call["env"]
         assert seen["CUDA_VISIBLE_DEVICES"] == "0,2"
         assert seen["NCCL_DEBUG"] == "INFO"
+        assert "NCCL_SOCKET_IFNAME" not in seen and "NCCL_IB_HCA" not in seen
+        # the json-file log's bounds, conf/infra/docker.yaml's (issue 32)
+        assert (seen["ASTRAI_LOG_MAX_SIZE"], seen["ASTRAI_LOG_MAX_FILE"]) == ("50m", "3")
         assert (seen["ASTRAI_UID"], seen["ASTRAI_GID"]) == (str(os.getuid()), str(os.getgid()))
         assert seen["ASTRAI_OUTPUTS_DIR"] == str(tmp_path / "mounts" / "outputs")
         assert "HF_TOKEN" not in seen and "OMP_NUM_THREADS" not in seen
@@ -379,6 +389,12 @@ def test_launch_returns_each_jobs_summary_and_reports_the_failed_one(
         # the engine down: that cause, not a missing image; the mounts are made on the way
         ([], {"engine": "down"}, "docker error: Docker engine not reachable"),
         ([], {"ASTRAI_UID": "me"}, "ASTRAI_UID must be a number"),
+        # the json-file log's bound needs a unit (issue 32; the rule: test_environment.py)
+        (
+            ["infra.container.log_max_size=50"],
+            {},
+            "config error: infra.container.log_max_size='50': a size with a unit",
+        ),
     ],
 )
 def test_host_and_name_errors_are_one_line_before_any_container(
@@ -430,7 +446,8 @@ def test_a_named_cpu_job_has_a_stable_run_dir_and_resumes(tmp_path: Path) -> Non
     assert "resumed from" in (run_dir / "train.log").read_text()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [0, 1, 2]
-    assert json.loads((run_dir / "docker-job.json").read_text())["container"] == "astrai-exp1"
+    container = f"astrai-{launching_user()[1]}-exp1"  # the user's own: issue 32
+    assert json.loads((run_dir / "docker-job.json").read_text())["container"] == container
     assert not (tmp_path / "multirun").exists()  # Hydra's timestamped sweep dir is not left
     calls = _compose_calls(tmp_path)
     assert len(calls) == 2
@@ -438,13 +455,13 @@ def test_a_named_cpu_job_has_a_stable_run_dir_and_resumes(tmp_path: Path) -> Non
         argv = call["argv"]
         cpu_file = str(REPO / "docker" / "compose.cpu.yaml")
         assert argv[1:6] == ["-f", str(REPO / "docker" / "compose.yaml"), "-f", cpu_file, "run"]
-        assert argv[6:8] == ["--name", "astrai-exp1"] and "--rm" not in argv
+        assert argv[6:8] == ["--name", container] and "--rm" not in argv
         assert "astrai.job=exp1" in argv and f"astrai.run_dir={run_dir}" in argv
         assert argv[-1] == f"hydra.run.dir={run_dir}"
     # before each start the launcher looked for a container of that name (to refuse a running
     # one and remove a finished one)
     ps = [c["argv"] for c in read_calls(tmp_path / "docker-config") if c["argv"][:1] == ["ps"]]
-    assert ps == [["ps", "-a", "--filter", "name=^/astrai-exp1$", "--format", "{{.State}}"]] * 2
+    assert ps == [["ps", "-a", "--filter", f"name=^/{container}$", "--format", "{{.State}}"]] * 2
 
 
 @pytest.mark.slow  # ~20 s: a named 2-job sweep through the fake docker
@@ -460,7 +477,8 @@ def test_a_named_sweep_puts_its_jobs_under_the_name(tmp_path: Path) -> None:
         summary = json.loads((outputs / "sw" / str(num) / "summary.json").read_text())
         assert summary["run_dir"] == str(outputs / "sw" / str(num))
     names = [c["argv"][c["argv"].index("--name") + 1] for c in _compose_calls(tmp_path)]
-    assert names == ["astrai-sw-0", "astrai-sw-1"]
+    user = launching_user()[1]
+    assert names == [f"astrai-{user}-sw-0", f"astrai-{user}-sw-1"]
     # a name holds one kind: this sweep's name for a single run is refused, and the reverse
     single = _train([*args, "hydra.launcher.job_name=sw"], tmp_path, env)
     assert single.returncode == 2 and "holds a sweep, not a single run" in single.stderr

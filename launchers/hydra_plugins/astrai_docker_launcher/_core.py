@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -36,13 +37,16 @@ from hydra_plugins.astrai_docker_launcher._environment import (
     container_plan,
     forwarded_names,
     job_name_error,
+    log_options_error,
     named_job_dir,
     shared_gpus,
+    unforwarded_host_variables,
 )
 from hydra_plugins.astrai_docker_launcher._host import (
     HostError,
     container_ids,
     job_environment,
+    launching_user,
     make_dirs,
     prepare_mounts,
     run_preflight,
@@ -123,7 +127,7 @@ def _check_job(job_config: DictConfig) -> str | None:
         validate_config(job_config, where="container")
     except ConfigError as err:
         return str(err)
-    return None
+    return log_options_error(job_config.infra.container)
 
 
 def _shared_gpus_error(jobs: list[Job]) -> str | None:
@@ -183,7 +187,7 @@ def _place_named_jobs(
                 "(pick another name, or run the sweep again)"
             )
         job.job_dir = named_job_dir(top.parent, name, job.idx, sweep)
-        job.container = container_name(name, job.idx, sweep)
+        job.container = container_name(launching_user()[1], name, job.idx, sweep)
         with open_dict(job.config):
             job.config.hydra.sweep.dir = str(top)
             job.config.hydra.sweep.subdir = str(job.idx) if sweep else "."
@@ -265,6 +269,7 @@ def launch(
 
         discard_fresh_dir(sweep_dir, {SWEEP_FILE})  # its record moved to the named dir
 
+    _note_host_interface_variables(jobs)
     log.info("Launching %d jobs in Docker (%s)", len(jobs), compose_file)
     results = []
     with SignalRelay() as relay:
@@ -276,6 +281,20 @@ def launch(
                 _stop_sweep(job, results[-1], relay.received)
                 break
     return results
+
+
+def _note_host_interface_variables(jobs: list[Job]) -> None:
+    """One line when the host sets NCCL variables that name its own network interfaces: they
+    are not passed into the bridge-networked container (``HOST_INTERFACE_VARIABLES``)."""
+    names = sorted({n for job in jobs for n in unforwarded_host_variables(job.infra, os.environ)})
+    if names:
+        log.warning(
+            "%s from the host not passed into the container: they name the host's network "
+            "interfaces, which the container (compose's bridge network) does not have; set "
+            "infra.environment.%s to the container's own if needed",
+            ", ".join(names),
+            names[0],
+        )
 
 
 def _stop_sweep(job: Job, result: JobReturn, received: str) -> None:
@@ -372,6 +391,7 @@ def _start_job(
         forwarded_names(env, job.infra),
         job.job_dir,
         container_overrides(job.overrides, container_plan(job.infra)),
+        user_id=launching_user()[0],
         job_name=launcher.job_name,
         container=job.container,
         detach=launcher.detach,

@@ -17,14 +17,24 @@ from astrai.config.environment import DOCKER_CLI_VARIABLES, reserved_reason
 # container (compose only passes the names compose.yaml lists and the -e flags below).
 
 FORWARDED_PREFIX = "NCCL_"
+# NCCL variables that name the host's network interfaces or InfiniBand adapters: the container
+# sits on compose's bridge network (its own eth0, no host HCA), where such a name selects
+# nothing and NCCL fails to find an interface. Never taken from the host; infra.environment
+# may set them to the container's own names.
+HOST_INTERFACE_VARIABLES = ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA")
 GPU_DEVICES_KEY = "infra.gpu.devices"
 DEVICE_KEY = "infra.device"
-CONTAINER_PREFIX = "astrai-"  # named jobs run in containers astrai-<name>[-<job num>]
+CONTAINER_PREFIX = "astrai-"  # named jobs run in containers astrai-<user>-<name>[-<job num>]
 JOB_LABEL = "astrai.job"  # the job name, on every named job's container
+USER_LABEL = "astrai.user"  # the launching user's uid, on every container (make docker-stop)
 RUN_DIR_LABEL = "astrai.run_dir"  # the job's run dir on the host, on every container
 JOB_FILE = "docker-job.json"  # in a named job's run dir: what `make docker-status` lists
 # a Docker container name without the prefix; no "/" or ".." (it also names a folder)
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
+# a login name that can stand in a container name as it is (Docker's name characters)
+LOGIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
+# the json-file log driver's sizes: a number with a unit (k, m, g), as Docker reads them
+LOG_SIZE = re.compile(r"[1-9][0-9]*[kmg]")
 
 
 def user_environment(infra: Mapping[str, Any]) -> dict[str, str]:
@@ -89,9 +99,19 @@ def job_name_error(name: str) -> str | None:
     return None
 
 
-def container_name(job_name: str, job_num: int, sweep: bool) -> str:
-    """``astrai-<name>`` for a single job, ``astrai-<name>-<num>`` for each job of a sweep."""
-    return f"{CONTAINER_PREFIX}{job_name}-{job_num}" if sweep else f"{CONTAINER_PREFIX}{job_name}"
+def user_tag(uid: int, login: str | None) -> str:
+    """The launching user in a container name: the login name when Docker accepts it as it
+    is, else ``u<uid>``. Two users' jobs of the same name then get different containers."""
+    if login is not None and LOGIN_NAME.fullmatch(login):
+        return login
+    return f"u{uid}"
+
+
+def container_name(user: str, job_name: str, job_num: int, sweep: bool) -> str:
+    """``astrai-<user>-<name>`` for a single job, ``astrai-<user>-<name>-<num>`` for each job
+    of a sweep (``user``: ``user_tag``)."""
+    name = f"{CONTAINER_PREFIX}{user}-{job_name}"
+    return f"{name}-{job_num}" if sweep else name
 
 
 def named_job_dir(outputs_dir: Path, job_name: str, job_num: int, sweep: bool) -> Path:
@@ -108,14 +128,20 @@ def compose_environment(
     repo_root: Path,
 ) -> dict[str, str]:
     """The environment ``docker compose`` runs with, built from scratch (nothing inherited
-    implicitly): ``NCCL_*`` from the host, ``infra.environment`` over them, then what the
+    implicitly): ``NCCL_*`` from the host but for ``HOST_INTERFACE_VARIABLES`` (the host's
+    interface names, which the bridge-networked container lacks), ``infra.environment`` over
+    them (which may set those for the container), then what the
     launcher owns: the Docker CLI's own variables from the host, ``ASTRAI_UID``/``ASTRAI_GID``,
     the container settings and mounts as ``ASTRAI_*`` interpolation variables and
     ``CUDA_VISIBLE_DEVICES`` from the device plan (absent for ``all``; an inherited value,
     empty or not, is never used). ``validate_config`` has refused every launcher-owned name in
     ``infra.environment``; ``user_environment`` drops any that got through, so the launcher's
     own variables always win (a Docker CLI variable the host does not set stays unset)."""
-    env = {k: v for k, v in host_env.items() if k.startswith(FORWARDED_PREFIX)}
+    env = {
+        k: v
+        for k, v in host_env.items()
+        if k.startswith(FORWARDED_PREFIX) and k not in HOST_INTERFACE_VARIABLES
+    }
     env.update(user_environment(infra))
     env.update({name: host_env[name] for name in DOCKER_CLI_VARIABLES if name in host_env})
     container, mounts = infra["container"], infra["mounts"]
@@ -127,6 +153,8 @@ def compose_environment(
             "ASTRAI_SHM_SIZE": str(container["shm_size"]),
             "ASTRAI_IPC": str(container["ipc"]),
             "ASTRAI_STOP_GRACE_PERIOD": compose_duration(container["stop_grace_period"]),
+            "ASTRAI_LOG_MAX_SIZE": str(container["log_max_size"]),
+            "ASTRAI_LOG_MAX_FILE": str(container["log_max_file"]),
             "ASTRAI_DATA_DIR": str(mount_source(mounts["data"], repo_root)),
             "ASTRAI_MODELS_DIR": str(mount_source(mounts["models"], repo_root)),
             "ASTRAI_OUTPUTS_DIR": str(mount_source(mounts["outputs"], repo_root)),
@@ -139,6 +167,30 @@ def compose_environment(
     if visible:  # never the empty string, which would hide every GPU
         env[CUDA_VISIBLE_DEVICES] = visible
     return env
+
+
+def unforwarded_host_variables(infra: Mapping[str, Any], host_env: Mapping[str, str]) -> list[str]:
+    """The ``HOST_INTERFACE_VARIABLES`` the host sets that do not reach the container (those
+    ``infra.environment`` sets do, with its values): the launcher says so in one line."""
+    own = user_environment(infra)
+    return [name for name in HOST_INTERFACE_VARIABLES if name in host_env and name not in own]
+
+
+def log_options_error(container: Mapping[str, Any]) -> str | None:
+    """Why ``infra.container.log_max_size`` / ``log_max_file`` cannot bound the container's
+    json-file log (Docker's ``max-size`` / ``max-file``); None when they can."""
+    size, files = container.get("log_max_size"), container.get("log_max_file")
+    if not isinstance(size, str) or LOG_SIZE.fullmatch(size) is None:
+        return (
+            f"infra.container.log_max_size={size!r}: a size with a unit k, m or g "
+            "(e.g. 50m), the most one log file of the container holds"
+        )
+    if isinstance(files, bool) or not isinstance(files, int) or files < 1:
+        return (
+            f"infra.container.log_max_file={files!r}: a whole number >= 1, the log files "
+            "kept per container"
+        )
+    return None
 
 
 def compose_duration(value: str | int | float) -> str:
@@ -196,21 +248,23 @@ def compose_argv(
     job_dir: Path,
     overrides: Sequence[str],
     *,
+    user_id: int,
     job_name: str | None = None,
     container: str | None = None,
     detach: bool = False,
 ) -> list[str]:
     """``docker compose -f FILE... run (--rm | --name CONTAINER) [-d] -T [-e NAME]...
-    --label astrai.run_dir=JOB [--label astrai.job=NAME] --volume JOB:JOB SERVICE overrides...
-    hydra.run.dir=JOB``. An unnamed job's container is removed when it exits; a named job's
-    (``container``) stays until the job next starts, so its exit code and logs can still be
-    read. The job dir is mounted at the same absolute path, so what the
-    container writes (summary.json, checkpoints) is where Hydra expects it on the host. The
-    container always runs the image's ``train.py``: a job of several processes starts its own
-    workers there (``infra.nproc_per_node``, ``auto`` = the GPUs it sees), so ``docker stop``
-    reaches the parent that forwards SIGTERM and exits 0 after the checkpoint — torchrun's
-    agent would kill the workers after 30 s and exit 1. Never ``--build``: only
-    ``make docker-build`` builds."""
+    --label astrai.user=UID --label astrai.run_dir=JOB [--label astrai.job=NAME]
+    --volume JOB:JOB SERVICE overrides... hydra.run.dir=JOB``. ``user_id``: the launching user's
+    uid, by which ``make docker-stop``/``-logs`` find that user's containers only. An unnamed job's
+    container is removed when it exits; a named job's (``container``) stays until the job next
+    starts, so its exit code and logs can still be read. The job dir is mounted at the same absolute
+    path, so what the container writes (summary.json, checkpoints) is where Hydra expects it on the
+    host. The container always runs the image's ``train.py``: a job of several processes starts its
+    own workers there (``infra.nproc_per_node``, ``auto`` = the GPUs it sees), so ``docker stop``
+    reaches the parent that forwards SIGTERM and exits 0 after the checkpoint — torchrun's agent
+    would kill the workers after 30 s and exit 1. Never ``--build``: only ``make docker-build``
+    builds."""
     argv = [docker, "compose"]
     for path in files:
         argv += ["-f", str(path)]
@@ -220,6 +274,7 @@ def compose_argv(
     argv.append("-T")
     for variable in forwarded:
         argv += ["-e", variable]
+    argv += ["--label", f"{USER_LABEL}={user_id}"]
     argv += ["--label", f"{RUN_DIR_LABEL}={job_dir}"]
     if job_name is not None:
         argv += ["--label", f"{JOB_LABEL}={job_name}"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pwd
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from hydra_plugins.astrai_docker_launcher._environment import (
     container_plan,
     container_user,
     needs_gpus,
+    user_tag,
 )
 
 if TYPE_CHECKING:
@@ -38,6 +40,18 @@ class HostError(Exception):
 def container_ids() -> tuple[int, int]:
     """The container's uid:gid (``ASTRAI_UID``/``ASTRAI_GID``, default this process's)."""
     return container_user(os.environ, os.getuid(), os.getgid())
+
+
+def launching_user() -> tuple[int, str]:
+    """The uid of the user who launches (the ``astrai.user`` label, ``id -u`` for the make
+    targets) and its ``user_tag`` for container names (a uid without a passwd entry:
+    ``u<uid>``)."""
+    uid = os.getuid()
+    try:
+        login: str | None = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        login = None
+    return uid, user_tag(uid, login)
 
 
 def job_environment(infra: dict, repo_root: Path) -> dict[str, str]:
@@ -87,8 +101,9 @@ def run_preflight(jobs: list[Job], files_of: dict[int, list[Path]], repo_root: P
         argv = [sys.executable, str(repo_root / PREFLIGHT_SCRIPT), "--image", env["ASTRAI_IMAGE"]]
         if needs_gpus(container_plan(job.infra)):
             argv.append("--gpus")
-        for variable in MOUNT_VARIABLES.values():
-            argv += ["--mount", env[variable]]
+        # /data and /models are mounted read-only: readable is enough there
+        for key, variable in MOUNT_VARIABLES.items():
+            argv += ["--mount" if key == "outputs" else "--read-mount", env[variable]]
         for path in files:
             argv += ["--compose-file", str(path)]
         result = subprocess.run(

@@ -209,6 +209,8 @@ class ContainerConfig:
     shm_size: str = MISSING
     ipc: str = MISSING
     stop_grace_period: str = MISSING
+    log_max_size: str = MISSING  # the json-file log's max-size, e.g. "50m"
+    log_max_file: int = MISSING  # ... and max-file
 
 
 @dataclass
