@@ -1,5 +1,6 @@
-"""The README and docs/ stay navigable: a short README, relative links (and their #anchors) that
-resolve, every docs page reachable from the README, no scratch paths in docs/."""
+"""The README and docs/ stay navigable and honest: a short README, relative links (and their
+#anchors) that resolve, every docs page reachable from the README, no scratch paths in docs/,
+no claim of several GPUs or nodes that does not say what has run."""
 
 from __future__ import annotations
 
@@ -127,4 +128,70 @@ def test_checker_catches_broken_links(tmp_path: Path, monkeypatch: pytest.Monkey
     assert problems == [
         "page.md: missing.md (no such file)",
         "page.md: other.md#nope (no such heading)",
+    ]
+
+
+# Claims that astrai runs on several GPUs, nodes or machines: several GPUs have never run (one
+# H200 has: docs/gpu.md), so each such claim must say so where it is made (issue 32).
+SCALE_CLAIM = re.compile(
+    r"\b(?:many|several|multiple|two|more|\d+)\s+(?:visible\s+|selected\s+|CUDA\s+)?"
+    r"(?:GPUs|nodes|machines)\b"
+    r"|\bGPUs?\s+or\s+many\b|\bmulti-?(?:GPU|node)\b|\bper\s+(?:visible\s+|selected\s+)?GPU\b"
+    r"|\bclusters?\b",
+    re.IGNORECASE,
+)
+# ... in the same paragraph, list item or table row: untested, or measured on the GPU check page
+UNTESTED = re.compile(
+    r"\buntested\b|\bnot\s+(?:yet\s+)?(?:tested|measured|run)\b|\bnever\s+(?:been\s+)?(?:run|ran)\b",
+    re.IGNORECASE,
+)
+MEASURED = re.compile(r"\bmeasured\b.*\bgpu\.md\b|\bgpu\.md\b.*\bmeasured\b", re.IGNORECASE)
+UNIT_START = re.compile(r"^\s*(?:[-*+]\s|\d+\.\s|\||#)")  # a list item, table row or heading
+
+
+def claim_units(text: str) -> list[str]:
+    """The prose's paragraphs, list items and table rows, each as one line; headings are left
+    out (a title claims nothing), as is code."""
+    units: list[list[str]] = [[]]
+    for line in prose(text).splitlines():
+        if not line.strip() or UNIT_START.match(line):
+            units.append([])
+        if line.strip():
+            units[-1].append(line.strip())
+    return [" ".join(unit) for unit in units if unit and not unit[0].startswith("#")]
+
+
+def unqualified_scale_claims(path: Path) -> list[str]:
+    """``path: claim`` for each unit claiming several GPUs/nodes without saying what ran."""
+    return [
+        f"{path.relative_to(ROOT)}: [{claim.group(0)}] {unit[:120]}"
+        for unit in claim_units(path.read_text(encoding="utf-8"))
+        if (claim := SCALE_CLAIM.search(unit))
+        and not UNTESTED.search(unit)
+        and not MEASURED.search(unit)
+    ]
+
+
+def test_claims_about_several_gpus_or_nodes_say_what_has_run() -> None:
+    assert [claim for path in markdown_files() for claim in unqualified_scale_claims(path)] == []
+
+
+def test_checker_catches_unqualified_scale_claims(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Several GPUs and nodes\n\n"  # a heading: no claim
+        "The same command runs on one GPU\nor many, in Docker.\n\n"  # caught across a line break
+        "- starts one process per visible GPU\n"  # caught: the next item's word is not its own
+        "- several nodes are untested\n\n"
+        "| Multi-node | ok |\n| 8 GPUs | measured in [GPU check](gpu.md) |\n\n"
+        "On a real cluster it has never run. `python train.py` on 4 GPUs\n\n"
+        "```\npython train.py  # every visible GPU, several nodes\n```\n"
+    )
+    assert [line.split("] ")[0] for line in unqualified_scale_claims(page)] == [
+        "page.md: [GPU or many",
+        "page.md: [per visible GPU",
+        "page.md: [Multi-node",
     ]
