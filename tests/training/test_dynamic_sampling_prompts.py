@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -35,11 +36,10 @@ def _record_rounds(monkeypatch: pytest.MonkeyPatch) -> list[list[list[str]]]:
     collect = trainer_module.collect_rollout
     rollout = Trainer.rollout
 
-    def collect_equal(
-        policy: object, tokenizer: object, problems: list, *args, **kwargs
-    ) -> Rollout:  # noqa: ANN002, ANN003
+    def collect_equal(*args: Any, **kwargs: Any) -> Rollout:
+        problems = args[2]  # collect_rollout(policy, tokenizer, problems, ...)
         steps[-1].append([p.text for p in problems])
-        sampled = collect(policy, tokenizer, problems, *args, **kwargs)
+        sampled = collect(*args, **kwargs)
         sampled.rewards = torch.zeros_like(sampled.rewards)
         return sampled
 
