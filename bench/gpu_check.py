@@ -268,8 +268,8 @@ def resume_runs(ctx: Context, train_type: str) -> tuple[float, float, bool]:
     run_dir = ctx.run_dir("resume-resumed")
     Trainer(compose_config(overrides), run_dir).fit(until=3)
     resumed = Trainer(compose_config(overrides), run_dir)  # ckpt.resume=auto: step_3
-    if resumed.step != 3:
-        raise RuntimeError(f"resumed at step {resumed.step}, expected 3")
+    if resumed.state.step != 3:
+        raise RuntimeError(f"resumed at step {resumed.state.step}, expected 3")
     resumed.fit()
     straight_state, straight_records = runs["straight"]
     diff = max(

@@ -314,7 +314,7 @@ def snapshot(trainer: Trainer) -> dict[str, Any]:
             "policy": trainer.policy.state_dict(),
             "optimizer": trainer.optimizer.state_dict(),
             "scheduler": trainer.scheduler.state_dict(),
-            "generators": {k: g.get_state() for k, g in trainer.generators().items()},
+            "generators": {k: g.get_state() for k, g in trainer.state.generators.items()},
         }
     )
 
@@ -323,9 +323,9 @@ def restore(trainer: Trainer, start: dict[str, Any]) -> None:
     trainer.policy.load_state_dict(start["policy"])
     trainer.optimizer.load_state_dict(copy.deepcopy(start["optimizer"]))
     trainer.scheduler.load_state_dict(start["scheduler"])
-    for name, generator in trainer.generators().items():
+    for name, generator in trainer.state.generators.items():
         generator.set_state(start["generators"][name])
-    trainer.step = trainer.policy_version = 0
+    trainer.state.step = trainer.state.policy_version = 0
 
 
 def time_astrai(trainer: Trainer, start: dict[str, Any], steps: int) -> tuple[float, float, dict]:

@@ -142,7 +142,7 @@ def test_retention_in_a_run_keeps_incomplete_dirs_and_counts_complete_ones(
         shutil.copy(root / "step_1" / "model.safetensors", root / name)
     with caplog.at_level(logging.WARNING):
         resumed = Trainer(config, tmp_path)  # ckpt.resume=auto skips both
-        assert resumed.step == 1
+        assert resumed.state.step == 1
         resumed.fit()
     assert "skipped newer incomplete checkpoint(s) step_3 (incomplete: missing " in caplog.text
     assert sorted(p.name for p in root.glob("step_*")) == [

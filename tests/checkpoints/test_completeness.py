@@ -36,10 +36,36 @@ def test_a_checkpoint_the_writers_wrote_is_complete(checkpoint: Path) -> None:
     assert (status.info.step, status.describe()) == (3, "complete")
 
 
-def test_required_files_follow_the_train_type_asked_for(checkpoint: Path) -> None:
-    assert checkpoint_problems(checkpoint, "online_ppo") == [
+def test_required_files_follow_the_files_asked_for(checkpoint: Path) -> None:
+    # what resume asks for a strategy with files of its own (PPO's ``checkpoint_files``)
+    assert checkpoint_problems(checkpoint, ("value_model.pt", "value_optimizer.pt")) == [
         "missing value_model.pt, value_optimizer.pt"
     ]
+
+
+def test_a_checkpoint_lists_its_algorithms_files_and_is_held_to_them(checkpoint: Path) -> None:
+    state_file = checkpoint / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    state["extra_files"] = []  # what a GRPO run writes: nothing beyond the common files
+    state_file.write_text(json.dumps(state))
+    assert checkpoint_problems(checkpoint) == []
+    state["extra_files"] = ["baseline.pt"]  # as a strategy with its own state would list
+    state_file.write_text(json.dumps(state))
+    assert checkpoint_problems(checkpoint) == ["missing baseline.pt"]
+    state["extra_files"] = "baseline.pt"
+    state_file.write_text(json.dumps(state))
+    assert checkpoint_problems(checkpoint) == [
+        f"{state_file}: invalid 'extra_files' (a list of file names)"
+    ]
+
+
+def test_a_format_1_ppo_checkpoint_needs_the_critic_files_it_had(checkpoint: Path) -> None:
+    state_file = checkpoint / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    state.pop("extra_files", None)
+    state["train_type"] = state["fingerprint"]["train_type"] = "online_ppo"
+    state_file.write_text(json.dumps(state))
+    assert checkpoint_problems(checkpoint) == ["missing value_model.pt, value_optimizer.pt"]
 
 
 def test_safetensors_must_end_where_its_header_says(checkpoint: Path) -> None:

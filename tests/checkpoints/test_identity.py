@@ -205,7 +205,7 @@ def test_resume_refuses_a_tampered_step_and_a_ppo_checkpoint_as_grpo(tmp_path: P
     # step 1 written into step_2/: incomplete, so ckpt.resume=auto takes step_1 (as list, prune
     # and verify see it), and naming it is refused
     state_file.write_text(json.dumps({**state, "step": 1}))
-    assert Trainer(compose_config(["train_type=online_ppo", *QUICK]), tmp_path).step == 1
+    assert Trainer(compose_config(["train_type=online_ppo", *QUICK]), tmp_path).state.step == 1
     with pytest.raises(CheckpointError, match="step 1 does not match its directory step_2"):
         Trainer(
             compose_config(["train_type=online_ppo", *QUICK, f"ckpt.resume={root / 'step_2'}"]),
@@ -216,9 +216,9 @@ def test_resume_refuses_a_tampered_step_and_a_ppo_checkpoint_as_grpo(tmp_path: P
     longer = Trainer(
         compose_config(["train_type=online_ppo", *QUICK, "trainer.total_steps=5"]), tmp_path
     )
-    assert longer.step == 2
+    assert longer.state.step == 2
     allowed = Trainer(compose_config([*QUICK, "ckpt.allow_changes=[train_type]"]), tmp_path)
-    assert allowed.step == 2 and allowed.critic is None
+    assert allowed.state.step == 2 and allowed.critic is None
 
 
 # --- bad files -----------------------------------------------------------------------------

@@ -188,7 +188,7 @@ def rankwise_minibatches(
 ) -> Iterator[Minibatch]:
     """The minibatches ``WORLD`` ranks make together, in one process: every rank shuffles its
     own share of the rows (its prompts' groups, contiguous in the flattened rollout) with the
-    same shuffle stream (``Trainer.shuffle_generator``: ``seed + 2`` on every rank), and its
+    same shuffle stream (``TrainState.generators["shuffle"]``: ``seed + 2`` on every rank), and its
     k-th part joins the other ranks' k-th parts in minibatch k (one optimizer step)."""
     share = batch.response_ids.shape[0] // WORLD
     order = torch.randperm(share, generator=generator)

@@ -24,7 +24,9 @@ from astrai.metrics.dashboards import (
     run_name,
     swept_keys,
 )
-from astrai.metrics.names import METRICS, METRICS_BY_TRAIN_TYPE, OPTION_METRICS
+from astrai.algorithms.grpo import GRPOStrategy
+from astrai.algorithms.ppo import PPOStrategy
+from astrai.metrics.names import METRICS, OPTION_METRICS
 from astrai.metrics.writers import RunLogger
 from astrai.training.trainer import Trainer
 
@@ -198,7 +200,7 @@ def test_layout_groups_related_charts_from_documented_metrics_only() -> None:
     for tags in LAYOUT_CHARTS.values():
         assert set(tags) <= set(METRICS) | set(OPTION_METRICS)
     assert set(HPARAM_METRICS) <= set(METRICS)
-    grpo = layout_charts(METRICS_BY_TRAIN_TYPE["online_grpo"])
+    grpo = layout_charts(GRPOStrategy.metric_names)
     assert "value: loss, explained variance" not in grpo  # GRPO has no critic: no empty chart
     assert len(grpo) == 3
     assert grpo["KL to reference: k1, k2, k3"] == ["kl/k1", "kl/k2", "kl/k3"]
@@ -212,7 +214,7 @@ def _layout(summary: Summary) -> layout_pb2.Layout:
 
 
 def test_layout_summary_matches_tags_exactly() -> None:
-    layout = _layout(layout_summary(METRICS_BY_TRAIN_TYPE["online_ppo"]))
+    layout = _layout(layout_summary(PPOStrategy.metric_names))
     (category,) = layout.category
     charts = {chart.title: list(chart.multiline.tag) for chart in category.chart}
     assert charts["policy: loss, clipfrac, approx KL"] == [

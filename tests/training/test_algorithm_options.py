@@ -12,6 +12,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tests.helpers import compose_config
 
+from astrai.algorithms.grpo import GRPOStrategy
 from astrai.config.errors import ConfigError
 from astrai.config.validate import validate_config
 from astrai.metrics.names import OPTION_METRICS, emitted_metrics, reward_term_names
@@ -48,7 +49,7 @@ def test_options_log_their_documented_metrics(
     trainer.fit()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     emitted = set().union(*(row.keys() for row in rows)) - {"step"}
-    expected = emitted_metrics(train_type, cfg.train_type)
+    expected = emitted_metrics(trainer.strategy.metric_names, cfg.train_type)
     assert set(OPTION_METRICS) <= expected
     assert emitted - reward_term_names(emitted) == expected
     for row in rows[1:]:  # every training step says how it sampled
@@ -58,7 +59,7 @@ def test_options_log_their_documented_metrics(
 
 def test_default_job_emits_no_option_metric() -> None:
     cfg = compose_config(SMALL)
-    assert not set(OPTION_METRICS) & emitted_metrics("online_grpo", cfg.train_type)
+    assert not set(OPTION_METRICS) & emitted_metrics(GRPOStrategy.metric_names, cfg.train_type)
 
 
 def test_dynamic_sampling_keeps_the_step_shape(tmp_path: Path) -> None:

@@ -42,6 +42,10 @@ CPU_RUN = RunFacts(
     total_steps=1200,
     start_step=0,
     tensorboard=True,
+    learning_rate=1e-3,
+    critic_learning_rate=None,
+    schedule="warmup_cosine (warmup_steps 0, min_lr_ratio 0.0) over 9,600 optimizer steps",
+    critic_schedule=None,
 )
 
 
@@ -51,6 +55,7 @@ def test_banner_of_a_default_cpu_run() -> None:
         "  device: cpu, 1 process (no GPU visible)",
         "  model: tiny, 64,704 parameters",
         "  task: addition; reward: partial (partial_credit); 1,200 steps",
+        "  lr: 0.001, warmup_cosine (warmup_steps 0, min_lr_ratio 0.0) over 9,600 optimizer steps",
         "  tensorboard --logdir outputs/2026-01-01/12-00-00/tb",
     ]
 
@@ -73,12 +78,18 @@ def test_banner_of_a_resumed_ppo_run_on_a_dataset_on_two_gpus() -> None:
         cuda_visible_devices="0,2",
         start_step=400,
         total_steps=1000,
+        learning_rate=1e-6,
+        critic_learning_rate=1e-5,
+        critic_schedule="the policy's",
     )
     assert format_banner(facts) == [
         "astrai: online_ppo on dataset, run dir runs/my run",
         "  device: cuda:0-1, 2 processes (ddp; CUDA_VISIBLE_DEVICES=0,2)",
         "  model: policy, 64,704 parameters; critic: 64,769 parameters",
         "  task: dataset, data/train.jsonl; reward: math; 1,000 steps (resumed at step 400)",
+        # a policy lr lowered for a pretrained model beside the critic's own: seen at start
+        "  lr: policy 1e-06, critic 1e-05 (critic.optimizer.lr); warmup_cosine (warmup_steps 0, "
+        "min_lr_ratio 0.0) over 9,600 optimizer steps; critic: the policy's",
         "  tensorboard --logdir 'runs/my run/tb'",  # quoted: ready to paste
     ]
     assert format_banner(dataclasses.replace(facts, tensorboard=False))[-1] == (
@@ -190,6 +201,7 @@ def test_train_py_logs_banner_eval_lines_and_the_gpu_warning(tmp_path: Path) -> 
         "  device: cpu, 1 process (no GPU visible)",
         "  model: tiny, 64,704 parameters",
         "  task: addition; reward: partial (partial_credit); 2 steps",
+        "  lr: 0.001, warmup_cosine (warmup_steps 0, min_lr_ratio 0.0) over 16 optimizer steps",
         f"  tensorboard --logdir {run_dir}/tb",
     ]
     warning = (
@@ -198,10 +210,10 @@ def test_train_py_logs_banner_eval_lines_and_the_gpu_warning(tmp_path: Path) -> 
     )
     for text in (result.stdout, log):  # the console and train.log
         messages = _messages(text)
-        assert messages[:5] == banner
-        assert messages[5] == "step 0/2: eval/accuracy 0.000 (before training)"
-        assert [m.split(":")[0] for m in messages[6:]] == ["step 1/2", "step 2/2"]
-        assert all(", eval/accuracy " in m and m.endswith("s") for m in messages[6:])
+        assert messages[:6] == banner
+        assert messages[6] == "step 0/2: eval/accuracy 0.000 (before training)"
+        assert [m.split(":")[0] for m in messages[7:]] == ["step 1/2", "step 2/2"]
+        assert all(", eval/accuracy " in m and m.endswith("s") for m in messages[7:])
         assert _messages(text, "WARNING") == [warning]  # once
     assert "eval_acc=" in result.stderr and " acc=" not in result.stderr  # tqdm's bar
 
@@ -214,9 +226,10 @@ def test_default_run_logs_no_warning(caplog: pytest.LogCaptureFixture, tmp_path:
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert messages[0] == f"astrai: online_grpo on addition, run dir {tmp_path}"
     assert messages[1].startswith("  device: ")  # cpu (no GPU visible), or this machine's GPU
-    assert messages[2:5] == [
+    assert messages[2:6] == [
         "  model: tiny, 64,704 parameters",
         "  task: addition; reward: partial (partial_credit); 1 step",
+        "  lr: 0.001, warmup_cosine (warmup_steps 0, min_lr_ratio 0.0) over 8 optimizer steps",
         f"  tensorboard --logdir {tmp_path}/tb",
     ]
-    assert [m.split(":")[0] for m in messages[5:]] == ["step 0/1", "step 1/1"]
+    assert [m.split(":")[0] for m in messages[6:]] == ["step 0/1", "step 1/1"]

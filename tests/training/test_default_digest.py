@@ -6,7 +6,12 @@ Bitwise results depend on the CPU: torch's CPU build picks its matmul and vector
 processor (MKL takes other code paths on AMD than on Intel; ATen by ISA), so the same code gives
 other weights on another kind of machine. Each digest is recorded per kind of machine these
 tests run on, with the code before the change (the one on an AMD EPYC was made on 2026-12-02 by
-running this test on commit 2972daf, whose code gives the first digest on the other machine)."""
+running this test on commit 2972daf, whose code gives the first digest on the other machine).
+
+PPO's default job changed once on purpose since (issue 32: the critic's learning rate follows
+the policy's schedule instead of staying constant); its digest is of the job with the critic's
+old constant schedule (``critic.scheduler=null``), every other line of the code path the
+default's. ``tests/training/test_critic_schedule.py`` checks the new default's rates."""
 
 from __future__ import annotations
 
@@ -51,8 +56,13 @@ def cpu_name() -> str:
     return names[0] if names else "unknown CPU"
 
 
+# what the recorded digests' code did, where a default changed on purpose since
+BEFORE = {"online_grpo": [], "online_ppo": ["critic.scheduler=null"]}
+
+
 def run_digest(train_type: str, run_dir: Path) -> str:
-    trainer = Trainer(compose_config([f"train_type={train_type}", *SMALL]), run_dir)
+    overrides = [f"train_type={train_type}", *SMALL, *BEFORE[train_type]]
+    trainer = Trainer(compose_config(overrides), run_dir)
     trainer.fit()
     models = [trainer.policy] + ([trainer.critic] if trainer.critic is not None else [])
     return weights_digest(*models)

@@ -34,7 +34,7 @@ def _fit(overrides: list[str], run_dir: Path) -> tuple[Trainer, list[int], list[
     """A finished run, the steps at which its reference ran a forward, its metrics rows."""
     trainer = Trainer(compose_config([*SMALL, *overrides]), run_dir)
     scored: list[int] = []
-    trainer.reference.register_forward_hook(lambda *_: scored.append(trainer.step + 1))
+    trainer.reference.register_forward_hook(lambda *_: scored.append(trainer.state.step + 1))
     trainer.fit()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return trainer, sorted(set(scored)), rows
@@ -102,7 +102,7 @@ def test_an_offloaded_reference_is_not_moved_on_a_step_that_skips_it(tmp_path: P
 
     trainer.reference.to = recording_to  # type: ignore[method-assign, assignment]
     for step, expected in ((0, 2), (1, 0), (4, 2)):  # steps 1, 2 and 5 (kl_coef 0 by default)
-        trainer.step = step
+        trainer.state.step = step
         rollout = trainer.rollout()
         metrics = trainer.prepare(rollout)
         assert len(moves) == expected and ("kl/k3" in metrics) == (expected > 0)

@@ -12,7 +12,8 @@ from omegaconf import DictConfig
 from tests.helpers import compose_config
 
 import astrai.algorithms.ppo as ppo_module
-from astrai.metrics.names import METRICS_BY_TRAIN_TYPE, reward_term_names
+from astrai.algorithms.ppo import PPOStrategy
+from astrai.metrics.names import reward_term_names
 from astrai.training.trainer import Trainer
 
 PPO_QUICK = [
@@ -50,7 +51,7 @@ def test_targets_are_computed_once_and_pinned(
     copies = {name: t.clone() for name, t in pinned.items()}
     trainer.update(rollout)  # 2 epochs × 2 minibatches = 4 replayed gradient steps
     assert len(calls) == 1
-    assert trainer.policy_version == 4
+    assert trainer.state.policy_version == 4
     for name, tensor in pinned.items():
         assert getattr(rollout, name) is tensor
         assert torch.equal(tensor, copies[name])
@@ -63,11 +64,11 @@ def test_critic_steps_after_the_policy_and_outside_the_version_guard(tmp_path: P
     policy_step, critic_step = trainer.optimizer.step, trainer.critic_optimizer.step
 
     def record_policy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        events.append(("policy", trainer.policy_version))
+        events.append(("policy", trainer.state.policy_version))
         return policy_step(*args, **kwargs)
 
     def record_critic(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        events.append(("critic", trainer.policy_version))
+        events.append(("critic", trainer.state.policy_version))
         return critic_step(*args, **kwargs)
 
     trainer.optimizer.step = record_policy
@@ -80,7 +81,7 @@ def test_critic_steps_after_the_policy_and_outside_the_version_guard(tmp_path: P
         ("policy", 0), ("critic", 1), ("policy", 1), ("critic", 2),
         ("policy", 2), ("critic", 3), ("policy", 3), ("critic", 4),
     ]  # fmt: skip
-    assert trainer.policy_version == 4
+    assert trainer.state.policy_version == 4
     # gradients are cleared after every step: nothing stale leaks into the next minibatch
     assert all(p.grad is None for p in trainer.critic.parameters())
     assert all(p.grad is None for p in trainer.policy.parameters())
@@ -113,6 +114,6 @@ def test_ppo_run_emits_the_documented_metrics(tmp_path: Path) -> None:
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     emitted = set().union(*(r.keys() for r in records)) - {"step"}
     assert reward_term_names(emitted) == {"reward/partial_credit"}  # the default reward's one term
-    assert emitted - reward_term_names(emitted) == METRICS_BY_TRAIN_TYPE["online_ppo"]
+    assert emitted - reward_term_names(emitted) == PPOStrategy.metric_names
     assert summary["train_type"] == "online_ppo"
     assert math.isfinite(summary["value/explained_variance"])

@@ -16,6 +16,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tests.helpers import compose_config
 
+from astrai.algorithms.grpo import GRPOStrategy
 from astrai.checkpoints import io
 from astrai.checkpoints.layout import CheckpointError
 from astrai.training.checkpointing import resolve_resume
@@ -102,18 +103,18 @@ def straight_and_resumed(request, tmp_path_factory) -> tuple[Trainer, Trainer, P
     resumed_dir = tmp_path_factory.mktemp("resumed")
     first = _trainer(resumed_dir, train_type, *extra)
     first.fit(until=3)
-    assert first.step == 3
+    assert first.state.step == 3
     second = _trainer(resumed_dir, train_type, *extra)  # ckpt.resume=auto finds step_3
-    assert second.resumed_from == resumed_dir / "checkpoints" / "step_3"
-    assert second.step == 3
+    assert second.state.resumed_from == resumed_dir / "checkpoints" / "step_3"
+    assert second.state.step == 3
     second.fit()
     return straight, second, straight_dir, resumed_dir
 
 
 def test_weights_and_optimizer_states_are_bitwise_equal(straight_and_resumed) -> None:  # noqa: ANN001
     straight, resumed, _, _ = straight_and_resumed
-    assert resumed.step == straight.step == 6
-    assert resumed.policy_version == straight.policy_version == 6 * 2 * 2
+    assert resumed.state.step == straight.state.step == 6
+    assert resumed.state.policy_version == straight.state.policy_version == 6 * 2 * 2
     _assert_same_tensors(straight.policy.state_dict(), resumed.policy.state_dict(), "policy")
     _assert_same_tensors(
         straight.optimizer.state_dict(), resumed.optimizer.state_dict(), "optimizer"
@@ -159,12 +160,12 @@ def test_an_evaluation_a_signal_abandoned_runs_first_on_resume(
     evaluate = first.evaluate
 
     def evaluate_after_a_signal():  # noqa: ANN202
-        if first.step == 2:  # raises StopInterrupt inside ``eval_metrics``' interruptible
+        if first.state.step == 2:  # raises StopInterrupt inside ``eval_metrics``' interruptible
             os.kill(os.getpid(), signal.SIGTERM)
         return evaluate()
 
     first.evaluate = evaluate_after_a_signal  # type: ignore[method-assign]
-    assert first.fit()["stopped"] == "SIGTERM" and first.step == 2
+    assert first.fit()["stopped"] == "SIGTERM" and first.state.step == 2
     state_file = tmp_path / "checkpoints" / "step_2" / "trainer_state.json"
     state = json.loads(state_file.read_text())
     assert state["eval_pending"] is True
@@ -183,7 +184,7 @@ def test_an_evaluation_a_signal_abandoned_runs_first_on_resume(
     # before ".9", and TensorBoard reads the files in name order
     time.sleep(1.1)
     second = Trainer(copy.deepcopy(straight.cfg), tmp_path)
-    assert second.step == 2 and second.eval_pending
+    assert second.state.step == 2 and second.state.eval_pending
     second.fit()
     assert _records(tmp_path) == _records(straight_dir)
     assert "eval/accuracy" in _records(tmp_path)[2]
@@ -210,7 +211,7 @@ def test_a_checkpoint_from_another_device_type_is_refused_unless_allowed(
 ) -> None:
     first = _trainer(tmp_path, "online_grpo")
     first.fit(until=2)
-    saved_shuffle = first.shuffle_generator.get_state()
+    saved_shuffle = first.state.generators["shuffle"].get_state()
     _as_if_written_on_cuda(tmp_path / "checkpoints" / "step_2")
     with pytest.raises(CheckpointError) as err:
         _trainer(tmp_path, "online_grpo")
@@ -218,14 +219,14 @@ def test_a_checkpoint_from_another_device_type_is_refused_unless_allowed(
     assert "ckpt.allow_changes=[device]" in str(err.value)
 
     resumed = _trainer(tmp_path, "online_grpo", "ckpt.allow_changes=[device]")
-    assert resumed.step == 2
+    assert resumed.state.step == 2
     assert "step_2 was written on cuda, this run is on cpu" in caplog.text
     # the sampling stream starts from the seed; the CPU shuffling stream is restored
     fresh = _trainer(tmp_path / "fresh", "online_grpo")
-    assert torch.equal(resumed.sample_generator.get_state(), fresh.sample_generator.get_state())
-    assert torch.equal(resumed.shuffle_generator.get_state(), saved_shuffle)
+    assert torch.equal(resumed.state.generators["sample"].get_state(), fresh.state.generators["sample"].get_state())
+    assert torch.equal(resumed.state.generators["shuffle"].get_state(), saved_shuffle)
     resumed.fit()
-    assert resumed.step == 6
+    assert resumed.state.step == 6
 
 
 def test_global_cuda_states_of_gpus_this_process_cannot_see_are_left_out(
@@ -252,7 +253,7 @@ def test_rows_logged_after_the_checkpoint_are_replaced_on_resume(tmp_path: Path)
     first.fit(until=4)  # checkpoints at 2 and 4
     (tmp_path / "checkpoints" / "step_4").rename(tmp_path / "gone")  # as if 4 never saved
     second = _trainer(tmp_path, "online_grpo", "ckpt.every_steps=2")
-    assert second.step == 2
+    assert second.state.step == 2
     second.fit()
     steps = [r["step"] for r in _records(tmp_path)]
     assert steps == [0, 1, 2, 3, 4, 5, 6]
@@ -274,7 +275,7 @@ def test_ppo_refuses_a_checkpoint_without_the_critic_files(tmp_path: Path) -> No
 
 def test_resume_null_starts_fresh_and_a_bad_path_is_named(tmp_path: Path) -> None:
     first = _trainer(tmp_path / "a", "online_grpo", "ckpt.resume=null")
-    assert first.step == 0 and first.resumed_from is None
+    assert first.state.step == 0 and first.state.resumed_from is None
     first.fit(until=2)
     with pytest.raises(CheckpointError, match=r"ckpt.resume=null but .* step_2"):
         _trainer(tmp_path / "a", "online_grpo", "ckpt.resume=null")
@@ -288,9 +289,9 @@ def test_a_resume_path_that_is_a_symlink_loop_says_so(tmp_path: Path) -> None:
     with pytest.raises(
         CheckpointError, match=r"no checkpoint directory at .*step_3 is a symlink loop"
     ):
-        resolve_resume(str(loop), tmp_path / "run", "online_grpo")
+        resolve_resume(str(loop), tmp_path / "run", GRPOStrategy)
     with pytest.raises(CheckpointError, match=r"nope does not exist\)$"):
-        resolve_resume(str(tmp_path / "nope"), tmp_path / "run", "online_grpo")
+        resolve_resume(str(tmp_path / "nope"), tmp_path / "run", GRPOStrategy)
 
 
 def test_corrupt_weights_are_named(tmp_path: Path) -> None:
@@ -316,7 +317,7 @@ def test_a_failed_save_keeps_the_previous_checkpoint_usable(
         torch.save(payload, path)
 
     monkeypatch.setattr(io, "save_torch", fail_after_first_file)
-    trainer.step = 3  # pretend one more step ran; its save dies after optimizer.pt
+    trainer.state.step = 3  # pretend one more step ran; its save dies after optimizer.pt
     with pytest.raises(OSError, match="no space"):
         trainer.save_checkpoint()
     assert calls[0] == "optimizer.pt"
@@ -326,7 +327,7 @@ def test_a_failed_save_keeps_the_previous_checkpoint_usable(
         "step_2",
     ]
     resumed = _trainer(tmp_path, "online_ppo", "ckpt.every_steps=2")
-    assert resumed.resumed_from == tmp_path / "checkpoints" / "step_2"
+    assert resumed.state.resumed_from == tmp_path / "checkpoints" / "step_2"
     _assert_same_tensors(trainer.reference.state_dict(), resumed.reference.state_dict(), "ref")
 
 
@@ -339,7 +340,7 @@ def test_a_restart_before_the_first_checkpoint_logs_each_step_once(tmp_path: Pat
     assert not (tmp_path / "checkpoints").exists()
 
     restarted = _trainer(tmp_path, "online_grpo")  # ckpt.resume=auto: nothing to resume
-    assert restarted.resumed_from is None and restarted.logger.latest == {}
+    assert restarted.state.resumed_from is None and restarted.logger.latest == {}
     restarted.fit()
     steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").open()]
     assert steps == list(range(7))  # 0..6 once: the crashed run's rows are gone

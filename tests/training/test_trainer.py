@@ -11,11 +11,12 @@ from omegaconf import DictConfig
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tests.helpers import compose_config
 
-from astrai.metrics.names import METRICS_BY_TRAIN_TYPE, reward_term_names
+from astrai.algorithms.grpo import GRPOStrategy
+from astrai.metrics.names import reward_term_names
 from astrai.rollout.minibatch import flatten_rollout
 from astrai.training.trainer import Trainer
 
-METRICS = METRICS_BY_TRAIN_TYPE["online_grpo"]
+METRICS = GRPOStrategy.metric_names
 
 QUICK = [
     "debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
@@ -102,7 +103,7 @@ def test_update_counts_optimizer_steps_and_pins_targets(tmp_path: Path) -> None:
     pinned = rollout.advantages
     advantages = pinned.clone()
     metrics = trainer.update(rollout)
-    assert trainer.policy_version == 6  # 3 epochs × 2 minibatches
+    assert trainer.state.policy_version == 6  # 3 epochs × 2 minibatches
     assert metrics["policy/version"] == 6.0
     assert rollout.advantages is pinned  # pinned, not recomputed
     assert torch.equal(rollout.advantages, advantages)

@@ -18,6 +18,7 @@ from astrai.algorithms.losses import kl_penalty_loss
 from astrai.algorithms.masked import SumFn, local_sum, masked_mean
 from astrai.algorithms.rewards import token_rewards
 from astrai.algorithms.strategy import Strategy
+from astrai.metrics.names import CORE_METRICS
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 
@@ -35,6 +36,7 @@ class GRPOStrategy(Strategy):
 
     name = "online_grpo"
     ADVANTAGES = ("grpo", "dr_grpo", "rloo", "reinforce_pp")
+    metric_names = CORE_METRICS | {"loss/kl"}  # PPO puts the KL into the reward instead
 
     def __init__(self, *, adv_eps: float, scale_rewards: str, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]

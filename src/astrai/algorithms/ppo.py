@@ -24,6 +24,8 @@ from astrai.algorithms.masked import (
 from astrai.algorithms.rewards import token_rewards
 from astrai.algorithms.stats import explained_variance
 from astrai.algorithms.strategy import Strategy
+from astrai.checkpoints.layout import CRITIC_FILES
+from astrai.metrics.names import CORE_METRICS
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.scoring import response_values, split_rows
@@ -49,6 +51,17 @@ class PPOStrategy(Strategy):
     name = "online_ppo"
     requires_critic = True
     ADVANTAGES = ("gae",)
+    metric_names = CORE_METRICS | {
+        "loss/value",
+        "value/explained_variance",
+        "value/clipfrac",
+        "value/mean",
+        "value/grad_norm",
+        "value/lr",
+        "returns/mean",
+        "rollout/token_reward_mean",
+    }
+    checkpoint_files = CRITIC_FILES  # the critic's weights, optimizer and schedule
 
     def __init__(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -40,9 +40,15 @@ class Strategy(ABC):
     ``max_resample_rounds`` (DAPO dynamic sampling, carried out by the trainer).
     """
 
-    name: str = "strategy"
-    requires_critic: bool = False
-    ADVANTAGES: tuple[str, ...] = ()
+    # --- what the rest of the trainer asks of an algorithm (``algorithms.registry``) ---
+    name: ClassVar[str] = "strategy"  # the ``train_type`` option and its checkpoints' label
+    requires_critic: ClassVar[bool] = False  # ``critic=value_model`` must be composed with it
+    ADVANTAGES: ClassVar[tuple[str, ...]] = ()
+    # the step metrics every run of it emits (``metrics.names.METRICS`` keys; the options'
+    # own come on top, ``metrics.names.emitted_metrics``)
+    metric_names: ClassVar[frozenset[str]] = frozenset()
+    # files a checkpoint of it holds beyond ``checkpoints.layout.COMMON_FILES``
+    checkpoint_files: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,13 +23,14 @@ import yaml
 
 from astrai.checkpoints.identity import check_step
 from astrai.checkpoints.layout import (
-    COMMON_FILES,
+    EXTRA_FILES_KEY,
     REFERENCE_FILE,
     TRAINER_STATE_FILE,
     CheckpointError,
     CheckpointInfo,
     checkpoints_root,
     list_checkpoints,
+    recorded_extra_files,
     required_files,
 )
 
@@ -63,6 +64,11 @@ def state_problems(state: Any, path: Path) -> list[str]:
         isinstance(per_rank, list) and all(isinstance(rng, dict) for rng in per_rank)
     ):
         problems.append(f"{path}: invalid 'rng_per_rank' (a list of RNG states)")
+    extra = state.get(EXTRA_FILES_KEY)
+    if extra is not None and not (
+        isinstance(extra, list) and all(isinstance(n, str) and "/" not in n for n in extra)
+    ):
+        problems.append(f"{path}: invalid {EXTRA_FILES_KEY!r} (a list of file names)")
     fingerprint = state.get("fingerprint")
     recorded = fingerprint.get("train_type") if isinstance(fingerprint, dict) else None
     train_type = state.get("train_type")
@@ -96,21 +102,21 @@ def _read_state(checkpoint: Path) -> tuple[Any, list[str]]:
     return state, state_problems(state, path)
 
 
-def checkpoint_problems(path: Path, train_type: str | None = None) -> list[str]:
+def checkpoint_problems(path: Path, extra_files: Sequence[str] | None = None) -> list[str]:
     """Why ``path`` is not a complete checkpoint (empty: it is), one line per problem.
 
     Args:
         path: a ``step_<N>`` directory (its N must equal the recorded step).
-        train_type: the files to require; None: the train_type the checkpoint records.
+        extra_files: the algorithm's files to require beyond ``COMMON_FILES`` (a resuming
+            strategy's ``checkpoint_files``); None: those the checkpoint records.
     """
     path = Path(path)
     if not path.is_dir():
         return [f"{path}: not a directory"]
     state, problems = _read_state(path)
-    recorded = state.get("train_type") if isinstance(state, Mapping) else None
-    kind = train_type or (recorded if isinstance(recorded, str) else None)
-    # an unknown train_type (no readable trainer_state.json): the files every one needs
-    names = required_files(kind) if kind is not None else COMMON_FILES
+    if extra_files is None:  # an unreadable trainer_state.json: the files every run needs
+        extra_files = recorded_extra_files(state) if isinstance(state, Mapping) else ()
+    names = required_files(extra_files)
     missing = [name for name in names if not (path / name).is_file()]
     if missing:
         problems.insert(0, f"missing {', '.join(missing)}")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from astrai.files import TMP_MARKER  # temporaries are named ".step_<N>.tmp-<pid>-<random>"
 
@@ -21,6 +23,7 @@ TRAINER_STATE_FILE = "trainer_state.json"  # step, samples, data position, versi
 RUN_CONFIG_FILE = "config.yaml"  # the resolved Hydra config
 VALUE_MODEL_FILE = "value_model.pt"  # online_ppo: critic weights
 VALUE_OPTIMIZER_FILE = "value_optimizer.pt"  # online_ppo: critic optimizer state
+VALUE_SCHEDULER_FILE = "value_scheduler.pt"  # online_ppo: critic learning-rate schedule
 # The frozen reference (the initial policy), stored once per run next to the step directories.
 REFERENCE_FILE = "reference.safetensors"
 
@@ -33,8 +36,11 @@ COMMON_FILES = (
     TRAINER_STATE_FILE,
     RUN_CONFIG_FILE,
 )
-CRITIC_FILES = (VALUE_MODEL_FILE, VALUE_OPTIMIZER_FILE)
-TRAIN_TYPES_WITH_CRITIC = frozenset({"online_ppo"})
+CRITIC_FILES = (VALUE_MODEL_FILE, VALUE_OPTIMIZER_FILE, VALUE_SCHEDULER_FILE)
+# ``trainer_state.json`` lists the files its algorithm added (``Strategy.checkpoint_files``)
+# under this key since format 2; a format-1 checkpoint's are known by its train_type
+EXTRA_FILES_KEY = "extra_files"
+FORMAT_1_EXTRA_FILES = {"online_ppo": (VALUE_MODEL_FILE, VALUE_OPTIMIZER_FILE)}
 
 # an incomplete step_<N> that a save of step N found in its way: "step_<N>.incomplete-<time>"
 ASIDE_MARKER = ".incomplete-"
@@ -56,14 +62,23 @@ def parse_step(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def required_files(train_type: str) -> tuple[str, ...]:
-    """Files a complete checkpoint of ``train_type`` holds (PPO adds the critic's two)."""
-    return COMMON_FILES + (CRITIC_FILES if train_type in TRAIN_TYPES_WITH_CRITIC else ())
+def required_files(extra_files: Sequence[str] = ()) -> tuple[str, ...]:
+    """Files a complete checkpoint holds: every run's, then its algorithm's ``extra_files``."""
+    return COMMON_FILES + tuple(extra_files)
 
 
-def missing_files(path: Path, train_type: str) -> list[str]:
-    """Names from ``required_files(train_type)`` that are not regular files in ``path``."""
-    return [name for name in required_files(train_type) if not (path / name).is_file()]
+def recorded_extra_files(state: Mapping[str, Any]) -> tuple[str, ...]:
+    """The algorithm's files a checkpoint's ``trainer_state.json`` (``state``) says it holds;
+    for a format-1 checkpoint, which did not list them, its train_type's."""
+    listed = state.get(EXTRA_FILES_KEY)
+    if isinstance(listed, list) and all(isinstance(name, str) for name in listed):
+        return tuple(listed)
+    return FORMAT_1_EXTRA_FILES.get(str(state.get("train_type")), ())
+
+
+def missing_files(path: Path, names: Sequence[str]) -> list[str]:
+    """Those of ``names`` that are not regular files in ``path``."""
+    return [name for name in names if not (path / name).is_file()]
 
 
 def checkpoints_root(path: str | Path) -> Path:

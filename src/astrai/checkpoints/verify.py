@@ -8,6 +8,7 @@ its directory name and the ``total_steps`` it was written with).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from astrai.checkpoints.layout import (
     TRAINER_STATE_FILE,
     CheckpointError,
     CheckpointInfo,
+    recorded_extra_files,
     required_files,
 )
 
@@ -47,12 +49,15 @@ class Verdict:
 def verify_checkpoint(info: CheckpointInfo, train_type: str | None = None) -> Verdict:
     """``checkpoint_problems`` (for ``train_type``, default: the one recorded in the
     checkpoint), then a full load of every file that passed it, and the identity check."""
-    train_type = train_type or info.train_type()
-    verdict = Verdict(info, train_type)
-    verdict.problems = checkpoint_problems(info.path, train_type)
+    recorded = info.train_type()
+    verdict = Verdict(info, train_type or recorded)
+    verdict.problems = checkpoint_problems(info.path)
+    if train_type is not None and recorded is not None and train_type != recorded:
+        # what resume's identity check refuses, said before the files
+        verdict.problems.insert(0, f"written by train_type={recorded}, not {train_type}")
     flagged = " ".join(verdict.problems)
     # a file already reported (missing or malformed) is not loaded again
-    files = [info.path / name for name in required_files(train_type or "online_grpo")]
+    files = [info.path / name for name in required_files(_recorded_extra_files(info.path))]
     for path in [*files, info.path.parent / REFERENCE_FILE]:
         if path.is_file() and f"{path}:" not in flagged:
             _load(path, verdict)
@@ -90,3 +95,12 @@ def _check_identity(verdict: Verdict) -> None:
         check_checkpoint_identity(verdict.info.path, state, total)
     except CheckpointError as err:
         verdict.refusal = str(err)
+
+
+def _recorded_extra_files(path: Path) -> tuple[str, ...]:
+    """The algorithm's files ``path``'s ``trainer_state.json`` lists (none if unreadable)."""
+    try:
+        state = json.loads((path / TRAINER_STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return ()
+    return recorded_extra_files(state) if isinstance(state, dict) else ()

@@ -6,13 +6,48 @@ options name in their defaults (``- /schema/train_type/base_online_ppo@_here_``)
 
 from __future__ import annotations
 
-from hydra.core.config_store import ConfigStore
+import inspect
+import typing
+from dataclasses import field, make_dataclass
 
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from astrai.algorithms.registry import STRATEGIES
+from astrai.algorithms.strategy import Strategy
 from astrai.config import schema
 
 SCHEMA_GROUP = "schema"
+
+
+def strategy_schema(cls: type[Strategy]) -> type:
+    """``schema/train_type/base_<name>``: the knobs every strategy shares
+    (``schema.StrategyConfig``) plus the keyword arguments its own constructors add, typed by
+    their annotations, every value ``MISSING`` (the YAML holds them): an algorithm's knobs have
+    one home, its constructor, and a new one needs no schema of its own."""
+    own: dict[str, object] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is Strategy or not issubclass(klass, Strategy) or "__init__" not in vars(klass):
+            continue
+        hints = typing.get_type_hints(klass.__init__)
+        for parameter in inspect.signature(klass.__init__).parameters.values():
+            if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
+                own[parameter.name] = hints[parameter.name]
+    fields = [(name, kind, field(default=MISSING)) for name, kind in own.items()]
+    derived = make_dataclass(f"{cls.__name__}Config", fields, bases=(schema.StrategyConfig,))
+    derived.__module__ = __name__
+    derived.__doc__ = f"``train_type={cls.name}`` ({cls.__module__}.{cls.__qualname__})."
+    return derived
+
+
+def group_schemas() -> dict[str, dict[str, type]]:
+    """Every group's schemas by name; ``train_type``'s from the registered strategies (read
+    when the store is filled, so a strategy registered later is in it)."""
+    strategies = {f"base_{name}": strategy_schema(cls) for name, cls in STRATEGIES.items()}
+    return {"train_type": strategies, **GROUP_SCHEMAS}
+
+
 GROUP_SCHEMAS: dict[str, dict[str, type]] = {
-    "train_type": {"base_online_grpo": schema.GRPOConfig, "base_online_ppo": schema.PPOConfig},
     "model": {"base_llama": schema.ModelConfig, "base_hf": schema.HFModelConfig},
     "critic": {"base_critic": schema.CriticConfig, "base_value_model": schema.ValueModelConfig},
     "task": {
@@ -43,6 +78,6 @@ def register_configs() -> None:
     ``schema/<group>/base_<name>``."""
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=schema.TrainConfig)
-    for group, nodes in GROUP_SCHEMAS.items():
+    for group, nodes in group_schemas().items():
         for name, node in nodes.items():
             cs.store(group=f"{SCHEMA_GROUP}/{group}", name=name, node=node)

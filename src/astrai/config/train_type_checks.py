@@ -50,8 +50,9 @@ def _check_optimizer(node: DictConfig, key: str) -> torch.optim.Optimizer:
         raise ConfigError(f"{key}: {first_line(err.__cause__ or err)}") from err
 
 
-def _check_scheduler(node: DictConfig, optimizer: torch.optim.Optimizer) -> None:
-    key = "train_type.scheduler"
+def _check_scheduler(
+    node: DictConfig, optimizer: torch.optim.Optimizer, key: str = "train_type.scheduler"
+) -> None:
     check_number(node.get("warmup_steps"), f"{key}.warmup_steps", 0, integer=True)
     if "min_lr_ratio" in node:
         check_number(node.min_lr_ratio, f"{key}.min_lr_ratio", 0, 1)
@@ -81,12 +82,24 @@ def validate_train_type(tt: DictConfig, critic: DictConfig, allow_large: bool = 
             f"train_type={strategy.name} needs a critic: use critic=value_model "
             f"(got critic={critic.name})",
         )
-        for key in ("ppo_gamma", "ppo_gae_lambda"):
+        critic_optimizer = _check_optimizer(critic.optimizer, "critic.optimizer")
+        scheduler = critic.get("scheduler")
+        require(
+            scheduler is None or (isinstance(scheduler, DictConfig) and "_target_" in scheduler),
+            "critic.scheduler must be a scheduler node (default: ${train_type.scheduler}, the "
+            f"policy's) or null for a constant learning rate (got {scheduler!r})",
+        )
+        if scheduler is not None:
+            _check_scheduler(scheduler, critic_optimizer, "critic.scheduler")
+    # PPO's knobs, wherever an algorithm has them
+    for key in ("ppo_gamma", "ppo_gae_lambda"):
+        if key in tt:
             check_number(tt[key], f"train_type.{key}", 0, 1)
+    if "ppo_vf_coef" in tt:
         check_number(tt.ppo_vf_coef, "train_type.ppo_vf_coef", 0)
+    if "value_clip" in tt:
         check_number(tt.value_clip, "train_type.value_clip", 0, low_open=True, optional=True)
-        _check_optimizer(critic.optimizer, "critic.optimizer")
-    else:
+    if not strategy.requires_critic:
         require(
             critic.name == "none",
             f"train_type={strategy.name} uses no critic: use critic=none "

@@ -41,6 +41,7 @@ METRICS: dict[str, str] = {
     "value/clipfrac": "share of tokens where value clipping was active",
     "value/mean": "mean critic value over response tokens at rollout time",
     "value/grad_norm": "critic gradient norm before clipping",
+    "value/lr": "critic learning rate (critic.optimizer.lr on critic.scheduler: the policy's)",
     "returns/mean": "mean GAE return over response tokens",
     "rollout/token_reward_mean": "mean per-token reward (score on the last token − kl_coef·KL)",
     # throughput and time
@@ -62,23 +63,22 @@ def reward_term_names(emitted: set[str]) -> set[str]:
     return {name for name in emitted if name.startswith(REWARD_TERM_PREFIX)}
 
 
-PPO_ONLY: frozenset[str] = frozenset(
+# Emitted by some algorithms only: which, each strategy's ``metric_names`` says.
+ALGORITHM_METRICS: frozenset[str] = frozenset(
     {
+        "loss/kl",
         "loss/value",
         "value/explained_variance",
         "value/clipfrac",
         "value/mean",
         "value/grad_norm",
+        "value/lr",
         "returns/mean",
         "rollout/token_reward_mean",
     }
 )
-GRPO_ONLY: frozenset[str] = frozenset({"loss/kl"})  # PPO puts the KL into the reward instead
-
-METRICS_BY_TRAIN_TYPE: dict[str, frozenset[str]] = {
-    "online_grpo": frozenset(METRICS) - PPO_ONLY,
-    "online_ppo": frozenset(METRICS) - GRPO_ONLY,
-}
+# What every algorithm emits; a strategy's ``metric_names`` adds its own ``METRICS`` keys
+CORE_METRICS: frozenset[str] = frozenset(METRICS) - ALGORITHM_METRICS
 
 # Need the reference forward. Every step while ``train_type.kl_coef`` > 0 (the KL is then in
 # the reward or the loss); at kl_coef = 0 nothing but these metrics reads the reference, so it
@@ -107,11 +107,11 @@ OPTION_METRICS: dict[str, tuple[str, str]] = {
 }
 
 
-def emitted_metrics(train_type: str, options: Mapping[str, object]) -> frozenset[str]:
-    """The metric names a run emits (reward terms aside): its train type's, plus those of the
-    options that are on (``options``: the ``train_type`` node; an option is on when its value
-    is neither null nor false)."""
+def emitted_metrics(base: frozenset[str], options: Mapping[str, object]) -> frozenset[str]:
+    """The metric names a run emits (reward terms aside): its algorithm's (``base``, the
+    strategy's ``metric_names``), plus those of the options that are on (``options``: the
+    ``train_type`` node; an option is on when its value is neither null nor false)."""
     extra = {
         name for name, (key, _) in OPTION_METRICS.items() if options.get(key) not in (None, False)
     }
-    return METRICS_BY_TRAIN_TYPE[train_type] | extra
+    return base | extra

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
+import torch
+from omegaconf import DictConfig
 from torch import nn
 
+from astrai.algorithms.strategy import Strategy
 from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan
 from astrai.config.validate import plan_here
+from astrai.distributed import DistContext
 from astrai.metrics.dashboards import (
     HPARAM_METRICS,
     hparams_start_summaries,
@@ -19,10 +24,17 @@ from astrai.metrics.dashboards import (
     run_hparams,
 )
 from astrai.metrics.names import emitted_metrics
-from astrai.training.banner import RunFacts, cpu_reason, format_banner, ignored_gpu_warning
-
-if TYPE_CHECKING:
-    from astrai.training.trainer import Trainer
+from astrai.metrics.writers import RunLogger
+from astrai.rewards.base import Reward
+from astrai.tasks.base import ProblemSource
+from astrai.training.banner import (
+    RunFacts,
+    cpu_reason,
+    describe_schedule,
+    format_banner,
+    ignored_gpu_warning,
+)
+from astrai.training.state import TrainState
 
 log = logging.getLogger("astrai.training.trainer")  # the trainer's lines, one logger name
 
@@ -32,17 +44,34 @@ def count_parameters(module: nn.Module) -> int:
     return sum(parameter.numel() for parameter in module.parameters())
 
 
-def write_dashboards(trainer: Trainer) -> None:
+class StartingRun(Protocol):
+    """What the dashboards and the banner read of a run (``Trainer``)."""
+
+    cfg: DictConfig
+    run_dir: Path
+    dist: DistContext
+    device: torch.device
+    job_overrides: list[str]
+    job_choices: dict[str, object]
+    strategy: Strategy
+    task: ProblemSource
+    reward: Reward
+    parameter_counts: tuple[int, int | None]
+    logger: RunLogger
+    state: TrainState
+
+
+def write_dashboards(trainer: StartingRun) -> None:
     """Custom-scalars layout and HParams record (the job's overrides and key knobs) into the
     run's own event files; written at every start, TensorBoard keeps the first."""
-    emitted = emitted_metrics(trainer.strategy.name, trainer.cfg.train_type)
+    emitted = emitted_metrics(trainer.strategy.metric_names, trainer.cfg.train_type)
     hparams = run_hparams(trainer.cfg, trainer.job_overrides, trainer.job_choices)
     metrics = [name for name in HPARAM_METRICS if name in emitted]
     summaries = [layout_summary(emitted), *hparams_start_summaries(hparams, metrics)]
-    trainer.logger.log_summaries(trainer.step, summaries)
+    trainer.logger.log_summaries(trainer.state.step, summaries)
 
 
-def announce_run(trainer: Trainer) -> None:
+def announce_run(trainer: StartingRun) -> None:
     """Rank 0, once per run: the warning for GPU settings no visible GPU can honour
     (``banner.ignored_gpu_warning``), then the start banner, to the console and
     ``train.log``."""
@@ -56,7 +85,7 @@ def announce_run(trainer: Trainer) -> None:
         log.info(line)
 
 
-def run_facts(trainer: Trainer, plan: DevicePlan) -> RunFacts:
+def run_facts(trainer: StartingRun, plan: DevicePlan) -> RunFacts:
     """What the start banner says about this run; ``plan``: this process's device plan."""
     cfg = trainer.cfg
     nnodes = max(int(cfg.infra.nnodes), 1)
@@ -65,6 +94,7 @@ def run_facts(trainer: Trainer, plan: DevicePlan) -> RunFacts:
     if trainer.device.type == "cuda" and not local_devices:
         local_devices = (trainer.device.index or 0,)
     model, reward = trainer.job_choices.get("model"), trainer.job_choices.get("reward")
+    has_critic = cfg.critic.name != "none"
     return RunFacts(
         run_dir=str(trainer.run_dir),
         train_type=trainer.strategy.name,
@@ -83,6 +113,21 @@ def run_facts(trainer: Trainer, plan: DevicePlan) -> RunFacts:
         cpu_reason=cpu_reason(cfg.infra, plan),
         cuda_visible_devices=os.environ.get(CUDA_VISIBLE_DEVICES),
         total_steps=int(cfg.trainer.total_steps),
-        start_step=trainer.step,
+        start_step=trainer.state.step,
         tensorboard=bool(cfg.logger.tensorboard),
+        learning_rate=float(cfg.train_type.optimizer.lr),
+        critic_learning_rate=float(cfg.critic.optimizer.lr) if has_critic else None,
+        schedule=describe_schedule(cfg.train_type.scheduler, trainer.state.schedule_steps),
+        critic_schedule=critic_schedule(cfg) if has_critic else None,
     )
+
+
+def critic_schedule(cfg: DictConfig) -> str:
+    """The critic's schedule in words: ``the policy's`` (the default, an interpolation of it),
+    ``constant`` (null) or its own."""
+    scheduler = cfg.critic.scheduler
+    if scheduler is None:
+        return "constant"
+    if scheduler == cfg.train_type.scheduler:
+        return "the policy's"
+    return describe_schedule(scheduler, 0).split(" over ")[0]

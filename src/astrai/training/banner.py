@@ -41,6 +41,11 @@ class RunFacts:
         total_steps: ``trainer.total_steps``.
         start_step: the step the run starts from (> 0 when resumed).
         tensorboard: whether ``<run dir>/tb`` is written (``logger.tensorboard``).
+        learning_rate: the policy's peak learning rate (``train_type.optimizer.lr``).
+        critic_learning_rate: the critic's (``critic.optimizer.lr``); None without a critic.
+        schedule: the policy's schedule, e.g. ``warmup_cosine (warmup_steps 0, min_lr_ratio
+            0.0) over 9,600 optimizer steps``.
+        critic_schedule: ``the policy's``, ``constant`` or its own; None without a critic.
     """
 
     run_dir: str
@@ -62,6 +67,10 @@ class RunFacts:
     total_steps: int
     start_step: int
     tensorboard: bool
+    learning_rate: float
+    critic_learning_rate: float | None
+    schedule: str
+    critic_schedule: str | None
 
 
 def format_banner(facts: RunFacts) -> list[str]:
@@ -73,7 +82,11 @@ def format_banner(facts: RunFacts) -> list[str]:
           device: cpu, 1 process (no GPU visible)
           model: tiny, 67,136 parameters
           task: addition; reward: partial (partial_credit); 1,200 steps
+          lr: 0.001, warmup_cosine (warmup_steps 0, min_lr_ratio 0.0) over 9,600 optimizer steps
           tensorboard --logdir outputs/2026-01-01/12-00-00/tb
+
+    With a critic the ``lr`` line reads ``lr: policy 0.001, critic 0.001 (critic.optimizer.lr);
+    <schedule>; critic: the policy's``.
     """
     task = facts.task if facts.train_file is None else f"{facts.task}, {facts.train_file}"
     steps = f"{facts.total_steps:,} step" + ("s" if facts.total_steps != 1 else "")
@@ -94,8 +107,32 @@ def format_banner(facts: RunFacts) -> list[str]:
         f"  device: {format_device(facts)}",
         f"  {model}",
         f"  task: {task}; reward: {reward}; {steps}",
+        f"  {format_learning_rates(facts)}",
         f"  {tensorboard}",
     ]
+
+
+def format_learning_rates(facts: RunFacts) -> str:
+    """``lr: 0.001, <schedule>``; with a critic, both peaks and the critic's schedule, so a
+    lowered policy lr beside an unchanged critic one is seen at start."""
+    if facts.critic_learning_rate is None:
+        return f"lr: {facts.learning_rate:g}, {facts.schedule}"
+    return (
+        f"lr: policy {facts.learning_rate:g}, critic {facts.critic_learning_rate:g} "
+        f"(critic.optimizer.lr); {facts.schedule}; critic: {facts.critic_schedule}"
+    )
+
+
+def describe_schedule(node: Mapping[str, Any] | None, optimizer_steps: int) -> str:
+    """A scheduler config node in words: ``warmup_cosine (warmup_steps 0, min_lr_ratio 0.0)
+    over 9,600 optimizer steps``; None (no schedule): ``constant``."""
+    if node is None:
+        return "constant"
+    name = str(node["_target_"]).rsplit(".", 1)[-1]
+    knobs = ", ".join(f"{k} {v}" for k, v in node.items() if not str(k).startswith("_"))
+    return (
+        f"{name}" + (f" ({knobs})" if knobs else "") + f" over {optimizer_steps:,} optimizer steps"
+    )
 
 
 def format_device(facts: RunFacts) -> str:

@@ -1,7 +1,8 @@
-"""Save a trainer's full state as one checkpoint and restore it exactly.
+"""Save a run's full state as one checkpoint and restore it exactly.
 
-What a checkpoint holds is listed in ``astrai.checkpoints.layout``; this module maps a
-``Trainer``'s attributes onto those files. The frozen reference (the initial policy) is written
+What a checkpoint holds is listed in ``astrai.checkpoints.layout``; this module maps a run's
+``TrainState`` and the objects it trains (``CheckpointParts``) onto those files, and a restore
+returns the ``TrainState`` it read. The frozen reference (the initial policy) is written
 once per run as ``checkpoints/reference.safetensors`` and read back on resume, so the KL anchor
 is the same before and after a restart.
 """
@@ -10,11 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from omegaconf import OmegaConf
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
 
+from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints import io
 from astrai.checkpoints.completeness import (
     CheckpointStatus,
@@ -31,6 +37,7 @@ from astrai.checkpoints.identity import (
 )
 from astrai.checkpoints.layout import (
     CHECKPOINTS_DIR,
+    EXTRA_FILES_KEY,
     MODEL_CONFIG_FILE,
     MODEL_FILE,
     OPTIMIZER_FILE,
@@ -41,15 +48,19 @@ from astrai.checkpoints.layout import (
     TRAINER_STATE_FILE,
     VALUE_MODEL_FILE,
     VALUE_OPTIMIZER_FILE,
+    VALUE_SCHEDULER_FILE,
     CheckpointError,
     CheckpointInfo,
     list_checkpoints,
     missing_files,
+    recorded_extra_files,
+    required_files,
     step_dir_name,
 )
-from astrai.distributed import all_reduce_max, gather_objects
+from astrai.distributed import DistContext, all_reduce_max, gather_objects
 from astrai.files import FileWriter, write_file_atomic
 from astrai.metrics.writers import METRICS_FILE, MetricsFileError, read_metrics_for_resume
+from astrai.models.tokenizer import Tokenizer
 from astrai.models.weights import stored_names
 from astrai.paths import missing_reason
 from astrai.training.parallel import (
@@ -59,16 +70,66 @@ from astrai.training.parallel import (
     load_optimizer_state,
 )
 from astrai.training.setup import capture_rng_state, restore_rng_state
-
-if TYPE_CHECKING:
-    from astrai.training.trainer import Trainer
+from astrai.training.state import TrainState
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: trainer_state.json lists the algorithm's files (``EXTRA_FILES_KEY``)
 
 
-def resolve_resume(resume: str | None, run_dir: Path, train_type: str) -> Path | None:
+class Stateful(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class CheckpointParts:
+    """What a checkpoint saves besides the ``TrainState``, and the facts its fingerprint
+    records. The objects are loaded in place on restore.
+
+    Attributes:
+        strategy: its ``name`` labels the checkpoint; its ``checkpoint_files`` must all be in
+            ``extra`` (files beyond ``layout.COMMON_FILES``, each with the object it holds).
+    """
+
+    cfg: DictConfig
+    run_dir: Path
+    strategy_name: str
+    checkpoint_files: Sequence[str]
+    samples_per_step: int  # prompts_per_step × group_size
+    policy: nn.Module
+    reference: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Stateful
+    tokenizer: Tokenizer
+    extra: dict[str, Stateful]
+    dist: DistContext
+    device: torch.device
+    sharded: bool
+
+    def __post_init__(self) -> None:
+        unsaved = set(self.checkpoint_files) - set(self.extra)
+        if unsaved:  # a strategy's file the trainer holds no object for: a bug, said early
+            raise ValueError(f"no object to save as {', '.join(sorted(unsaved))}")
+
+
+def critic_parts(
+    critic: nn.Module | None, optimizer: Stateful | None, scheduler: Stateful | None
+) -> dict[str, Stateful]:
+    """A PPO critic's three checkpoint files and their objects ({} without a critic)."""
+    if critic is None or optimizer is None or scheduler is None:
+        return {}
+    return {
+        VALUE_MODEL_FILE: critic,
+        VALUE_OPTIMIZER_FILE: optimizer,
+        VALUE_SCHEDULER_FILE: scheduler,
+    }
+
+
+def resolve_resume(
+    resume: str | None, run_dir: Path, strategy: type[Strategy] | Strategy
+) -> Path | None:
     """``ckpt.resume`` -> the checkpoint directory to restore, or None to start fresh.
 
     ``auto`` picks the latest *complete* checkpoint of ``run_dir`` (``completeness``, the check
@@ -77,8 +138,9 @@ def resolve_resume(resume: str | None, run_dir: Path, train_type: str) -> Path |
     checkpoint directory. ``None`` never resumes — and refuses a run dir that already holds
     checkpoints, whose retention would otherwise prune the new run's checkpoints in favour of
     the old run's higher steps. The chosen checkpoint must hold every file ``train_type`` needs;
-    the error names the missing ones.
+    the error names the missing ones (the strategy's ``checkpoint_files`` among them).
     """
+    train_type = strategy.name
     if resume is None:
         existing = list_checkpoints(run_dir / CHECKPOINTS_DIR)
         if existing:
@@ -99,7 +161,7 @@ def resolve_resume(resume: str | None, run_dir: Path, train_type: str) -> Path |
             why = "" if path.exists() else f" ({path} {missing_reason(path)})"
             raise CheckpointError(f"ckpt.resume: no checkpoint directory at {path}{why}")
     check_metrics_for_resume(run_dir)
-    missing = missing_files(path, train_type)
+    missing = missing_files(path, required_files(_expected_extra_files(strategy, path)))
     if missing:
         recorded = CheckpointInfo(0, path).train_type()
         written_by = (
@@ -115,6 +177,19 @@ def resolve_resume(resume: str | None, run_dir: Path, train_type: str) -> Path |
     if problems:
         raise CheckpointError(f"{path}: incomplete checkpoint: {short_problems(problems, path)}")
     return path
+
+
+def _expected_extra_files(strategy: type[Strategy] | Strategy, path: Path) -> Sequence[str]:
+    """The strategy's ``checkpoint_files``; for a format-1 checkpoint it wrote (which listed
+    none), the files format 1 had (PPO's critic had no schedule file yet)."""
+    try:
+        record = io.load_json(path / TRAINER_STATE_FILE)
+    except CheckpointError:
+        return strategy.checkpoint_files  # unreadable: ``checkpoint_problems`` says why
+    if isinstance(record, dict) and EXTRA_FILES_KEY not in record:
+        if record.get("train_type") == strategy.name:
+            return recorded_extra_files(record)
+    return strategy.checkpoint_files
 
 
 def _latest_complete(root: Path) -> Path | None:
@@ -158,44 +233,44 @@ def check_metrics_for_resume(run_dir: Path) -> None:
         raise CheckpointError(f"{path}: unreadable ({err.strerror or err})") from err
 
 
-def run_fingerprint(trainer: Trainer) -> dict[str, Any]:
+def run_fingerprint(parts: CheckpointParts) -> dict[str, Any]:
     """What must not change across a resume (``astrai.checkpoints.identity``): saved with
     every checkpoint and compared on resume."""
     return {
-        "train_type": trainer.strategy.name,
-        "model": model_fingerprint(dataclasses.asdict(trainer.policy.config)),
-        "task": OmegaConf.to_container(trainer.cfg.task, resolve=True),
-        "seed": int(trainer.cfg.seed),
-        "world_size": trainer.dist.world_size,
-        "parallel": "fsdp" if trainer.sharded else "ddp",
+        "train_type": parts.strategy_name,
+        "model": model_fingerprint(dataclasses.asdict(parts.policy.config)),
+        "task": OmegaConf.to_container(parts.cfg.task, resolve=True),
+        "seed": int(parts.cfg.seed),
+        "world_size": parts.dist.world_size,
+        "parallel": "fsdp" if parts.sharded else "ddp",
         # the sampling stream lives on the device: a CUDA generator's state means nothing to a
         # CPU one, and another device's arithmetic would not repeat the run anyway
-        "device": trainer.device.type,
+        "device": parts.device.type,
     }
 
 
-def save_training_checkpoint(trainer: Trainer) -> Path:
-    """Write ``<run dir>/checkpoints/step_<trainer.step>/`` atomically; return its path.
+def save_training_checkpoint(parts: CheckpointParts, state: TrainState) -> Path:
+    """Write ``<run dir>/checkpoints/step_<state.step>/`` atomically; return its path.
 
     Called on every rank: each rank's RNG streams are gathered, rank 0 alone writes, and all
     ranks wait until the checkpoint is complete.
     """
-    rng_per_rank = gather_objects(capture_rng_state(trainer.generators()))
+    rng_per_rank = gather_objects(capture_rng_state(state.generators))
     policy_state: dict[str, Any] = {}
     optimizer_state: Any = None
     # collectives under FSDP, so every rank joins; replicas: only the writer needs them
-    if trainer.sharded or trainer.dist.is_main:
-        policy_state = full_model_state(trainer.policy, trainer.sharded)
-        optimizer_state = full_optimizer_state(trainer.policy, trainer.optimizer, trainer.sharded)
-    root = trainer.run_dir / CHECKPOINTS_DIR
-    path = root / step_dir_name(trainer.step)
+    if parts.sharded or parts.dist.is_main:
+        policy_state = full_model_state(parts.policy, parts.sharded)
+        optimizer_state = full_optimizer_state(parts.policy, parts.optimizer, parts.sharded)
+    root = parts.run_dir / CHECKPOINTS_DIR
+    path = root / step_dir_name(state.step)
     failure: BaseException | None = None
-    if trainer.dist.is_main:
+    if parts.dist.is_main:
         # tied parameters once, named as the (unsharded) reference names them
-        kept = set(stored_names(trainer.reference))
+        kept = set(stored_names(parts.reference))
         policy_state = {k: v for k, v in policy_state.items() if k in kept}
         try:
-            _write(trainer, root, rng_per_rank, policy_state, optimizer_state)
+            _write(parts, state, root, rng_per_rank, policy_state, optimizer_state)
         except Exception as err:  # tell the other ranks before raising, so none waits forever
             failure = err
     if all_reduce_max(1.0 if failure is not None else 0.0) > 0:
@@ -206,7 +281,8 @@ def save_training_checkpoint(trainer: Trainer) -> Path:
 
 
 def _write(
-    trainer: Trainer,
+    parts: CheckpointParts,
+    state: TrainState,
     root: Path,
     rng_per_rank: list[Any],
     policy_state: dict[str, Any],
@@ -215,111 +291,146 @@ def _write(
     root.mkdir(parents=True, exist_ok=True)
     reference = root / REFERENCE_FILE
     if not reference.is_file():
-        write_file_atomic(reference, lambda p: io.save_module(trainer.reference, p))
-    fingerprint = run_fingerprint(trainer)
-    state = {
+        write_file_atomic(reference, lambda p: io.save_module(parts.reference, p))
+    fingerprint = run_fingerprint(parts)
+    record = {
         "format_version": FORMAT_VERSION,
-        "train_type": trainer.strategy.name,
-        "step": trainer.step,
-        "total_steps": int(trainer.cfg.trainer.total_steps),
+        "train_type": parts.strategy_name,
+        "step": state.step,
+        "total_steps": int(parts.cfg.trainer.total_steps),
+        "schedule_steps": state.schedule_steps,
         "fingerprint": fingerprint,
         # the train prompt stream is indexed by (seed, step): the step is the data position
-        "data_position": trainer.step,
-        "samples_seen": trainer.step
-        * trainer.strategy.prompts_per_step
-        * trainer.strategy.group_size,
-        "policy_version": trainer.policy_version,
-        "initial_metrics": trainer.initial_metrics,
-        "eval_pending": trainer.eval_pending,
+        "data_position": state.step,
+        "samples_seen": state.step * parts.samples_per_step,
+        "policy_version": state.policy_version,
+        "initial_metrics": state.initial_metrics,
+        "eval_pending": state.eval_pending,
         "world_size": len(rng_per_rank),
         "parallel": fingerprint["parallel"],
         "rng": rng_per_rank[0],
         "rng_per_rank": rng_per_rank,
+        EXTRA_FILES_KEY: list(parts.extra),
     }
     writers: dict[str, FileWriter] = {
         MODEL_FILE: lambda p: io.save_tensors(policy_state, p),
-        MODEL_CONFIG_FILE: lambda p: io.save_json(dataclasses.asdict(trainer.policy.config), p),
-        TOKENIZER_FILE: lambda p: _save_tokenizer(trainer, p),
+        MODEL_CONFIG_FILE: lambda p: io.save_json(dataclasses.asdict(parts.policy.config), p),
+        TOKENIZER_FILE: lambda p: _save_tokenizer(parts.tokenizer, p),
         OPTIMIZER_FILE: lambda p: io.save_torch(optimizer_state, p),
-        SCHEDULER_FILE: lambda p: io.save_torch(trainer.scheduler.state_dict(), p),
-        RUN_CONFIG_FILE: lambda p: _save_run_config(trainer, p),
+        SCHEDULER_FILE: lambda p: io.save_torch(parts.scheduler.state_dict(), p),
+        RUN_CONFIG_FILE: lambda p: _save_run_config(parts.cfg, p),
     }
-    if trainer.critic is not None and trainer.critic_optimizer is not None:
-        critic, critic_optimizer = trainer.critic, trainer.critic_optimizer
-        writers[VALUE_MODEL_FILE] = lambda p: io.save_torch(critic.state_dict(), p)
-        writers[VALUE_OPTIMIZER_FILE] = lambda p: io.save_torch(critic_optimizer.state_dict(), p)
+    for name, stateful in parts.extra.items():
+        writers[name] = _torch_writer(stateful)
     # trainer_state.json last: a reader that sees it knows every other file was written
-    writers[TRAINER_STATE_FILE] = lambda p: io.save_json(state, p)
-    return io.write_checkpoint(root, trainer.step, writers)
+    writers[TRAINER_STATE_FILE] = lambda p: io.save_json(record, p)
+    return io.write_checkpoint(root, state.step, writers)
 
 
-def _save_run_config(trainer: Trainer, path: Path) -> None:
-    path.write_text(OmegaConf.to_yaml(trainer.cfg, resolve=True))
+def _torch_writer(stateful: Stateful) -> FileWriter:
+    return lambda path: io.save_torch(stateful.state_dict(), path)
 
 
-def _save_tokenizer(trainer: Trainer, path: Path) -> None:
-    written = trainer.tokenizer.save(path.parent)
+def _save_run_config(cfg: DictConfig, path: Path) -> None:
+    path.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+
+
+def _save_tokenizer(tokenizer: Tokenizer, path: Path) -> None:
+    written = tokenizer.save(path.parent)
     if written.name != path.name:
         written.rename(path)
 
 
-def restore_training_checkpoint(trainer: Trainer, path: Path) -> dict[str, Any]:
-    """Load every piece of trainer state from ``path``; return the parsed trainer state."""
-    state = io.load_json(path / TRAINER_STATE_FILE)
+def read_trainer_state(path: Path) -> dict[str, Any]:
+    """``path``'s parsed ``trainer_state.json``, checked (``completeness.check_state``)."""
+    record = io.load_json(path / TRAINER_STATE_FILE)
+    check_state(record, path / TRAINER_STATE_FILE)
+    return record
+
+
+def restore_training_checkpoint(
+    parts: CheckpointParts, path: Path, fresh: TrainState
+) -> TrainState:
+    """Load every saved object of ``parts`` from ``path`` in place, ``fresh``'s random streams
+    too; return the run's state at the checkpoint (``fresh``: the state a fresh start has)."""
+    record = io.load_json(path / TRAINER_STATE_FILE)
     # before anything is loaded: a checkpoint of another setup (or world size) fails in one line
     warning = check_checkpoint_identity(
         path,
-        state,
-        int(trainer.cfg.trainer.total_steps),
-        run_fingerprint(trainer),
-        trainer.cfg.ckpt.get("allow_changes") or (),
+        record,
+        int(parts.cfg.trainer.total_steps),
+        run_fingerprint(parts),
+        parts.cfg.ckpt.get("allow_changes") or (),
     )
     if warning is not None:
         log.warning("%s", warning)
-    check_state(state, path / TRAINER_STATE_FILE)
+    check_state(record, path / TRAINER_STATE_FILE)
     reference = path.parent / REFERENCE_FILE
-    io.load_module(trainer.reference, reference)
-    if trainer.sharded:
+    io.load_module(parts.reference, reference)
+    if parts.sharded:
         tensors = io.load_tensors(path / MODEL_FILE)
-        io.check_names(tensors, trainer.reference, path / MODEL_FILE)
-        load_model_state(trainer.policy, tensors, sharded=True)
+        io.check_names(tensors, parts.reference, path / MODEL_FILE)
+        load_model_state(parts.policy, tensors, sharded=True)
         optimizer_state = io.load_torch(path / OPTIMIZER_FILE)
-        load_optimizer_state(trainer.policy, trainer.optimizer, optimizer_state, sharded=True)
+        load_optimizer_state(parts.policy, parts.optimizer, optimizer_state, sharded=True)
     else:
-        io.load_module(trainer.policy, path / MODEL_FILE)
-        io.load_state_dict_into(trainer.optimizer, path / OPTIMIZER_FILE)
-    io.load_state_dict_into(trainer.scheduler, path / SCHEDULER_FILE)
-    if trainer.critic is not None and trainer.critic_optimizer is not None:
-        io.load_state_dict_into(trainer.critic, path / VALUE_MODEL_FILE)
-        io.load_state_dict_into(trainer.critic_optimizer, path / VALUE_OPTIMIZER_FILE)
-    _restore_rng(trainer, state, path)
-    trainer.step = state["step"]
-    trainer.policy_version = state["policy_version"]
-    trainer.initial_metrics = dict(state["initial_metrics"])
-    trainer.eval_pending = state.get("eval_pending", False)  # absent before it was saved
-    return state
+        io.load_module(parts.policy, path / MODEL_FILE)
+        io.load_state_dict_into(parts.optimizer, path / OPTIMIZER_FILE)
+    io.load_state_dict_into(parts.scheduler, path / SCHEDULER_FILE)
+    _restore_extra(parts, path, record)
+    _restore_rng(parts, fresh.generators, record, path)
+    return dataclasses.replace(
+        fresh,
+        step=record["step"],
+        policy_version=record["policy_version"],
+        initial_metrics=dict(record["initial_metrics"]),
+        eval_pending=record.get("eval_pending", False),  # absent before it was saved
+        resumed_from=path,
+    )
 
 
-def _restore_rng(trainer: Trainer, state: dict[str, Any], path: Path) -> None:
+def _restore_extra(parts: CheckpointParts, path: Path, record: dict[str, Any]) -> None:
+    """The algorithm's objects. A format-1 PPO checkpoint has no critic schedule: the critic
+    then had a constant learning rate, and its schedule starts where the policy's is."""
+    saved = set(recorded_extra_files(record))
+    for name, stateful in parts.extra.items():
+        if name in saved or name != VALUE_SCHEDULER_FILE:
+            io.load_state_dict_into(stateful, path / name)
+            continue
+        stateful.load_state_dict(parts.scheduler.state_dict())
+        log.warning(
+            "%s holds no %s (written before the critic had a schedule): the critic's "
+            "schedule continues from the policy's position",
+            path.name,
+            VALUE_SCHEDULER_FILE,
+        )
+
+
+def _restore_rng(
+    parts: CheckpointParts,
+    generators: dict[str, torch.Generator],
+    state: dict[str, Any],
+    path: Path,
+) -> None:
     """This rank's random streams from ``state``, except those a deliberate change leaves
     freshly seeded (a rank the checkpoint lacks; the sampling stream on another device type)."""
     per_rank = state.get("rng_per_rank")
-    rank = trainer.dist.rank
+    rank = parts.dist.rank
     # a rank the checkpoint lacks (ckpt.allow_changes=[world_size]) keeps its freshly seeded
     # streams: rank 0's would make it sample the same responses
     if isinstance(per_rank, list) and rank >= len(per_rank):
         per_rank = None
         log.warning("rank %d: no RNG state in %s; its streams start fresh", rank, path.name)
-    generators = trainer.generators()
-    saved_device = saved_fingerprint(state)[0].get("device", trainer.device.type)
-    if saved_device != trainer.device.type:  # allowed (ckpt.allow_changes=[device])
+    generators = dict(generators)
+    saved_device = saved_fingerprint(state)[0].get("device", parts.device.type)
+    if saved_device != parts.device.type:  # allowed (ckpt.allow_changes=[device])
         del generators["sample"]  # on the device; it keeps its freshly seeded stream
         log.warning(
             "%s was written on %s, this run is on %s: the sampling stream starts fresh from "
             "the seed (the resume is not exact)",
             path.name,
             saved_device,
-            trainer.device.type,
+            parts.device.type,
         )
     try:
         if per_rank is not None or "rng_per_rank" not in state:

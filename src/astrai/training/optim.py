@@ -22,6 +22,11 @@ def _check(warmup_steps: int, min_lr_ratio: float = 0.0) -> None:
         raise ValueError(f"min_lr_ratio must be in [0, 1] (got {min_lr_ratio})")
 
 
+def constant(optimizer: torch.optim.Optimizer, total_steps: int) -> LambdaLR:
+    """The base learning rate at every step (``critic.scheduler=null``)."""
+    return LambdaLR(optimizer, lambda step: 1.0)
+
+
 def warmup_constant(
     optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int
 ) -> LambdaLR:

@@ -16,6 +16,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
 
 from astrai.algorithms.aggregation import Divisors, whole_minibatch_divisors
 from astrai.algorithms.strategy import Strategy
@@ -26,7 +27,6 @@ from astrai.distributed import (
     apply_slurm_environment,
     env_context,
     init_distributed,
-    mean_over_ranks,
 )
 from astrai.metrics.aggregate import MetricMeans
 from astrai.metrics.dashboards import hydra_job_context
@@ -43,9 +43,12 @@ from astrai.rollout.minibatch import Minibatch, flatten_rollout, iter_minibatche
 from astrai.rollout.rollout import Rollout, ended_with_eos
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.accumulation import accumulate_gradients
-from astrai.training.announce import count_parameters
+from astrai.training.announce import announce_run, count_parameters, write_dashboards
 from astrai.training.banner import format_eval_line
 from astrai.training.checkpointing import (
+    CheckpointParts,
+    critic_parts,
+    read_trainer_state,
     resolve_resume,
     restore_training_checkpoint,
     save_training_checkpoint,
@@ -53,9 +56,10 @@ from astrai.training.checkpointing import (
 from astrai.training.dynamic_sampling import RESAMPLE_SEED_STRIDE, sample_informative
 from astrai.training.evaluation import EvalResult, evaluate
 from astrai.training.loop import run_loop
-from astrai.training.optim import clip_and_step
+from astrai.training.optim import clip_and_step, constant
 from astrai.training.parallel import shard_policy, wrap_data_parallel
 from astrai.training.rollout_stats import rollout_metrics, rollout_samples
+from astrai.training.schedule import resumed_schedule_steps
 from astrai.training.setup import (
     capture_rng_state,
     make_generator,
@@ -64,6 +68,7 @@ from astrai.training.setup import (
     restore_rng_state,
     seed_everything,
 )
+from astrai.training.state import TrainState
 from astrai.training.stopping import (
     StopInterrupt,
     interruptible,
@@ -76,7 +81,9 @@ JobContext = tuple[list[str], dict[str, object]]
 
 
 class Trainer:
-    """Owns the policy, the frozen reference, the strategy, optimizer and logger of one run.
+    """Owns the policy, the frozen reference, the strategy, optimizers and logger of one run;
+    its mutable state is one record, ``state`` (``training.state``), which ``training.loop``
+    advances and ``training.checkpointing`` saves and returns.
 
     ``job_context``: the Hydra job's command-line overrides and group choices (default: the
     current Hydra job's, empty outside Hydra); an elastic worker gets its launcher's.
@@ -104,6 +111,7 @@ class Trainer:
         self.strategy: Strategy = instantiate(cfg.train_type)
         self.critic: ValueModel | None = None
         self.critic_optimizer: torch.optim.Optimizer | None = None
+        self.critic_scheduler: LRScheduler | None = None
         if cfg.critic.name != "none":  # warm-started from the whole policy, before any sharding
             self.critic = build_value_model(self.policy, cfg.critic.warm_start)
             self.critic_optimizer = instantiate(cfg.critic.optimizer)(self.critic.parameters())
@@ -120,26 +128,35 @@ class Trainer:
         if self.sharded:  # in place; the optimizer must then see the sharded parameters
             shard_policy(self.policy, self.device)
         self.optimizer = self.strategy.optimizer(self.policy.parameters())
-        optimizer_steps = (
-            cfg.trainer.total_steps * self.strategy.ppo_epochs * self.strategy.minibatches
+        resume = resolve_resume(cfg.ckpt.resume, self.run_dir, self.strategy)
+        # read before the schedules are built: a resume with another total_steps may keep the
+        # curve the checkpoint's schedules were built for (``ckpt.resume_schedule``)
+        saved = read_trainer_state(resume) if resume is not None else None
+        schedule_steps = resumed_schedule_steps(
+            cfg, saved, self.optimizer_steps_per_step(), self.strategy.scheduler
         )
-        self.scheduler = self.strategy.scheduler(self.optimizer, total_steps=optimizer_steps)
+        # the critic has its own peak learning rate (critic.optimizer.lr) and the policy's
+        # schedule shape (train_type.scheduler: warmup, decay), as in verl and OpenRLHF
+        self.scheduler = self.strategy.scheduler(self.optimizer, total_steps=schedule_steps)
+        if self.critic_optimizer is not None:
+            make_critic_scheduler = (
+                constant if cfg.critic.scheduler is None else instantiate(cfg.critic.scheduler)
+            )
+            self.critic_scheduler = make_critic_scheduler(
+                self.critic_optimizer, total_steps=schedule_steps
+            )
         # each rank samples its own responses: its own stream (rank 0's is the 1-process one)
-        self.sample_generator = make_generator(cfg.seed + 1 + 7919 * self.dist.rank, self.device)
-        self.shuffle_generator = make_generator(cfg.seed + 2, torch.device("cpu"))
+        generators = {
+            "sample": make_generator(cfg.seed + 1 + 7919 * self.dist.rank, self.device),
+            "shuffle": make_generator(cfg.seed + 2, torch.device("cpu")),
+        }
+        self.state = TrainState(generators, schedule_steps)
         self.eval_problems = self.task.eval_problems(cfg.trainer.eval_prompts)
-        self.policy_version = 0
-        self.step = 0
-        self.initial_metrics: dict[str, float] = {}  # the step-0 evaluation
-        # this step's evaluation was due and a stop signal abandoned it: the resumed run runs
-        # it first (``training.loop``), so its rows read as the uninterrupted run's
-        self.eval_pending = False
         self.sampling_metrics: dict[str, float] = {}  # the last rollout's dynamic sampling
         # restore before anything is written: a bad checkpoint leaves the run dir untouched
-        self.resumed_from = resolve_resume(cfg.ckpt.resume, self.run_dir, self.strategy.name)
-        if self.resumed_from is not None:
-            restore_training_checkpoint(self, self.resumed_from)
-            log.info("resumed from %s at step %d", self.resumed_from, self.step)
+        if resume is not None:
+            self.state = restore_training_checkpoint(self.checkpoint_parts(), resume, self.state)
+            log.info("resumed from %s at step %d", resume, self.state.step)
         self.logger = RunLogger(
             self.run_dir,
             cfg.logger.tensorboard,
@@ -163,13 +180,33 @@ class Trainer:
         """The last step whose logged rows a (re)start keeps: the checkpoint's step on resume;
         -1 (none) for a fresh start into a dir a crashed run logged into before its first
         checkpoint, so its rows are not logged twice; None for a fresh dir."""
-        if self.resumed_from is not None:
-            return self.step
+        if self.state.resumed_from is not None:
+            return self.state.step
         return -1 if (self.run_dir / METRICS_FILE).is_file() else None
 
-    def generators(self) -> dict[str, torch.Generator]:
-        """The run's dedicated random streams (saved and restored with checkpoints)."""
-        return {"sample": self.sample_generator, "shuffle": self.shuffle_generator}
+    def optimizer_steps_per_step(self) -> int:
+        """Policy (and critic) optimizer steps per RL step: ``ppo_epochs × minibatches``."""
+        return self.strategy.ppo_epochs * self.strategy.minibatches
+
+    def checkpoint_parts(self) -> CheckpointParts:
+        """What a checkpoint saves besides ``state``: the trained objects, loaded in place on
+        restore, and the facts its fingerprint records."""
+        return CheckpointParts(
+            cfg=self.cfg,
+            run_dir=self.run_dir,
+            strategy_name=self.strategy.name,
+            checkpoint_files=self.strategy.checkpoint_files,
+            samples_per_step=self.strategy.prompts_per_step * self.strategy.group_size,
+            policy=self.policy,
+            reference=self.reference,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            tokenizer=self.tokenizer,
+            extra=critic_parts(self.critic, self.critic_optimizer, self.critic_scheduler),
+            dist=self.dist,
+            device=self.device,
+            sharded=self.sharded,
+        )
 
     # --- one RL step ---------------------------------------------------------------------------
 
@@ -194,7 +231,7 @@ class Trainer:
         """The step's ``draw``-th batch of the training stream, every rank's prompts (0: the
         step's own; dynamic sampling's extra rounds draw further)."""
         seed = self.cfg.seed + RESAMPLE_SEED_STRIDE * draw
-        return self.task.train_problems(seed, self.step, self.strategy.prompts_per_step)
+        return self.task.train_problems(seed, self.state.step, self.strategy.prompts_per_step)
 
     def sample_round(self, problems: list[Problem]) -> Rollout:
         """This rank's share of one round's ``problems`` (every rank's), sampled and scored."""
@@ -208,8 +245,8 @@ class Trainer:
                 self.strategy.group_size,
                 self.strategy.sampling,
                 self.reward,
-                self.policy_version,
-                self.sample_generator,
+                self.state.policy_version,
+                self.state.generators["sample"],
                 lockstep=self.sharded,
                 overlong=self.overlong,
             )
@@ -227,7 +264,7 @@ class Trainer:
                 rollout.response_ids, rollout.response_mask, self.tokenizer.stop_ids
             )
             rollout.loss_mask = rollout.response_mask & eos[..., None]
-        score = kl_logged_at(self.step + 1, self.strategy.kl_coef, self.cfg.logger.kl_every)
+        score = kl_logged_at(self.state.step + 1, self.strategy.kl_coef, self.cfg.logger.kl_every)
         reference = self.reference if score else None
         with self.reference_on_device(score), self.autocast():
             return self.strategy.prepare(
@@ -256,7 +293,7 @@ class Trainer:
         batch = flatten_rollout(rollout)
         for _ in range(self.strategy.ppo_epochs):
             for minibatch in iter_minibatches(
-                batch, self.strategy.minibatches, self.shuffle_generator
+                batch, self.strategy.minibatches, self.state.generators["shuffle"]
             ):
                 metrics = self.backward(minibatch)
                 metrics["policy/grad_norm"] = self._step_policy()
@@ -264,10 +301,12 @@ class Trainer:
                     metrics["value/grad_norm"] = self._step_critic()
                 means.update(metrics)
         # each rank's losses and stats are its share of the global value (loss_divisors):
-        # their average over ranks, taken once per update, is the global value
-        result = mean_over_ranks(means.compute())
+        # ``compute`` sums them over the ranks, once per update (one all-reduce)
+        result = means.compute()
         result["policy/lr"] = self.scheduler.get_last_lr()[0]
-        result["policy/version"] = float(self.policy_version)
+        if self.critic_scheduler is not None:
+            result["value/lr"] = self.critic_scheduler.get_last_lr()[0]
+        result["policy/version"] = float(self.state.policy_version)
         return result
 
     def backward(self, minibatch: Minibatch) -> dict[str, torch.Tensor]:
@@ -301,14 +340,19 @@ class Trainer:
         guard: the only place ``policy_version`` changes, once per policy optimizer step."""
         grad_norm = clip_and_step(self.policy, self.optimizer, self.cfg.trainer.max_grad_norm)
         self.scheduler.step()
-        self.policy_version += 1
+        self.state.policy_version += 1
         return grad_norm
 
     def _step_critic(self) -> torch.Tensor:
         """Clip with the same ``max_grad_norm``, step the critic optimizer, clear its grads.
         Outside the policy-version guard: a critic step never changes ``policy_version``."""
         assert self.critic is not None and self.critic_optimizer is not None
-        return clip_and_step(self.critic, self.critic_optimizer, self.cfg.trainer.max_grad_norm)
+        assert self.critic_scheduler is not None
+        grad_norm = clip_and_step(
+            self.critic, self.critic_optimizer, self.cfg.trainer.max_grad_norm
+        )
+        self.critic_scheduler.step()
+        return grad_norm
 
     def train_step(self) -> dict[str, float]:
         """One RL step; returns its metrics."""
@@ -326,8 +370,8 @@ class Trainer:
         metrics["time/update_s"] = t2 - t1
         metrics["perf/step_s"] = t2 - t0
         metrics["perf/tokens_per_s"] = float(rollout.response_mask.sum()) / max(t1 - t0, 1e-9)
-        self.step += 1
-        if self.step % self.cfg.logger.samples_every == 0:
+        self.state.step += 1
+        if self.state.step % self.cfg.logger.samples_every == 0:
             self._log_samples("samples/rollout", rollout_samples(rollout))
         return metrics
 
@@ -340,12 +384,12 @@ class Trainer:
         if self.dist.world_size > 1:
             yield
             return
-        before = capture_rng_state(self.generators())
+        before = capture_rng_state(self.state.generators)
         try:
             with interruptible():
                 yield
         except StopInterrupt:
-            restore_rng_state(before, self.generators())
+            restore_rng_state(before, self.state.generators)
             raise
 
     # --- evaluation and the loop ----------------------------------------------------------------
@@ -374,7 +418,9 @@ class Trainer:
         return {**result.metrics(), "time/eval_s": time.perf_counter() - t0}
 
     def _log_samples(self, tag: str, rows: list[tuple[str, str, float]]) -> None:
-        self.logger.log_text(self.step, tag, samples_markdown(rows[: self.cfg.logger.num_samples]))
+        self.logger.log_text(
+            self.state.step, tag, samples_markdown(rows[: self.cfg.logger.num_samples])
+        )
 
     def fit(self, until: int | None = None) -> dict[str, object]:
         """Train up to ``trainer.total_steps`` (or ``until``, if smaller), checkpointing on
@@ -383,14 +429,19 @@ class Trainer:
         says why a run ended before ``total_steps`` (None when it completed)."""
         return run_loop(self, until)
 
+    def announce(self) -> None:
+        """The TensorBoard dashboards, then (rank 0) the start banner (``announce``)."""
+        write_dashboards(self)
+        announce_run(self)
+
     def log_eval_line(self, metrics: dict[str, float]) -> None:
         """Rank 0: one INFO line per evaluation, so ``train.log`` grows as the run goes."""
         if self.dist.is_main:
-            log.info(format_eval_line(self.step, self.cfg.trainer.total_steps, metrics))
+            log.info(format_eval_line(self.state.step, self.cfg.trainer.total_steps, metrics))
 
     def save_checkpoint(self) -> Path:
         """Write ``checkpoints/step_<step>/`` atomically, then prune beyond ``ckpt.keep_last``."""
-        path = save_training_checkpoint(self)
+        path = save_training_checkpoint(self.checkpoint_parts(), self.state)
         if self.dist.is_main:
             prune_checkpoints(path.parent, self.cfg.ckpt.keep_last)
         return path

@@ -1,0 +1,87 @@
+"""The optimizer steps a run's learning-rate schedules span, and what a resume with another
+``trainer.total_steps`` does to them (``ckpt.resume_schedule``).
+
+A schedule built for ``total_steps × ppo_epochs × minibatches`` optimizer steps is a curve over
+the run: a 1200-step cosine run ends near lr 0; resumed with ``total_steps=2400`` the same
+position is halfway through a curve twice as long, so the lr jumps back up. Both curves are
+what some user wants, so the choice is a knob and the start says which one applies:
+
+- ``rescale`` (default, what Hugging Face's Trainer does with a larger ``max_steps``): the
+  schedules span the new total; the lr at the resumed step moves to the new curve's value.
+- ``keep``: the schedules keep the curve of the total they were built for; past its end the
+  lr stays at the curve's last value (cosine: ``min_lr_ratio × lr``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from torch.optim.lr_scheduler import LambdaLR
+
+log = logging.getLogger(__name__)
+
+SchedulerFactory = Callable[..., Any]  # (optimizer, total_steps=...) -> an LR scheduler
+
+
+def resumed_schedule_steps(
+    cfg: DictConfig,
+    saved: Mapping[str, Any] | None,
+    steps_per_rl_step: int,
+    make_scheduler: SchedulerFactory,
+) -> int:
+    """The optimizer steps the schedules span: ``trainer.total_steps × steps_per_rl_step`` for
+    a fresh run; for a resume (``saved``: the checkpoint's ``trainer_state.json``) the same
+    unless ``trainer.total_steps`` changed, then per ``ckpt.resume_schedule``, said in one
+    WARNING line either way."""
+    wanted = int(cfg.trainer.total_steps) * steps_per_rl_step
+    if saved is None:
+        return wanted
+    saved_total = int(saved["total_steps"]) if "total_steps" in saved else None
+    built_for = saved.get("schedule_steps")
+    if not isinstance(built_for, int):  # written before schedule_steps was saved
+        built_for = wanted if saved_total is None else saved_total * steps_per_rl_step
+    if saved_total is None or saved_total == int(cfg.trainer.total_steps):
+        return built_for  # the curve the run has followed so far (a kept one included)
+    position = int(saved.get("policy_version", 0))
+    keep = cfg.ckpt.resume_schedule == "keep"
+    chosen = built_for if keep else wanted
+    before, after = (
+        _lr_factor(make_scheduler, built_for, position),
+        _lr_factor(make_scheduler, chosen, position),
+    )
+    change = "" if before is None or after is None else f"; lr × {before:.4g} → × {after:.4g}"
+    if keep:
+        log.warning(
+            "trainer.total_steps %d → %d since the checkpoint: the learning-rate schedules "
+            "keep the curve they were built for (%d optimizer steps; ckpt.resume_schedule=keep)%s",
+            saved_total,
+            cfg.trainer.total_steps,
+            built_for,
+            change,
+        )
+    else:
+        log.warning(
+            "trainer.total_steps %d → %d since the checkpoint: the learning-rate schedules are "
+            "rescaled to %d optimizer steps at step %d%s (ckpt.resume_schedule=keep keeps the "
+            "old curve)",
+            saved_total,
+            cfg.trainer.total_steps,
+            wanted,
+            int(saved.get("step", 0)),
+            change,
+        )
+    return chosen
+
+
+def _lr_factor(make_scheduler: SchedulerFactory, total: int, position: int) -> float | None:
+    """The lr multiplier a schedule over ``total`` optimizer steps gives at ``position``; None
+    for a scheduler that is no ``LambdaLR`` (its curve is not a function to evaluate)."""
+    probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    scheduler = make_scheduler(probe, total_steps=total)
+    if not isinstance(scheduler, LambdaLR):
+        return None
+    return float(scheduler.lr_lambdas[0](position))
