@@ -4,6 +4,7 @@ weighted sums, and the check ``validate_config`` runs before a run."""
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +45,26 @@ OPTIONS: dict[str, tuple[list[str], list[str], list[str], list[float]]] = {
     # "x" 0.9 * 0 + 0.1 * 0
     "weighted": (["8", "80", "x"], ["8", "8", "8"], ["partial", "format"], [1.0, 0.55, 0.0]),
     "math": (["\\boxed{72}", "71", "$72$"], ["72", "72", "72"], ["math"], [1.0, 0.0, 1.0]),
+    # the similarity rewards, each case worked out in tests/rewards/test_similarity.py
+    "rouge_l": (
+        ["the cat sat on the mat", "a b c d", "x"],
+        ["the cat is on the mat", "a c", "y"],
+        ["rouge_l"],
+        [5 / 6, 2 / 3, 0.0],
+    ),
+    "bleu": (
+        ["the cat sat on the mat", "the cat sat on", ""],
+        ["the cat sat on a mat", "the cat sat on the mat", "x"],
+        ["bleu"],
+        [(1 / 6) ** 0.25, math.exp(-0.5), 0.0],
+    ),
+    "chrf": (["the cat", "abc", "xyz"], ["the cat", "abd", "abc"], ["chrf"], [1.0, 7 / 36, 0.0]),
+    "edit_similarity": (
+        ["kitten", "rain", " abc "],
+        ["sitting", "shine", "abc"],
+        ["edit_similarity"],
+        [1 - 3 / 7, 1 - 3 / 5, 1.0],
+    ),
 }
 
 MYMOD = """
