@@ -1,10 +1,16 @@
-"""Greedy evaluation on held-out problems: accuracy and mean reward under the run's reward."""
+"""Greedy evaluation on held-out problems: accuracy and mean reward under the run's reward.
+
+Under a process group each rank decodes its share of the problems and the totals are summed
+over all ranks (``astrai.training.eval_metrics``, a torchmetrics ``Metric``): every rank returns
+the global values, each problem weighing the same.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from astrai.distributed import is_fsdp
 from astrai.models.llama import LlamaForCausalLM
@@ -38,9 +44,23 @@ def evaluate(
     problems: list[Problem],
     max_new_tokens: int,
     batch_size: int = 512,
+    *,
+    shard: bool = True,
 ) -> EvalResult:
-    """Greedy-decode every problem and score it; correct = the reward reaches the reward's
-    ``accuracy_threshold``."""
+    """Greedy-decode the problems and score them; correct = the reward reaches the reward's
+    ``accuracy_threshold``.
+
+    Args:
+        problems: with ``shard`` (the default), the held-out list, the same on every rank: this
+            rank decodes every ``world_size``-th problem from its rank on. Without, this rank's
+            own problems (under a sharded policy every rank must then run as many batches).
+        shard: split ``problems`` over the ranks (no-op in one process).
+
+    Returns:
+        The metrics over every rank's problems (synchronised under a process group: every rank
+        must call this); ``samples`` are this rank's own rows.
+    """
+    problems, weights = rank_share(problems) if shard else (problems, [1.0] * len(problems))
     was_training = policy.training
     policy.eval()
     device = policy.lm_head.weight.device
@@ -61,10 +81,40 @@ def evaluate(
     texts = [p.text for p in problems]
     rewards, _ = reward.score(texts, responses, [p.answer for p in problems])
     correct = reward.correct(rewards)
-    n = max(len(problems), 1)
+    totals = weighted_totals(correct, rewards, lengths, weights)
+    if dist.is_available() and dist.is_initialized():
+        # torchmetrics only here: one process pays neither its import nor a collective
+        from astrai.training.eval_metrics import sum_over_ranks
+
+        totals = sum_over_ranks(totals)
+    n_correct, reward_sum, length_sum, count = totals.tolist()
+    n = max(count, 1.0)  # 0.0 for every metric when no rank had a problem
+    rows = zip(texts, responses, rewards, weights, strict=True)
     return EvalResult(
-        accuracy=sum(correct) / n,
-        reward_mean=sum(rewards) / n,
-        response_len=sum(lengths) / n,
-        samples=list(zip(texts, responses, rewards, strict=True)),
+        accuracy=n_correct / n,
+        reward_mean=reward_sum / n,
+        response_len=length_sum / n,
+        samples=[(text, response, r) for text, response, r, w in rows if w > 0],
     )
+
+
+def weighted_totals(
+    correct: list[bool], rewards: list[float], lengths: list[int], weights: list[float]
+) -> torch.Tensor:
+    """``[4]`` float64: the weighted sums of correct answers, rewards and response lengths, and
+    of the weights themselves (the number of problems; a pad row weighs 0)."""
+    rows = torch.tensor([correct, rewards, lengths, [1.0] * len(weights)], dtype=torch.float64)
+    return (rows * torch.tensor(weights, dtype=torch.float64)).sum(dim=1)
+
+
+def rank_share(problems: list[Problem]) -> tuple[list[Problem], list[float]]:
+    """This rank's problems and their weights: every ``world_size``-th from its rank on, padded
+    with weight-0 repeats to ``ceil(len / world_size)`` rows, so that every rank decodes the
+    same batches (a sharded policy's decoding steps are collectives all ranks join)."""
+    if not (dist.is_available() and dist.is_initialized()) or not problems:
+        return problems, [1.0] * len(problems)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    rows = -(-len(problems) // world)
+    indices = range(rank, rows * world, world)
+    mine = [problems[i % len(problems)] for i in indices]
+    return mine, [1.0 if i < len(problems) else 0.0 for i in indices]
