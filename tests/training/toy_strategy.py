@@ -1,0 +1,60 @@
+"""A toy algorithm for the registry test: REINFORCE with a batch-mean baseline, written as a user
+would add one — this module plus ``register_strategy(ToyStrategy)``, nothing else in astrai.
+
+Not a test module (no ``test_`` prefix): ``hydra.utils.instantiate`` imports it by name from
+``conf/train_type/toy.yaml``, which the test writes."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from astrai.algorithms.aggregation import Divisors
+from astrai.algorithms.masked import SumFn, local_sum, masked_mean
+from astrai.algorithms.strategy import Strategy
+from astrai.metrics.names import CORE_METRICS
+from astrai.rollout.minibatch import Minibatch
+from astrai.rollout.rollout import Rollout
+
+
+class ToyStrategy(Strategy):
+    """``A_i = baseline_scale · (r_i − mean(r))`` over this rank's batch, on every response
+    token; the clipped surrogate, no KL term."""
+
+    name = "toy"
+    ADVANTAGES = ("batch_baseline",)
+    metric_names = CORE_METRICS  # nothing of its own beyond what every algorithm logs
+
+    def __init__(self, *, baseline_scale: float, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.baseline_scale = baseline_scale
+
+    def prepare(
+        self,
+        rollout: Rollout,
+        reference: nn.Module | None,
+        critic: nn.Module | None = None,
+        sum_over_ranks: SumFn = local_sum,
+    ) -> dict[str, float]:
+        metrics = self.score_reference(rollout, reference, sum_over_ranks)
+        with torch.no_grad():
+            centred = self.baseline_scale * (rollout.rewards - rollout.rewards.mean())  # [B, G]
+            rollout.advantages = centred[..., None] * rollout.response_mask
+        return metrics
+
+    def loss(
+        self,
+        policy: nn.Module,
+        batch: Minibatch,
+        critic: nn.Module | None = None,
+        divisors: Divisors | None = None,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        logprobs, entropy = self.policy_logprobs(policy, batch)
+        loss, stats = self.policy_loss(logprobs, batch, divisors)
+        tokens = None if divisors is None else divisors.tokens
+        return loss, {
+            "loss/policy": loss.detach(),
+            "loss/total": loss.detach(),
+            **self.clip_metrics(stats),
+            "policy/entropy": masked_mean(entropy, batch.loss_mask, token_count=tokens),
+        }
