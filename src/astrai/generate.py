@@ -31,9 +31,10 @@ from astrai.checkpoints.policy import LoadedPolicy, load_policy
 from astrai.cli_errors import ArgumentParser, one_line_errors
 from astrai.models.hf_tokenizer import TokenizerFileError
 from astrai.models.pretrained import ModelDirError, is_hf_model_dir
+from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward, RewardConfigError, RewardError, build_reward
 from astrai.rewards.config import reward_node
-from astrai.rollout.collect import decode_responses, left_pad
+from astrai.rollout.collect import decode_responses, left_pad, prompt_context
 from astrai.rollout.sampler import SamplingConfig, generate
 from astrai.tasks.base import Problem, ProblemSource, Task
 
@@ -133,9 +134,15 @@ def _run_task_config(run: DictConfig, checkpoint: Path) -> DictConfig:
     return task
 
 
-def task_scoring(name: str, run: DictConfig | None, checkpoint: Path, n: int) -> Scoring:
-    """What ``--task name`` answers: the run's task (scored by its reward) or an embedded one."""
+def task_scoring(name: str, run: DictConfig | None, loaded: LoadedPolicy, n: int) -> Scoring:
+    """What ``--task name`` answers: the run's task (scored by its reward) or an embedded one.
+    The run's task is built as its trainer built it (``build_task``: a dataset's over-long rows
+    dropped under ``task.filter_overlong_prompts``), so its eval prompts are the run's."""
     from hydra.utils import instantiate
+
+    from astrai.config.run_task import build_task, max_prompt_tokens
+
+    checkpoint = loaded.source
 
     if name == RUN_TASK and run is None:
         raise ValueError(
@@ -150,17 +157,24 @@ def task_scoring(name: str, run: DictConfig | None, checkpoint: Path, n: int) ->
             task: Task = instantiate(task_cfg)
             return Scoring(task.eval_problems(n), f"{name} (conf/task/{name}.yaml)", task=task)
     assert run is not None
-    source: ProblemSource = instantiate(_run_task_config(run, checkpoint))
+    positions = loaded.policy.config.max_position_embeddings
+    source: ProblemSource = build_task(
+        _run_task_config(run, checkpoint), loaded.tokenizer, max_prompt_tokens(run, positions)
+    )
     reward = build_reward(reward_node(run.reward))
     return Scoring(source.eval_problems(n), f"{source.name} (the run's)", reward=reward)
 
 
-def score(scoring: Scoring, completions: list[str]) -> tuple[list[float], list[bool]]:
-    """Each completion's reward and whether it counts as correct."""
+def score(
+    scoring: Scoring, completions: list[str], tokenizer: Tokenizer | None = None
+) -> tuple[list[float], list[bool]]:
+    """Each completion's reward and whether it counts as correct (``tokenizer``: the
+    policy's, for a reward that takes the rendered prompts)."""
     texts = [p.text for p in scoring.problems]
     if scoring.reward is not None:
         answers = [p.answer for p in scoring.problems]
-        rewards, _ = scoring.reward.score(texts, completions, answers)
+        context = prompt_context(scoring.reward, scoring.problems, tokenizer)
+        rewards, _ = scoring.reward.score(texts, completions, answers, **context)
         return rewards, scoring.reward.correct(rewards)
     assert scoring.task is not None
     pairs = list(zip(texts, completions, strict=True))
@@ -314,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         scoring = None
         if args.task is not None:
             n = args.n or DEFAULT_TASK_PROMPTS
-            scoring = task_scoring(args.task, run, loaded.source, n)
+            scoring = task_scoring(args.task, run, loaded, n)
     except (
         CheckpointError,
         ModelDirError,
@@ -353,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{prompt!r} -> {completion!r}")
         return 0
     try:
-        rewards, correct = score(scoring, completions)
+        rewards, correct = score(scoring, completions, tokenizer)
     except (RewardError, ValueError) as err:
         print(f"astrai.generate: {err}", file=sys.stderr)
         return 2

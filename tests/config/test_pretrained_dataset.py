@@ -61,7 +61,8 @@ def test_a_prompt_that_leaves_the_response_no_positions_names_the_row(
     train = rows_file(tmp_path / "train.jsonl", ["1+2=", fits[:109] + "1=", fits])
     with pytest.raises(
         ConfigError,
-        match=re.escape(f"{train} row 3: the prompt has 113 tokens; with ") + ".* allow 112$",
+        match=re.escape(f"{train} row 3: the prompt has 113 tokens; with ")
+        + r".* allow 112 \(task.filter_overlong_prompts=true",
     ):
         compose_config(dataset_job(base_model, train))
     compose_config(dataset_job(base_model, train, "train_type.sampling.max_new_tokens=15"))

@@ -165,3 +165,53 @@ def test_scores_stay_float32_inside_a_bf16_run(tmp_path: Path) -> None:
     assert inside == plain
     # the check can fail: under the autocast the bare model's score is not float32's
     assert rounded.item() != plain[0]
+
+
+def test_the_reward_model_scores_the_chat_the_policy_saw(tmp_path: Path) -> None:
+    """With a system turn and earlier turns, the pair the model scores is the whole
+    conversation plus the response (as transformers renders it), not the last user turn."""
+    from astrai.rewards.base import Reward, RewardTerm
+    from astrai.rollout.collect import score_responses
+    from astrai.tasks.base import Problem
+
+    directory = _save_classifier(tmp_path, template=TEMPLATE)
+    turns = (
+        {"role": "system", "content": "be brief."},
+        {"role": "user", "content": "2+2=?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "3+4=?"},
+    )
+    problems = [Problem(turns, "7", "3+4=?"), Problem("1+1=", "2", "1+1=")]
+    responses = [["7", "8"], ["2", "3"]]
+    rm = RewardModel(str(directory), batch_size=2)
+    reward = Reward([RewardTerm("rm", 1.0, rm)], 1.0)
+    rewards, _ = score_responses(reward, problems, responses)
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory))
+    sequences = []
+    conversations = [list(turns), [{"role": "user", "content": "1+1="}]]
+    for conversation, group in zip(conversations, responses, strict=True):
+        for response in group:
+            chat = [*conversation, {"role": "assistant", "content": response}]
+            text = tokenizer.apply_chat_template(chat, tokenize=False)
+            sequences.append(tokenizer(text, add_special_tokens=False).input_ids)
+    assert tokenizer.decode(sequences[0]).startswith("<bos>s: be brief.<eos>u: 2+2=?<eos>a: 4")
+    scores = rewards.flatten().tolist()
+    assert scores == pytest.approx(_reference(directory, sequences), abs=1e-5, rel=0)
+    # the last user turn alone is another chat, with another score
+    alone = rm(["3+4=?"], ["7"], [None])
+    assert abs(alone[0] - scores[0]) > 1e-3
+    assert reward.takes == ("messages",)
+
+
+def test_a_reward_model_without_chat_template_refuses_turns(tmp_path: Path) -> None:
+    rm = RewardModel(str(_save_classifier(tmp_path)), batch_size=2)
+    one_turn = [[{"role": "user", "content": "1+1="}]]
+    assert rm(["1+1="], ["2"], [None], messages=one_turn) == rm(["1+1="], ["2"], [None])
+    turns = [[{"role": "system", "content": "be brief."}, {"role": "user", "content": "1+1="}]]
+    with pytest.raises(
+        ValueError,
+        match=r"has no chat template, so it cannot score the turns "
+        r"\(system, user\) the policy answered on prompt '1\+1='",
+    ):
+        rm(["1+1="], ["2"], [None], messages=turns)

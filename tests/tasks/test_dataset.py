@@ -181,7 +181,8 @@ def test_instruction_records_become_system_and_user_turns(tmp_path: Path) -> Non
         {"role": "system", "content": "Be exact."},
         {"role": "user", "content": "Say hello."},
     )
-    assert with_system[0].prompt[0] == {"role": "system", "content": "Be exact."}
+    # the row's own system turn (its instruction) wins: one system turn, never two
+    assert with_system[0].prompt == first.prompt
     assert [p.answer for p in read_problems(path, answer_key=None)] == [None, None]
 
 
@@ -460,7 +461,8 @@ def test_check_characters_refuses_chat_turns_and_long_prompts(tmp_path: Path) ->
     )
     t = task(long, eval_file)
     with pytest.raises(
-        DatasetError, match=re.escape(f"{long} row 2: the prompt has 14 characters") + ".* 10$"
+        DatasetError,
+        match=re.escape(f"{long} row 2: the prompt has 14 characters") + ".* 10 .*filter_overlong",
     ):
         t.check_characters(ALPHABET, max_prompt_chars=10)
     assert t.check_characters(ALPHABET, max_prompt_chars=14) is None

@@ -155,7 +155,8 @@ class DatasetTaskConfig:
     eval_fraction: float = MISSING
     prompt_key: str = MISSING
     answer_key: str | None = MISSING
-    system_prompt: str | None = MISSING
+    system_prompt: str | None = MISSING  # a default: a row's own system turn wins
+    filter_overlong_prompts: bool = MISSING  # drop rows too long for the run, not refuse it
 
 
 @dataclass

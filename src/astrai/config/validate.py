@@ -129,10 +129,16 @@ def _validate_task(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) ->
             _check_embedded_prompts(cfg, task, tokenizer, max_prompt_tokens)
         return task
     if isinstance(task, DatasetTask):
+        filtering = task.filter_overlong_prompts  # a row too long is dropped, not refused
         try:
             task.check_characters(
-                tokenizer.alphabet, model.max_position_embeddings - 1 - max_new_tokens
+                tokenizer.alphabet,
+                None if filtering else model.max_position_embeddings - 1 - max_new_tokens,
             )
+            if filtering:  # <bos> + characters, the limit the subword path counts in tokens
+                task.drop_overlong(
+                    tokenizer.encode_prompt, model.max_position_embeddings - max_new_tokens
+                )
         except DatasetError as err:
             raise ConfigError(str(err)) from err
         return task
@@ -179,12 +185,14 @@ def _check_embedded_prompts(
         raise ConfigError(str(err)) from err
 
 
-def _validate_reward(reward: DictConfig, task: ProblemSource) -> None:
+def _validate_reward(reward: DictConfig, task: ProblemSource, tokenizer: Tokenizer) -> None:
     """Built as the run will build it (the import, the arguments, a reward model's files),
-    then tried on the first eval problems, answered with their reference and with nothing: a
-    reward that raises, miscounts or returns a non-finite value stops here, before the run."""
+    then tried on the first eval problems, answered with their reference and with nothing
+    (with the prompt context a term asks for, as the run passes it): a reward that raises,
+    miscounts or returns a non-finite value stops here, before the run."""
     from astrai.rewards.base import RewardConfigError, RewardError, build_reward
     from astrai.rewards.config import reward_node
+    from astrai.rollout.collect import prompt_context
 
     try:
         with torch.random.fork_rng(devices=[]):  # a reward model's init draws from the RNG
@@ -194,11 +202,13 @@ def _validate_reward(reward: DictConfig, task: ProblemSource) -> None:
     except Exception as err:  # a reward's own constructor (a model directory, say)
         raise ConfigError(f"reward: {err}") from err
     probe = task.eval_problems(2)
+    context = prompt_context(built, probe * 2, tokenizer)
     try:
         built.score(
             [p.text for p in probe] * 2,
             [p.answer or "" for p in probe] + [""] * len(probe),
             [p.answer for p in probe] * 2,
+            **context,
         )
     except RewardError as err:
         raise ConfigError(f"{err} (tried before the run on the first eval problems)") from err
@@ -347,7 +357,7 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
         model = _validate_model(cfg.model, tokenizer)
     _check_model_size(model, cfg.train_type.sampling.max_new_tokens, allow_large)
     task = _validate_task(cfg, tokenizer, model)
-    _validate_reward(cfg.reward, task)
+    _validate_reward(cfg.reward, task, tokenizer)
     _validate_infra(cfg.infra, where)
     if isinstance(cfg.infra.nproc_per_node, int):  # auto: the trainer checks the real count
         check_world_batch(cfg.train_type, cfg.infra.nproc_per_node * cfg.infra.nnodes)

@@ -1,7 +1,11 @@
 """How a ``reward`` config becomes the scorer of a run, and the checks on what a reward returns.
 
 A reward is any batched callable ``fn(prompts, responses, answers) -> list[float]`` (parallel
-lists, one entry per sampled response). The ``reward`` config node names one with ``_target_``
+lists, one entry per sampled response; ``prompts`` holds each prompt's last user turn). A reward
+that names ``messages`` or ``rendered_prompts`` among its keyword parameters, or takes
+``**kwargs``, also gets those (``PROMPT_CONTEXT``), as TRL passes a dataset's extra columns to its
+reward functions: the whole conversation the policy answered, and its text as the policy's
+tokenizer rendered it. The ``reward`` config node names one with ``_target_``
 (a function, or a class whose instance is that callable, built from the node's other keys), or
 several under ``terms`` with weights. Either way the run scores with a ``Reward``: a weighted sum
 of named terms (one term of weight 1 for a single reward), each term also logged on its own as
@@ -49,6 +53,11 @@ RUN_KEYS = (
 OVERLONG_KEYS = ("overlong_buffer", "overlong_penalty")
 WHOLE_REWARD_KEYS = (*OVERLONG_KEYS, "timeout_s")
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+# what a reward gets as keyword arguments when it asks for them, one entry per response like
+# the three lists: ``messages`` (list[list[dict]]: every {role, content} turn the policy
+# answered, system turn included) and ``rendered_prompts`` (list[str]: the prompt's text as the
+# policy's tokenizer rendered it, chat template and generation prompt included)
+PROMPT_CONTEXT = ("messages", "rendered_prompts")
 
 
 class RewardError(RuntimeError):
@@ -80,10 +89,17 @@ class Reward:
         self.terms = terms
         self.accuracy_threshold = accuracy_threshold
         self.timeout_s = timeout_s
+        # the PROMPT_CONTEXT keywords each term's signature asks for, read once
+        self.term_takes = {t.name: context_keywords(t.fn) for t in terms}
 
     @property
     def names(self) -> list[str]:
         return [term.name for term in self.terms]
+
+    @property
+    def takes(self) -> tuple[str, ...]:
+        """The ``PROMPT_CONTEXT`` keywords some term asks for: what a caller must pass."""
+        return tuple(k for k in PROMPT_CONTEXT if any(k in t for t in self.term_takes.values()))
 
     def to(self, device: torch.device) -> Reward:
         """Move terms that hold a model (``reward=model``) to ``device``."""
@@ -94,10 +110,31 @@ class Reward:
         return self
 
     def score(
-        self, prompts: list[str], responses: list[str], answers: list[str | None]
+        self,
+        prompts: list[str],
+        responses: list[str],
+        answers: list[str | None],
+        messages: list[list[dict[str, str]]] | None = None,
+        rendered_prompts: list[str] | None = None,
     ) -> tuple[list[float], dict[str, list[float]]]:
-        """Totals and each term's scores, one per response; ``RewardError`` on a bad term."""
-        per_term = {t.name: self._term_scores(t, prompts, responses, answers) for t in self.terms}
+        """Totals and each term's scores, one per response; ``RewardError`` on a bad term.
+
+        ``messages`` and ``rendered_prompts`` (one per response) reach the terms that ask for
+        them; a caller must pass each one some term ``takes`` (ValueError otherwise)."""
+        context = {"messages": messages, "rendered_prompts": rendered_prompts}
+        for key in self.takes:
+            given = context[key]
+            if given is None or len(given) != len(responses):
+                raise ValueError(
+                    f"a reward term takes {key}: pass one per response ({len(responses)}), "
+                    f"got {'none' if given is None else len(given)}"
+                )
+        per_term = {
+            t.name: self._term_scores(
+                t, prompts, responses, answers, {k: context[k] for k in self.term_takes[t.name]}
+            )
+            for t in self.terms
+        }
         totals = [0.0] * len(responses)
         for term in self.terms:
             for i, value in enumerate(per_term[term.name]):
@@ -116,11 +153,14 @@ class Reward:
         prompts: list[str],
         responses: list[str],
         answers: list[str | None],
+        context: dict[str, Any],
     ) -> list[float]:
         first = prompts[0] if prompts else ""
         try:
             # list(): a generator's items are the reward's code too, run under the same guard
-            values = call_user(lambda: list(term.fn(prompts, responses, answers)), self.timeout_s)
+            values = call_user(
+                lambda: list(term.fn(prompts, responses, answers, **context)), self.timeout_s
+            )
         except CallTimeout:
             raise RewardError(
                 f"reward {term.name} did not return within reward.timeout_s={self.timeout_s:g}s "
@@ -128,7 +168,7 @@ class Reward:
                 "is left running in a daemon thread"
             ) from None
         except USER_ERRORS as err:
-            prompt = _first_failing(term.fn, prompts, responses, answers, self.timeout_s)
+            prompt = _first_failing(term.fn, prompts, responses, answers, context, self.timeout_s)
             what = describe_failure(err)
             detail = f": {err}" if what == "failed" else ""
             raise RewardError(f"reward {term.name} {what} on prompt {prompt!r}{detail}") from err
@@ -161,18 +201,22 @@ def _first_failing(
     prompts: list[str],
     responses: list[str],
     answers: list[str | None],
+    context: dict[str, Any],
     timeout_s: float | None = None,
 ) -> str:
-    """The first prompt whose pair alone makes ``fn`` raise (a batch error names no row); the
-    first prompt of the batch when none does. With ``timeout_s`` the search as a whole gets
-    that long (a row that times out counts as failing), not that long per row."""
+    """The first prompt whose pair alone (with its ``context`` entries) makes ``fn`` raise (a
+    batch error names no row); the first prompt of the batch when none does. With
+    ``timeout_s`` the search as a whole gets that long (a row that times out counts as
+    failing), not that long per row."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    for prompt, response, answer in zip(prompts, responses, answers, strict=True):
+    rows = zip(prompts, responses, answers, strict=True)
+    for i, (prompt, response, answer) in enumerate(rows):
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             break
+        row = {key: [values[i]] for key, values in context.items()}
         try:
-            call_user(functools.partial(fn, [prompt], [response], [answer]), left)
+            call_user(functools.partial(fn, [prompt], [response], [answer], **row), left)
         except USER_ERRORS:  # CallTimeout included: that row does not return
             return prompt
     return prompts[0] if prompts else ""
@@ -240,6 +284,12 @@ def _build_term(node: Any, where: str, weight: float | None = None) -> RewardTer
         if not math.isfinite(weight):
             raise RewardConfigError(f"{where}.weight must be finite, got {weight!r}")
     obj = _import(target, where)
+    passed = [k for k in PROMPT_CONTEXT if k in kwargs and not isinstance(obj, type)]
+    if passed:
+        raise RewardConfigError(
+            f"{where}.{passed[0]}: astrai passes {passed[0]} to the reward on every call (the "
+            "prompt the policy answered); name the key otherwise"
+        )
     try:
         fn = obj(**kwargs) if isinstance(obj, type) else _bind(obj, kwargs)
     except (TypeError, ValueError) as err:
@@ -248,14 +298,40 @@ def _build_term(node: Any, where: str, weight: float | None = None) -> RewardTer
         raise RewardConfigError(
             f"{where} ({target}): its constructor {describe_failure(err)}"
         ) from err
+    takes = context_keywords(fn)
     try:
-        inspect.signature(fn).bind([], [], [])
+        inspect.signature(fn).bind([], [], [], **{k: [] for k in takes})
     except (TypeError, ValueError) as err:
         raise RewardConfigError(
             f"{where}._target_: {target} must be callable as fn(prompts, responses, answers) "
             f"({err})"
         ) from err
     return RewardTerm(node.get("name") or default_name(target), float(weight), fn)
+
+
+def context_keywords(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """The ``PROMPT_CONTEXT`` keywords ``fn`` takes: those it names as keyword parameters
+    beyond its first three positional ones (which receive the three lists whatever their
+    names), or all of them when it takes ``**kwargs`` (TRL's convention). A reward written as
+    ``fn(prompts, responses, answers)`` takes none and is called exactly as before."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # no signature to read: the three lists only
+        return ()
+    kinds = inspect.Parameter
+    if any(p.kind is kinds.VAR_KEYWORD for p in params.values()):
+        return PROMPT_CONTEXT
+    positional = [
+        n
+        for n, p in params.items()
+        if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+    ]
+    keyword = (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)
+    return tuple(
+        k
+        for k in PROMPT_CONTEXT
+        if k in params and params[k].kind in keyword and k not in positional[:3]
+    )
 
 
 def default_name(target: str) -> str:

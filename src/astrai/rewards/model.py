@@ -4,7 +4,10 @@ Contract: the seed project's ``score(prompts, responses) -> [B, G]`` (B prompts,
 each) reaches this module flattened: the trainer passes the B×G pairs as three equal lists
 (each prompt once per response, the responses, the reference answers), gets ``B*G`` floats back
 in the same order and reshapes them to ``[B, G]``. The reference answers are accepted (every
-reward takes them) but not read: a reward model judges the response by itself.
+reward takes them) but not read: a reward model judges the response by itself. It also takes
+``messages`` (``astrai.rewards.base.PROMPT_CONTEXT``): the whole conversation the policy
+answered, so it scores the chat the policy saw (system turn and every turn), not the last user
+turn alone.
 
 The model directory is what ``save_pretrained`` writes for ``LlamaForSequenceClassification``
 or ``Qwen2ForSequenceClassification`` with one label: ``config.json``, the trunk's weights
@@ -13,10 +16,13 @@ plus the tokenizer files. astrai's own trunk (``LlamaModel``, as the critic uses
 in float32 on the CPU until ``to`` moves it (float32 also in a bf16 run: the scoring turns
 autocast off); ``transformers`` is not needed.
 
-A pair becomes ids the way such a model is trained: with a chat template, the prompt as the
-user turn and the response as the assistant turn, rendered without a generation prompt and
-encoded without the post-processor's special tokens (the rendered text holds its own); without
-a chat template, ``prompt + response`` encoded with them (BOS where the model wants it).
+A pair becomes ids the way such a model is trained: with a chat template, the prompt's turns
+(``messages``; without them, the prompt as one user turn) and the response as the assistant
+turn, rendered without a generation prompt and encoded without the post-processor's special
+tokens (the rendered text holds its own); without a chat template, ``prompt + response``
+encoded with them (BOS where the model wants it). A model without a chat template cannot read
+turns: a conversation that is more than one user turn (a system prompt, several turns) is a
+ValueError naming the prompt, not a silent rendering of part of it.
 
 The score is the head's output at the sequence's last token, exactly ``logits[:, 0]`` of
 transformers' ``*ForSequenceClassification`` on the unpadded ids: its "last token" is the
@@ -27,6 +33,7 @@ a pad that equals EOS, is skipped), or simply the last one when the config has n
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -134,17 +141,25 @@ class RewardModel:
         self.model.to(device)
         return self
 
-    def encode_pair(self, prompt: str, response: str) -> list[int]:
-        """The ids the model scores for one pair (see the module docstring)."""
+    def encode_pair(
+        self, prompt: str, response: str, turns: Sequence[Mapping[str, str]] | None = None
+    ) -> list[int]:
+        """The ids the model scores for one pair (see the module docstring); ``turns``: the
+        conversation the policy answered (None: ``prompt`` as one user turn)."""
         tokenizer = self.tokenizer
-        if isinstance(tokenizer, CharTokenizer):  # astrai's own: <bos> + characters
-            return tokenizer.encode(prompt + response)
-        if tokenizer.chat_template is None:  # the post-processor adds BOS where the model wants
-            return tokenizer.encode(prompt + response)
-        messages = [
-            {"role": "user", "content": prompt},
-            {"role": "assistant", "content": response},
-        ]
+        if turns is None:
+            turns = [{"role": "user", "content": prompt}]
+        one_user_turn = len(turns) == 1 and turns[0]["role"] == "user"
+        if isinstance(tokenizer, CharTokenizer) or tokenizer.chat_template is None:
+            if not one_user_turn:
+                roles = ", ".join(t["role"] for t in turns)
+                raise ValueError(
+                    f"reward model {self.path} has no chat template, so it cannot score the "
+                    f"turns ({roles}) the policy answered on prompt {_quote(prompt)}"
+                )
+            # astrai's own: <bos> + characters; an HF one: BOS where the model wants it
+            return tokenizer.encode(turns[0]["content"] + response)
+        messages = [dict(t) for t in turns] + [{"role": "assistant", "content": response}]
         text = tokenizer.render_messages(messages, add_generation_prompt=False)
         return tokenizer.encode(text, add_special_tokens=False)  # the text holds its specials
 
@@ -175,19 +190,32 @@ class RewardModel:
         return ids.to(device), mask.to(device), last.to(device)
 
     def __call__(
-        self, prompts: list[str], responses: list[str], answers: list[str | None]
+        self,
+        prompts: list[str],
+        responses: list[str],
+        answers: list[str | None],
+        messages: list[list[dict[str, str]]] | None = None,
     ) -> list[float]:
         """One float32 score per pair, as Python floats, in the order given (``len(prompts)``).
 
-        Raises ValueError when the lists differ in length or a pair is longer than the model's
-        ``max_position_embeddings`` (naming its prompt).
+        ``messages``: each pair's conversation (the run passes it: ``PROMPT_CONTEXT``); None
+        scores each prompt as one user turn.
+
+        Raises ValueError when the lists differ in length, a pair is longer than the model's
+        ``max_position_embeddings``, or its turns need a chat template the model lacks (naming
+        its prompt).
         """
-        if not len(prompts) == len(responses) == len(answers):
+        turns: list[list[dict[str, str]] | None] = [None] * len(prompts)
+        if messages is not None:
+            turns = list(messages)
+        if not len(prompts) == len(responses) == len(answers) == len(turns):
             raise ValueError(
-                f"reward model: {len(prompts)} prompts, {len(responses)} responses and "
-                f"{len(answers)} answers; expected one of each per pair"
+                f"reward model: {len(prompts)} prompts, {len(responses)} responses, "
+                f"{len(answers)} answers and {len(turns)} messages; expected one of each per pair"
             )
-        encoded = [self.encode_pair(p, r) for p, r in zip(prompts, responses, strict=True)]
+        encoded = [
+            self.encode_pair(p, r, t) for p, r, t in zip(prompts, responses, turns, strict=True)
+        ]
         limit = self.config.max_position_embeddings
         for prompt, pair_ids in zip(prompts, encoded, strict=True):
             if not pair_ids:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -41,15 +42,53 @@ def decode_responses(
     return [tokenizer.decode(row[:length]) for row, length in zip(rows, lengths, strict=True)]
 
 
+def rendered_prompt(tokenizer: Tokenizer, prompt: Prompt) -> str:
+    """The prompt's text as ``tokenizer`` renders it for the policy: the chat template with
+    its generation prompt (an HF tokenizer), or the string itself (no template; a BOS the
+    tokenizer adds as an id is no text)."""
+    render = getattr(tokenizer, "render_prompt", None)  # HFTokenizer's; CharTokenizer has none
+    if callable(render):
+        return str(render(prompt))
+    if not isinstance(prompt, str):
+        raise ValueError("chat messages need a tokenizer with a chat template")
+    return prompt
+
+
+def prompt_context(
+    reward: Reward, problems: Sequence[Problem], tokenizer: Tokenizer | None
+) -> dict[str, list[Any]]:
+    """What ``reward``'s terms ask for of ``PROMPT_CONTEXT``, one entry per problem: each
+    problem's ``messages``, and its ``rendered_prompt`` (which needs ``tokenizer``). Empty for a
+    reward whose terms take the three lists only, so nothing is rendered twice for it."""
+    context: dict[str, list[Any]] = {}
+    if "messages" in reward.takes:
+        context["messages"] = [p.messages for p in problems]
+    if "rendered_prompts" in reward.takes:
+        if tokenizer is None:
+            raise ValueError("a reward term takes rendered_prompts: pass the policy's tokenizer")
+        context["rendered_prompts"] = [rendered_prompt(tokenizer, p.prompt) for p in problems]
+    return context
+
+
 def score_responses(
-    reward: Reward, problems: list[Problem], responses: list[list[str]]
+    reward: Reward,
+    problems: list[Problem],
+    responses: list[list[str]],
+    tokenizer: Tokenizer | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """``[B, G]`` total reward of every response and each term's ``[B, G]`` scores, from one
-    batched call per term; ``RewardError`` (naming the prompt) on a bad score."""
+    batched call per term; ``RewardError`` (naming the prompt) on a bad score. ``tokenizer``:
+    the policy's, for a term that takes ``rendered_prompts``."""
     b = len(problems)
+    sizes = [len(group) for group in responses]
     flat = [(p, r) for p, group in zip(problems, responses, strict=True) for r in group]
+    # each problem's context once per response, like its text
+    context = {
+        key: [value for value, size in zip(values, sizes, strict=True) for _ in range(size)]
+        for key, values in prompt_context(reward, problems, tokenizer).items()
+    }
     totals, terms = reward.score(
-        [p.text for p, _ in flat], [r for _, r in flat], [p.answer for p, _ in flat]
+        [p.text for p, _ in flat], [r for _, r in flat], [p.answer for p, _ in flat], **context
     )
     grids = {name: torch.tensor(v, dtype=torch.float32).view(b, -1) for name, v in terms.items()}
     return torch.tensor(totals, dtype=torch.float32).view(b, -1), grids
@@ -91,7 +130,7 @@ def collect_rollout(
     b, g = len(problems), group_size
     texts = decode_responses(tokenizer, gen.response_ids, gen.response_mask)
     responses = [texts[i * g : (i + 1) * g] for i in range(b)]
-    rewards, terms = score_responses(reward, problems, responses)
+    rewards, terms = score_responses(reward, problems, responses, tokenizer)
     response_mask = gen.response_mask.view(b, g, -1)
     if overlong is not None:
         if OVERLONG_TERM in terms:

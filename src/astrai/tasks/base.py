@@ -36,13 +36,22 @@ class Problem:
     Attributes:
         prompt: what the policy is conditioned on: a string (one user turn) or chat turns.
         answer: the reference answer a reward compares with; None when the task has none.
-        text: the prompt as one string, what rewards and logs see (for chat turns, the last
-            user turn's content).
+        text: the prompt as one string, the ``prompts`` list every reward gets and what logs
+            show (for chat turns, the last user turn's content).
     """
 
     prompt: Prompt
     answer: str | None
     text: str
+
+    @property
+    def messages(self) -> list[dict[str, str]]:
+        """The whole conversation the policy answers, as fresh ``{role, content}`` dicts
+        (system turn included; a string prompt is one user turn): what a reward that takes
+        ``messages`` gets (``astrai.rewards.base``)."""
+        if isinstance(self.prompt, str):
+            return [{"role": "user", "content": self.prompt}]
+        return [{"role": t["role"], "content": t["content"]} for t in self.prompt]
 
 
 class ProblemSource(Protocol):

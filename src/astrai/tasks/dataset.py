@@ -8,8 +8,14 @@ A row's prompt (``prompt_key``) is a string (one user turn) or a list of ``{role
 turns; records in the instruction shape (``instruction``, ``input``, ``output``: no
 ``prompt_key`` column) become a system turn (the instruction) and a user turn (the input; the
 instruction alone when the input is empty), with ``output`` as the reference answer.
-``system_prompt`` puts a system turn first. The answer (``answer_key``) is text, or a number
-written as text; ``answer_key=null`` gives no answers (for rewards that need none).
+``system_prompt`` puts a system turn first in every row that has none of its own: a row's own
+system turn (an instruction row's instruction, a system turn of its ``messages``) wins, as a
+chat template's default system message gives way to the conversation's, so no prompt ever
+holds two system turns. The answer (``answer_key``) is text, or a number written as text;
+``answer_key=null`` gives no answers (for rewards that need none).
+
+``filter_overlong_prompts`` drops the rows whose rendered prompt is longer than the run allows
+(``fit_lengths``) instead of refusing the run (verl's ``filter_overlong_prompts``).
 
 The eval split is ``eval_path``'s rows, or the rows of the train file whose prompt hashes into
 ``eval_fraction`` (a salted SHA-256 of the prompt, as the embedded tasks: the same split in every
@@ -32,9 +38,17 @@ from typing import Any
 from astrai.chat import Prompt
 from astrai.paths import missing_reason
 from astrai.tasks.base import _EVAL_SALT, _HASH_BUCKETS, Problem, _stable_int
-from astrai.tasks.prompt_fit import PromptError, check_prompt_tokens
+from astrai.tasks.prompt_fit import (
+    OverlongReport,
+    PromptError,
+    PromptLengthError,
+    check_prompt_tokens,
+    count_prompt_tokens,
+)
 
 FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+# what a "prompt too long" message adds: the way to drop such rows instead
+FILTER_HINT = " (task.filter_overlong_prompts=true drops such rows instead)"
 ROLES = ("system", "user", "assistant")
 INSTRUCTION_KEYS = ("instruction", "input", "output")
 
@@ -191,7 +205,10 @@ class DatasetTask:
         eval_fraction: share of the train file's prompts held out when ``eval_path`` is None.
         prompt_key: the prompt column.
         answer_key: the reference-answer column; None for rewards that need no answer.
-        system_prompt: a system turn put before every prompt; None for none.
+        system_prompt: a system turn put before every prompt that has no system turn of its
+            own; None for none.
+        filter_overlong_prompts: drop the rows whose prompt is too long for the run
+            (``fit_lengths``) instead of refusing it.
     """
 
     name = "dataset"
@@ -204,47 +221,64 @@ class DatasetTask:
         prompt_key: str,
         answer_key: str | None,
         system_prompt: str | None,
+        filter_overlong_prompts: bool = False,
     ) -> None:
         if eval_path is None and not 0.0 < eval_fraction < 1.0:
             raise DatasetError(f"task.eval_fraction must be in (0, 1), got {eval_fraction}")
+        if not isinstance(filter_overlong_prompts, bool):
+            raise DatasetError(
+                f"task.filter_overlong_prompts must be true or false, got "
+                f"{filter_overlong_prompts!r}"
+            )
         self.eval_fraction = eval_fraction
         self.prompt_key, self.answer_key, self.system_prompt = prompt_key, answer_key, system_prompt
+        self.filter_overlong_prompts = filter_overlong_prompts
+        self.train_path, self.eval_path = train_path, eval_path
+        # rows whose own system turn kept task.system_prompt out (reported at start)
+        self.own_system_rows = 0
         train = self._read(Path(train_path), "task.train_path")
         if eval_path is None:
-            held_out = [self._held_out(p) for p, _ in train]
+            held_out = [self._held_out(split_key) for _, _, split_key in train]
             evals = [row for row, out in zip(train, held_out, strict=True) if out]
             train = [row for row, out in zip(train, held_out, strict=True) if not out]
             source = f"task.train_path {train_path} (task.eval_fraction={eval_fraction})"
             eval_source = source
         else:
             evals = self._read(Path(eval_path), "task.eval_path")
-            eval_keys = {self._split_key(p) for p, _ in evals}
-            train = [row for row in train if self._split_key(row[0]) not in eval_keys]
+            eval_keys = {split_key for _, _, split_key in evals}
+            train = [row for row in train if row[2] not in eval_keys]
             source = f"task.train_path {train_path} (less the prompts of task.eval_path)"
             eval_source = f"task.eval_path {eval_path}"
         if not train:
             raise DatasetError(f"{source}: no training rows")
         if not evals:
             raise DatasetError(f"{eval_source}: no eval rows")
-        self.train = [p for p, _ in train]
-        self.evals = [p for p, _ in evals]
+        self.train = [p for p, _, _ in train]
+        self.evals = [p for p, _, _ in evals]
         # (file, row) of each problem, for messages about a row's content
-        self.train_rows = [where for _, where in train]
-        self.eval_rows = [where for _, where in evals]
+        self.train_rows = [where for _, where, _ in train]
+        self.eval_rows = [where for _, where, _ in evals]
 
-    def _split_key(self, problem: Problem) -> str:
-        """The prompt's identity without the configured system turn."""
-        prompt = problem.prompt
-        if self.system_prompt is not None and not isinstance(prompt, str):
-            prompt = prompt[1:]  # ``_read`` put it first
-        return _prompt_key(prompt)
-
-    def _held_out(self, problem: Problem) -> bool:
-        bucket = _stable_int(_EVAL_SALT + self._split_key(problem)) % _HASH_BUCKETS
+    def _held_out(self, split_key: str) -> bool:
+        bucket = _stable_int(_EVAL_SALT + split_key) % _HASH_BUCKETS
         return bucket < self.eval_fraction * _HASH_BUCKETS
 
-    def _read(self, path: Path, key: str) -> list[tuple[Problem, str]]:
-        """Every row of ``path`` as a problem with its ``"<file> row <n>"``."""
+    def _with_system_prompt(self, prompt: Prompt) -> Prompt:
+        """``prompt`` with ``system_prompt`` first, unless it has a system turn of its own
+        (which wins: one system turn, the row's)."""
+        if self.system_prompt is None:
+            return prompt
+        if isinstance(prompt, str):
+            prompt = ({"role": "user", "content": prompt},)
+        elif any(turn["role"] == "system" for turn in prompt):
+            self.own_system_rows += 1
+            return prompt
+        return ({"role": "system", "content": self.system_prompt}, *prompt)
+
+    def _read(self, path: Path, key: str) -> list[tuple[Problem, str, str]]:
+        """Every row of ``path`` as a problem with its ``"<file> row <n>"`` and the identity
+        the eval split hashes (``_prompt_key`` of the row's own prompt: taken before
+        ``system_prompt`` is added, so changing the system prompt keeps the split)."""
         rows = read_rows(path, key)
         if not rows:
             raise DatasetError(f"{key}: {path} has no rows")
@@ -270,16 +304,12 @@ class DatasetTask:
                 prompt = self._instruction_turns(row, where)
             else:
                 prompt = _turns(row.get(self.prompt_key), f"{where}: {self.prompt_key!r}")
-            if self.system_prompt is not None:
-                turns = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else []
-                prompt = (
-                    {"role": "system", "content": self.system_prompt},
-                    *(turns or prompt),
-                )
+            split_key = _prompt_key(prompt)
+            prompt = self._with_system_prompt(prompt)
             answer = None
             if answer_key is not None:
                 answer = _answer(row.get(answer_key), f"{where}: {answer_key!r}")
-            problems.append((Problem(prompt, answer, prompt_text(prompt)), where))
+            problems.append((Problem(prompt, answer, prompt_text(prompt)), where, split_key))
         return problems
 
     @staticmethod
@@ -333,16 +363,19 @@ class DatasetTask:
                 raise DatasetError(
                     f"{where}: the prompt has {len(problem.prompt)} characters; with "
                     f"train_type.sampling.max_new_tokens the model's positions allow "
-                    f"{max_prompt_chars}"
+                    f"{max_prompt_chars}{FILTER_HINT}"
                 )
 
     def check_tokens(
         self, encode_prompt: Callable[[Prompt], list[int]], max_prompt_tokens: int
-    ) -> None:
+    ) -> OverlongReport | None:
         """For a subword tokenizer (``encode_prompt``, chat template included): every prompt
         renders (chat turns need a chat template, which may refuse them) and has at most
         ``max_prompt_tokens`` tokens; names the row. Tokenizes every row once, before the run,
-        so a bad row never stops a run at the step that draws it."""
+        so a bad row never stops a run at the step that draws it. With
+        ``filter_overlong_prompts`` a longer row is dropped instead (``drop_overlong``)."""
+        if self.filter_overlong_prompts:
+            return self.drop_overlong(encode_prompt, max_prompt_tokens)
         rows = zip(self.train + self.evals, self.train_rows + self.eval_rows, strict=True)
         try:
             check_prompt_tokens(
@@ -350,8 +383,64 @@ class DatasetTask:
                 encode_prompt,
                 max_prompt_tokens,
             )
+        except PromptLengthError as err:
+            raise DatasetError(f"{err}{FILTER_HINT}") from err
         except PromptError as err:
             raise DatasetError(str(err)) from err
+        return None
+
+    def drop_overlong(
+        self, encode_prompt: Callable[[Prompt], list[int]], max_prompt_tokens: int
+    ) -> OverlongReport:
+        """Drop the training and eval rows whose prompt (as ``encode_prompt`` encodes it, chat
+        template included) has more than ``max_prompt_tokens`` tokens; the rest keep their
+        order. Every row is rendered once: one that does not render is still a DatasetError
+        naming it, and so is a split left with no row at all."""
+        try:
+            train = [
+                count_prompt_tokens(p.prompt, where, encode_prompt) <= max_prompt_tokens
+                for p, where in zip(self.train, self.train_rows, strict=True)
+            ]
+            evals = [
+                count_prompt_tokens(p.prompt, where, encode_prompt) <= max_prompt_tokens
+                for p, where in zip(self.evals, self.eval_rows, strict=True)
+            ]
+        except PromptError as err:
+            raise DatasetError(str(err)) from err
+        eval_source = self.eval_path or self.train_path
+        for kind, kept, source in (
+            ("training", train, self.train_path),
+            ("eval", evals, eval_source),
+        ):
+            if not any(kept):
+                raise DatasetError(
+                    f"task.filter_overlong_prompts: all {len(kept)} {kind} prompts of {source} "
+                    f"are longer than {max_prompt_tokens} tokens (the model's "
+                    "max_position_embeddings less train_type.sampling.max_new_tokens): none is "
+                    "left"
+                )
+        report = OverlongReport(
+            dropped_train=train.count(False),
+            total_train=len(train),
+            dropped_eval=evals.count(False),
+            total_eval=len(evals),
+            max_prompt_tokens=max_prompt_tokens,
+        )
+        self.train = [p for p, keep in zip(self.train, train, strict=True) if keep]
+        self.train_rows = [w for w, keep in zip(self.train_rows, train, strict=True) if keep]
+        self.evals = [p for p, keep in zip(self.evals, evals, strict=True) if keep]
+        self.eval_rows = [w for w, keep in zip(self.eval_rows, evals, strict=True) if keep]
+        return report
+
+    def system_prompt_line(self) -> str | None:
+        """The start-up line about rows whose own system turn kept ``system_prompt`` out;
+        None when there are none."""
+        if self.system_prompt is None or not self.own_system_rows:
+            return None
+        return (
+            f"task: {self.own_system_rows} rows have a system turn of their own, which wins "
+            "over task.system_prompt (one system turn per prompt)"
+        )
 
 
 @lru_cache(maxsize=4)

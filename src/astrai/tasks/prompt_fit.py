@@ -4,12 +4,15 @@ prompt, not a traceback at the step that draws it.
 
 ``DatasetTask.check_tokens`` checks every row of a user's files this way; an embedded task's
 stream is endless, so ``first_prompts`` takes what the run renders first: the held-out prompts
-of every evaluation (step 0 included) and the first step's training prompts.
+of every evaluation (step 0 included) and the first step's training prompts. With
+``task.filter_overlong_prompts`` a user's rows that are too long are dropped instead, and the
+start says how many (``OverlongReport``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from astrai.chat import Prompt
 from astrai.tasks.base import ProblemSource
@@ -29,6 +32,39 @@ class PromptLengthError(PromptError):
     """The prompt leaves the response fewer positions than ``max_new_tokens``."""
 
 
+@dataclass(frozen=True)
+class OverlongReport:
+    """What ``task.filter_overlong_prompts`` dropped: prompts longer than ``max_prompt_tokens``
+    (the model's ``max_position_embeddings`` less ``train_type.sampling.max_new_tokens``)."""
+
+    dropped_train: int
+    total_train: int
+    dropped_eval: int
+    total_eval: int
+    max_prompt_tokens: int
+
+    def line(self) -> str:
+        """The one start-up line: ``task: dropped K of N prompts longer than L tokens ...``."""
+        dropped = self.dropped_train + self.dropped_eval
+        total = self.total_train + self.total_eval
+        return (
+            f"task: dropped {dropped} of {total} prompts longer than {self.max_prompt_tokens} "
+            f"tokens ({self.dropped_train} of {self.total_train} training, {self.dropped_eval} "
+            f"of {self.total_eval} eval; task.filter_overlong_prompts)"
+        )
+
+
+def count_prompt_tokens(
+    prompt: Prompt, where: str, encode_prompt: Callable[[Prompt], list[int]]
+) -> int:
+    """The tokens of ``prompt`` as the run encodes it (``encode_prompt``: chat template
+    included); ``PromptRenderError`` ``<where>: <why>`` when it does not render."""
+    try:
+        return len(encode_prompt(prompt))
+    except ValueError as err:
+        raise PromptRenderError(f"{where}: {err}") from err
+
+
 def check_prompt_tokens(
     prompts: Iterable[LabelledPrompt],
     encode_prompt: Callable[[Prompt], list[int]],
@@ -41,10 +77,7 @@ def check_prompt_tokens(
         PromptLengthError: it has more than ``max_prompt_tokens`` tokens.
     """
     for prompt, where in prompts:
-        try:
-            tokens = len(encode_prompt(prompt))
-        except ValueError as err:
-            raise PromptRenderError(f"{where}: {err}") from err
+        tokens = count_prompt_tokens(prompt, where, encode_prompt)
         if tokens > max_prompt_tokens:
             raise PromptLengthError(
                 f"{where}: the prompt has {tokens} tokens; with "

@@ -16,7 +16,7 @@ from astrai.distributed import is_fsdp
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
-from astrai.rollout.collect import decode_responses, left_pad
+from astrai.rollout.collect import decode_responses, left_pad, prompt_context
 from astrai.rollout.sampler import SamplingConfig, generate
 from astrai.tasks.base import Problem
 
@@ -79,7 +79,8 @@ def evaluate(
         lengths += gen.response_mask.sum(-1).tolist()
     policy.train(was_training)
     texts = [p.text for p in problems]
-    rewards, _ = reward.score(texts, responses, [p.answer for p in problems])
+    context = prompt_context(reward, problems, tokenizer)  # the turns, for a reward that asks
+    rewards, _ = reward.score(texts, responses, [p.answer for p in problems], **context)
     correct = reward.correct(rewards)
     totals = weighted_totals(correct, rewards, lengths, weights)
     if dist.is_available() and dist.is_initialized():
