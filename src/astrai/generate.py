@@ -35,6 +35,7 @@ from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward, RewardConfigError, RewardError, build_reward
 from astrai.rewards.config import reward_node
 from astrai.rollout.collect import decode_responses, left_pad, prompt_context
+from astrai.models.precision import PRECISIONS
 from astrai.rollout.sampler import SamplingConfig, generate
 from astrai.tasks.base import Problem, ProblemSource, Task
 
@@ -101,6 +102,16 @@ def read_run_config(loaded: LoadedPolicy, source: Path) -> DictConfig | None:
     if not isinstance(cfg, DictConfig):
         raise CheckpointError(f"{path}: not a mapping")
     return cfg
+
+
+def run_precision(run: DictConfig | None) -> str:
+    """The run's ``infra.precision`` (``fp32`` without a run config: a model directory)."""
+    if run is None:
+        return "fp32"
+    precision = OmegaConf.select(run, "infra.precision", default="fp32")
+    if precision not in PRECISIONS:
+        raise ValueError(f"the run's infra.precision is {precision!r}, not one of {PRECISIONS}")
+    return str(precision)
 
 
 def run_sampling_default(run: DictConfig | None, key: str, fallback: Any) -> Any:
@@ -301,6 +312,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=None,
+        help="decode in fp32 or bf16 (default: the run's infra.precision, as its rollouts and "
+        "evaluations decoded; fp32 for a model directory)",
+    )
+    parser.add_argument(
         "--no-chat-template", action="store_true", help="feed prompts without the chat template"
     )
     args = parser.parse_args(argv)
@@ -325,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             compose_task_config(args.task)  # an unknown name fails before the model loads
         loaded = load_policy(args.source, chat_template=False if args.no_chat_template else None)
         run = read_run_config(loaded, args.source)
+        precision = args.precision or run_precision(run)
         scoring = None
         if args.task is not None:
             n = args.n or DEFAULT_TASK_PROMPTS
@@ -356,12 +375,21 @@ def main(argv: list[str] | None = None) -> int:
     ids, mask = left_pad(tokenizer, rows, device)  # a character it does not know: ValueError
     check_length(policy, ids.shape[1], max_new_tokens)
     generator = torch.Generator(device=device).manual_seed(args.seed)
-    out = generate(policy, ids, mask, sampling, tokenizer.stop_ids, tokenizer.pad_id, generator)
+    out = generate(
+        policy,
+        ids,
+        mask,
+        sampling,
+        tokenizer.stop_ids,
+        tokenizer.pad_id,
+        generator,
+        precision=precision,
+    )
     completions = decode_responses(tokenizer, out.response_ids, out.response_mask)
     print(f"# {loaded.source}")
     decoding = "greedy" if args.temperature == 0 else f"temperature {args.temperature}"
     task_part = f"task {scoring.label}, " if scoring is not None else ""
-    print(f"# {task_part}max_new_tokens {max_new_tokens}, {decoding}")
+    print(f"# {task_part}max_new_tokens {max_new_tokens}, {decoding}, {precision}")
     if scoring is None:
         for prompt, completion in zip(rows, completions, strict=True):
             print(f"{prompt!r} -> {completion!r}")

@@ -202,7 +202,9 @@ def test_resume_skips_it_and_refuses_it_by_name(
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "step_10 (incomplete: " in warnings[0]
     assert needle in warnings[0] and warnings[0].endswith("resuming from step_9")
-    assert resolve_resume(str(root / "step_9"), run_dir, strategy_class(train_type)) == root / "step_9"
+    assert (
+        resolve_resume(str(root / "step_9"), run_dir, strategy_class(train_type)) == root / "step_9"
+    )
 
 
 @ROWS

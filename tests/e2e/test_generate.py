@@ -81,7 +81,10 @@ def test_a_checkpoint_answers_its_run_task_with_its_response_length(
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == f"# {run_dir / 'checkpoints' / 'step_2'}"
-    assert lines[1] == f"# task addition (the run's), max_new_tokens {RUN_MAX_NEW_TOKENS}, greedy"
+    assert (
+        lines[1]
+        == f"# task addition (the run's), max_new_tokens {RUN_MAX_NEW_TOKENS}, greedy, fp32"
+    )
     pairs = answers(result.stdout)
     # the run's two-digit problems, not conf/task/addition.yaml's one-digit ones
     assert [prompt for prompt, _ in pairs] == run_task_prompts(5)
@@ -103,7 +106,7 @@ def test_flags_win_over_the_run_settings(run_dir: Path, tmp_path: Path) -> None:
 def test_another_task_by_name_uses_its_own_config(run_dir: Path, tmp_path: Path) -> None:
     result = generate_cli([str(run_dir), "--task", "reverse", "--n", "2"], tmp_path)
     assert result.returncode == 0, result.stderr
-    header = f"# task reverse (conf/task/reverse.yaml), max_new_tokens {RUN_MAX_NEW_TOKENS}, greedy"
+    header = f"# task reverse (conf/task/reverse.yaml), max_new_tokens {RUN_MAX_NEW_TOKENS}, greedy, fp32"
     assert result.stdout.splitlines()[1] == header
     assert all(p.startswith("rev ") for p, _ in answers(result.stdout))
 
@@ -121,7 +124,7 @@ def test_a_model_directory_keeps_the_defaults(run_dir: Path, tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     result = generate_cli([str(export), "--task", "addition", "--n", "2"], tmp_path)
     assert result.returncode == 0, result.stderr
-    header = "# task addition (conf/task/addition.yaml), max_new_tokens 32, greedy"
+    header = "# task addition (conf/task/addition.yaml), max_new_tokens 32, greedy, fp32"
     assert result.stdout.splitlines()[1] == header
     assert [p for p, _ in answers(result.stdout)] == AdditionTask().eval_prompts(2)
     own = generate_cli([str(export), "--task"], tmp_path)
@@ -143,7 +146,10 @@ def test_a_dataset_run_answers_its_own_files(tmp_path: Path) -> None:
     elsewhere.mkdir()
     result = generate_process([str(run), "--task", "--n", "3"], elsewhere)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[1] == "# task dataset (the run's), max_new_tokens 4, greedy"
+    assert (
+        result.stdout.splitlines()[1]
+        == "# task dataset (the run's), max_new_tokens 4, greedy, fp32"
+    )
     held_out = AdditionTask().eval_prompts(1000)[:3]  # eval.jsonl's first rows
     assert [p for p, _ in answers(result.stdout)] == held_out
     same = generate_process([str(run), "--task", "dataset", "--n", "3"], elsewhere)

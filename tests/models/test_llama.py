@@ -109,17 +109,19 @@ def test_incremental_forward_with_cache_matches_full_forward(
     assert cache.length == 7
 
 
-def test_a_cache_made_under_autocast_stores_its_dtype_with_the_same_logits(
+def test_a_bf16_cache_under_autocast_gives_the_same_logits(
     tiny_model: LlamaForCausalLM,
 ) -> None:
     """Under bf16 autocast attention casts cached keys and values to bf16 anyway: a bf16 cache
-    (half the memory) gives bitwise the logits of a float32 one."""
+    (half the memory; what a bf16 run is told to make, ``models.precision``) gives bitwise the
+    logits of a float32 one. The dtype is an argument: autocast alone does not change it."""
     ids = torch.tensor([[0, 0, 1, 4, 5, 6, 7], [1, 8, 9, 10, 11, 12, 13]])
     mask = torch.tensor([[False, False] + [True] * 5, [True] * 7])
     assert tiny_model.new_cache(2, 7).keys[0].dtype == torch.float32
     logits = {}
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        half = tiny_model.new_cache(2, 7)
+        assert tiny_model.new_cache(2, 7).keys[0].dtype == torch.float32
+        half = tiny_model.new_cache(2, 7, torch.bfloat16)
         assert half.keys[0].dtype == half.values[0].dtype == torch.bfloat16
         config = tiny_model.config
         full = KVCache(
@@ -189,7 +191,8 @@ def test_decoder_steps_match_full_forward(kwargs: dict) -> None:
         buffer = torch.zeros(3, 16, dtype=torch.bool)
         buffer[:, :4] = mask[:, :4]
         steps = [model(ids[:, :4], attention_mask=buffer[:, :4], cache=cache).logits]
-        assert Decoder.applies(model, cache)
+        assert Decoder.applies(model, cache, "fp32")
+        assert not Decoder.applies(model, cache, "bf16")  # told, not read from autocast
         decoder = Decoder(model, cache, buffer)
         for t in range(4, 12):
             buffer[:, t] = mask[:, t]  # the column of the token fed next, as the sampler does
@@ -197,7 +200,7 @@ def test_decoder_steps_match_full_forward(kwargs: dict) -> None:
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
     assert cache.length == 12
     # with autograd on, the fast path does not apply
-    assert not Decoder.applies(model, cache)
+    assert not Decoder.applies(model, cache, "fp32")
 
 
 def test_decoder_checks_its_mask_and_the_cache(tiny_model: LlamaForCausalLM) -> None:

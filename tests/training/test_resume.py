@@ -223,7 +223,9 @@ def test_a_checkpoint_from_another_device_type_is_refused_unless_allowed(
     assert "step_2 was written on cuda, this run is on cpu" in caplog.text
     # the sampling stream starts from the seed; the CPU shuffling stream is restored
     fresh = _trainer(tmp_path / "fresh", "online_grpo")
-    assert torch.equal(resumed.state.generators["sample"].get_state(), fresh.state.generators["sample"].get_state())
+    assert torch.equal(
+        resumed.state.generators["sample"].get_state(), fresh.state.generators["sample"].get_state()
+    )
     assert torch.equal(resumed.state.generators["shuffle"].get_state(), saved_shuffle)
     resumed.fit()
     assert resumed.state.step == 6

@@ -52,6 +52,8 @@ class WarmupCosineConfig(WarmupConstantConfig):
 @dataclass
 class StrategyConfig:
     """Knobs every ``train_type`` shares: rollout shape, update shape, clipping, KL, optimizer.
+    Each algorithm's own knobs come on top, derived from its constructor
+    (``config.store.strategy_schema``).
 
     ``optimizer`` is untyped on purpose: any ``torch.optim`` class with its own keyword
     arguments may replace AdamW (``validate.py`` checks ``lr``); ``scheduler`` is either
@@ -82,26 +84,6 @@ class StrategyConfig:
 
 
 @dataclass
-class GRPOConfig(StrategyConfig):
-    """``train_type=online_grpo``: group-normalised advantages, KL in the loss."""
-
-    adv_eps: float = MISSING
-    scale_rewards: str = MISSING
-
-
-@dataclass
-class PPOConfig(StrategyConfig):
-    """``train_type=online_ppo``: GAE over KL-penalised token rewards with a critic."""
-
-    ppo_gamma: float = MISSING
-    ppo_gae_lambda: float = MISSING
-    ppo_vf_coef: float = MISSING
-    value_clip: float | None = MISSING
-    whiten_advantages: bool = MISSING
-    entropy_coef: float = MISSING
-
-
-@dataclass
 class HFModelConfig:
     """``model=hf model.path=<dir>``: a local Hugging Face model directory (Llama family)."""
 
@@ -124,6 +106,7 @@ class ValueModelConfig(CriticConfig):
 
     warm_start: bool = MISSING
     optimizer: Any = MISSING
+    scheduler: Any = MISSING  # a scheduler node (default: the policy's) or null (constant)
 
 
 @dataclass
@@ -269,6 +252,7 @@ class CheckpointConfig:
     resume: Any = MISSING  # "auto", a checkpoint path, or null
     # fingerprint keys allowed to differ from the resumed checkpoint's (checkpoints/identity.py)
     allow_changes: list[str] = MISSING
+    resume_schedule: str = MISSING  # rescale | keep (validate.RESUME_SCHEDULES)
 
 
 @dataclass

@@ -31,6 +31,9 @@ from astrai.models.tokenizer import CharTokenizer, Tokenizer
 from astrai.tasks.base import ProblemSource
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# ``ckpt.resume_schedule``: what a resume with another trainer.total_steps does to the LR
+# schedules (``training.trainer``)
+RESUME_SCHEDULES = ("rescale", "keep")
 
 
 def _validate_pretrained(model: DictConfig) -> tuple[LlamaConfig, Tokenizer]:
@@ -323,6 +326,11 @@ def _validate_ckpt(ckpt: DictConfig) -> None:
     require(
         ckpt.resume is None or (isinstance(ckpt.resume, str) and ckpt.resume.strip() != ""),
         f"ckpt.resume must be 'auto', a checkpoint path or null (got {ckpt.resume!r})",
+    )
+    require(
+        ckpt.resume_schedule in RESUME_SCHEDULES,
+        f"ckpt.resume_schedule must be one of {', '.join(RESUME_SCHEDULES)} "
+        f"(got {ckpt.resume_schedule!r})",
     )
 
 

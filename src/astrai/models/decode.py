@@ -39,7 +39,7 @@ class Decoder:
     def __init__(self, model: LlamaForCausalLM, cache: KVCache, attention_mask: Tensor) -> None:
         """``cache`` holds the prompt (``cache.length`` tokens, the columns of
         ``attention_mask`` before it); ``attention_mask [N, cache.max_length]``."""
-        if not self.applies(model, cache):
+        if not self.applies(model, cache, "fp32"):
             raise ValueError("the fast decode path needs a CPU float32 model without autograd")
         expected = (cache.keys[0].shape[0], cache.max_length)
         if tuple(attention_mask.shape) != expected:
@@ -63,14 +63,15 @@ class Decoder:
         self.norm, self.norm_eps = trunk.norm.weight, trunk.norm.eps
 
     @staticmethod
-    def applies(model: LlamaForCausalLM, cache: KVCache) -> bool:
-        """Whether this path may decode for ``model``: no autograd (its packed weights are
-        copies), CPU (on GPU, SDPA's fused kernels are the fast path) and float32 (its attention
-        would accumulate in a lower precision; so no bf16 autocast either)."""
+    def applies(model: LlamaForCausalLM, cache: KVCache, precision: str) -> bool:
+        """Whether this path may decode for ``model`` at ``precision`` (``infra.precision``):
+        no autograd (its packed weights are copies), CPU (on GPU, SDPA's fused kernels are the
+        fast path) and float32 (its attention would accumulate in a lower precision; so not
+        for ``bf16``)."""
         weight = model.lm_head.weight
         return (
             not torch.is_grad_enabled()
-            and not torch.is_autocast_enabled("cpu")
+            and precision == "fp32"
             and weight.device.type == "cpu"
             and weight.dtype == torch.float32
             and cache.keys[0].dtype == torch.float32

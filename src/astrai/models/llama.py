@@ -353,28 +353,35 @@ class LlamaForCausalLM(nn.Module):
         hidden = self.model(input_ids, attention_mask, position_ids, cache)
         return CausalLMOutput(logits=self.lm_head(hidden), hidden_states=hidden, cache=cache)
 
-    def new_cache(self, batch_size: int, max_length: int) -> KVCache:
-        """An empty KV cache for ``batch_size`` rows of up to ``max_length`` tokens."""
-        return new_cache(self.config, self.lm_head.weight, batch_size, max_length)
+    def new_cache(
+        self, batch_size: int, max_length: int, dtype: torch.dtype | None = None
+    ) -> KVCache:
+        """An empty KV cache for ``batch_size`` rows of up to ``max_length`` tokens, in
+        ``dtype`` (None: the weights'; ``models.precision.compute_dtype`` gives a run's)."""
+        return new_cache(self.config, self.lm_head.weight, batch_size, max_length, dtype)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
 
-def new_cache(config: LlamaConfig, like: Tensor, batch_size: int, max_length: int) -> KVCache:
-    """An empty KV cache for a trunk of ``config`` whose weights are like ``like`` (device;
-    dtype, or autocast's when it is on for that device: attention casts its keys and values to
-    it anyway, so storing them cast is the same arithmetic at half the memory):
-    ``batch_size`` rows of up to ``max_length`` tokens."""
-    device_type = like.device.type
-    autocast = torch.is_autocast_enabled(device_type) and like.dtype == torch.float32
+def new_cache(
+    config: LlamaConfig,
+    like: Tensor,
+    batch_size: int,
+    max_length: int,
+    dtype: torch.dtype | None = None,
+) -> KVCache:
+    """An empty KV cache for a trunk of ``config`` whose weights are like ``like`` (device, and
+    dtype unless ``dtype`` is given: a bf16 run's caches are bfloat16, told by the caller, never
+    read from torch's ambient autocast state): ``batch_size`` rows of up to ``max_length``
+    tokens."""
     return KVCache(
         num_layers=config.num_hidden_layers,
         batch_size=batch_size,
         num_kv_heads=config.num_key_value_heads,
         max_length=max_length,
         head_dim=config.head_dim,
-        dtype=torch.get_autocast_dtype(device_type) if autocast else like.dtype,
+        dtype=like.dtype if dtype is None else dtype,
         device=like.device,
     )
 

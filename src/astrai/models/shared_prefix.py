@@ -33,7 +33,9 @@ class CachedModel(Protocol):
         self, input_ids: Tensor, attention_mask: Tensor, cache: KVCache | None = None
     ) -> CausalLMOutput | Tensor: ...
 
-    def new_cache(self, batch_size: int, max_length: int) -> KVCache: ...
+    def new_cache(
+        self, batch_size: int, max_length: int, dtype: torch.dtype | None = None
+    ) -> KVCache: ...
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,11 @@ def outputs(model: CachedModel, ids: Tensor, mask: Tensor, cache: KVCache | None
 
 
 def prefill(
-    model: CachedModel, prompt_ids: Tensor, prompt_mask: Tensor, max_length: int
+    model: CachedModel,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    max_length: int,
+    cache_dtype: torch.dtype | None = None,
 ) -> tuple[KVCache, Tensor]:
     """Run left-padded prompts ``[N, P]`` into a new KV cache of ``max_length`` tokens, each
     distinct prompt once.
@@ -84,9 +90,8 @@ def prefill(
         The cache (``N`` rows, length ``P``) and ``model``'s output at the last prompt position,
         ``[N, ...]`` (the next-token logits of a causal LM).
     """
-    return _prefill(
-        model, prompt_ids, prompt_mask, max_length, distinct_prompts(prompt_ids, prompt_mask)
-    )
+    shared = distinct_prompts(prompt_ids, prompt_mask)
+    return _prefill(model, prompt_ids, prompt_mask, max_length, shared, cache_dtype)
 
 
 def _prefill(
@@ -95,11 +100,12 @@ def _prefill(
     prompt_mask: Tensor,
     max_length: int,
     shared: DistinctPrompts | None,
+    cache_dtype: torch.dtype | None = None,
 ) -> tuple[KVCache, Tensor]:
     if shared is None:
-        cache = model.new_cache(prompt_ids.shape[0], max_length)
+        cache = model.new_cache(prompt_ids.shape[0], max_length, cache_dtype)
         return cache, outputs(model, prompt_ids, prompt_mask, cache)[:, -1]
-    cache = model.new_cache(shared.ids.shape[0], max_length)
+    cache = model.new_cache(shared.ids.shape[0], max_length, cache_dtype)
     last = outputs(model, shared.ids, shared.mask, cache)[:, -1]
     return cache.select_rows(shared.inverse), last.index_select(0, shared.inverse)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from functools import partial
 
+import torch
 from torch import Tensor, nn
 
 from astrai.models.kv_cache import KVCache
@@ -47,9 +48,13 @@ class ValueModel(nn.Module):
         hidden = self.model(input_ids, attention_mask, cache=cache)
         return self.value_head(hidden).squeeze(-1)
 
-    def new_cache(self, batch_size: int, max_length: int) -> KVCache:
-        """An empty KV cache for ``batch_size`` rows of up to ``max_length`` tokens."""
-        return new_cache(self.config, self.model.embed_tokens.weight, batch_size, max_length)
+    def new_cache(
+        self, batch_size: int, max_length: int, dtype: torch.dtype | None = None
+    ) -> KVCache:
+        """An empty KV cache for ``batch_size`` rows of up to ``max_length`` tokens (in
+        ``dtype``; None: the weights')."""
+        weights = self.model.embed_tokens.weight
+        return new_cache(self.config, weights, batch_size, max_length, dtype)
 
     def warm_start(self, policy: LlamaForCausalLM) -> None:
         """Copy the policy's trunk weights (its ``lm_head`` is not part of the trunk)."""

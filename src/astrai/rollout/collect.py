@@ -105,9 +105,10 @@ def collect_rollout(
     generator: torch.Generator | None = None,
     lockstep: bool = False,
     overlong: OverlongPenalty | None = None,
+    precision: str = "fp32",
 ) -> Rollout:
-    """Sample ``group_size`` responses for each of B problems and score them (``lockstep``:
-    see ``generate``).
+    """Sample ``group_size`` responses for each of B problems and score them (``lockstep``,
+    ``precision``: see ``generate``).
 
     ``overlong`` (training rollouts only): DAPO's soft overlong penalty on each response's
     length in tokens (EOS included), added to ``rewards`` and kept as the reward term
@@ -125,6 +126,7 @@ def collect_rollout(
         pad_id=tokenizer.pad_id,
         generator=generator,
         lockstep=lockstep,
+        precision=precision,
     )
     policy.train(was_training)
     b, g = len(problems), group_size

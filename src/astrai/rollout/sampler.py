@@ -18,6 +18,7 @@ from astrai.distributed import all_reduce_max, is_fsdp
 from astrai.models.decode import Decoder
 from astrai.models.kv_cache import KVCache
 from astrai.models.llama import LlamaForCausalLM
+from astrai.models.precision import autocast, compute_dtype
 from astrai.models.shared_prefix import prefill
 from astrai.rollout.rollout import is_stop_token, stop_ids_on
 
@@ -97,8 +98,11 @@ def generate(
     generator: torch.Generator | None = None,
     use_cache: bool = True,
     lockstep: bool = False,
+    precision: str = "fp32",
 ) -> Generation:
-    """Sample up to ``cfg.max_new_tokens`` tokens after left-padded prompts.
+    """Sample up to ``cfg.max_new_tokens`` tokens after left-padded prompts, in ``precision``
+    (``infra.precision``: ``models.precision``; its autocast and KV-cache dtype are opened here,
+    whatever autocast the caller has on).
 
     Args:
         prompt_ids: ``[N, P]`` left-padded prompt tokens.
@@ -120,10 +124,11 @@ def generate(
         # a sharded model gathers its weights only inside its modules' calls, which the fast
         # decode path skips
         fast = use_cache and not fsdp
-        gen = _sample(
-            model, prompt_ids, prompt_mask, cfg, eos_id, pad_id, generator, use_cache, fast,
-            lockstep,
-        )  # fmt: skip
+        with autocast(prompt_ids.device, precision):
+            gen = _sample(
+                model, prompt_ids, prompt_mask, cfg, eos_id, pad_id, generator, use_cache, fast,
+                lockstep, precision,
+            )  # fmt: skip
     # clones made outside inference mode are ordinary tensors, fit for the trainer's autograd
     return Generation(gen.response_ids.clone(), gen.response_mask.clone(), gen.logprobs.clone())
 
@@ -139,6 +144,7 @@ def _sample(
     use_cache: bool,
     fast_decode: bool,
     lockstep: bool,
+    precision: str,
 ) -> Generation:
     """The decoding loop of ``generate``; ``fast_decode``: the steps after the prompt may take
     the fast path (``Decoder``) where it applies."""
@@ -161,8 +167,9 @@ def _sample(
         if decoder is not None:  # after the prompt, where the fast path applies
             logits = decoder.step(step_input)
         elif use_cache and t == 0:  # the prompt: each distinct one once (GRPO's groups)
-            cache, logits = prefill(model, prompt_ids, prompt_mask, p + max_new)
-            if fast_decode and Decoder.applies(model, cache):
+            dtype = compute_dtype(precision, model.lm_head.weight.dtype)
+            cache, logits = prefill(model, prompt_ids, prompt_mask, p + max_new, dtype)
+            if fast_decode and Decoder.applies(model, cache, precision):
                 decoder = Decoder(model, cache, attention_mask)
         else:
             inputs = step_input if seq is None else seq[:, :width]

@@ -46,9 +46,10 @@ def evaluate(
     batch_size: int = 512,
     *,
     shard: bool = True,
+    precision: str = "fp32",
 ) -> EvalResult:
-    """Greedy-decode the problems and score them; correct = the reward reaches the reward's
-    ``accuracy_threshold``.
+    """Greedy-decode the problems in ``precision`` (``infra.precision``, as the run's rollouts
+    decode) and score them; correct = the reward reaches the reward's ``accuracy_threshold``.
 
     Args:
         problems: with ``shard`` (the default), the held-out list, the same on every rank: this
@@ -73,7 +74,14 @@ def evaluate(
         ids, mask = left_pad(tokenizer, chunk, device)
         # a sharded policy gathers its weights in every decoding step: ranks stop together
         gen = generate(
-            policy, ids, mask, greedy, tokenizer.stop_ids, tokenizer.pad_id, lockstep=sharded
+            policy,
+            ids,
+            mask,
+            greedy,
+            tokenizer.stop_ids,
+            tokenizer.pad_id,
+            lockstep=sharded,
+            precision=precision,
         )
         responses += decode_responses(tokenizer, gen.response_ids, gen.response_mask)
         lengths += gen.response_mask.sum(-1).tolist()

@@ -21,6 +21,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from astrai.algorithms.aggregation import Divisors, whole_minibatch_divisors
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.io import prune_checkpoints
+from astrai.config.run_task import build_task, max_prompt_tokens
 from astrai.config.train_type_checks import check_world_batch
 from astrai.distributed import (
     all_reduce_sum,
@@ -33,6 +34,7 @@ from astrai.metrics.dashboards import hydra_job_context
 from astrai.metrics.names import kl_logged_at
 from astrai.metrics.writers import METRICS_FILE, RunLogger, samples_markdown
 from astrai.models.llama import LlamaForCausalLM
+from astrai.models.precision import autocast
 from astrai.models.pretrained import tokenizer_for
 from astrai.models.tokenizer import Tokenizer
 from astrai.models.value_model import ValueModel, build_value_model
@@ -102,7 +104,8 @@ class Trainer:
         init_distributed(self.device)
         check_world_batch(cfg.train_type, self.dist.world_size)
         self.tokenizer: Tokenizer = tokenizer_for(cfg.model)
-        self.task: ProblemSource = instantiate(cfg.task)
+        # task.filter_overlong_prompts drops the rows too long for this model and response limit
+        self.task: ProblemSource = build_task(cfg.task, self.tokenizer, max_prompt_tokens(cfg))
         self.policy: LlamaForCausalLM = instantiate(cfg.model).to(self.device)
         # the reference is the initial policy, frozen
         self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
@@ -237,19 +240,19 @@ class Trainer:
         """This rank's share of one round's ``problems`` (every rank's), sampled and scored."""
         share = len(problems) // self.dist.world_size  # divides evenly (validated, or cut to)
         problems = problems[self.dist.rank * share : (self.dist.rank + 1) * share]
-        with self.autocast():
-            return collect_rollout(
-                self.policy,
-                self.tokenizer,
-                problems,
-                self.strategy.group_size,
-                self.strategy.sampling,
-                self.reward,
-                self.state.policy_version,
-                self.state.generators["sample"],
-                lockstep=self.sharded,
-                overlong=self.overlong,
-            )
+        return collect_rollout(
+            self.policy,
+            self.tokenizer,
+            problems,
+            self.strategy.group_size,
+            self.strategy.sampling,
+            self.reward,
+            self.state.policy_version,
+            self.state.generators["sample"],
+            lockstep=self.sharded,
+            overlong=self.overlong,
+            precision=self.cfg.infra.precision,
+        )
 
     def prepare(self, rollout: Rollout) -> dict[str, float]:
         """2. Reference logprobs, (critic values,) advantages, pinned on the rollout; statistics
@@ -328,12 +331,9 @@ class Trainer:
         )
 
     def autocast(self) -> torch.autocast:
-        """``infra.precision=bf16``: bfloat16 autocast for forward passes and sampling (weights,
-        gradients and optimizer state stay float32; log-softmax, ratios and KL run in float32,
-        see ``rollout.scoring``). A no-op context for fp32."""
-        return torch.autocast(
-            self.device.type, dtype=torch.bfloat16, enabled=self.cfg.infra.precision == "bf16"
-        )
+        """The update's and the scoring passes' precision (``infra.precision``,
+        ``models.precision``); sampling and evaluation are told it and open their own."""
+        return autocast(self.device, self.cfg.infra.precision)
 
     def _step_policy(self) -> torch.Tensor:
         """Clip, step the policy optimizer and scheduler, clear the grads. The policy-version
@@ -396,14 +396,14 @@ class Trainer:
 
     def evaluate(self) -> EvalResult:
         """Greedy answers to the held-out prompts."""
-        with self.autocast():
-            return evaluate(
-                self.policy,
-                self.tokenizer,
-                self.reward,
-                self.eval_problems,
-                self.strategy.sampling.max_new_tokens,
-            )
+        return evaluate(
+            self.policy,
+            self.tokenizer,
+            self.reward,
+            self.eval_problems,
+            self.strategy.sampling.max_new_tokens,
+            precision=self.cfg.infra.precision,
+        )
 
     def eval_metrics(self) -> dict[str, float]:
         """The evaluation's metrics; {} when a stop signal abandoned it (one process: an
