@@ -30,12 +30,12 @@ from astrai.checkpoints.layout import RUN_CONFIG_FILE, CheckpointError
 from astrai.checkpoints.policy import LoadedPolicy, load_policy
 from astrai.cli_errors import ArgumentParser, one_line_errors
 from astrai.models.hf_tokenizer import TokenizerFileError
+from astrai.models.precision import PRECISIONS
 from astrai.models.pretrained import ModelDirError, is_hf_model_dir
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward, RewardConfigError, RewardError, build_reward
 from astrai.rewards.config import reward_node
 from astrai.rollout.collect import decode_responses, left_pad, prompt_context
-from astrai.models.precision import PRECISIONS
 from astrai.rollout.sampler import SamplingConfig, generate
 from astrai.tasks.base import Problem, ProblemSource, Task
 

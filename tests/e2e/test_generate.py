@@ -106,7 +106,10 @@ def test_flags_win_over_the_run_settings(run_dir: Path, tmp_path: Path) -> None:
 def test_another_task_by_name_uses_its_own_config(run_dir: Path, tmp_path: Path) -> None:
     result = generate_cli([str(run_dir), "--task", "reverse", "--n", "2"], tmp_path)
     assert result.returncode == 0, result.stderr
-    header = f"# task reverse (conf/task/reverse.yaml), max_new_tokens {RUN_MAX_NEW_TOKENS}, greedy, fp32"
+    header = (
+        f"# task reverse (conf/task/reverse.yaml), max_new_tokens {RUN_MAX_NEW_TOKENS}, "
+        "greedy, fp32"
+    )
     assert result.stdout.splitlines()[1] == header
     assert all(p.startswith("rev ") for p, _ in answers(result.stdout))
 

@@ -13,6 +13,8 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import api_pb2, metadata
 from tests.helpers import compose_config
 
+from astrai.algorithms.grpo import GRPOStrategy
+from astrai.algorithms.ppo import PPOStrategy
 from astrai.metrics.dashboards import (
     HPARAM_METRICS,
     LAYOUT_CHARTS,
@@ -24,8 +26,6 @@ from astrai.metrics.dashboards import (
     run_name,
     swept_keys,
 )
-from astrai.algorithms.grpo import GRPOStrategy
-from astrai.algorithms.ppo import PPOStrategy
 from astrai.metrics.names import METRICS, OPTION_METRICS
 from astrai.metrics.writers import RunLogger
 from astrai.training.trainer import Trainer
