@@ -92,3 +92,23 @@ def test_a_run_config_with_the_filter_validates_and_builds_the_filtered_task(
     only_long = _file(tmp_path / "long.jsonl", [LONG])
     with pytest.raises(ConfigError, match=re.escape("all 1 training prompts of ")):
         compose_config([*job, f"task.train_path={only_long}", "task.filter_overlong_prompts=true"])
+
+
+def test_a_trainer_trains_on_the_filtered_rows(tmp_path: Path) -> None:
+    from astrai.training.trainer import Trainer
+
+    train = _file(tmp_path / "train.jsonl", ["1 + 2?", LONG, "3 + 4?"])
+    evals = _file(tmp_path / "eval.jsonl", ["5 + 6?", OTHER_LONG])
+    cfg = compose_config(
+        [
+            "task=dataset",
+            f"task.train_path={train}",
+            f"task.eval_path={evals}",
+            "task.filter_overlong_prompts=true",
+            "logger.tensorboard=false",
+        ]
+    )
+    task = Trainer(cfg, tmp_path / "run").task
+    assert isinstance(task, DatasetTask)
+    assert [p.prompt for p in task.train] == ["1 + 2?", "3 + 4?"]
+    assert [p.prompt for p in task.evals] == ["5 + 6?"]
