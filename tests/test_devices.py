@@ -19,7 +19,11 @@ FACTORIES = {
 }  # fmt: skip
 HOST_SIDE = {
     ("distributed.py", "all_reduce_max"): "a Python float, reduced on the CPU (gloo)",
-    ("distributed.py", "mean_over_ranks"): "Python floats, reduced on the CPU (gloo)",
+    ("training/eval_metrics.py", "__init__"): "a torchmetrics state: Metric.to(device) moves it",
+    ("training/evaluation.py", "weighted_totals"): "Python lists summed on the host; "
+    "sum_over_ranks reduces them on the CPU (gloo)",
+    ("training/schedule.py", "_lr_factor"): "a throwaway parameter a probe scheduler is built on; "
+    "never meets the run's tensors",
     ("training/dynamic_sampling.py", "sample_informative"): "round flags and counts, reduced on "
     "the CPU (gloo)",
     ("rollout/collect.py", "left_pad"): "built on the host, returned with .to(device)",

@@ -123,16 +123,6 @@ def all_reduce_max(value: float) -> float:
     return float(out.item())
 
 
-def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
-    """Average a dict of floats over ranks (every rank passes the same keys)."""
-    if world_size() == 1 or not metrics:
-        return metrics
-    names = sorted(metrics)
-    values = torch.tensor([metrics[n] for n in names], dtype=torch.float64)
-    total = all_reduce_sum(values) / world_size()
-    return dict(zip(names, total.tolist(), strict=True))
-
-
 def gather_objects(obj: object) -> list[object]:
     """Every rank's ``obj`` (picklable), in rank order, on every rank."""
     if world_size() == 1:

@@ -97,7 +97,7 @@ def test_flags_win_over_the_run_settings(run_dir: Path, tmp_path: Path) -> None:
     args = [str(run_dir), "12+3=", "--max-new-tokens", "7", "--temperature", "1", "--n", "4"]
     result = generate_cli(args, tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[1] == "# max_new_tokens 7, temperature 1.0"
+    assert result.stdout.splitlines()[1] == "# max_new_tokens 7, temperature 1.0, fp32"
     pairs = answers(result.stdout)
     assert [p for p, _ in pairs] == ["12+3="] * 4
     assert all(len(c) <= 7 for _, c in pairs) and max(len(c) for _, c in pairs) > 3

@@ -127,7 +127,7 @@ def test_generate_cli_scores_task_prompts(ppo_run: Path, tmp_path: Path) -> None
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == f"# {ppo_run / 'checkpoints' / 'step_2'}"
-    assert lines[1] == "# task addition (the run's), max_new_tokens 4, greedy"
+    assert lines[1] == "# task addition (the run's), max_new_tokens 4, greedy, fp32"
     answers = lines[2:6]
     assert len(answers) == 4 and all(" -> " in a and "  reward " in a for a in answers)
     rewards = [float(a.rsplit("reward ", 1)[1]) for a in answers]
@@ -147,7 +147,7 @@ def test_generate_cli_answers_free_prompts_from_an_hf_dir(hf_dir: Path, tmp_path
     ids = tokenizer("1+1=", return_tensors="pt").input_ids
     out = model.generate(ids, max_new_tokens=5, do_sample=False, eos_token_id=2, pad_token_id=0)
     text = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
-    assert greedy.stdout.splitlines()[1] == "# max_new_tokens 5, greedy"
+    assert greedy.stdout.splitlines()[1] == "# max_new_tokens 5, greedy, fp32"
     assert greedy.stdout.splitlines()[2] == f"'1+1=' -> {text.strip()!r}"
 
 
