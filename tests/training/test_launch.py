@@ -15,7 +15,8 @@ import pytest
 import torch
 from tests.train_runs import TRAIN, checkpoint_weights, last_logged_step, run_train
 
-from astrai.checkpoints.layout import missing_files
+from astrai.algorithms.ppo import PPOStrategy
+from astrai.checkpoints.layout import missing_files, required_files
 from astrai.training.stopping import StopForwarder
 
 # --- the forwarder, with stand-in workers --------------------------------------------------
@@ -137,7 +138,7 @@ def _assert_stopped_with_a_checkpoint(run_dir: Path, name: str) -> int:
     assert 2 <= k < 30
     checkpoint = run_dir / "checkpoints" / f"step_{k}"
     assert summary["checkpoint"] == str(checkpoint)
-    assert missing_files(checkpoint, "online_ppo") == []
+    assert missing_files(checkpoint, required_files(PPOStrategy.checkpoint_files)) == []
     assert json.loads((checkpoint / "trainer_state.json").read_text())["step"] == k
     return k
 

@@ -34,7 +34,7 @@ def _resume_longer(run_dir: Path, mode: str, caplog: pytest.LogCaptureFixture) -
     """Train 2 steps, resume to 4 under ``mode``; returns the lr step 3 logged."""
     Trainer(compose_config([*RUN, "trainer.total_steps=2"]), run_dir).fit()
     cfg = compose_config([*RUN, "trainer.total_steps=4", f"ckpt.resume_schedule={mode}"])
-    with caplog.at_level(logging.WARNING, logger="astrai.training.schedule"):
+    with caplog.at_level(logging.WARNING, logger="astrai.training.trainer"):
         resumed = Trainer(cfg, run_dir)
     resumed.fit(until=3)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -68,6 +68,6 @@ def test_the_same_total_says_nothing_and_a_kept_curve_stays_kept(
     _resume_longer(tmp_path, "keep", caplog)
     caplog.clear()
     cfg = compose_config([*RUN, "trainer.total_steps=4"])  # rescale, but total_steps as saved
-    with caplog.at_level(logging.WARNING, logger="astrai.training.schedule"):
+    with caplog.at_level(logging.WARNING, logger="astrai.training.trainer"):
         again = Trainer(cfg, tmp_path)
     assert caplog.records == [] and again.state.schedule_steps == 2

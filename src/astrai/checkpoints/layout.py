@@ -78,6 +78,8 @@ def recorded_extra_files(state: Mapping[str, Any]) -> tuple[str, ...]:
 
 def missing_files(path: Path, names: Sequence[str]) -> list[str]:
     """Those of ``names`` that are not regular files in ``path``."""
+    if isinstance(names, str):  # one name is no list of names (its letters would be)
+        raise TypeError(f"missing_files wants a sequence of file names, not {names!r}")
     return [name for name in names if not (path / name).is_file()]
 
 

@@ -14,17 +14,25 @@ what some user wants, so the choice is a knob and the start says which one appli
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from omegaconf import DictConfig
 from torch.optim.lr_scheduler import LambdaLR
 
-log = logging.getLogger(__name__)
-
 SchedulerFactory = Callable[..., Any]  # (optimizer, total_steps=...) -> an LR scheduler
+
+
+@dataclass(frozen=True)
+class ScheduleSpan:
+    """``steps``: the optimizer steps the schedules span; ``notice``: the one WARNING line a
+    resume with another ``trainer.total_steps`` logs (None otherwise), logged by the caller once
+    the checkpoint is accepted."""
+
+    steps: int
+    notice: str | None = None
 
 
 def resumed_schedule_steps(
@@ -32,49 +40,40 @@ def resumed_schedule_steps(
     saved: Mapping[str, Any] | None,
     steps_per_rl_step: int,
     make_scheduler: SchedulerFactory,
-) -> int:
+) -> ScheduleSpan:
     """The optimizer steps the schedules span: ``trainer.total_steps × steps_per_rl_step`` for
     a fresh run; for a resume (``saved``: the checkpoint's ``trainer_state.json``) the same
-    unless ``trainer.total_steps`` changed, then per ``ckpt.resume_schedule``, said in one
-    WARNING line either way."""
+    unless ``trainer.total_steps`` changed, then per ``ckpt.resume_schedule``, with a notice
+    saying which curve applies and the lr multiplier at the resumed position before and
+    after."""
     wanted = int(cfg.trainer.total_steps) * steps_per_rl_step
     if saved is None:
-        return wanted
+        return ScheduleSpan(wanted)
     saved_total = int(saved["total_steps"]) if "total_steps" in saved else None
     built_for = saved.get("schedule_steps")
     if not isinstance(built_for, int):  # written before schedule_steps was saved
         built_for = wanted if saved_total is None else saved_total * steps_per_rl_step
     if saved_total is None or saved_total == int(cfg.trainer.total_steps):
-        return built_for  # the curve the run has followed so far (a kept one included)
+        return ScheduleSpan(built_for)  # the curve the run has followed so far (kept or not)
     position = int(saved.get("policy_version", 0))
     keep = cfg.ckpt.resume_schedule == "keep"
     chosen = built_for if keep else wanted
-    before, after = (
-        _lr_factor(make_scheduler, built_for, position),
-        _lr_factor(make_scheduler, chosen, position),
-    )
+    before = _lr_factor(make_scheduler, built_for, position)
+    after = _lr_factor(make_scheduler, chosen, position)
     change = "" if before is None or after is None else f"; lr × {before:.4g} → × {after:.4g}"
+    moved = f"trainer.total_steps {saved_total} → {cfg.trainer.total_steps} since the checkpoint"
     if keep:
-        log.warning(
-            "trainer.total_steps %d → %d since the checkpoint: the learning-rate schedules "
-            "keep the curve they were built for (%d optimizer steps; ckpt.resume_schedule=keep)%s",
-            saved_total,
-            cfg.trainer.total_steps,
-            built_for,
-            change,
+        notice = (
+            f"{moved}: the learning-rate schedules keep the curve they were built for "
+            f"({built_for} optimizer steps; ckpt.resume_schedule=keep){change}"
         )
     else:
-        log.warning(
-            "trainer.total_steps %d → %d since the checkpoint: the learning-rate schedules are "
-            "rescaled to %d optimizer steps at step %d%s (ckpt.resume_schedule=keep keeps the "
-            "old curve)",
-            saved_total,
-            cfg.trainer.total_steps,
-            wanted,
-            int(saved.get("step", 0)),
-            change,
+        notice = (
+            f"{moved}: the learning-rate schedules are rescaled to {wanted} optimizer steps at "
+            f"step {int(saved.get('step', 0))}{change} (ckpt.resume_schedule=keep keeps the old "
+            "curve)"
         )
-    return chosen
+    return ScheduleSpan(chosen, notice)
 
 
 def _lr_factor(make_scheduler: SchedulerFactory, total: int, position: int) -> float | None:

@@ -135,9 +135,10 @@ class Trainer:
         # read before the schedules are built: a resume with another total_steps may keep the
         # curve the checkpoint's schedules were built for (``ckpt.resume_schedule``)
         saved = read_trainer_state(resume) if resume is not None else None
-        schedule_steps = resumed_schedule_steps(
+        span = resumed_schedule_steps(
             cfg, saved, self.optimizer_steps_per_step(), self.strategy.scheduler
         )
+        schedule_steps = span.steps
         # the critic has its own peak learning rate (critic.optimizer.lr) and the policy's
         # schedule shape (train_type.scheduler: warmup, decay), as in verl and OpenRLHF
         self.scheduler = self.strategy.scheduler(self.optimizer, total_steps=schedule_steps)
@@ -160,6 +161,8 @@ class Trainer:
         if resume is not None:
             self.state = restore_training_checkpoint(self.checkpoint_parts(), resume, self.state)
             log.info("resumed from %s at step %d", resume, self.state.step)
+            if span.notice is not None:  # said once the checkpoint is accepted
+                log.warning("%s", span.notice)
         self.logger = RunLogger(
             self.run_dir,
             cfg.logger.tensorboard,
