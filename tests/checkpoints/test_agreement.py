@@ -23,7 +23,7 @@ from astrai.checkpoints.__main__ import main as checkpoints_cli
 from astrai.checkpoints.layout import CheckpointError, CheckpointInfo
 from astrai.checkpoints.policy import resolve_checkpoint
 from astrai.checkpoints.verify import verify_checkpoint
-from astrai.training.checkpointing import resolve_resume
+from astrai.training.resume import resolve_resume
 
 STEPS = (8, 9, 10)  # every run: three complete checkpoints, then step_10 is damaged
 
@@ -197,7 +197,7 @@ def test_resume_skips_it_and_refuses_it_by_name(
             resolve_resume("auto", run_dir, strategy_class(train_type))
         assert needle in str(auto.value)
         return
-    with caplog.at_level(logging.WARNING, logger="astrai.training.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="astrai.training.resume"):
         assert resolve_resume("auto", run_dir, strategy_class(train_type)) == root / "step_9"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "step_10 (incomplete: " in warnings[0]

@@ -24,7 +24,7 @@ from astrai.checkpoints.identity import (
 )
 from astrai.checkpoints.layout import CheckpointError, list_checkpoints, stale_temporaries
 from astrai.metrics.writers import MetricsFileError, read_metrics_for_resume
-from astrai.training.checkpointing import check_metrics_for_resume
+from astrai.training.resume import check_metrics_for_resume
 from astrai.training.trainer import Trainer
 
 TRAIN = str(Path(__file__).resolve().parents[2] / "train.py")

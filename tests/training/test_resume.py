@@ -19,7 +19,7 @@ from tests.helpers import compose_config
 from astrai.algorithms.grpo import GRPOStrategy
 from astrai.checkpoints import io
 from astrai.checkpoints.layout import CheckpointError
-from astrai.training.checkpointing import resolve_resume
+from astrai.training.resume import resolve_resume
 from astrai.training.setup import capture_rng_state, restore_rng_state
 from astrai.training.trainer import Trainer
 

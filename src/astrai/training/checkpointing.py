@@ -20,15 +20,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints import io
 from astrai.checkpoints.completeness import (
-    CheckpointStatus,
     check_state,
-    checkpoint_problems,
-    latest_complete,
-    scan_checkpoints,
-    short_problems,
 )
 from astrai.checkpoints.identity import (
     check_checkpoint_identity,
@@ -50,19 +44,13 @@ from astrai.checkpoints.layout import (
     VALUE_OPTIMIZER_FILE,
     VALUE_SCHEDULER_FILE,
     CheckpointError,
-    CheckpointInfo,
-    list_checkpoints,
-    missing_files,
     recorded_extra_files,
-    required_files,
     step_dir_name,
 )
 from astrai.distributed import DistContext, all_reduce_max, gather_objects
 from astrai.files import FileWriter, write_file_atomic
-from astrai.metrics.writers import METRICS_FILE, MetricsFileError, read_metrics_for_resume
 from astrai.models.tokenizer import Tokenizer
 from astrai.models.weights import stored_names
-from astrai.paths import missing_reason
 from astrai.training.parallel import (
     full_model_state,
     full_optimizer_state,
@@ -125,112 +113,6 @@ def critic_parts(
         VALUE_OPTIMIZER_FILE: optimizer,
         VALUE_SCHEDULER_FILE: scheduler,
     }
-
-
-def resolve_resume(
-    resume: str | None, run_dir: Path, strategy: type[Strategy] | Strategy
-) -> Path | None:
-    """``ckpt.resume`` -> the checkpoint directory to restore, or None to start fresh.
-
-    ``auto`` picks the latest *complete* checkpoint of ``run_dir`` (``completeness``, the check
-    list, prune and retention use), warning in one line about each newer incomplete one it
-    skips; None if the run dir holds no ``step_<N>`` at all. A path must be a complete
-    checkpoint directory. ``None`` never resumes — and refuses a run dir that already holds
-    checkpoints, whose retention would otherwise prune the new run's checkpoints in favour of
-    the old run's higher steps. The chosen checkpoint must hold every file ``train_type`` needs;
-    the error names the missing ones (the strategy's ``checkpoint_files`` among them).
-    """
-    train_type = strategy.name
-    if resume is None:
-        existing = list_checkpoints(run_dir / CHECKPOINTS_DIR)
-        if existing:
-            raise CheckpointError(
-                f"ckpt.resume=null but {run_dir} already holds checkpoints (latest "
-                f"{existing[-1].path.name}); resume with ckpt.resume=auto or use a new "
-                f"hydra.run.dir"
-            )
-        return None
-    if resume == "auto":
-        path = _latest_complete(run_dir / CHECKPOINTS_DIR)
-        if path is None:
-            return None
-    else:
-        path = Path(resume).expanduser()
-        if not path.is_dir():
-            # a path that is there (a file) is no directory; one that is not says why
-            why = "" if path.exists() else f" ({path} {missing_reason(path)})"
-            raise CheckpointError(f"ckpt.resume: no checkpoint directory at {path}{why}")
-    check_metrics_for_resume(run_dir)
-    missing = missing_files(path, required_files(_expected_extra_files(strategy, path)))
-    if missing:
-        recorded = CheckpointInfo(0, path).train_type()
-        written_by = (
-            f" (written by train_type={recorded})" if recorded not in (None, train_type) else ""
-        )
-        raise CheckpointError(
-            f"{path}: incomplete checkpoint for {train_type}: missing {', '.join(missing)}"
-            f"{written_by}"
-        )
-    problems = checkpoint_problems(path)
-    if len(problems) == 1 and str(path) in problems[0]:
-        raise CheckpointError(problems[0])  # already one line naming the file: verify's line
-    if problems:
-        raise CheckpointError(f"{path}: incomplete checkpoint: {short_problems(problems, path)}")
-    return path
-
-
-def _expected_extra_files(strategy: type[Strategy] | Strategy, path: Path) -> Sequence[str]:
-    """The strategy's ``checkpoint_files``; for a format-1 checkpoint it wrote (which listed
-    none), the files format 1 had (PPO's critic had no schedule file yet)."""
-    try:
-        record = io.load_json(path / TRAINER_STATE_FILE)
-    except CheckpointError:
-        return strategy.checkpoint_files  # unreadable: ``checkpoint_problems`` says why
-    if isinstance(record, dict) and EXTRA_FILES_KEY not in record:
-        if record.get("train_type") == strategy.name:
-            return recorded_extra_files(record)
-    return strategy.checkpoint_files
-
-
-def _latest_complete(root: Path) -> Path | None:
-    """``ckpt.resume=auto``'s choice: the latest complete checkpoint under ``root``; None when
-    there is no ``step_<N>`` at all. Only incomplete ones is a ``CheckpointError``: starting
-    fresh beside them would let retention delete the new run's checkpoints for their steps."""
-    statuses = scan_checkpoints(root)
-    chosen = latest_complete(statuses)
-    if chosen is None:
-        if statuses:
-            raise CheckpointError(
-                f"ckpt.resume=auto: no complete checkpoint in {root}: {_describe(statuses)} "
-                f"(repair or remove them, or use a new hydra.run.dir)"
-            )
-        return None
-    skipped = [status for status in statuses if status.info.step > chosen.step]
-    if skipped:
-        log.warning(
-            "ckpt.resume=auto: skipped newer incomplete checkpoint(s) %s; resuming from %s",
-            _describe(skipped),
-            chosen.path.name,
-        )
-    return chosen.path
-
-
-def _describe(statuses: list[CheckpointStatus]) -> str:
-    return ", ".join(f"{s.info.path.name} ({s.describe()})" for s in statuses)
-
-
-def check_metrics_for_resume(run_dir: Path) -> None:
-    """The run dir's ``metrics.jsonl`` is one a resume can truncate at its step: a malformed
-    row is a one-line ``CheckpointError`` before anything is written."""
-    path = run_dir / METRICS_FILE
-    if not path.is_file():
-        return
-    try:
-        read_metrics_for_resume(path)
-    except MetricsFileError as err:
-        raise CheckpointError(str(err)) from err
-    except OSError as err:
-        raise CheckpointError(f"{path}: unreadable ({err.strerror or err})") from err
 
 
 def run_fingerprint(parts: CheckpointParts) -> dict[str, Any]:

@@ -51,7 +51,6 @@ from astrai.training.checkpointing import (
     CheckpointParts,
     critic_parts,
     read_trainer_state,
-    resolve_resume,
     restore_training_checkpoint,
     save_training_checkpoint,
 )
@@ -60,6 +59,7 @@ from astrai.training.evaluation import EvalResult, evaluate
 from astrai.training.loop import run_loop
 from astrai.training.optim import clip_and_step, constant
 from astrai.training.parallel import shard_policy, wrap_data_parallel
+from astrai.training.resume import resolve_resume
 from astrai.training.rollout_stats import rollout_metrics, rollout_samples
 from astrai.training.schedule import resumed_schedule_steps
 from astrai.training.setup import (
