@@ -25,7 +25,7 @@ from astrai.algorithms.rewards import token_rewards
 from astrai.algorithms.stats import explained_variance
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.layout import CRITIC_FILES
-from astrai.metrics.names import CORE_METRICS
+from astrai.metrics.names import CORE_METRICS, CRITIC_METRICS
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.scoring import response_values, split_rows
@@ -51,16 +51,7 @@ class PPOStrategy(Strategy):
     name = "online_ppo"
     requires_critic = True
     ADVANTAGES = ("gae",)
-    metric_names = CORE_METRICS | {
-        "loss/value",
-        "value/explained_variance",
-        "value/clipfrac",
-        "value/mean",
-        "value/grad_norm",
-        "value/lr",
-        "returns/mean",
-        "rollout/token_reward_mean",
-    }
+    metric_names = CORE_METRICS | CRITIC_METRICS
     checkpoint_files = CRITIC_FILES  # the critic's weights, optimizer and schedule
 
     def __init__(

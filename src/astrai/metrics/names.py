@@ -63,10 +63,9 @@ def reward_term_names(emitted: set[str]) -> set[str]:
     return {name for name in emitted if name.startswith(REWARD_TERM_PREFIX)}
 
 
-# Emitted by some algorithms only: which, each strategy's ``metric_names`` says.
-ALGORITHM_METRICS: frozenset[str] = frozenset(
+# What an algorithm with a critic and KL-shaped token rewards emits (PPO's ``metric_names``)
+CRITIC_METRICS: frozenset[str] = frozenset(
     {
-        "loss/kl",
         "loss/value",
         "value/explained_variance",
         "value/clipfrac",
@@ -77,6 +76,8 @@ ALGORITHM_METRICS: frozenset[str] = frozenset(
         "rollout/token_reward_mean",
     }
 )
+# Emitted by some algorithms only: which, each strategy's ``metric_names`` says.
+ALGORITHM_METRICS: frozenset[str] = CRITIC_METRICS | {"loss/kl"}
 # What every algorithm emits; a strategy's ``metric_names`` adds its own ``METRICS`` keys
 CORE_METRICS: frozenset[str] = frozenset(METRICS) - ALGORITHM_METRICS
 
