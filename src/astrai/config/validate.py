@@ -27,6 +27,7 @@ from astrai.config.ranges import (
 from astrai.config.threads import parse_num_threads
 from astrai.config.train_type_checks import check_world_batch, validate_train_type
 from astrai.models.llama import LlamaConfig
+from astrai.models.precision import PRECISIONS
 from astrai.models.tokenizer import CharTokenizer, Tokenizer
 from astrai.tasks.base import ProblemSource
 
@@ -266,7 +267,7 @@ def _validate_infra(infra: DictConfig, where: Where) -> None:
         f"infra.parallel must be ddp or fsdp (got {infra.parallel!r})",
     )
     require(
-        infra.precision in ("fp32", "bf16"),
+        infra.precision in PRECISIONS,
         f"infra.precision must be fp32 or bf16 (got {infra.precision!r})",
     )
     check_number(infra.nnodes, "infra.nnodes", 1, integer=True)

@@ -130,4 +130,4 @@ def critic_schedule(cfg: DictConfig) -> str:
         return "constant"
     if scheduler == cfg.train_type.scheduler:
         return "the policy's"
-    return describe_schedule(scheduler, 0).split(" over ")[0]
+    return describe_schedule(scheduler)

@@ -123,16 +123,16 @@ def format_learning_rates(facts: RunFacts) -> str:
     )
 
 
-def describe_schedule(node: Mapping[str, Any] | None, optimizer_steps: int) -> str:
-    """A scheduler config node in words: ``warmup_cosine (warmup_steps 0, min_lr_ratio 0.0)
-    over 9,600 optimizer steps``; None (no schedule): ``constant``."""
+def describe_schedule(node: Mapping[str, Any] | None, optimizer_steps: int | None = None) -> str:
+    """A scheduler config node in words: ``warmup_cosine (warmup_steps 0, min_lr_ratio 0.0)``,
+    then `` over 9,600 optimizer steps`` when ``optimizer_steps`` is given; None (no schedule):
+    ``constant``."""
     if node is None:
         return "constant"
     name = str(node["_target_"]).rsplit(".", 1)[-1]
     knobs = ", ".join(f"{k} {v}" for k, v in node.items() if not str(k).startswith("_"))
-    return (
-        f"{name}" + (f" ({knobs})" if knobs else "") + f" over {optimizer_steps:,} optimizer steps"
-    )
+    span = "" if optimizer_steps is None else f" over {optimizer_steps:,} optimizer steps"
+    return name + (f" ({knobs})" if knobs else "") + span
 
 
 def format_device(facts: RunFacts) -> str:
