@@ -25,19 +25,47 @@ TINY = {
 }
 
 
+# Llama 3.1/3.2's RoPE scaling, with an original context short enough that every branch of the
+# rule (kept, blended, divided) covers some of the 8 frequency pairs of a 16-wide head
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}
+# what each tiny family differs in beside its transformers class: the features that family's
+# real checkpoints carry (Qwen3: a head_dim that is not hidden / heads; Llama 3: RoPE scaling)
+FAMILY_KWARGS: dict[str, dict[str, object]] = {
+    "llama": {},
+    "llama3": {"rope_parameters": {**LLAMA3_ROPE, "rope_theta": 5e5}},
+    "qwen2": {},
+    "qwen3": {"head_dim": 24},
+    "mistral": {"sliding_window": None},
+}
+CLASS_PREFIX = {
+    "llama": "Llama",
+    "llama3": "Llama",
+    "qwen2": "Qwen2",
+    "qwen3": "Qwen3",
+    "mistral": "Mistral",
+}
+
+
 def save_tiny_hf_model(
     directory: Path, family: str = "llama", tied: bool = True, seed: int = 0
 ) -> Path:
-    """``save_pretrained`` of a random ``LlamaForCausalLM`` or ``Qwen2ForCausalLM`` (biases
-    drawn non-zero, so a dropped bias shows) plus the character tokenizer files."""
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    """``save_pretrained`` of a random transformers model of ``family`` (``FAMILY_KWARGS``; any
+    biases and norm weights drawn away from their init, so a dropped one shows) plus the
+    character tokenizer files."""
+    import transformers
 
     torch.manual_seed(seed)
     kwargs = dict(TINY, tie_word_embeddings=tied, initializer_range=0.2, rope_theta=5e5)
-    if family == "llama":
-        model = LlamaForCausalLM(LlamaConfig(**kwargs))
-    else:
-        model = Qwen2ForCausalLM(Qwen2Config(**kwargs))
+    kwargs.update(FAMILY_KWARGS[family])
+    prefix = CLASS_PREFIX[family]
+    config = getattr(transformers, f"{prefix}Config")(**kwargs)
+    model = getattr(transformers, f"{prefix}ForCausalLM")(config)
     return save_with_char_tokenizer(model, directory)
 
 
@@ -48,6 +76,8 @@ def save_with_char_tokenizer(model: torch.nn.Module, directory: Path) -> Path:
         for name, param in model.named_parameters():
             if name.endswith(".bias"):
                 param.normal_(0.0, 0.5)
+            elif name.endswith(("q_norm.weight", "k_norm.weight")):  # init: all ones
+                param.uniform_(0.5, 1.5)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(directory))
     save_char_tokenizer_as_hf(CharTokenizer(), directory)

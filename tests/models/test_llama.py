@@ -151,6 +151,12 @@ def test_forward_returns_final_hidden_states(tiny_model: LlamaForCausalLM) -> No
         ({"num_attention_heads": 3}, "model.num_attention_heads"),
         ({"num_key_value_heads": 3}, "model.num_key_value_heads"),
         ({"vocab_size": 0}, "model.vocab_size"),
+        ({"head_dim": 0}, "model.head_dim"),
+        ({"head_dim": 7}, "model.head_dim"),
+        ({"model_type": "gemma3"}, "model.model_type 'gemma3' is not supported"),
+        ({"model_type": "qwen3"}, "model.model_type 'qwen3' is .*qk_norm=True"),
+        ({"attention_bias": True, "qk_norm": True}, "no supported model family"),
+        ({"rope_scaling": {"rope_type": "ntk"}}, "model.rope_scaling: rope_type 'ntk'"),
     ],
 )
 def test_bad_config_names_the_key(kwargs: dict, key: str) -> None:
@@ -164,8 +170,16 @@ def test_cache_overflow_is_an_error(tiny_model: LlamaForCausalLM) -> None:
         tiny_model(torch.tensor([[1, 2, 3]]), cache=cache)
 
 
+# Qwen3's switches (q/k norms, a head_dim that is not hidden / heads) and scaled RoPE (yarn's
+# cos/sin amplitude too) go through the fast path as well
+QWEN3 = {"qk_norm": True, "head_dim": 24}
+YARN = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}}
+
+
 @pytest.mark.parametrize(
-    "kwargs", [{}, {"num_key_value_heads": 4}, {"attention_bias": True}], ids=["gqa", "mha", "bias"]
+    "kwargs",
+    [{}, {"num_key_value_heads": 4}, {"attention_bias": True}, QWEN3, YARN],
+    ids=["gqa", "mha", "bias", "qwen3", "yarn"],
 )
 def test_decoder_steps_match_full_forward(kwargs: dict) -> None:
     # the fast one-token path (inference, CPU, float32) step by step against one full forward:
@@ -180,6 +194,11 @@ def test_decoder_steps_match_full_forward(kwargs: dict) -> None:
             for layer in model.model.layers:
                 for name in ("q_proj", "k_proj", "v_proj"):
                     getattr(layer.self_attn, name).bias.normal_(std=0.5)
+    if kwargs.get("qk_norm"):  # away from their all-ones init, so a skipped norm shows
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.q_norm.weight.uniform_(0.5, 1.5)
+                layer.self_attn.k_norm.weight.uniform_(0.5, 1.5)
     ids = torch.randint(3, 48, (3, 12))
     mask = torch.ones(3, 12, dtype=torch.bool)
     mask[0, :3] = False

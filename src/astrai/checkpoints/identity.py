@@ -25,6 +25,7 @@ from astrai.checkpoints.layout import (
     CheckpointError,
     parse_step,
 )
+from astrai.models.families import implied_by_older_fields
 
 # ``ckpt.allow_changes`` names these keys; ``model`` and ``task`` are dicts of their fields
 FINGERPRINT_KEYS = ("train_type", "model", "task", "seed", "world_size", "parallel", "device")
@@ -33,8 +34,15 @@ _NOT_ARCHITECTURE = frozenset({"initializer_range", "gradient_checkpointing"})
 
 
 def model_fingerprint(model_fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The architecture fields of a model config (``LlamaConfig`` fields as a dict)."""
-    return {k: v for k, v in sorted(model_fields.items()) if k not in _NOT_ARCHITECTURE}
+    """The architecture fields of a model config (``LlamaConfig`` fields as a dict). A field
+    added since (issue 33's ``head_dim``, ``qk_norm``, ...) is left out while it holds what a
+    config without it meant, so a run fingerprinted before it still resumes."""
+    implied = implied_by_older_fields(model_fields)
+    return {
+        k: v
+        for k, v in sorted(model_fields.items())
+        if k not in _NOT_ARCHITECTURE and not (k in implied and implied[k] == v)
+    }
 
 
 def check_step(checkpoint: Path, state: Mapping[str, Any], total_steps: int | None) -> int:

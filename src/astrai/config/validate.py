@@ -85,10 +85,14 @@ def _validate_model(model: DictConfig, tokenizer: CharTokenizer) -> LlamaConfig:
 def _check_model_size(model: LlamaConfig, max_new_tokens: int, allow_large: bool) -> None:
     """A model the machine can build (its parameters, RoPE table) and a response that fits."""
     h, v, layers = model.hidden_size, model.vocab_size, model.num_hidden_layers
-    kv = model.num_key_value_heads * model.head_dim
-    per_layer = 2 * h * h + 2 * h * kv + 3 * h * model.intermediate_size + 2 * h
+    q, kv = (
+        heads * model.dim_per_head
+        for heads in (model.num_attention_heads, model.num_key_value_heads)
+    )
+    per_layer = 2 * h * q + 2 * h * kv + 3 * h * model.intermediate_size + 2 * h
     embeddings = v * h * (1 if model.tie_word_embeddings else 2)
-    parameters = layers * per_layer + embeddings + model.max_position_embeddings * model.head_dim
+    rope_table = model.max_position_embeddings * model.dim_per_head
+    parameters = layers * per_layer + embeddings + rope_table
     check_large(parameters, MAX_PARAMETERS, "model parameters (and RoPE table)", allow_large)
     require(
         max_new_tokens < model.max_position_embeddings,

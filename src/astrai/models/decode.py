@@ -122,6 +122,11 @@ class LayerWeights:
     gate_proj: Tensor
     up_proj: Tensor
     down_proj: Tensor
+    # Qwen3's per-head q/k RMSNorm weights ``[head_dim]`` (None without): with them the queries
+    # are scaled by ``1 / sqrt(head_dim)`` after the norm (a norm undoes a scale before it)
+    q_norm: Tensor | None = None
+    k_norm: Tensor | None = None
+    qk_norm_eps: float = 0.0
 
     @classmethod
     def of(cls, layer: LlamaDecoderLayer) -> LayerWeights:
@@ -143,6 +148,9 @@ class LayerWeights:
             gate_proj=mlp.gate_proj.weight,
             up_proj=mlp.up_proj.weight,
             down_proj=mlp.down_proj.weight,
+            q_norm=None if attn.q_norm is None else attn.q_norm.weight,
+            k_norm=None if attn.k_norm is None else attn.k_norm.weight,
+            qk_norm_eps=0.0 if attn.q_norm is None else attn.q_norm.eps,
         )
 
 
@@ -175,6 +183,9 @@ def attention_step(
     # apply_rotary on every query and key head at once: rotate_half(x) * sin is
     # cat(x2, x1) * signed_sin, bit for bit
     qk = qk.view(n, heads + kv_heads, d)
+    if w.q_norm is not None and w.k_norm is not None:
+        q = F.rms_norm(qk[:, :heads], (d,), w.q_norm, w.qk_norm_eps).mul_(d**-0.5)
+        qk = torch.cat((q, F.rms_norm(qk[:, heads:], (d,), w.k_norm, w.qk_norm_eps)), dim=1)
     swapped = torch.cat((qk[..., d // 2 :], qk[..., : d // 2]), dim=-1)
     qk = qk * cos
     qk += swapped * signed_sin
@@ -194,9 +205,10 @@ def attention_step(
 def packed_qkv(attn: LlamaAttention) -> tuple[Tensor, Tensor | None]:
     """The ``[q / sqrt(head_dim); k; v]`` projection weight (and bias) of ``attn``: one matmul
     instead of three, and scores that need no scaling (RoPE is linear: scaling the queries before
-    it is scaling them after)."""
+    it is scaling them after). With a q/k norm (Qwen3) the queries are scaled after it instead
+    (``attention_step``), so here not at all."""
     q, k, v = attn.q_proj, attn.k_proj, attn.v_proj
-    scale = attn.head_dim**-0.5
+    scale = 1.0 if attn.q_norm is not None else attn.head_dim**-0.5
     weight = torch.cat([q.weight * scale, k.weight, v.weight])
     bias = None if q.bias is None else torch.cat([q.bias * scale, k.bias, v.bias])
     return weight, bias

@@ -1,74 +1,168 @@
 """Hugging Face ``config.json`` <-> astrai ``LlamaConfig``.
 
-Supported families: ``llama`` (Llama 2/3 without RoPE scaling, SmolLM, TinyLlama, ...) and
-``qwen2`` (the same block with q/k/v biases: astrai's ``attention_bias=True``). Anything astrai's
-block cannot compute exactly — another activation, an MLP or o_proj bias, RoPE scaling, sliding
-windows, a head_dim other than hidden/heads — is refused with the key named, never ignored.
+Supported families (``models.families``): ``llama`` (Llama 2 and 3.x, SmolLM, TinyLlama, ...),
+``mistral`` (without a sliding window), ``qwen2`` (q/k/v biases) and ``qwen3`` (per-head q/k
+RMSNorm), each with its ``head_dim``, tied or untied embeddings and RoPE scaling (``default``,
+``linear``, ``llama3``, ``yarn``: ``models.rope``). Every key of a checkpoint's config is either
+read, checked to hold a value astrai computes exactly (``hidden_act: silu``, no dropout, a
+sliding window that cannot mask anything, ...), or metadata that does not change the model; any
+other key or value is refused with the key named, never ignored.
 
 Export writes a config both transformers 5 (``rope_parameters``) and 4.x / vLLM
-(``rope_theta``) read: ``attention_bias=False`` as ``LlamaForCausalLM``, ``True`` as
-``Qwen2ForCausalLM`` (transformers' Llama with ``attention_bias`` also puts a bias on o_proj,
-astrai's and Qwen2's do not). The PPO critic is exported as ``*ForTokenClassification`` with
-one label: the trunk plus a ``score`` Linear with bias, i.e. ``V`` at every position.
+(``rope_theta`` + ``rope_scaling``) read, in the family's own layout (``architectures``,
+``model_type``). The PPO critic is exported as ``*ForTokenClassification`` with one label: the
+trunk plus a ``score`` Linear with bias, i.e. ``V`` at every position.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from astrai.models.families import FAMILIES
 from astrai.models.llama import LlamaConfig
+from astrai.models.rope import RopeScalingError, normalize_rope_scaling
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
-ARCHITECTURES = {
-    ("llama", "causal_lm"): "LlamaForCausalLM",
-    ("qwen2", "causal_lm"): "Qwen2ForCausalLM",
-    ("llama", "value"): "LlamaForTokenClassification",
-    ("qwen2", "value"): "Qwen2ForTokenClassification",
-}
+SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
+HEADS = {"causal_lm": "ForCausalLM", "value": "ForTokenClassification"}
+
+# keys that describe the file, the tokenizer or generation defaults, never the model's math
+METADATA_KEYS = frozenset(
+    {
+        "_name_or_path", "name_or_path", "architectures", "model_type", "transformers_version",
+        "torch_dtype", "dtype", "use_cache", "bos_token_id", "eos_token_id", "pad_token_id",
+        "sep_token_id", "decoder_start_token_id", "tokenizer_class", "id2label", "label2id",
+        "problem_type", "classifier_dropout", "num_labels", "output_attentions",
+        "output_hidden_states", "return_dict", "torchscript", "use_return_dict",
+        "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder", "add_cross_attention",
+        "tie_encoder_decoder", "finetuning_task", "prefix", "task_specific_params",
+        "max_length", "min_length", "do_sample", "temperature", "top_k", "top_p", "num_beams",
+        "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "early_stopping",
+        "num_return_sequences", "bad_words_ids", "pruned_heads", "tf_legacy_loss",
+        "use_bfloat16", "transformers.js_config", "is_llama_config",
+        # the split of a matmul over tensor-parallel slices in Llama's pretraining: the same math
+        "pretraining_tp",
+        # which layers a Qwen sliding window would cover: checked with the window itself
+        "max_window_layers",
+    }
+)  # fmt: skip
+# keys astrai reads into LlamaConfig
+READ_KEYS = frozenset(
+    {
+        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "num_key_value_heads", "max_position_embeddings", "head_dim",
+        "rope_theta", "rope_scaling", "rope_parameters", "rms_norm_eps", "tie_word_embeddings",
+        "initializer_range", "attention_bias",
+    }
+)  # fmt: skip
 
 
 class UnsupportedModelError(ValueError):
     """A checkpoint astrai's Llama block cannot represent exactly; names the key."""
 
 
-def _rope_theta(hf: dict[str, Any]) -> float:
-    """RoPE base from ``rope_parameters`` (transformers 5) or ``rope_theta`` + ``rope_scaling``
-    (4.x); any scaling type but ``default`` is refused."""
-    params = hf.get("rope_parameters") or {}
-    scaling = hf.get("rope_scaling") or {}
-    rope_type = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type")
-    if rope_type not in (None, "default"):
+def _is_off(value: Any) -> bool:
+    return value in (None, False, 0, 0.0)
+
+
+# keys astrai honours by checking their value: key -> (accepts(value, hf), what is supported)
+CHECKED_KEYS: dict[str, tuple[Callable[[Any, dict[str, Any]], bool], str]] = {
+    "hidden_act": (lambda v, hf: v == "silu", "silu"),
+    "mlp_bias": (lambda v, hf: _is_off(v), "false"),
+    "attention_dropout": (lambda v, hf: _is_off(v), "0 (astrai has no dropout)"),
+    "rope_interleaved": (lambda v, hf: _is_off(v), "false (HF's rotate_half layout)"),
+    "partial_rotary_factor": (lambda v, hf: v in (None, 1, 1.0), "1.0 (RoPE on every dimension)"),
+    "sliding_window": (
+        lambda v, hf: not _window_binds(v, hf),
+        "null, or at least max_position_embeddings (a window that masks nothing)",
+    ),
+    "use_sliding_window": (
+        lambda v, hf: _is_off(v) or not _window_binds(hf.get("sliding_window"), hf),
+        "false",
+    ),
+    "layer_types": (
+        lambda v, hf: (
+            isinstance(v, list)
+            and all(
+                t == "full_attention" or not _window_binds(hf.get("sliding_window"), hf) for t in v
+            )
+        ),
+        "full_attention in every layer",
+    ),
+}
+
+
+def _window_binds(window: Any, hf: dict[str, Any]) -> bool:
+    """Whether a sliding window of ``window`` tokens could mask a key the full causal mask
+    keeps: only below ``max_position_embeddings``."""
+    if window is None:
+        return False
+    if not isinstance(window, int) or isinstance(window, bool):
+        return True
+    return window < int(hf.get("max_position_embeddings", 2048))
+
+
+def _check_keys(hf: dict[str, Any], model_type: str) -> None:
+    """Every key read, metadata, or holding a value astrai computes exactly."""
+    for key, value in hf.items():
+        if key in READ_KEYS or key in METADATA_KEYS:
+            continue
+        if key in CHECKED_KEYS:
+            accepts, supported = CHECKED_KEYS[key]
+            if not accepts(value, hf):
+                raise UnsupportedModelError(
+                    f"{key}={value!r} is not supported for model_type {model_type!r} "
+                    f"(supported: {supported})"
+                )
+            continue
         raise UnsupportedModelError(
-            f"rope_type {rope_type!r} (RoPE scaling) is not supported; only default RoPE"
+            f"key {key!r} (= {value!r}) is not one astrai honours for model_type "
+            f"{model_type!r}; it refuses the model rather than ignore it"
+        )
+
+
+def _rope(hf: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
+    """(RoPE base, scaling) from ``rope_parameters`` (transformers 5) and/or ``rope_theta`` +
+    ``rope_scaling`` (4.x); refused where the two disagree."""
+    params, scaling = hf.get("rope_parameters") or {}, hf.get("rope_scaling") or {}
+    for key, value in (("rope_parameters", params), ("rope_scaling", scaling)):
+        if not isinstance(value, dict) or any(isinstance(v, dict) for v in value.values()):
+            raise UnsupportedModelError(
+                f"{key}={value!r}: one global RoPE is supported, not one per layer type"
+            )
+    try:
+        from_params, from_scaling = normalize_rope_scaling(params), normalize_rope_scaling(scaling)
+    except RopeScalingError as err:
+        raise UnsupportedModelError(str(err)) from err
+    if params and scaling and from_params != from_scaling:
+        raise UnsupportedModelError(
+            f"rope_parameters {params!r} and rope_scaling {scaling!r} disagree"
         )
     theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
-    return float(theta)
+    return float(theta), from_params if params else from_scaling
 
 
 def llama_config_from_hf(hf: dict[str, Any]) -> LlamaConfig:
     """A Hugging Face ``config.json`` dict -> astrai ``LlamaConfig`` (or UnsupportedModelError)."""
     model_type = hf.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
+    if model_type not in FAMILIES:
         raise UnsupportedModelError(
             f"model_type {model_type!r} is not supported (supported: "
             f"{', '.join(SUPPORTED_MODEL_TYPES)})"
         )
-    if hf.get("hidden_act", "silu") != "silu":
-        raise UnsupportedModelError(f"hidden_act {hf['hidden_act']!r} is not supported (silu)")
-    if hf.get("mlp_bias"):
-        raise UnsupportedModelError("mlp_bias=true is not supported")
-    if model_type == "llama" and hf.get("attention_bias"):
+    family = FAMILIES[model_type]
+    if hf.get("attention_bias") and not family.attention_bias:
         raise UnsupportedModelError(
-            "attention_bias=true on a llama model (biases on q/k/v *and* o_proj) is not "
+            f"attention_bias=true on a {model_type} model (biases on q/k/v *and* o_proj) is not "
             "supported; Qwen2-style q/k/v biases are (model_type qwen2)"
         )
-    if hf.get("use_sliding_window"):
-        raise UnsupportedModelError("use_sliding_window=true is not supported")
+    _check_keys(hf, model_type)
+    theta, scaling = _rope(hf)
     try:
-        hidden, heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
+        heads = int(hf["num_attention_heads"])
         kwargs: dict[str, Any] = {
             "vocab_size": int(hf["vocab_size"]),
-            "hidden_size": hidden,
+            "hidden_size": int(hf["hidden_size"]),
             "intermediate_size": int(hf["intermediate_size"]),
             "num_hidden_layers": int(hf["num_hidden_layers"]),
             "num_attention_heads": heads,
@@ -78,18 +172,17 @@ def llama_config_from_hf(hf: dict[str, Any]) -> LlamaConfig:
     except KeyError as err:
         raise UnsupportedModelError(f"missing key {err.args[0]!r}") from err
     head_dim = hf.get("head_dim")
-    if head_dim is not None and heads and int(head_dim) != hidden // heads:
-        raise UnsupportedModelError(
-            f"head_dim {head_dim} differs from hidden_size / num_attention_heads "
-            f"({hidden // heads}); not supported"
-        )
     return LlamaConfig(
         **kwargs,
-        rope_theta=_rope_theta(hf),
+        rope_theta=theta,
         rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
         initializer_range=float(hf.get("initializer_range", 0.02)),
-        attention_bias=model_type == "qwen2",
+        attention_bias=family.attention_bias,
+        head_dim=None if head_dim is None else int(head_dim),
+        qk_norm=family.qk_norm,
+        rope_scaling=scaling,
+        model_type=model_type,
     )
 
 
@@ -109,10 +202,12 @@ def hf_config_from_llama(
             None (no such token) is written as null, as transformers does: an absent key would
             read as ``LlamaConfig``'s default (``bos_token_id`` 1).
     """
-    model_type = "qwen2" if config.attention_bias else "llama"
+    assert config.model_type is not None  # resolved by LlamaConfig
+    family = FAMILIES[config.model_type]
+    rope_parameters = {"rope_type": "default", **(config.rope_scaling or {})}
     hf: dict[str, Any] = {
-        "architectures": [ARCHITECTURES[(model_type, kind)]],
-        "model_type": model_type,
+        "architectures": [family.architecture(HEADS[kind])],
+        "model_type": family.model_type,
         "vocab_size": config.vocab_size,
         "hidden_size": config.hidden_size,
         "intermediate_size": config.intermediate_size,
@@ -124,7 +219,8 @@ def hf_config_from_llama(
         "hidden_act": "silu",
         "rms_norm_eps": config.rms_norm_eps,
         "rope_theta": config.rope_theta,
-        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
+        "rope_scaling": config.rope_scaling,
+        "rope_parameters": {**rope_parameters, "rope_theta": config.rope_theta},
         "tie_word_embeddings": config.tie_word_embeddings,
         "initializer_range": config.initializer_range,
         "attention_dropout": 0.0,
@@ -132,10 +228,14 @@ def hf_config_from_llama(
         "torch_dtype": dtype,
         "dtype": dtype,
     }
-    if model_type == "llama":
+    if family.model_type == "llama":
         hf.update(attention_bias=False, mlp_bias=False)
-    else:
+    elif family.model_type == "qwen3":
+        hf.update(attention_bias=False, use_sliding_window=False, sliding_window=None)
+    elif family.model_type == "qwen2":
         hf.update(use_sliding_window=False, sliding_window=None)
+    else:  # mistral: transformers' MistralConfig defaults to a 4096-token window
+        hf.update(sliding_window=None)
     if kind == "value":
         hf.update(id2label={"0": "value"}, label2id={"value": 0}, classifier_dropout=0.0)
         hf["tie_word_embeddings"] = False  # the critic has no LM head to tie

@@ -1,6 +1,9 @@
 """A Llama-style decoder-only language model with a KV cache.
 
-RoPE, RMSNorm, SwiGLU MLP and grouped-query attention, as in Llama 2/3. Parameter names follow
+RoPE, RMSNorm, SwiGLU MLP and grouped-query attention, as in Llama 2/3, with the named
+variations of the families astrai supports (``models.families``: Qwen2's q/k/v biases, Qwen3's
+per-head q/k RMSNorm, a ``head_dim`` of its own, RoPE scaling from ``models.rope``). Parameter
+names follow
 Hugging Face's ``LlamaForCausalLM`` (``model.embed_tokens``, ``model.layers.N.self_attn.q_proj``,
 ..., ``model.norm``, ``lm_head``) so HF checkpoints load and export without renaming.
 
@@ -18,13 +21,16 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from functools import partial
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from astrai.models.families import FAMILIES, describe, family_with
 from astrai.models.kv_cache import KVCache
+from astrai.models.rope import RotaryEmbedding, apply_rotary, normalize_rope_scaling
 
 
 @dataclass
@@ -45,6 +51,12 @@ class LlamaConfig:
     tie_word_embeddings: bool = True
     initializer_range: float = 0.02
     attention_bias: bool = False
+    # issue 33's fields: a None is resolved in __post_init__ (head_dim = hidden / heads, the
+    # model_type the switches name); checkpoints written before them load with these defaults
+    head_dim: int | None = None
+    qk_norm: bool = False  # per-head RMSNorm on q and k before RoPE (Qwen3)
+    rope_scaling: dict[str, Any] | None = None  # models.rope: rope_type and its keys
+    model_type: str | None = None  # models.families: what an export declares
 
     def __post_init__(self) -> None:
         positive = (
@@ -60,20 +72,29 @@ class LlamaConfig:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"model.{key} must be a positive integer (got {value!r})")
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"model.hidden_size ({self.hidden_size}) must be divisible by "
-                f"model.num_attention_heads ({self.num_attention_heads})"
-            )
+        if self.head_dim is None:
+            if self.hidden_size % self.num_attention_heads:
+                raise ValueError(
+                    f"model.hidden_size ({self.hidden_size}) must be divisible by "
+                    f"model.num_attention_heads ({self.num_attention_heads}), or set "
+                    "model.head_dim"
+                )
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        head_dim = self.head_dim
+        if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0:
+            raise ValueError(f"model.head_dim must be a positive integer (got {head_dim!r})")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"model.num_attention_heads ({self.num_attention_heads}) must be divisible by "
                 f"model.num_key_value_heads ({self.num_key_value_heads})"
             )
-        if self.head_dim % 2:
-            raise ValueError(
-                "model head dim (hidden_size / num_attention_heads) must be even for RoPE"
-            )
+        if head_dim % 2:
+            raise ValueError(f"model.head_dim ({head_dim}) must be even for RoPE")
+        self._check_family()
+        try:
+            self.rope_scaling = normalize_rope_scaling(self.rope_scaling)
+        except ValueError as err:
+            raise ValueError(f"model.rope_scaling: {err}") from err
         for key in ("rope_theta", "rms_norm_eps", "initializer_range"):
             value = getattr(self, key)
             # ``not value > 0`` (not ``value <= 0``): NaN compares False both ways
@@ -81,9 +102,31 @@ class LlamaConfig:
             if not (finite and math.isfinite(value) and value > 0):
                 raise ValueError(f"model.{key} must be a finite number > 0 (got {value!r})")
 
+    def _check_family(self) -> None:
+        """``model_type`` resolved from the switches, or checked against them."""
+        for key in ("attention_bias", "qk_norm", "tie_word_embeddings"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"model.{key} must be true or false (got {getattr(self, key)!r})")
+        if self.model_type is None:
+            self.model_type = family_with(self.attention_bias, self.qk_norm).model_type
+            return
+        family = FAMILIES.get(self.model_type)
+        if family is None:
+            raise ValueError(
+                f"model.model_type {self.model_type!r} is not supported (supported: "
+                f"{', '.join(FAMILIES)})"
+            )
+        if (family.attention_bias, family.qk_norm) != (self.attention_bias, self.qk_norm):
+            raise ValueError(
+                f"model.model_type {self.model_type!r} is {describe(family)}, but the config "
+                f"says attention_bias={self.attention_bias}, qk_norm={self.qk_norm}"
+            )
+
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+    def dim_per_head(self) -> int:
+        """``head_dim`` as an int (resolved in ``__post_init__``; typed for mypy)."""
+        assert self.head_dim is not None
+        return self.head_dim
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -116,81 +159,21 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
-class RotaryEmbedding(nn.Module):
-    """Rotary position embedding (Su et al. 2021), HF's ``rotate_half`` convention.
-
-    Given a bound on the positions, cos and sin are read from a cached table of every position
-    below it (one per device and dtype of ``inv_freq``, grown to the next power of two when a
-    longer sequence comes) instead of being computed over ``[N, T, head_dim]`` in every
-    forward. The table holds the same elementwise products, cosines and sines, so the rows are
-    bitwise the values computed directly (a test pins it).
-    """
-
-    def __init__(self, head_dim: int, theta: float) -> None:
-        super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
-        # (device, dtype) of inv_freq -> (cos, sin) ``[L, head_dim]``; a plain attribute, not a
-        # buffer: never saved, and rebuilt when the module moves (the key no longer matches)
-        self._table: tuple[tuple[torch.device, torch.dtype], Tensor, Tensor] | None = None
-
-    def forward(
-        self, position_ids: Tensor, max_position: int | None = None
-    ) -> tuple[Tensor, Tensor]:
-        """``[N, T]`` positions -> (cos, sin), each ``[N, 1, T, head_dim]``.
-
-        ``max_position``: a bound (exclusive) on ``position_ids`` known without looking at them
-        (no device sync); with it the cached table is indexed, without it the values are
-        computed.
-        """
-        if max_position is None:
-            cos, sin = self.compute(position_ids)
-        else:
-            cos_table, sin_table = self.table(max_position)
-            # a row lookup (embedding) is several times faster than advanced indexing on CPU
-            cos, sin = F.embedding(position_ids, cos_table), F.embedding(position_ids, sin_table)
-        return cos[:, None], sin[:, None]
-
-    def compute(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
-        """``[...]`` positions -> (cos, sin) ``[..., head_dim]``, computed."""
-        freqs = position_ids.float()[..., None] * self.inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos(), emb.sin()
-
-    def table(self, length: int) -> tuple[Tensor, Tensor]:
-        """(cos, sin) ``[L, head_dim]`` of positions ``0 .. L - 1`` for some ``L >= length``."""
-        key = (self.inv_freq.device, self.inv_freq.dtype)
-        if self._table is None or self._table[0] != key or self._table[1].shape[0] < length:
-            rows = 1 << max(length - 1, 63).bit_length()  # a power of two, at least 64
-            # ordinary tensors even when first asked for under inference mode (the training
-            # forward saves what it indexes from them for backward)
-            with torch.inference_mode(False), torch.no_grad():
-                positions = torch.arange(rows, device=self.inv_freq.device)
-                self._table = (key, *self.compute(positions))
-        return self._table[1], self._table[2]
-
-
-def _rotate_half(x: Tensor) -> Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    return x * cos.to(x.dtype) + _rotate_half(x) * sin.to(x.dtype)
-
-
 class LlamaAttention(nn.Module):
     def __init__(self, config: LlamaConfig, layer_idx: int) -> None:
         super().__init__()
         self.layer_idx = layer_idx
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
-        self.head_dim = config.head_dim
+        self.head_dim = config.dim_per_head
         bias = config.attention_bias
         self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
+        # Qwen3: each head's q and k RMS-normalized (one weight per head dimension) before RoPE
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
 
     def forward(
         self,
@@ -205,6 +188,8 @@ class LlamaAttention(nn.Module):
         q = self.q_proj(x).view(n, t, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(n, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(n, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rotary(q, cos, sin)
         k = apply_rotary(k, cos, sin)
         if cache is not None:
@@ -261,7 +246,12 @@ class LlamaModel(nn.Module):
             LlamaDecoderLayer(config, i) for i in range(config.num_hidden_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta)
+        self.rotary_emb = RotaryEmbedding(
+            config.dim_per_head,
+            config.rope_theta,
+            config.rope_scaling,
+            config.max_position_embeddings,
+        )
 
     def forward(
         self,
@@ -380,7 +370,7 @@ def new_cache(
         batch_size=batch_size,
         num_kv_heads=config.num_key_value_heads,
         max_length=max_length,
-        head_dim=config.head_dim,
+        head_dim=config.dim_per_head,
         dtype=like.dtype if dtype is None else dtype,
         device=like.device,
     )

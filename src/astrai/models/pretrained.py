@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -64,12 +65,17 @@ def missing_dir_hint(directory: Path) -> str:
 
 
 def is_hf_model_dir(path: str | Path) -> bool:
-    """True when ``path/config.json`` is a Hugging Face config (it has a ``model_type``)."""
+    """True when ``path/config.json`` is a Hugging Face config: it has a ``model_type`` and keys
+    beyond ``LlamaConfig``'s fields (a training checkpoint's own ``config.json`` holds only
+    those, ``model_type`` among them since issue 33)."""
     config = Path(path) / CONFIG_FILE
     try:
-        return config.is_file() and "model_type" in json.loads(config.read_text())
-    except ValueError:
+        payload = json.loads(config.read_text()) if config.is_file() else None
+    except (OSError, ValueError):
         return False
+    if not isinstance(payload, dict) or "model_type" not in payload:
+        return False
+    return not set(payload) <= {field.name for field in fields(LlamaConfig)}
 
 
 def _read_json(path: Path) -> dict[str, Any]:

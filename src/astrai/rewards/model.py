@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from astrai.models.families import FAMILIES
 from astrai.models.hf_tokenizer import HFTokenizer
 from astrai.models.llama import LlamaConfig, LlamaModel
 from astrai.models.pretrained import (
@@ -53,8 +54,7 @@ from astrai.models.tokenizer import CharTokenizer, load_tokenizer
 
 # the one architecture per model_type a reward model directory may name
 SEQUENCE_CLASSIFIERS = {
-    "llama": "LlamaForSequenceClassification",
-    "qwen2": "Qwen2ForSequenceClassification",
+    name: family.architecture("ForSequenceClassification") for name, family in FAMILIES.items()
 }
 _NAMED_CHARS = 80  # how much of a prompt an error message quotes
 
