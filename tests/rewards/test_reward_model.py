@@ -8,7 +8,13 @@ import pytest
 import torch
 import transformers  # the hf extra; `make test` installs it
 from safetensors.torch import load_file, save_file
-from tests.hf_models import TINY, save_tiny_hf_model, save_with_char_tokenizer
+from tests.hf_models import (
+    CLASS_PREFIX,
+    FAMILY_KWARGS,
+    TINY,
+    save_tiny_hf_model,
+    save_with_char_tokenizer,
+)
 
 from astrai.models.pretrained import ModelDirError
 from astrai.rewards.model import RewardModel
@@ -29,14 +35,15 @@ TEMPLATE = (
 def _save_classifier(
     directory: Path, family: str = "llama", num_labels: int = 1, template: str | None = None
 ) -> Path:
-    """``save_pretrained`` of a random ``*ForSequenceClassification`` (Qwen2's biases drawn
-    non-zero, so a dropped bias shows) plus the character tokenizer's HF form."""
+    """``save_pretrained`` of a random ``*ForSequenceClassification`` of ``family``
+    (``tests.hf_models.FAMILY_KWARGS``; biases and q/k norms drawn away from their init, so a
+    dropped one shows) plus the character tokenizer's HF form."""
     torch.manual_seed(0)
     kwargs = dict(TINY, initializer_range=0.2, rope_theta=5e5, num_labels=num_labels)
-    if family == "llama":
-        model = transformers.LlamaForSequenceClassification(transformers.LlamaConfig(**kwargs))
-    else:
-        model = transformers.Qwen2ForSequenceClassification(transformers.Qwen2Config(**kwargs))
+    kwargs.update(FAMILY_KWARGS[family])
+    prefix = CLASS_PREFIX[family]
+    config = getattr(transformers, f"{prefix}Config")(**kwargs)
+    model = getattr(transformers, f"{prefix}ForSequenceClassification")(config)
     save_with_char_tokenizer(model, directory)
     if template is not None:
         (directory / "chat_template.jinja").write_text(template)
@@ -62,7 +69,7 @@ def _check_scores(directory: Path, sequences: list[list[int]]) -> None:
     assert scores == pytest.approx(reference, abs=1e-5, rel=0)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral", "llama3"])
 def test_scores_equal_transformers_without_chat_template(tmp_path: Path, family: str) -> None:
     directory = _save_classifier(tmp_path, family)
     # not AutoTokenizer: for a qwen2 directory transformers 5 picks Qwen2Tokenizer, which
