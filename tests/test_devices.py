@@ -31,6 +31,8 @@ HOST_SIDE = {
     ("rollout/collect.py", "score_responses"): "collect_rollout moves the rewards to the device",
     ("rollout/minibatch.py", "iter_minibatches"): "a CPU shuffle (same order on any device), moved",
     ("models/llama.py", "__init__"): "module state: parameters and buffers follow .to(device)",
+    ("models/rope.py", "rope_frequencies"): "RotaryEmbedding's inv_freq buffer, built at init",
+    ("models/rope.py", "_yarn"): "RotaryEmbedding's inv_freq buffer, built at init",
     ("config/train_type_checks.py", "_check_optimizer"): "a dummy parameter the optimizer is "
     "built on at validation, before any device is chosen; never meets the run's tensors",
 }

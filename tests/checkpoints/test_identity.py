@@ -3,6 +3,7 @@ the fingerprint of the setup that wrote it, checked by resume and ``verify`` ali
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -20,10 +21,12 @@ from astrai.checkpoints.__main__ import main as checkpoints_cli
 from astrai.checkpoints.identity import (
     FINGERPRINT_KEYS,
     check_checkpoint_identity,
+    model_fingerprint,
     saved_fingerprint,
 )
 from astrai.checkpoints.layout import CheckpointError, list_checkpoints, stale_temporaries
 from astrai.metrics.writers import MetricsFileError, read_metrics_for_resume
+from astrai.models.llama import LlamaConfig
 from astrai.training.resume import check_metrics_for_resume
 from astrai.training.trainer import Trainer
 
@@ -350,3 +353,24 @@ def test_train_py_refuses_a_ppo_checkpoint_resumed_as_grpo(tmp_path: Path) -> No
     assert sorted(p.name for p in (run_dir / ".hydra").iterdir()) == sorted(
         p.name for p in before if p.parent.name == ".hydra"
     )
+
+
+@pytest.mark.parametrize("attention_bias", [False, True])
+def test_a_model_fingerprinted_before_issue_33s_fields_still_matches(attention_bias: bool) -> None:
+    """A checkpoint's model fingerprint written before ``head_dim``, ``qk_norm``,
+    ``rope_scaling`` and ``model_type`` were fields equals the same model's today, so such a run
+    resumes; a model that uses one of them does not match it."""
+    old = {
+        "vocab_size": 48, "hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 1,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+        "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
+        "attention_bias": attention_bias,
+    }  # fmt: skip
+    today = dataclasses.asdict(LlamaConfig(**old, initializer_range=0.02))
+    assert today["model_type"] == ("qwen2" if attention_bias else "llama")
+    assert model_fingerprint(today) == model_fingerprint(old) == old
+    for changed in ({"head_dim": 32}, {"model_type": "mistral"}):
+        if attention_bias and "model_type" in changed:
+            continue  # mistral has no biases: not a valid config
+        other = dataclasses.asdict(LlamaConfig(**{**old, **changed}))
+        assert model_fingerprint(other) != model_fingerprint(old)

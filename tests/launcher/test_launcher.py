@@ -163,6 +163,7 @@ def test_never_a_silent_host_run_and_bad_devices_fail_before_any_container(
     assert list(work.iterdir()) == []  # nothing written
 
 
+@pytest.mark.slow  # ~12 s: a real `train.py -m` multirun process (the fast suite's budget)
 def test_multirun_through_the_cli_runs_each_job_via_docker_compose(tmp_path: Path) -> None:
     # the host's interface names (issue 32): not for the bridge-networked container
     env = _env(tmp_path) | {"NCCL_SOCKET_IFNAME": "ib0", "NCCL_IB_HCA": "mlx5_0"}
