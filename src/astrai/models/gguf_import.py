@@ -65,6 +65,11 @@ def convert_gguf(gguf: Path, out: Path, dtype: str = "float32") -> Path:
     def write(tmp: Path) -> None:
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
+        # astrai must read what it writes: a config it refuses leaves no directory behind (a
+        # make target that exists but cannot load would never be rebuilt)
+        from astrai.models.pretrained import read_hf_config
+
+        read_hf_config(tmp)
 
     write_dir_atomic(out, write)
     return out
@@ -77,13 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gguf", type=Path, default=None, help="default: packaged SmolLM2")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     args = parser.parse_args(argv)
-    from astrai.models.pretrained import load_pretrained_policy
+    from astrai.models.pretrained import ModelDirError, load_pretrained_policy
     from astrai.models.tokenizer import load_tokenizer
 
     try:
         gguf = args.gguf if args.gguf is not None else packaged_smollm2_gguf()
         out = convert_gguf(gguf, args.out, args.dtype)
-    except (FileNotFoundError, FileExistsError, ImportError) as err:
+    except (FileNotFoundError, FileExistsError, ImportError, ModelDirError) as err:
         print(f"astrai.models.gguf_import: {err}", file=sys.stderr)
         return 2
     # the check: astrai reads what was written (a Hugging Face model directory)

@@ -72,6 +72,8 @@ CHECKED_KEYS: dict[str, tuple[Callable[[Any, dict[str, Any]], bool], str]] = {
     "attention_dropout": (lambda v, hf: _is_off(v), "0 (astrai has no dropout)"),
     "rope_interleaved": (lambda v, hf: _is_off(v), "false (HF's rotate_half layout)"),
     "partial_rotary_factor": (lambda v, hf: v in (None, 1, 1.0), "1.0 (RoPE on every dimension)"),
+    # Qwen2-VL's multimodal RoPE; text checkpoints derived from Qwen2.5 carry it switched off
+    "use_mrope": (lambda v, hf: _is_off(v), "false"),
     "sliding_window": (
         lambda v, hf: not _window_binds(v, hf),
         "null, or at least max_position_embeddings (a window that masks nothing)",
@@ -94,18 +96,27 @@ CHECKED_KEYS: dict[str, tuple[Callable[[Any, dict[str, Any]], bool], str]] = {
 
 def _window_binds(window: Any, hf: dict[str, Any]) -> bool:
     """Whether a sliding window of ``window`` tokens could mask a key the full causal mask
-    keeps: only below ``max_position_embeddings``."""
+    keeps: only below ``max_position_embeddings``, and for Qwen only with
+    ``use_sliding_window`` (transformers' Qwen2/Qwen3 configs drop the window without it)."""
     if window is None:
+        return False
+    if hf.get("model_type") in ("qwen2", "qwen3") and _is_off(hf.get("use_sliding_window")):
         return False
     if not isinstance(window, int) or isinstance(window, bool):
         return True
     return window < int(hf.get("max_position_embeddings", 2048))
 
 
+def _is_metadata(key: str) -> bool:
+    """Listed metadata, a private attribute transformers or a converter saved (``_commit_hash``,
+    ``_model_name_or_path``), or a special token's id (``unk_token_id``, ...)."""
+    return key in METADATA_KEYS or key.startswith("_") or key.endswith("_token_id")
+
+
 def _check_keys(hf: dict[str, Any], model_type: str) -> None:
     """Every key read, metadata, or holding a value astrai computes exactly."""
     for key, value in hf.items():
-        if key in READ_KEYS or key in METADATA_KEYS:
+        if key in READ_KEYS or _is_metadata(key):
             continue
         if key in CHECKED_KEYS:
             accepts, supported = CHECKED_KEYS[key]
