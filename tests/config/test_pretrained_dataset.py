@@ -85,3 +85,14 @@ def test_a_chat_template_that_refuses_the_turns_names_the_row(tmp_path: Path) ->
         match=re.escape(f"{train} row 3: the chat template refuses these turns: roles must"),
     ):
         compose_config(dataset_job(model_dir, train))
+
+
+def test_chat_template_kwargs_are_checked_before_the_run(base_model: Path, tmp_path: Path) -> None:
+    """A key astrai passes itself, or options with no template to read them, are one line."""
+    train = rows_file(tmp_path / "rows.jsonl", ["2+2="])
+    job = dataset_job(base_model, train)
+    with pytest.raises(ConfigError, match="model.chat_template_kwargs key 'messages' is set by"):
+        compose_config([*job, "+model.chat_template_kwargs.messages=x"])
+    # the tiny model's character tokenizer has no chat template: enable_thinking would be lost
+    with pytest.raises(ConfigError, match="model.chat_template_kwargs .* nothing would read it"):
+        compose_config([*job, "+model.chat_template_kwargs.enable_thinking=false"])

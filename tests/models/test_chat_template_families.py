@@ -261,3 +261,45 @@ def test_generate_cli_answers_through_the_template_and_stops(
     assert result.returncode == 0, result.stderr
     # past the end token the model emits id 0 ('!'): a missed stop would print '...!!!'
     assert result.stdout.splitlines()[2:] == [f"{QUESTION!r} -> {answer!r}"]
+
+
+# --- 5. template options (model.chat_template_kwargs), as apply_chat_template(**kwargs) --------
+
+
+def test_template_kwargs_reach_the_template_as_transformers_passes_them(
+    family_dirs: dict[str, Path],
+) -> None:
+    directory = family_dirs["qwen3"]
+    theirs = transformers.AutoTokenizer.from_pretrained(str(directory))
+    for kwargs in ({"enable_thinking": False}, {"enable_thinking": True}, {}):
+        ours = load_tokenizer(directory, True, kwargs)
+        for prompt in PROMPTS.values():
+            expected = theirs.apply_chat_template(
+                turns(prompt), tokenize=False, add_generation_prompt=True, **kwargs
+            )
+            assert ours.render_prompt(prompt) == expected
+    off = load_tokenizer(directory, True, {"enable_thinking": False}).render_prompt(QUESTION)
+    assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")  # non-thinking mode
+
+
+@pytest.mark.parametrize("key", ["messages", "add_generation_prompt", "eos_token", "1x"])
+def test_template_kwargs_may_not_set_astrais_own_variables(
+    family_dirs: dict[str, Path], key: str
+) -> None:
+    with pytest.raises(ValueError, match=f"chat_template_kwargs key '{key}'"):
+        load_tokenizer(family_dirs["qwen3"], True, {key: False})
+
+
+def test_a_checkpoint_keeps_its_runs_template_options(tmp_path: Path) -> None:
+    """``astrai.generate`` / export read a checkpoint's tokenizer with the run's
+    ``model.chat_template`` and ``model.chat_template_kwargs`` (older runs: True and {})."""
+    from astrai.checkpoints.layout import RUN_CONFIG_FILE
+    from astrai.checkpoints.policy import _run_chat_template
+
+    assert _run_chat_template(tmp_path) == (True, {})  # unrecorded
+    (tmp_path / RUN_CONFIG_FILE).write_text(
+        "model:\n  chat_template: true\n  chat_template_kwargs: {enable_thinking: false}\n"
+    )
+    assert _run_chat_template(tmp_path) == (True, {"enable_thinking": False})
+    (tmp_path / RUN_CONFIG_FILE).write_text("model:\n  chat_template: false\n")
+    assert _run_chat_template(tmp_path) == (False, {})

@@ -68,19 +68,21 @@ def resolve_checkpoint(path: str | Path) -> Path:
     )
 
 
-def _run_uses_chat_template(checkpoint: Path) -> bool:
-    """``model.chat_template`` of the run that wrote ``checkpoint`` (True when unrecorded)."""
+def _run_chat_template(checkpoint: Path) -> tuple[bool, dict]:
+    """``model.chat_template`` and ``model.chat_template_kwargs`` of the run that wrote
+    ``checkpoint`` (True and {} when unrecorded)."""
     try:
-        run_config = yaml.safe_load((checkpoint / RUN_CONFIG_FILE).read_text())
-        return bool(run_config["model"].get("chat_template", True))
-    except (OSError, KeyError, TypeError, AttributeError, yaml.YAMLError):
-        return True
+        model = yaml.safe_load((checkpoint / RUN_CONFIG_FILE).read_text())["model"]
+        return bool(model.get("chat_template", True)), dict(model.get("chat_template_kwargs") or {})
+    except (OSError, KeyError, TypeError, AttributeError, ValueError, yaml.YAMLError):
+        return True, {}
 
 
 def load_checkpoint_policy(path: str | Path, chat_template: bool | None = None) -> LoadedPolicy:
     """Policy, tokenizer and (PPO) critic of a training checkpoint or run dir.
 
-    ``chat_template``: None follows the run's ``model.chat_template``.
+    ``chat_template``: None follows the run's ``model.chat_template``; the run's
+    ``model.chat_template_kwargs`` always apply where a template is used.
     """
     checkpoint = resolve_checkpoint(path)
     fields = io.load_json(checkpoint / MODEL_CONFIG_FILE)
@@ -90,10 +92,10 @@ def load_checkpoint_policy(path: str | Path, chat_template: bool | None = None) 
         raise CheckpointError(f"{checkpoint / MODEL_CONFIG_FILE}: {err}") from err
     policy = LlamaForCausalLM(config)
     io.load_module(policy, checkpoint / MODEL_FILE)
-    if chat_template is None:
-        chat_template = _run_uses_chat_template(checkpoint)
+    run_template, template_kwargs = _run_chat_template(checkpoint)
+    chat_template = run_template if chat_template is None else chat_template
     try:
-        tokenizer = load_tokenizer(checkpoint, chat_template=chat_template)
+        tokenizer = load_tokenizer(checkpoint, chat_template, template_kwargs)
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{checkpoint}: {err}") from err
     critic = None

@@ -90,6 +90,8 @@ class HFModelConfig:
     _target_: str = MISSING
     path: str = MISSING  # config.json, model.safetensors, tokenizer.json, tokenizer_config.json
     chat_template: bool = MISSING
+    # extra chat-template variables, as apply_chat_template(**kwargs) (Qwen3's enable_thinking)
+    chat_template_kwargs: dict[str, Any] = MISSING
     gradient_checkpointing: bool = MISSING
 
 

@@ -40,11 +40,12 @@ RESUME_SCHEDULES = ("rescale", "keep")
 def _validate_pretrained(model: DictConfig) -> tuple[LlamaConfig, Tokenizer]:
     """``model=hf``: the directory, its config and its tokenizer files are checked (the
     weights are read by the trainer)."""
-    from astrai.models.hf_tokenizer import TokenizerFileError
+    from astrai.models.hf_tokenizer import TokenizerFileError, check_template_kwargs
     from astrai.models.pretrained import (
         ModelDirError,
         check_tokenizer_fits,
         read_hf_config,
+        template_kwargs_of,
         tokenizer_for,
         weight_files,
     )
@@ -55,6 +56,11 @@ def _validate_pretrained(model: DictConfig) -> tuple[LlamaConfig, Tokenizer]:
         "model.path must name a local Hugging Face model directory (model=hf model.path=<dir>)",
     )
     assert isinstance(path, str)
+    template_kwargs = template_kwargs_of(model)
+    try:
+        check_template_kwargs(template_kwargs)
+    except ValueError as err:
+        raise ConfigError(f"model.{err}") from err
     try:
         config = read_hf_config(path)
         weight_files(path)
@@ -62,6 +68,11 @@ def _validate_pretrained(model: DictConfig) -> tuple[LlamaConfig, Tokenizer]:
         check_tokenizer_fits(tokenizer, config, Path(path))
     except (ModelDirError, TokenizerFileError) as err:
         raise ConfigError(f"model.path: {err}") from err
+    require(
+        not template_kwargs or getattr(tokenizer, "chat_template", None) is not None,
+        f"model.chat_template_kwargs {template_kwargs} is set, but no chat template renders the "
+        "prompts (model.chat_template=false, or the model has none): nothing would read it",
+    )
     return config, tokenizer
 
 

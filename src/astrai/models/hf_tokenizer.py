@@ -31,6 +31,14 @@ GENERATION_CONFIG_FILE = "generation_config.json"
 # read when present and written back verbatim by ``HFTokenizer.save`` (into checkpoints too)
 SOURCE_FILES = (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, CHAT_TEMPLATE_FILE, GENERATION_CONFIG_FILE)
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
+# the variables astrai itself passes to a chat template: ``chat_template_kwargs`` may not set them
+TEMPLATE_VARIABLES = (
+    "messages",
+    "add_generation_prompt",
+    "tools",
+    "documents",
+    *SPECIAL_TOKEN_KEYS,
+)
 
 
 class TokenizerFileError(ValueError):
@@ -94,6 +102,22 @@ def declared_end_ids(generation_config: dict[str, Any] | None, vocab_size: int) 
     return ids
 
 
+def check_template_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``chat_template_kwargs`` as a plain dict, or a ValueError naming the key: a string key
+    that is not one of the variables astrai passes itself (``TEMPLATE_VARIABLES``)."""
+    if not isinstance(kwargs, Mapping):
+        raise ValueError(f"chat_template_kwargs must be a mapping (got {kwargs!r})")
+    for key in kwargs:
+        if not isinstance(key, str) or not key.isidentifier():
+            raise ValueError(f"chat_template_kwargs key {key!r} is not a template variable name")
+        if key in TEMPLATE_VARIABLES:
+            raise ValueError(
+                f"chat_template_kwargs key {key!r} is set by astrai itself; choose a template "
+                "option such as enable_thinking"
+            )
+    return dict(kwargs)
+
+
 class HFTokenizer:
     """A ``tokenizers.Tokenizer`` plus special tokens and an optional chat template.
 
@@ -105,6 +129,8 @@ class HFTokenizer:
             tokenizer defines them, None where it has no such token (no fallback: what an
             export declares).
         chat_template: the template text, or None when the model has none or it is switched off.
+        template_kwargs: extra variables every render passes to the template, as
+            ``apply_chat_template(..., **kwargs)`` does (e.g. Qwen3's ``enable_thinking``).
         generation_config: the model's ``generation_config.json``, or None.
     """
 
@@ -115,10 +141,12 @@ class HFTokenizer:
         chat_template: str | None,
         files: dict[str, bytes],
         generation_config: dict[str, Any] | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self._tokenizer = tokenizer
         self.config = config
         self.chat_template = chat_template
+        self.template_kwargs = check_template_kwargs(template_kwargs or {})
         # the file the template was read from (``load``), for messages about it
         self.template_file: Path | None = None
         self._template = None
@@ -158,8 +186,14 @@ class HFTokenizer:
         return self._stop_ids
 
     @classmethod
-    def load(cls, directory: str | Path, chat_template: bool = True) -> HFTokenizer:
-        """Read a tokenizer directory; every problem names the file."""
+    def load(
+        cls,
+        directory: str | Path,
+        chat_template: bool = True,
+        template_kwargs: Mapping[str, Any] | None = None,
+    ) -> HFTokenizer:
+        """Read a tokenizer directory; every problem names the file. ``template_kwargs``: see
+        the class."""
         from tokenizers import Tokenizer
 
         directory = Path(directory)
@@ -190,7 +224,7 @@ class HFTokenizer:
             template = named.get("default")
         template = template if chat_template else None
         try:
-            loaded = cls(tokenizer, config, template, files, generation_config)
+            loaded = cls(tokenizer, config, template, files, generation_config, template_kwargs)
         except TokenizerFileError as err:
             raise TokenizerFileError(f"{directory}/{err}") from err
         loaded.template_file = source if template is not None else None
@@ -220,6 +254,7 @@ class HFTokenizer:
                     documents=None,
                     add_generation_prompt=add_generation_prompt,
                     **self.special_tokens,
+                    **self.template_kwargs,
                 )
             )
         except TemplateError as err:  # the template's own raise_exception ("roles must ...")

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -215,15 +217,18 @@ def load_weights(module: nn.Module, tensors: dict[str, torch.Tensor], source: Pa
 
 
 def load_pretrained_policy(
-    path: str, chat_template: bool = True, gradient_checkpointing: bool = False
+    path: str,
+    chat_template: bool = True,
+    gradient_checkpointing: bool = False,
+    chat_template_kwargs: Mapping[str, Any] = MappingProxyType({}),  # an immutable {}
 ) -> LlamaForCausalLM:
     """Hydra target of ``model=hf``: the policy of a Hugging Face model directory, in float32,
     recomputing its layers' activations in backward when ``gradient_checkpointing``.
 
-    ``chat_template`` belongs to the tokenizer (see ``tokenizer_for``); accepted here because
-    Hydra passes every ``model.*`` key.
+    ``chat_template`` and ``chat_template_kwargs`` belong to the tokenizer (see
+    ``tokenizer_for``); accepted here because Hydra passes every ``model.*`` key.
     """
-    del chat_template
+    del chat_template, chat_template_kwargs
     directory = Path(path)
     config = read_hf_config(directory)
     model = LlamaForCausalLM(config)
@@ -239,7 +244,22 @@ def tokenizer_for(model_cfg: Any) -> Tokenizer:
     path = model_cfg.get("path") if hasattr(model_cfg, "get") else None
     if path is None:
         return CharTokenizer()
-    return HFTokenizer.load(path, chat_template=bool(model_cfg.get("chat_template", True)))
+    return HFTokenizer.load(
+        path,
+        chat_template=bool(model_cfg.get("chat_template", True)),
+        template_kwargs=template_kwargs_of(model_cfg),
+    )
+
+
+def template_kwargs_of(model_cfg: Any) -> dict[str, Any]:
+    """``model.chat_template_kwargs`` as a plain dict ({} when absent: a config or run written
+    before the key existed)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    kwargs = model_cfg.get("chat_template_kwargs") if hasattr(model_cfg, "get") else None
+    if isinstance(kwargs, DictConfig):
+        kwargs = OmegaConf.to_container(kwargs, resolve=True)
+    return dict(kwargs or {})
 
 
 # --- writing ----------------------------------------------------------------------------------
