@@ -96,6 +96,13 @@ class HFModelConfig:
 
 
 @dataclass
+class EngineConfig:
+    """``engine=torch``: what generates rollouts and evaluations (``rollout.engine``)."""
+
+    name: str = MISSING
+
+
+@dataclass
 class CriticConfig:
     """``critic=none``: no value model (GRPO needs none)."""
 
@@ -263,6 +270,7 @@ class TrainConfig:
 
     train_type: Any = MISSING
     model: Any = MISSING
+    engine: Any = MISSING
     critic: Any = MISSING
     task: Any = MISSING
     reward: Any = MISSING

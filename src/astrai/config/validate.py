@@ -29,6 +29,7 @@ from astrai.config.train_type_checks import check_world_batch, validate_train_ty
 from astrai.models.llama import LlamaConfig
 from astrai.models.precision import PRECISIONS
 from astrai.models.tokenizer import CharTokenizer, Tokenizer
+from astrai.rollout.engine import ENGINES
 from astrai.tasks.base import ProblemSource
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -383,5 +384,10 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
     task = _validate_task(cfg, tokenizer, model)
     _validate_reward(cfg.reward, task, tokenizer)
     _validate_infra(cfg.infra, where)
+    require(
+        cfg.engine.name in ENGINES,
+        f"engine.name={cfg.engine.name!r} is not an engine (choose from {', '.join(ENGINES)}; "
+        "select one with engine=<name>)",
+    )
     if isinstance(cfg.infra.nproc_per_node, int):  # auto: the trainer checks the real count
         check_world_batch(cfg.train_type, cfg.infra.nproc_per_node * cfg.infra.nnodes)

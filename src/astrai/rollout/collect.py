@@ -13,8 +13,9 @@ from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
 from astrai.rewards.overlong import OVERLONG_TERM, OverlongPenalty
+from astrai.rollout.engine import Engine, TorchEngine
 from astrai.rollout.rollout import Rollout
-from astrai.rollout.sampler import SamplingConfig, generate
+from astrai.rollout.sampler import SamplingConfig
 from astrai.tasks.base import Problem
 
 
@@ -106,9 +107,11 @@ def collect_rollout(
     lockstep: bool = False,
     overlong: OverlongPenalty | None = None,
     precision: str = "fp32",
+    engine: Engine | None = None,
 ) -> Rollout:
-    """Sample ``group_size`` responses for each of B problems and score them (``lockstep``,
-    ``precision``: see ``generate``).
+    """Sample ``group_size`` responses for each of B problems with ``engine`` (default: the
+    torch sampler on ``policy``) and score them (``lockstep``, ``precision``: see
+    ``generate``).
 
     ``overlong`` (training rollouts only): DAPO's soft overlong penalty on each response's
     length in tokens (EOS included), added to ``rewards`` and kept as the reward term
@@ -117,13 +120,14 @@ def collect_rollout(
     prompt_ids, prompt_mask = left_pad(tokenizer, [p.prompt for p in problems], device)
     was_training = policy.training
     policy.eval()
-    gen = generate(
+    gen = (engine or TorchEngine()).sample(
         policy,
-        prompt_ids.repeat_interleave(group_size, 0),
-        prompt_mask.repeat_interleave(group_size, 0),
+        prompt_ids,
+        prompt_mask,
+        group_size,
         sampling,
-        eos_id=tokenizer.stop_ids,
-        pad_id=tokenizer.pad_id,
+        tokenizer.stop_ids,
+        tokenizer.pad_id,
         generator=generator,
         lockstep=lockstep,
         precision=precision,

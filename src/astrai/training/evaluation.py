@@ -17,7 +17,8 @@ from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
 from astrai.rollout.collect import decode_responses, left_pad, prompt_context
-from astrai.rollout.sampler import SamplingConfig, generate
+from astrai.rollout.engine import Engine, TorchEngine
+from astrai.rollout.sampler import SamplingConfig
 from astrai.tasks.base import Problem
 
 
@@ -47,6 +48,7 @@ def evaluate(
     *,
     shard: bool = True,
     precision: str = "fp32",
+    engine: Engine | None = None,
 ) -> EvalResult:
     """Greedy-decode the problems in ``precision`` (``infra.precision``, as the run's rollouts
     decode) and score them; correct = the reward reaches the reward's ``accuracy_threshold``.
@@ -56,6 +58,7 @@ def evaluate(
             rank decodes every ``world_size``-th problem from its rank on. Without, this rank's
             own problems (under a sharded policy every rank must then run as many batches).
         shard: split ``problems`` over the ranks (no-op in one process).
+        engine: what decodes (default: the torch sampler on ``policy``).
 
     Returns:
         The metrics over every rank's problems (synchronised under a process group: every rank
@@ -73,10 +76,11 @@ def evaluate(
         chunk = [p.prompt for p in problems[start : start + batch_size]]
         ids, mask = left_pad(tokenizer, chunk, device)
         # a sharded policy gathers its weights in every decoding step: ranks stop together
-        gen = generate(
+        gen = (engine or TorchEngine()).sample(
             policy,
             ids,
             mask,
+            1,
             greedy,
             tokenizer.stop_ids,
             tokenizer.pad_id,

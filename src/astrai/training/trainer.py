@@ -41,6 +41,7 @@ from astrai.models.value_model import ValueModel, build_value_model
 from astrai.rewards.base import build_reward
 from astrai.rewards.config import overlong_from_config, reward_node
 from astrai.rollout.collect import collect_rollout
+from astrai.rollout.engine import Engine, build_engine
 from astrai.rollout.minibatch import Minibatch, flatten_rollout, iter_minibatches
 from astrai.rollout.rollout import Rollout, ended_with_eos
 from astrai.tasks.base import Problem, ProblemSource
@@ -107,6 +108,8 @@ class Trainer:
         # task.filter_overlong_prompts drops the rows too long for this model and response limit
         self.task: ProblemSource = build_task(cfg.task, self.tokenizer, max_prompt_tokens(cfg))
         self.policy: LlamaForCausalLM = instantiate(cfg.model).to(self.device)
+        # what samples the rollouts and the evaluations (engine=torch: the live policy)
+        self.engine: Engine = build_engine(cfg.get("engine"))
         # the reference is the initial policy, frozen
         self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
         if cfg.infra.offload_reference:  # it waits on the CPU between its scoring passes
@@ -255,6 +258,7 @@ class Trainer:
             lockstep=self.sharded,
             overlong=self.overlong,
             precision=self.cfg.infra.precision,
+            engine=self.engine,
         )
 
     def prepare(self, rollout: Rollout) -> dict[str, float]:
@@ -367,11 +371,15 @@ class Trainer:
         t1 = time.perf_counter()
         metrics.update(self.update(rollout))
         t2 = time.perf_counter()
+        # an engine with its own copy of the weights takes the updated ones (engine=torch: None)
+        sync_s = self.engine.sync_weights(self.policy)
+        if sync_s is not None:
+            metrics["perf/weight_sync_s"] = sync_s
         threshold = self.reward.accuracy_threshold
         metrics.update(rollout_metrics(rollout, self.tokenizer.stop_ids, threshold))  # all ranks
         metrics["time/rollout_s"] = t1 - t0
         metrics["time/update_s"] = t2 - t1
-        metrics["perf/step_s"] = t2 - t0
+        metrics["perf/step_s"] = time.perf_counter() - t0  # the weight sync included
         metrics["perf/tokens_per_s"] = float(rollout.response_mask.sum()) / max(t1 - t0, 1e-9)
         self.state.step += 1
         if self.state.step % self.cfg.logger.samples_every == 0:
@@ -406,6 +414,7 @@ class Trainer:
             self.eval_problems,
             self.strategy.sampling.max_new_tokens,
             precision=self.cfg.infra.precision,
+            engine=self.engine,
         )
 
     def eval_metrics(self) -> dict[str, float]:
