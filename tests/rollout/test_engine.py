@@ -40,3 +40,28 @@ def test_the_config_names_the_engine() -> None:
     assert cfg.engine.name == "torch" and isinstance(build_engine(cfg.engine), TorchEngine)
     with pytest.raises(ConfigError, match="engine.name='sglang' is not an engine"):
         compose_config(["debug=quick", "engine.name=sglang"])
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("engine.dtype=fp8", "engine.dtype='fp8' is not one of float32, bfloat16, float16"),
+        ("engine.kv_cache_space_gib=0", "engine.kv_cache_space_gib"),
+        ("engine.max_model_len=8", r"engine.max_model_len \(8\) is below the longest prompt"),
+        ("engine.max_model_len=4096", "engine.max_model_len"),  # beyond the model's 64
+        ("infra.nproc_per_node=2", "engine=vllm runs in one process for now"),
+    ],
+)
+def test_bad_vllm_options_are_one_line_before_any_engine_starts(override: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        compose_config(["debug=quick", "engine=vllm", override])
+
+
+def test_engine_vllm_without_vllm_names_the_install_command() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:  # the vllm lane's venv: it validates
+        compose_config(["debug=quick", "engine=vllm"])
+        return
+    with pytest.raises(ConfigError, match=r"engine=vllm needs vLLM.*make install-vllm"):
+        compose_config(["debug=quick", "engine=vllm"])

@@ -103,6 +103,18 @@ class EngineConfig:
 
 
 @dataclass
+class VLLMEngineSchema(EngineConfig):
+    """``engine=vllm``: an in-process vLLM engine (``rollout.vllm_engine``)."""
+
+    dtype: str = MISSING
+    max_model_len: int | None = MISSING
+    kv_cache_space_gib: int = MISSING
+    enforce_eager: bool = MISSING
+    enable_prefix_caching: bool = MISSING
+    seed: int = MISSING
+
+
+@dataclass
 class CriticConfig:
     """``critic=none``: no value model (GRPO needs none)."""
 

@@ -49,7 +49,7 @@ def group_schemas() -> dict[str, dict[str, type]]:
 
 GROUP_SCHEMAS: dict[str, dict[str, type]] = {
     "model": {"base_llama": schema.ModelConfig, "base_hf": schema.HFModelConfig},
-    "engine": {"base_engine": schema.EngineConfig},
+    "engine": {"base_engine": schema.EngineConfig, "base_vllm": schema.VLLMEngineSchema},
     "critic": {"base_critic": schema.CriticConfig, "base_value_model": schema.ValueModelConfig},
     "task": {
         "base_addition": schema.AdditionTaskConfig,

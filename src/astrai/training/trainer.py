@@ -109,7 +109,7 @@ class Trainer:
         self.task: ProblemSource = build_task(cfg.task, self.tokenizer, max_prompt_tokens(cfg))
         self.policy: LlamaForCausalLM = instantiate(cfg.model).to(self.device)
         # what samples the rollouts and the evaluations (engine=torch: the live policy)
-        self.engine: Engine = build_engine(cfg.get("engine"))
+        self.engine: Engine = build_engine(cfg.get("engine"), self.policy, self.tokenizer)
         # the reference is the initial policy, frozen
         self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
         if cfg.infra.offload_reference:  # it waits on the CPU between its scoring passes
