@@ -403,6 +403,14 @@ def _validate_engine(cfg: DictConfig, model: LlamaConfig, task: ProblemSource) -
         importlib.util.find_spec("vllm") is not None,
         f"engine=vllm needs vLLM, which is not installed: {VLLM_INSTALL}",
     )
+    from astrai.rollout.vllm_engine import check_head_dim
+
+    try:  # imports vLLM (seconds): only for engine=vllm jobs
+        check_head_dim(model.head_dim)
+    except ValueError as err:
+        raise ConfigError(
+            f"engine=vllm: {err} (e.g. model.num_attention_heads=2 model.num_key_value_heads=1)"
+        ) from err
 
 
 def validate_config(cfg: DictConfig, where: Where = "host") -> None:

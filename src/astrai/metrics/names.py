@@ -46,7 +46,8 @@ METRICS: dict[str, str] = {
     "rollout/token_reward_mean": "mean per-token reward (score on the last token − kl_coef·KL)",
     # throughput and time
     "perf/tokens_per_s": "response tokens sampled per second of rollout time",
-    "perf/step_s": "wall seconds per RL step",
+    "perf/step_s": "wall seconds per RL step (an engine's weight sync included)",
+    "perf/weight_sync_s": "seconds loading the updated weights into the engine (engine=vllm)",
     "time/rollout_s": "seconds sampling and scoring the rollout",
     "time/update_s": "seconds in the update epochs",
     "time/eval_s": "seconds in greedy evaluation",
@@ -79,7 +80,9 @@ CRITIC_METRICS: frozenset[str] = frozenset(
 # Emitted by some algorithms only: which, each strategy's ``metric_names`` says.
 ALGORITHM_METRICS: frozenset[str] = CRITIC_METRICS | {"loss/kl"}
 # What every algorithm emits; a strategy's ``metric_names`` adds its own ``METRICS`` keys
-CORE_METRICS: frozenset[str] = frozenset(METRICS) - ALGORITHM_METRICS
+# what an engine with its own copy of the weights adds (engine=vllm; engine=torch has none)
+ENGINE_METRICS: frozenset[str] = frozenset({"perf/weight_sync_s"})
+CORE_METRICS: frozenset[str] = frozenset(METRICS) - ALGORITHM_METRICS - ENGINE_METRICS
 
 # Need the reference forward. Every step while ``train_type.kl_coef`` > 0 (the KL is then in
 # the reward or the loss); at kl_coef = 0 nothing but these metrics reads the reference, so it
@@ -108,11 +111,14 @@ OPTION_METRICS: dict[str, tuple[str, str]] = {
 }
 
 
-def emitted_metrics(base: frozenset[str], options: Mapping[str, object]) -> frozenset[str]:
+def emitted_metrics(
+    base: frozenset[str], options: Mapping[str, object], engine: str = "torch"
+) -> frozenset[str]:
     """The metric names a run emits (reward terms aside): its algorithm's (``base``, the
     strategy's ``metric_names``), plus those of the options that are on (``options``: the
-    ``train_type`` node; an option is on when its value is neither null nor false)."""
+    ``train_type`` node; an option is on when its value is neither null nor false), plus an
+    engine's own (``engine``: ``engine.name``)."""
     extra = {
         name for name, (key, _) in OPTION_METRICS.items() if options.get(key) not in (None, False)
     }
-    return base | extra
+    return base | extra | (ENGINE_METRICS if engine != "torch" else frozenset())

@@ -98,7 +98,7 @@ class VLLMEngine:
         self.config = config
         self._dir = Path(tempfile.mkdtemp(prefix="astrai-vllm-"))
         self.llm: Any = None
-        _check_head_dim(policy.config.head_dim)
+        check_head_dim(policy.config.head_dim)
         try:
             start = time.perf_counter()
             save_policy_dir(policy, tokenizer, self._dir, dtype="float32")
@@ -222,7 +222,7 @@ class VLLMEngine:
         self.close()
 
 
-def _check_head_dim(head_dim: int | None) -> None:
+def check_head_dim(head_dim: int | None) -> None:
     """Refuse, in one line, a head size the CPU build's attention kernel lacks: it would fail
     only at the first request (``Unsupported CPU attention configuration: head_dim=16``)."""
     from vllm.platforms import current_platform

@@ -108,8 +108,6 @@ class Trainer:
         # task.filter_overlong_prompts drops the rows too long for this model and response limit
         self.task: ProblemSource = build_task(cfg.task, self.tokenizer, max_prompt_tokens(cfg))
         self.policy: LlamaForCausalLM = instantiate(cfg.model).to(self.device)
-        # what samples the rollouts and the evaluations (engine=torch: the live policy)
-        self.engine: Engine = build_engine(cfg.get("engine"), self.policy, self.tokenizer)
         # the reference is the initial policy, frozen
         self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
         if cfg.infra.offload_reference:  # it waits on the CPU between its scoring passes
@@ -166,6 +164,9 @@ class Trainer:
             log.info("resumed from %s at step %d", resume, self.state.step)
             if span.notice is not None:  # said once the checkpoint is accepted
                 log.warning("%s", span.notice)
+        # what samples the rollouts and the evaluations (engine=torch: the live policy); built
+        # after the restore, so an engine with its own copy starts from the resumed weights
+        self.engine: Engine = build_engine(cfg.get("engine"), self.policy, self.tokenizer)
         self.logger = RunLogger(
             self.run_dir,
             cfg.logger.tensorboard,
