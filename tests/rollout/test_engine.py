@@ -65,3 +65,13 @@ def test_engine_vllm_without_vllm_names_the_install_command() -> None:
         return
     with pytest.raises(ConfigError, match=r"engine=vllm needs vLLM.*make install-vllm"):
         compose_config(["debug=quick", "engine=vllm"])
+
+
+def test_engine_vllm_on_cuda_is_refused_until_its_memory_is_managed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # as on a GPU machine
+    with pytest.raises(ConfigError, match="engine=vllm runs on the CPU only for now"):
+        compose_config(["debug=quick", "engine=vllm", "infra.device=cuda"])
+    with pytest.raises(ConfigError, match="engine=vllm runs on the CPU only for now"):
+        compose_config(["debug=quick", "engine=vllm"])  # infra.device=auto picks the GPU
