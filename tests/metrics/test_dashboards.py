@@ -295,6 +295,10 @@ def test_resumed_run_keeps_one_hparams_record_and_counts_time_on(tmp_path: Path)
     hparams_tags = events.PluginTagToContent(metadata.PLUGIN_NAME)  # tensor or not
     assert metadata.SESSION_START_INFO_TAG in hparams_tags
     assert metadata.SESSION_END_INFO_TAG not in hparams_tags
+    # a resume is a later process whose event file sorts after the first's; in one test process
+    # the files' per-process counter runs on across tests (".9" sorts after ".10"), so the
+    # second file must not share the first's second (as in the test below)
+    time.sleep(1.1)
     Trainer(compose_config(PPO_QUICK), tmp_path).fit()  # ckpt.resume=auto
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     elapsed = {r["step"]: r["time/elapsed_s"] for r in rows if "time/elapsed_s" in r}

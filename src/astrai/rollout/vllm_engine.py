@@ -301,14 +301,14 @@ def _pack(
     """``(ids, logprobs)`` per response -> a right-padded ``Generation`` ``[N, R]``."""
     width = max(len(ids) for ids, _ in rows)
     n = len(rows)
-    response_ids = torch.full((n, width), pad_id, dtype=torch.long)
-    response_mask = torch.zeros(n, width, dtype=torch.bool)
-    logprobs = torch.zeros(n, width, dtype=torch.float32)
+    response_ids = torch.full((n, width), pad_id, dtype=torch.long, device=device)
+    response_mask = torch.zeros(n, width, dtype=torch.bool, device=device)
+    logprobs = torch.zeros(n, width, dtype=torch.float32, device=device)
     for i, (ids, values) in enumerate(rows):
-        response_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        response_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long, device=device)
         response_mask[i, : len(ids)] = True
-        logprobs[i, : len(ids)] = torch.tensor(values, dtype=torch.float32)
-    return Generation(response_ids.to(device), response_mask.to(device), logprobs.to(device))
+        logprobs[i, : len(ids)] = torch.tensor(values, dtype=torch.float32, device=device)
+    return Generation(response_ids, response_mask, logprobs)
 
 
 def _repack_tied_lm_head(model: Any) -> None:
