@@ -93,6 +93,7 @@ test-docker: $(DEV_STAMP) ## the Docker workflow against a real engine (docs/doc
 # one engine per model, reused across the module's tests (in-process, CPU)
 test-vllm: $(VLLM_STAMP) ## the vLLM engine against astrai's sampler (.venv-vllm; make install-vllm)
 	$(VLLM_BIN)/pytest -m vllm -p no:cacheprovider tests/engine
+	$(VLLM_BIN)/python bench/engine.py --quick
 
 test-all: test test-slow test-docker ## every test
 
