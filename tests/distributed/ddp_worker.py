@@ -123,19 +123,20 @@ def evaluate_then_stop(rank: int, world: int, resolved: str, out: str) -> None:
     import signal
 
     from astrai.distributed import gather_objects
-    from astrai.training import evaluation
+    from astrai.rollout import engine
     from astrai.training.stopping import catch_stop_signals
     from astrai.training.trainer import Trainer
 
     _join(rank, world, out)
     lockstep: list[bool] = []
-    decode = evaluation.generate
+    # evaluation decodes through the engine (engine=torch: rollout.engine's generate)
+    decode = engine.generate
 
     def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - generate's own
         lockstep.append(kwargs.get("lockstep", False))
         return decode(*args, **kwargs)
 
-    evaluation.generate = recording
+    engine.generate = recording
     trainer = Trainer(OmegaConf.create(resolved), Path(out) / "run")
     trainer.eval_metrics()
     catch_stop_signals()

@@ -28,6 +28,7 @@ def evaluate_on_two_ranks(rank: int, world: int, out: str) -> None:
     from astrai.models.llama import LlamaConfig, LlamaForCausalLM
     from astrai.models.tokenizer import CharTokenizer
     from astrai.rewards.base import Reward, RewardTerm
+    from astrai.rollout import engine
     from astrai.tasks.base import Problem
     from astrai.training import evaluation
 
@@ -36,13 +37,14 @@ def evaluate_on_two_ranks(rank: int, world: int, out: str) -> None:
         "gloo", init_method=f"file://{Path(out) / 'rendezvous'}", rank=rank, world_size=world
     )
     decoded: list[int] = []
-    decode = evaluation.generate
+    # evaluation decodes through the engine (engine=torch: rollout.engine's generate)
+    decode = engine.generate
 
     def recording(policy, ids, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         decoded.append(ids.shape[0])
         return decode(policy, ids, *args, **kwargs)
 
-    evaluation.generate = recording
+    engine.generate = recording
     torch.manual_seed(0)
     policy = LlamaForCausalLM(LlamaConfig())
     reward = Reward([RewardTerm("by_answer", 1.0, score_by_answer)], accuracy_threshold=1.0)
