@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from astrai.config.container_paths import NotInContainer, container_view
 from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan, Where, infra_plan
 from astrai.config.duration import parse_duration
+from astrai.config.engine_checks import validate_engine
 from astrai.config.environment import reserved_reason
 from astrai.config.errors import ConfigError, require
 from astrai.config.keys import check_known_keys
@@ -29,7 +30,6 @@ from astrai.config.train_type_checks import check_world_batch, validate_train_ty
 from astrai.models.llama import LlamaConfig
 from astrai.models.precision import PRECISIONS
 from astrai.models.tokenizer import CharTokenizer, Tokenizer
-from astrai.rollout.engine import ENGINES, VLLM_INSTALL
 from astrai.tasks.base import ProblemSource
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -351,77 +351,6 @@ def _validate_ckpt(ckpt: DictConfig) -> None:
     )
 
 
-VLLM_DTYPES = ("float32", "bfloat16", "float16")
-
-
-def _validate_engine(
-    cfg: DictConfig, model: LlamaConfig, task: ProblemSource, where: Where
-) -> None:
-    """``engine``: a known engine; for ``vllm`` its options, one process, and vLLM installed
-    (checked last: a bad option is named even where vLLM is missing). Nothing starts here."""
-    engine = cfg.engine
-    require(
-        engine.name in ENGINES,
-        f"engine.name={engine.name!r} is not an engine (choose from {', '.join(ENGINES)}; "
-        "select one with engine=<name>)",
-    )
-    if engine.name != "vllm":
-        return
-    require(
-        engine.dtype in VLLM_DTYPES,
-        f"engine.dtype={engine.dtype!r} is not one of {', '.join(VLLM_DTYPES)}",
-    )
-    check_number(engine.kv_cache_space_gib, "engine.kv_cache_space_gib", 1, 4096, integer=True)
-    check_number(engine.seed, "engine.seed", 0, MAX_SEED, high_open=True, integer=True)
-    for key in ("enforce_eager", "enable_prefix_caching"):
-        require(isinstance(engine[key], bool), f"engine.{key} must be true or false")
-    positions = model.max_position_embeddings
-    check_number(
-        engine.max_model_len, "engine.max_model_len", 1, positions, integer=True, optional=True
-    )
-    max_new_tokens = int(cfg.train_type.sampling.max_new_tokens)
-    # the longest request: an embedded task's longest prompt (BOS included), or any prompt a
-    # dataset may hold (every prompt fits max_position_embeddings - max_new_tokens)
-    prompt = 1 + task.max_prompt_len() if hasattr(task, "max_prompt_len") else None
-    needed = positions if prompt is None else prompt + max_new_tokens
-    require(
-        engine.max_model_len is None or engine.max_model_len >= needed,
-        f"engine.max_model_len ({engine.max_model_len}) is below the longest prompt + "
-        f"train_type.sampling.max_new_tokens ({needed})",
-    )
-    # colocated on a GPU, vLLM would take its default 90% of the memory the update needs:
-    # refused until the engine's memory fraction and sleep mode are built
-    require(
-        plan_here(cfg.infra, where).device == "cpu",
-        "engine=vllm runs on the CPU only for now (issue 34: on CUDA its memory fraction and "
-        "sleep mode are not built yet); set infra.device=cpu, or use engine=torch",
-    )
-    world = (
-        cfg.infra.nproc_per_node * cfg.infra.nnodes
-        if isinstance(cfg.infra.nproc_per_node, int)
-        else None
-    )
-    require(
-        world in (None, 1),
-        "engine=vllm runs in one process for now (issue 34: one engine per rank under torchrun "
-        f"is not built yet); got infra.nproc_per_node x infra.nnodes = {world}",
-    )
-    import importlib.util
-
-    require(
-        importlib.util.find_spec("vllm") is not None,
-        f"engine=vllm needs vLLM, which is not installed: {VLLM_INSTALL}",
-    )
-    from astrai.rollout.vllm_engine import check_head_dim
-
-    try:  # imports vLLM (seconds): only for engine=vllm jobs
-        check_head_dim(model.head_dim)
-    except ValueError as err:
-        raise ConfigError(
-            f"engine=vllm: {err} (e.g. model.num_attention_heads=2 model.num_key_value_heads=1)"
-        ) from err
-
-
 def validate_config(cfg: DictConfig, where: Where = "host") -> None:
     """Raise ``ConfigError`` for the first invalid key of a composed config.
 
@@ -455,6 +384,6 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
     task = _validate_task(cfg, tokenizer, model)
     _validate_reward(cfg.reward, task, tokenizer)
     _validate_infra(cfg.infra, where)
-    _validate_engine(cfg, model, task, where)
+    validate_engine(cfg, model, task, plan_here(cfg.infra, where).device)
     if isinstance(cfg.infra.nproc_per_node, int):  # auto: the trainer checks the real count
         check_world_batch(cfg.train_type, cfg.infra.nproc_per_node * cfg.infra.nnodes)

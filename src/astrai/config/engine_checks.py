@@ -1,0 +1,83 @@
+"""Checks of the ``engine`` node (``astrai.rollout.engine``): a known engine and, for
+``engine=vllm``, its options and what the engine needs of the run, before anything starts."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from omegaconf import DictConfig
+
+from astrai.config.errors import ConfigError, require
+from astrai.config.ranges import MAX_SEED, check_number
+from astrai.models.llama import LlamaConfig
+from astrai.rollout.engine import ENGINES, VLLM_INSTALL
+from astrai.tasks.base import ProblemSource
+
+VLLM_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def validate_engine(
+    cfg: DictConfig, model: LlamaConfig, task: ProblemSource, device: str | None
+) -> None:
+    """``engine``: a known engine; for ``vllm`` its options, the CPU (``device``: the planned
+    device, None where a container decides), one process, and vLLM installed (checked last: a
+    bad option is named even where vLLM is missing). Nothing starts here."""
+    engine = cfg.engine
+    require(
+        engine.name in ENGINES,
+        f"engine.name={engine.name!r} is not an engine (choose from {', '.join(ENGINES)}; "
+        "select one with engine=<name>)",
+    )
+    if engine.name != "vllm":
+        return
+    require(
+        engine.dtype in VLLM_DTYPES,
+        f"engine.dtype={engine.dtype!r} is not one of {', '.join(VLLM_DTYPES)}",
+    )
+    check_number(engine.kv_cache_space_gib, "engine.kv_cache_space_gib", 1, 4096, integer=True)
+    check_number(engine.seed, "engine.seed", 0, MAX_SEED, high_open=True, integer=True)
+    for key in ("enforce_eager", "enable_prefix_caching"):
+        require(isinstance(engine[key], bool), f"engine.{key} must be true or false")
+    positions = model.max_position_embeddings
+    check_number(
+        engine.max_model_len, "engine.max_model_len", 1, positions, integer=True, optional=True
+    )
+    max_new_tokens = int(cfg.train_type.sampling.max_new_tokens)
+    # the longest request: an embedded task's longest prompt (BOS included), or any prompt a
+    # dataset may hold (every prompt fits max_position_embeddings - max_new_tokens)
+    prompt = 1 + task.max_prompt_len() if hasattr(task, "max_prompt_len") else None
+    needed = positions if prompt is None else prompt + max_new_tokens
+    require(
+        engine.max_model_len is None or engine.max_model_len >= needed,
+        f"engine.max_model_len ({engine.max_model_len}) is below the longest prompt + "
+        f"train_type.sampling.max_new_tokens ({needed})",
+    )
+    # colocated on a GPU, vLLM would take its default 90% of the memory the update needs:
+    # refused until the engine's memory fraction and sleep mode are built
+    require(
+        device == "cpu",
+        "engine=vllm runs on the CPU only for now (issue 34: on CUDA its memory fraction and "
+        "sleep mode are not built yet); set infra.device=cpu, or use engine=torch",
+    )
+    world = (
+        cfg.infra.nproc_per_node * cfg.infra.nnodes
+        if isinstance(cfg.infra.nproc_per_node, int)
+        else None
+    )
+    require(
+        world in (None, 1),
+        "engine=vllm runs in one process for now (issue 34: one engine per rank under torchrun "
+        f"is not built yet); got infra.nproc_per_node x infra.nnodes = {world}",
+    )
+    require(
+        importlib.util.find_spec("vllm") is not None,
+        f"engine=vllm needs vLLM, which is not installed: {VLLM_INSTALL}",
+    )
+    from astrai.rollout.vllm_engine import check_head_dim
+
+    try:  # imports vLLM (seconds): only for engine=vllm jobs
+        check_head_dim(model.head_dim)
+    except ValueError as err:
+        raise ConfigError(
+            f"engine=vllm: {err} (e.g. model.num_attention_heads=2 model.num_key_value_heads=1)"
+        ) from err
