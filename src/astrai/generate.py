@@ -10,7 +10,10 @@ reward is printed, then the mean reward and accuracy. ``--task`` alone (or ``--t
 run's own task, as its config built it (``task=dataset``: the files it named), scored by the run's
 reward, as its ``eval/`` metrics are; ``--task NAME`` is ``conf/task/NAME.yaml`` (the run's own
 config when the run trained that task). Without ``--task`` each prompt given is answered ``--n``
-times. Sampling uses astrai's KV-cache sampler; ``--temperature 0`` is greedy.
+times. ``--temperature 0`` is greedy. ``--engine torch`` (the default) samples with astrai's
+KV-cache sampler, ``--engine vllm`` with vLLM's CPU build started from the loaded policy (its
+knobs: the run's ``engine`` node when the run used vLLM, else ``conf/engine/vllm.yaml``;
+``generation_engine``).
 Exit status 0, or 2 with one line on stderr for a bad source or option.
 """
 
@@ -29,6 +32,14 @@ from omegaconf import DictConfig, OmegaConf
 from astrai.checkpoints.layout import RUN_CONFIG_FILE, CheckpointError
 from astrai.checkpoints.policy import LoadedPolicy, load_policy
 from astrai.cli_errors import ArgumentParser, one_line_errors
+from astrai.generation_engine import (
+    check_engine,
+    check_length,
+    device_error,
+    engine_config,
+    engine_error,
+    sample_groups,
+)
 from astrai.models.hf_tokenizer import TokenizerFileError
 from astrai.models.precision import PRECISIONS
 from astrai.models.pretrained import ModelDirError, is_hf_model_dir
@@ -36,7 +47,8 @@ from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward, RewardConfigError, RewardError, build_reward
 from astrai.rewards.config import reward_node
 from astrai.rollout.collect import decode_responses, left_pad, prompt_context
-from astrai.rollout.sampler import SamplingConfig, generate
+from astrai.rollout.engine import ENGINES
+from astrai.rollout.sampler import SamplingConfig
 from astrai.tasks.base import Problem, ProblemSource, Task
 
 RUN_TASK = "run"  # `--task` without a name, or `--task run`: the run's own task
@@ -192,23 +204,6 @@ def score(
     return [scoring.task.reward(*p) for p in pairs], [scoring.task.is_correct(*p) for p in pairs]
 
 
-def _device_error(name: str) -> str | None:
-    """Why ``--device name`` cannot be used here, or None."""
-    try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError) as err:
-        return f"not a torch device ({str(err).splitlines()[0]})"
-    if device.type == "cuda":
-        count = torch.cuda.device_count()
-        if count == 0:
-            return "no CUDA device is visible (torch.cuda.device_count() is 0)"
-        if device.index is not None and device.index >= count:
-            return f"there are {count} visible CUDA devices"
-    elif device.type != "cpu":
-        return "use cpu or cuda[:N]"
-    return None
-
-
 def _count(text: str) -> int:
     """An ``--n``: an integer, also written as a float (``1e3``)."""
     try:
@@ -266,22 +261,6 @@ def check_prompts(tokenizer: Any, prompts: list[str]) -> None:
             )
 
 
-def check_length(policy: torch.nn.Module, prompt_width: int, max_new_tokens: int) -> None:
-    """ValueError unless the prompts and ``max_new_tokens`` fit the model's positions."""
-    limit = getattr(getattr(policy, "config", None), "max_position_embeddings", None)
-    if isinstance(limit, int) and prompt_width >= limit:  # no --max-new-tokens helps
-        raise ValueError(
-            f"the longest prompt has {prompt_width} tokens, which leaves no position for a "
-            f"response within the model's max_position_embeddings ({limit}); shorten it"
-        )
-    if isinstance(limit, int) and prompt_width + max_new_tokens > limit:
-        raise ValueError(
-            f"--max-new-tokens {max_new_tokens}: with the longest prompt ({prompt_width} "
-            f"tokens) that passes the model's max_position_embeddings ({limit}); use at most "
-            f"{max(limit - prompt_width, 0)}"
-        )
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = ArgumentParser(prog="python -m astrai.generate", description=__doc__)
     parser.add_argument("source", type=Path, help="checkpoint, run dir or Hugging Face model dir")
@@ -312,6 +291,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="torch",
+        help="what samples: astrai's KV-cache sampler (torch) or vLLM's CPU build (vllm)",
+    )
+    parser.add_argument(
         "--precision",
         choices=PRECISIONS,
         default=None,
@@ -334,9 +319,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Exit status 0; a bad source, option, prompt or device: one line, 2."""
     args = parse_args(argv)
-    device_error = _device_error(args.device)
-    if device_error is not None:
-        print(f"astrai.generate: --device {args.device}: {device_error}", file=sys.stderr)
+    refusal = engine_error(args.engine, args.device, args.seed)  # before the model loads
+    if refusal is not None:
+        print(f"astrai.generate: {refusal}", file=sys.stderr)
+        return 2
+    refusal = device_error(args.device)
+    if refusal is not None:
+        print(f"astrai.generate: --device {args.device}: {refusal}", file=sys.stderr)
         return 2
     try:
         if args.task not in (None, RUN_TASK, *task_names(embedded_only=False)):
@@ -344,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load_policy(args.source, chat_template=False if args.no_chat_template else None)
         run = read_run_config(loaded, args.source)
         precision = args.precision or run_precision(run)
+        engine_cfg = engine_config(args.engine, run, args.seed, args.precision)
         scoring = None
         if args.task is not None:
             n = args.n or DEFAULT_TASK_PROMPTS
@@ -367,29 +357,24 @@ def main(argv: list[str] | None = None) -> int:
     else:
         prompts, samples = list(args.prompts), args.n or 1
         check_prompts(tokenizer, list(args.prompts))
-    rows = [p for p in prompts for _ in range(samples)]
+    rows = [p for p in prompts for _ in range(samples)]  # prompt-major, as the engine's rows
     max_new_tokens = args.max_new_tokens or run_sampling_default(
         run, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS
     )
     sampling = SamplingConfig(max_new_tokens, args.temperature, args.top_k, args.top_p)
-    ids, mask = left_pad(tokenizer, rows, device)  # a character it does not know: ValueError
+    ids, mask = left_pad(tokenizer, prompts, device)  # a character it does not know: ValueError
     check_length(policy, ids.shape[1], max_new_tokens)
-    generator = torch.Generator(device=device).manual_seed(args.seed)
-    out = generate(
-        policy,
-        ids,
-        mask,
-        sampling,
-        tokenizer.stop_ids,
-        tokenizer.pad_id,
-        generator,
-        precision=precision,
+    check_engine(engine_cfg, policy, ids.shape[1], max_new_tokens)
+    out = sample_groups(
+        engine_cfg, policy, tokenizer, ids, mask, samples, sampling, args.seed, precision
     )
     completions = decode_responses(tokenizer, out.response_ids, out.response_mask)
     print(f"# {loaded.source}")
     decoding = "greedy" if args.temperature == 0 else f"temperature {args.temperature}"
     task_part = f"task {scoring.label}, " if scoring is not None else ""
-    print(f"# {task_part}max_new_tokens {max_new_tokens}, {decoding}, {precision}")
+    # vLLM computes in its engine.dtype, not in astrai's precision
+    numbers = precision if engine_cfg is None else f"vllm {engine_cfg.dtype}"
+    print(f"# {task_part}max_new_tokens {max_new_tokens}, {decoding}, {numbers}")
     if scoring is None:
         for prompt, completion in zip(rows, completions, strict=True):
             print(f"{prompt!r} -> {completion!r}")
