@@ -57,6 +57,7 @@ def clipped_policy_loss(
     ratio_level: str = "token",
     loss_agg: str = "token_mean",
     norm_len: float | None = None,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate loss (to minimise), with DAPO's clip-higher, dual-clip and GSPO's
     sequence-level ratio as options.
@@ -64,8 +65,10 @@ def clipped_policy_loss(
     Per token, with ``ratio = exp(importance_log_ratio(...))``:
     ``l = max(-A * ratio, -A * clip(ratio, 1 - clip_eps, 1 + clip_eps_high))``, and with
     dual-clip, for ``A < 0`` only, ``min(l, -A * clip_ratio_c)``: a ratio far above 1 on a
-    negative advantage no longer grows the loss without bound (Ye et al. 2020). The tokens'
-    ``l`` are then aggregated by ``loss_agg`` (``aggregation.aggregate_loss``).
+    negative advantage no longer grows the loss without bound (Ye et al. 2020). With
+    ``is_weights`` (the engine/trainer mismatch correction, ``correction.py``) each token's
+    ``l`` is multiplied by its weight. The tokens' ``l`` are then aggregated by ``loss_agg``
+    (``aggregation.aggregate_loss``).
 
     Args:
         logprobs: ``[N, R]`` log-probs of the taken tokens under the current policy.
@@ -80,6 +83,8 @@ def clipped_policy_loss(
         ratio_level: ``token`` (PPO) or ``sequence`` (GSPO).
         loss_agg: one of ``aggregation.LOSS_AGG_MODES``.
         norm_len: the constant of ``seq_mean_token_sum_norm``.
+        is_weights: ``[N, R]`` detached per-token loss weights ``π_old / π_behav`` after their
+            band; None = 1 (no engine mismatch to correct).
 
     Returns:
         ``(loss, stats)``: scalar loss; stats are detached token means: ``clipfrac`` (tokens
@@ -96,6 +101,8 @@ def clipped_policy_loss(
         bounded = torch.minimum(per_token, -advantages * clip_ratio_c)
         dual_active = (advantages < 0) & (bounded < per_token)
         per_token = torch.where(advantages < 0, bounded, per_token)
+    if is_weights is not None:
+        per_token = per_token * is_weights
     loss = aggregate_loss(per_token, mask, loss_agg, norm_len, divisors)
     tokens = None if divisors is None else divisors.tokens
     with torch.no_grad():

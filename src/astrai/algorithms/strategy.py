@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from astrai.algorithms.aggregation import LOSS_AGG_MODES, Divisors
+from astrai.algorithms.correction import Correction, MaxFn, correct_mismatch, local_max
 from astrai.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from astrai.algorithms.losses import RATIO_LEVELS, clipped_policy_loss
 from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean
@@ -122,22 +123,7 @@ class Strategy(ABC):
                 raise ValueError("a reference is needed while train_type.kl_coef is nonzero")
             rollout.ref_logprobs = None
             return {}
-        prompt_ids, prompt_mask = rollout.flat_prompts()
-        parts = split_rows(
-            self.micro_batch_size,  # the memory bound of the update holds here too
-            prompt_ids,
-            prompt_mask,
-            rollout.flat("response_ids"),
-            rollout.flat("response_mask"),
-        )
-        temperature = self.sampling.temperature
-        with torch.inference_mode():
-            ref_parts = [
-                response_logprobs(reference, ids, mask, response_ids, response_mask, temperature)[0]
-                for ids, mask, response_ids, response_mask in parts
-            ]
-        # concatenated outside inference mode: an ordinary tensor, which the losses may save
-        rollout.ref_logprobs = torch.cat(ref_parts).view_as(rollout.logprobs)
+        rollout.ref_logprobs = self.score_rollout(reference, rollout)
         mask = rollout.response_mask
         return {
             f"kl/{kind}": masked_global_mean(
@@ -145,6 +131,54 @@ class Strategy(ABC):
             ).item()
             for kind in KL_ESTIMATORS
         }
+
+    def score_rollout(self, model: nn.Module, rollout: Rollout) -> Tensor:
+        """``[B, G, R]`` logprobs of the rollout's responses under ``model`` at the sampling
+        temperature, without gradient, in micro-batches of ``micro_batch_size`` sequences (the
+        memory bound of the update holds here too)."""
+        prompt_ids, prompt_mask = rollout.flat_prompts()
+        parts = split_rows(
+            self.micro_batch_size,
+            prompt_ids,
+            prompt_mask,
+            rollout.flat("response_ids"),
+            rollout.flat("response_mask"),
+        )
+        temperature = self.sampling.temperature
+        with torch.inference_mode():
+            scored = [
+                response_logprobs(model, ids, mask, response_ids, response_mask, temperature)[0]
+                for ids, mask, response_ids, response_mask in parts
+            ]
+        # concatenated outside inference mode: an ordinary tensor, which the losses may save
+        return torch.cat(scored).view_as(rollout.logprobs)
+
+    def recompute_old_logprobs(
+        self,
+        rollout: Rollout,
+        policy: nn.Module,
+        correction: Correction,
+        sum_over_ranks: SumFn = local_sum,
+        max_over_ranks: MaxFn = local_max,
+    ) -> dict[str, float]:
+        """Decoupled π_old (``engine.old_logprobs: recompute``): the sampling policy's weights
+        score the sampled tokens with the trainer's own forward. The engine's logprobs move to
+        ``rollout.behaviour_logprobs``, the trainer's become ``rollout.logprobs`` (π_old: the
+        PPO ratio's denominator and the KL's behaviour side), and ``rollout.is_weights`` pins
+        ``correction``'s loss weights (None for ``none``). Returns the ``rollout/*`` mismatch
+        metrics (``correction.correct_mismatch``). Call before ``prepare``."""
+        behaviour = rollout.logprobs
+        rollout.logprobs = self.score_rollout(policy, rollout)
+        rollout.behaviour_logprobs = behaviour
+        rollout.is_weights, metrics = correct_mismatch(
+            rollout.logprobs,
+            behaviour,
+            rollout.response_mask,
+            correction,
+            sum_over_ranks,
+            max_over_ranks,
+        )
+        return metrics
 
     @torch.no_grad()
     def reward_kl(self, rollout: Rollout) -> Tensor:
@@ -211,6 +245,7 @@ class Strategy(ABC):
             ratio_level=self.ratio_level,
             loss_agg=self.loss_agg,
             norm_len=self.norm_len,
+            is_weights=batch.is_weights,
         )
 
     def clip_metrics(self, stats: dict[str, Tensor]) -> dict[str, Tensor]:

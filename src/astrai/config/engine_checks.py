@@ -7,6 +7,7 @@ import importlib.util
 
 from omegaconf import DictConfig
 
+from astrai.algorithms.correction import CORRECTIONS, OLD_LOGPROBS
 from astrai.config.errors import ConfigError, require
 from astrai.config.ranges import MAX_SEED, check_number
 from astrai.models.llama import LlamaConfig
@@ -19,15 +20,17 @@ VLLM_DTYPES = ("float32", "bfloat16", "float16")
 def validate_engine(
     cfg: DictConfig, model: LlamaConfig, task: ProblemSource, device: str | None
 ) -> None:
-    """``engine``: a known engine; for ``vllm`` its options, the CPU (``device``: the planned
-    device, None where a container decides), one process, and vLLM installed (checked last: a
-    bad option is named even where vLLM is missing). Nothing starts here."""
+    """``engine``: a known engine and its π_old and correction (``validate_correction``); for
+    ``vllm`` its options, the CPU (``device``: the planned device, None where a container
+    decides), one process, and vLLM installed (checked last: a bad option is named even where
+    vLLM is missing). Nothing starts here."""
     engine = cfg.engine
     require(
         engine.name in ENGINES,
         f"engine.name={engine.name!r} is not an engine (choose from {', '.join(ENGINES)}; "
         "select one with engine=<name>)",
     )
+    validate_correction(engine)
     if engine.name != "vllm":
         return
     require(
@@ -81,3 +84,36 @@ def validate_engine(
         raise ConfigError(
             f"engine=vllm: {err} (e.g. model.num_attention_heads=2 model.num_key_value_heads=1)"
         ) from err
+
+
+def validate_correction(engine: DictConfig) -> None:
+    """``engine.old_logprobs``, ``engine.correction`` and its band (``algorithms.correction``):
+    a correction needs the trainer's own π_old, and its band is a floor in [0, 1) and a
+    ceiling above 1 (so the weight 1 of no mismatch is always inside), set only where a
+    correction reads it."""
+    require(
+        engine.old_logprobs in OLD_LOGPROBS,
+        f"engine.old_logprobs={engine.old_logprobs!r} is not one of {', '.join(OLD_LOGPROBS)}",
+    )
+    require(
+        engine.correction in CORRECTIONS,
+        f"engine.correction={engine.correction!r} is not one of {', '.join(CORRECTIONS)}",
+    )
+    if engine.correction == "none":
+        for key in ("correction_low", "correction_high"):
+            require(
+                engine[key] is None,
+                f"engine.{key}={engine[key]} is set but engine.correction=none reads no band",
+            )
+        return
+    require(
+        engine.old_logprobs == "recompute",
+        f"engine.correction={engine.correction} needs engine.old_logprobs=recompute (with "
+        "bypass, π_old is the engine's own logprobs: there is no mismatch to correct)",
+    )
+    check_number(
+        engine.correction_low, "engine.correction_low", 0, 1, high_open=True, optional=True
+    )
+    check_number(
+        engine.correction_high, "engine.correction_high", 1, None, low_open=True, optional=True
+    )

@@ -97,9 +97,14 @@ class HFModelConfig:
 
 @dataclass
 class EngineConfig:
-    """``engine=torch``: what generates rollouts and evaluations (``rollout.engine``)."""
+    """``engine=torch``: what generates rollouts and evaluations (``rollout.engine``), and
+    where π_old comes from with the mismatch correction (``algorithms.correction``)."""
 
     name: str = MISSING
+    old_logprobs: str = MISSING
+    correction: str = MISSING
+    correction_low: float | None = MISSING
+    correction_high: float | None = MISSING
 
 
 @dataclass

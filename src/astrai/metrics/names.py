@@ -48,6 +48,14 @@ METRICS: dict[str, str] = {
     "perf/tokens_per_s": "response tokens sampled per second of rollout time",
     "perf/step_s": "wall seconds per RL step (an engine's weight sync included)",
     "perf/weight_sync_s": "seconds loading the updated weights into the engine (engine=vllm)",
+    # the engine/trainer logprob mismatch (engine.old_logprobs: recompute; docs/engines.md)
+    "rollout/logprob_diff_mean": "mean |log π_old − log π_behav| over response tokens",
+    "rollout/logprob_diff_max": "max |log π_old − log π_behav| over response tokens",
+    "rollout/mismatch_kl": "k3 estimate of KL(π_behav ‖ π_old) from the engine's samples",
+    "rollout/is_ratio_min": "smallest π_old/π_behav (per token, or per response) before its band",
+    "rollout/is_ratio_mean": "mean π_old/π_behav over response tokens before its band",
+    "rollout/is_ratio_max": "largest π_old/π_behav (per token, or per response) before its band",
+    "rollout/is_masked_frac": "share of response tokens the correction's band zeroed (mask modes)",
     "time/rollout_s": "seconds sampling and scoring the rollout",
     "time/update_s": "seconds in the update epochs",
     "time/eval_s": "seconds in greedy evaluation",
@@ -82,7 +90,13 @@ ALGORITHM_METRICS: frozenset[str] = CRITIC_METRICS | {"loss/kl"}
 # What every algorithm emits; a strategy's ``metric_names`` adds its own ``METRICS`` keys
 # what an engine with its own copy of the weights adds (engine=vllm; engine=torch has none)
 ENGINE_METRICS: frozenset[str] = frozenset({"perf/weight_sync_s"})
-CORE_METRICS: frozenset[str] = frozenset(METRICS) - ALGORITHM_METRICS - ENGINE_METRICS
+# what the trainer's recomputation of π_old adds (engine.old_logprobs: recompute)
+MISMATCH_METRICS: frozenset[str] = frozenset(
+    name for name in METRICS if name.startswith(("rollout/logprob_diff", "rollout/is_"))
+) | {"rollout/mismatch_kl"}
+CORE_METRICS: frozenset[str] = (
+    frozenset(METRICS) - ALGORITHM_METRICS - ENGINE_METRICS - MISMATCH_METRICS
+)
 
 # Need the reference forward. Every step while ``train_type.kl_coef`` > 0 (the KL is then in
 # the reward or the loss); at kl_coef = 0 nothing but these metrics reads the reference, so it
@@ -112,13 +126,21 @@ OPTION_METRICS: dict[str, tuple[str, str]] = {
 
 
 def emitted_metrics(
-    base: frozenset[str], options: Mapping[str, object], engine: str = "torch"
+    base: frozenset[str],
+    options: Mapping[str, object],
+    engine: Mapping[str, object] | None = None,
 ) -> frozenset[str]:
     """The metric names a run emits (reward terms aside): its algorithm's (``base``, the
     strategy's ``metric_names``), plus those of the options that are on (``options``: the
-    ``train_type`` node; an option is on when its value is neither null nor false), plus an
-    engine's own (``engine``: ``engine.name``)."""
+    ``train_type`` node; an option is on when its value is neither null nor false), plus the
+    engine's (``engine``: the ``engine`` node; None = ``engine=torch``'s defaults): the weight
+    sync of an engine with its own weights, the mismatch metrics where π_old is recomputed."""
     extra = {
         name for name, (key, _) in OPTION_METRICS.items() if options.get(key) not in (None, False)
     }
-    return base | extra | (ENGINE_METRICS if engine != "torch" else frozenset())
+    engine = engine or {}
+    if engine.get("name", "torch") != "torch":
+        extra |= ENGINE_METRICS
+    if engine.get("old_logprobs") == "recompute":
+        extra |= MISMATCH_METRICS
+    return base | extra

@@ -18,7 +18,8 @@ class Minibatch:
     ``ref_logprobs`` None where the reference was not scored (``kl_coef`` 0, between the
     ``logger.kl_every`` steps).
     ``loss_mask``: the tokens the losses count (default: ``response_mask``; without the
-    responses cut at the length limit under ``train_type.mask_truncated``)."""
+    responses cut at the length limit under ``train_type.mask_truncated``).
+    ``is_weights``: the engine mismatch correction's per-token loss weights; None = 1."""
 
     prompt_ids: Tensor
     prompt_mask: Tensor
@@ -30,6 +31,7 @@ class Minibatch:
     values: Tensor | None = None
     returns: Tensor | None = None
     loss_mask: Tensor = None  # type: ignore[assignment]  # set in __post_init__
+    is_weights: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.loss_mask is None:
@@ -62,6 +64,7 @@ def flatten_rollout(rollout: Rollout) -> Minibatch:
         values=rollout.flat("values") if rollout.values is not None else None,
         returns=rollout.flat("returns") if rollout.returns is not None else None,
         loss_mask=rollout.flat("loss_mask") if rollout.loss_mask is not None else None,
+        is_weights=rollout.flat("is_weights") if rollout.is_weights is not None else None,
     )
 
 

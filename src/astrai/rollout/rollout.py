@@ -22,6 +22,8 @@ ROW_FIELDS = (
     "advantages",
     "returns",
     "loss_mask",
+    "behaviour_logprobs",
+    "is_weights",
 )
 
 
@@ -46,6 +48,10 @@ class Rollout:
             between the ``logger.kl_every`` steps).
         loss_mask: ``[B, G, R]`` the tokens the losses count when it differs from
             ``response_mask`` (``train_type.mask_truncated``); None = ``response_mask``.
+        behaviour_logprobs: ``[B, G, R]`` the engine's logprobs, kept where the trainer
+            recomputed π_old into ``logprobs`` (``engine.old_logprobs: recompute``); else None.
+        is_weights: ``[B, G, R]`` the mismatch correction's loss weights
+            (``algorithms.correction``); None = no correction.
     """
 
     prompt_ids: Tensor
@@ -63,6 +69,8 @@ class Rollout:
     advantages: Tensor | None = None
     returns: Tensor | None = None
     loss_mask: Tensor | None = None
+    behaviour_logprobs: Tensor | None = None
+    is_weights: Tensor | None = None
 
     def select(self, rows: slice) -> Rollout:
         """The prompts ``rows`` (whole groups) with their responses and any pinned targets."""

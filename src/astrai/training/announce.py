@@ -64,8 +64,9 @@ class StartingRun(Protocol):
 def write_dashboards(trainer: StartingRun) -> None:
     """Custom-scalars layout and HParams record (the job's overrides and key knobs) into the
     run's own event files; written at every start, TensorBoard keeps the first."""
-    engine = trainer.cfg.engine.name if "engine" in trainer.cfg else "torch"
-    emitted = emitted_metrics(trainer.strategy.metric_names, trainer.cfg.train_type, engine)
+    emitted = emitted_metrics(
+        trainer.strategy.metric_names, trainer.cfg.train_type, trainer.cfg.get("engine")
+    )
     hparams = run_hparams(trainer.cfg, trainer.job_overrides, trainer.job_choices)
     metrics = [name for name in HPARAM_METRICS if name in emitted]
     summaries = [layout_summary(emitted), *hparams_start_summaries(hparams, metrics)]

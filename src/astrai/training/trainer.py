@@ -19,11 +19,13 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
 from astrai.algorithms.aggregation import Divisors, whole_minibatch_divisors
+from astrai.algorithms.correction import correction_from_config
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.io import prune_checkpoints
 from astrai.config.run_task import build_task, max_prompt_tokens
 from astrai.config.train_type_checks import check_world_batch
 from astrai.distributed import (
+    all_reduce_max,
     all_reduce_sum,
     apply_slurm_environment,
     env_context,
@@ -167,6 +169,8 @@ class Trainer:
         # what samples the rollouts and the evaluations (engine=torch: the live policy); built
         # after the restore, so an engine with its own copy starts from the resumed weights
         self.engine: Engine = build_engine(cfg.get("engine"), self.policy, self.tokenizer)
+        # where π_old comes from: None = the engine's logprobs (bypass)
+        self.correction = correction_from_config(cfg.get("engine"))
         self.logger = RunLogger(
             self.run_dir,
             cfg.logger.tensorboard,
@@ -264,12 +268,20 @@ class Trainer:
 
     def prepare(self, rollout: Rollout) -> dict[str, float]:
         """2. Reference logprobs, (critic values,) advantages, pinned on the rollout; statistics
-        of the whole rollout are summed over the ranks. ``train_type.mask_truncated``: the
+        of the whole rollout are summed over the ranks. ``engine.old_logprobs: recompute``:
+        first the trainer's own π_old and the mismatch correction's weights
+        (``Strategy.recompute_old_logprobs``). ``train_type.mask_truncated``: the
         responses cut at the length limit leave the loss (``rollout.loss_mask``).
 
         At ``kl_coef`` 0 the reference feeds only the ``kl/*`` metrics, so it is scored only on
         the steps that log them (``metrics.names.kl_logged_at``: step 1 and every
         ``logger.kl_every``)."""
+        metrics = {}
+        if self.correction is not None:  # engine.old_logprobs: recompute
+            with self.autocast():
+                metrics = self.strategy.recompute_old_logprobs(
+                    rollout, self.policy, self.correction, all_reduce_sum, all_reduce_max
+                )
         if self.strategy.mask_truncated:
             eos = ended_with_eos(
                 rollout.response_ids, rollout.response_mask, self.tokenizer.stop_ids
@@ -278,9 +290,10 @@ class Trainer:
         score = kl_logged_at(self.state.step + 1, self.strategy.kl_coef, self.cfg.logger.kl_every)
         reference = self.reference if score else None
         with self.reference_on_device(score), self.autocast():
-            return self.strategy.prepare(
+            metrics |= self.strategy.prepare(
                 rollout, reference, self.critic, sum_over_ranks=all_reduce_sum
             )
+        return metrics
 
     def reference_on_device(self, needed: bool = True) -> contextlib.AbstractContextManager:
         """``infra.offload_reference``: the frozen reference is moved to the training device
