@@ -60,8 +60,11 @@ def run(cfg: DictConfig, run_dir: str | Path, parallel_jobs: int = 1) -> dict[st
         summary = launch_workers(cfg, Path(run_dir))
     else:
         trainer = Trainer(cfg, run_dir)
-        trainer.save_config()
-        summary = trainer.fit()
+        try:
+            trainer.save_config()
+            summary = trainer.fit()
+        finally:
+            trainer.close()
     if summary.get("step") is None:  # a worker node without global rank 0, or stopped above
         return summary
     log.info(

@@ -49,12 +49,15 @@ def test_the_config_names_the_engine() -> None:
         ("engine.kv_cache_space_gib=0", "engine.kv_cache_space_gib"),
         ("engine.max_model_len=8", r"engine.max_model_len \(8\) is below the longest prompt"),
         ("engine.max_model_len=4096", "engine.max_model_len"),  # beyond the model's 64
-        ("infra.nproc_per_node=2", "engine=vllm runs in one process for now"),
+        (
+            "infra.nproc_per_node=2 infra.parallel=fsdp",
+            "engine=vllm takes its weights from each rank's full replica: infra.parallel=fsdp",
+        ),
     ],
 )
 def test_bad_vllm_options_are_one_line_before_any_engine_starts(override: str, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
-        compose_config(["debug=quick", "engine=vllm", override])
+        compose_config(["debug=quick", "engine=vllm", *override.split()])
 
 
 def test_engine_vllm_without_vllm_names_the_install_command() -> None:

@@ -22,7 +22,7 @@ def validate_engine(
 ) -> None:
     """``engine``: a known engine and its π_old and correction (``validate_correction``); for
     ``vllm`` its options, the CPU (``device``: the planned device, None where a container
-    decides), one process, and vLLM installed (checked last: a bad option is named even where
+    decides), replicas under torchrun (not FSDP shards), and vLLM installed (checked last: a bad option is named even where
     vLLM is missing). Nothing starts here."""
     engine = cfg.engine
     require(
@@ -67,10 +67,12 @@ def validate_engine(
         if isinstance(cfg.infra.nproc_per_node, int)
         else None
     )
+    # one engine per rank takes each update's full weights from the rank's own replica; a
+    # sharded policy would first have to gather them (not built)
     require(
-        world in (None, 1),
-        "engine=vllm runs in one process for now (issue 34: one engine per rank under torchrun "
-        f"is not built yet); got infra.nproc_per_node x infra.nnodes = {world}",
+        world in (None, 1) or cfg.infra.parallel != "fsdp",
+        "engine=vllm takes its weights from each rank's full replica: infra.parallel=fsdp "
+        f"shards them over the {world} processes (use infra.parallel=ddp, or engine=torch)",
     )
     require(
         importlib.util.find_spec("vllm") is not None,

@@ -131,7 +131,8 @@ class SeededVLLM:
         precision: str = "fp32",
     ) -> Generation:
         # the engine samples its own copy of the weights (synced after each update) in its own
-        # dtype (engine.dtype); one process only (config.validate), so no lockstep
+        # dtype (engine.dtype); under torchrun each rank has its own engine and samples its own
+        # prompts, with no collective: no lockstep needed (a sharded policy is refused)
         del policy, lockstep, precision
         seeds = None
         if generator is not None:
@@ -161,8 +162,6 @@ def build_engine(
     if name == "vllm":
         if policy is None or tokenizer is None:
             raise ValueError("engine=vllm starts from a policy and its tokenizer")
-        if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-            raise ValueError("engine=vllm runs in one process for now (issue 34)")
         # vLLM itself is imported inside it (config.validate checks it is installed)
         from astrai.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
 

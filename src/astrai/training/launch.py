@@ -191,6 +191,7 @@ def run_worker(
     assert isinstance(cfg, DictConfig)
     # a number is every rank's own count; auto: torch's default, as each rank had before
     apply_num_threads(cfg.infra.num_threads)
+    trainer = None
     try:
         trainer = Trainer(cfg, run_dir, job_context)
         trainer.save_config()
@@ -199,4 +200,7 @@ def run_worker(
         if errors is not None:
             report_worker_error(Path(errors), err)
         raise  # elastic fails the launch (and stops the other workers)
+    finally:
+        if trainer is not None:
+            trainer.close()
     return summary if trainer.dist.is_main else None

@@ -472,6 +472,11 @@ class Trainer:
             prune_checkpoints(path.parent, self.cfg.ckpt.keep_last)
         return path
 
+    def close(self) -> None:
+        """Free what the run holds beyond its memory: the engine (vLLM's, and its export);
+        idempotent. ``train.py`` and each torchrun worker call it when ``fit`` returns."""
+        self.engine.close()
+
     def save_config(self) -> None:
         if not self.dist.is_main:
             return
