@@ -20,6 +20,8 @@ from astrai.training.trainer import Trainer
 
 pytestmark = pytest.mark.vllm
 
+VLLM_BOUND = 5e-5  # |log π_old − log π_behav|, fp32 on this CPU
+
 # model=tiny with 2 heads of 32 (vLLM's CPU attention has no kernel for the preset's 16)
 RUN = [
     "debug=quick",
@@ -49,6 +51,12 @@ def test_a_run_samples_through_the_engine_and_its_weights_follow_the_updates(
         steps = [row for row in rows if "perf/weight_sync_s" in row]
         assert [row["step"] for row in steps] == [1, 2, 3]
         assert all(0 < row["perf/weight_sync_s"] < 5 for row in steps)
+        # the engine's logprobs against the trainer's π_old on every step (fp32): measured up to
+        # ~1.5e-5 on this CPU (docs/engines.md); TIS's weights then stay inside its [0, 2]
+        for row in steps:
+            assert row["rollout/logprob_diff_max"] < VLLM_BOUND, row["step"]
+            assert abs(row["rollout/is_ratio_max"] - 1) < VLLM_BOUND
+            assert row["rollout/is_masked_frac"] == 0.0
         moved = max((trainer.policy.state_dict()[k] - v).abs().max() for k, v in initial.items())
         assert moved > 0
         # the engine holds the trained weights: its greedy answers are the torch sampler's
