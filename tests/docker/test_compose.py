@@ -177,7 +177,7 @@ def test_uid_gid_reach_build_args_and_user(launched: dict, bare: dict) -> None:
     trainer = launched["services"]["trainer"]
     # ASTRAI_SOURCE_HASH: make docker-build's (docker/source_hash.py); unset, the image's
     # label says it is unknown and the preflight warns
-    unknown = {"ASTRAI_SOURCE_HASH": "unknown"}
+    unknown = {"ASTRAI_SOURCE_HASH": "unknown", "ENGINE": "torch"}
     assert trainer["build"]["args"] == {"USER_UID": "1234", "USER_GID": "5678", **unknown}
     assert trainer["user"] == "1234:5678"
     assert launched["services"]["tensorboard"]["user"] == "1234:5678"
@@ -187,6 +187,11 @@ def test_uid_gid_reach_build_args_and_user(launched: dict, bare: dict) -> None:
         **unknown,
     }
     assert bare["services"]["trainer"]["user"] == "1000:1000"
+
+
+def test_the_engine_build_arg_comes_from_astrai_engine(render) -> None:
+    rendered = render({**LAUNCHER_ENV, "ASTRAI_ENGINE": "vllm"})
+    assert rendered["services"]["trainer"]["build"]["args"]["ENGINE"] == "vllm"
 
 
 def test_build_context_is_the_repo_root(launched: dict) -> None:
