@@ -166,6 +166,8 @@ def initial_weights(cfg: DictConfig, run_dir: Path) -> dict[str, torch.Tensor]:
     return copy.deepcopy(Trainer(cfg, run_dir).policy.state_dict())
 
 
+@pytest.mark.slow  # every option set, twice: ~5-13 s (moved from the fast lane in issue 34;
+# tests/training/test_memory.py keeps a fast micro-batch equivalence per train type)
 def test_micro_batches_make_the_same_update_as_the_whole_minibatch(tmp_path: Path) -> None:
     """(a) vs (b), in process, every option set: ``micro_batch_size=3`` splits each minibatch
     of 16 sequences into uneven parts 3+3+3+3+3+1."""

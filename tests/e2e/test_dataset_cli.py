@@ -173,7 +173,7 @@ def test_dataset_run_logs_each_reward_term(tmp_path: Path) -> None:
     assert last["rollout/reward_mean"] == pytest.approx(total, abs=1e-6)
 
 
-SEEDS = (0, 1)  # seed 2 was cut in issue 33 for CI's 35-minute budget (~4 min of CI)
+SEEDS = (0,)  # seeds 2 and 1 were cut in issues 33 and 34 for CI's 35-minute budget (~4 min each)
 # task=addition's own numbers for the same seeds, default job (1200 steps), one thread each:
 # recorded on 2026-12-02 (AMD EPYC, torch 2.13.0 CPU) with `OMP_NUM_THREADS=1 python train.py
 # seed=S`, instead of re-running those three runs every time (they are the acceptance job of
@@ -195,12 +195,12 @@ def _train_in_background(args: list[str], cwd: Path, log: Path) -> subprocess.Po
         return subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-@pytest.mark.slow  # two default-length runs, one at a time (the slow suite's other worker has
-# the other core): ~8 min
+@pytest.mark.slow  # a default-length run on one thread (the slow suite's other worker has the
+# other core): ~4 min
 def test_a_jsonl_of_the_addition_problems_learns_like_task_addition(tmp_path: Path) -> None:
     """The embedded addition problems as JSONL files with the same split, trained with
-    ``task=dataset`` and a custom reward, against ``task=addition``'s recorded numbers: seeds
-    0 and 1, 1200 steps."""
+    ``task=dataset`` and a custom reward, against ``task=addition``'s recorded numbers: seed 0,
+    1200 steps."""
     train, held_out = write_addition_files(tmp_path)
     (tmp_path / "user_rewards.py").write_text(REWARDS)
     dataset = [
