@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 # enough to train: astrai and the launcher (docker/docker.mk's targets use it too)
 STAMP := $(VENV)/.installed
-# and the tools of tests, lint and benchmarks: the dev and hf extras (transformers, gguf)
+# and the tools of tests, lint and benchmarks: the dev, hf and lora extras (transformers, gguf, peft)
 DEV_STAMP := $(VENV)/.installed-dev
 ARGS ?=
 
@@ -28,14 +28,14 @@ $(STAMP): pyproject.toml $(LAUNCHER_SOURCES)
 	$(BIN)/pip install --quiet --force-reinstall --no-deps ./launchers
 	touch $(STAMP)
 
-# dev: pytest, ruff, mypy...; hf: transformers for the parity tests and the GGUF import (torch
-# stays the pinned build)
+# dev: pytest, ruff, mypy...; hf: transformers for the parity tests and the GGUF import; lora:
+# peft for the adapter tests (torch stays the pinned build)
 $(DEV_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/pip install --quiet -e ".[dev,hf]" "torch==2.13.0"
+	$(BIN)/pip install --quiet -e ".[dev,hf,lora]" "torch==2.13.0"
 	touch $(DEV_STAMP)
 
 install: $(STAMP) ## create .venv, install astrai (editable) and the launcher: what training needs
-install-dev: $(DEV_STAMP) ## install + the dev and hf extras (tests, lint, benchmarks, make smollm2)
+install-dev: $(DEV_STAMP) ## install + the dev, hf and lora extras (tests, lint, benchmarks, make smollm2)
 
 # vLLM's CPU build in a venv of its own: it pins transformers <5.20 (.venv has a newer one). Built
 # from scratch each time: torch first and pinned (the local CPU wheel), then astrai with the dev,
