@@ -262,29 +262,25 @@ def merged_model(model: LlamaForCausalLM) -> LlamaForCausalLM:
     """A plain ``LlamaForCausalLM`` (no adapters) whose weights are ``model``'s with every adapter
     merged in (``W + scale * B @ A``; DoRA's rescaled form): its logits are the adapter
     model's, and ``save_policy_dir`` exports it as a Hugging Face directory. ``model`` is not
-    changed; each layer is merged in a copy of that one layer, so the extra memory is one
-    layer's."""
+    changed: each adapted layer is merged in a copy of that one layer, so beyond the new model
+    the extra memory is one layer's."""
     layers = _lora_layers(model)
     if not layers:
         raise LoraConfigError("merged_model: the model has no adapters")
-    merged_weights: dict[str, Tensor] = {}
-    names = {id(m): n for n, m in model.named_modules()}
-    for layer in layers:
-        one = copy.deepcopy(layer)
-        one.merge(adapter_names=[ADAPTER_NAME])  # PEFT's own merge, DoRA's included
-        merged_weights[f"{names[id(layer)]}.weight"] = one.get_base_layer().weight.detach()
     like = model.lm_head.weight  # never adapted: the model's device and dtype
     plain = LlamaForCausalLM(model.config).to(like.device, like.dtype)
-    state = model.state_dict()
-    target = plain.state_dict()
+    state, target = model.state_dict(), plain.state_dict()
     with torch.no_grad():
         for name in stored_names(plain):
-            # a LoRA layer's frozen base weight and bias sit under ``<name>.base_layer``
-            base = name.rsplit(".", 1)
-            source = merged_weights.get(name)
-            if source is None:
-                source = state.get(name, state.get(f"{base[0]}.base_layer.{base[1]}"))
+            # a LoRA layer's frozen base weight and bias sit under ``<module>.base_layer``
+            module, leaf = name.rsplit(".", 1)
+            source = state.get(name, state.get(f"{module}.base_layer.{leaf}"))
             if source is None:
                 raise KeyError(f"merged_model: no weight for {name}")  # a bug, not bad input
             target[name].copy_(source)
+        names = {id(m): n for n, m in model.named_modules()}
+        for layer in layers:
+            one = copy.deepcopy(layer)
+            one.merge(adapter_names=[ADAPTER_NAME])  # PEFT's own merge, DoRA's included
+            target[f"{names[id(layer)]}.weight"].copy_(one.get_base_layer().weight)
     return plain
