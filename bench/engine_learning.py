@@ -12,6 +12,7 @@ run did not).
 
     .venv-vllm/bin/python bench/engine_learning.py                 # ~30-40 min on 2 cores
     .venv-vllm/bin/python bench/engine_learning.py --engines vllm torch
+    .venv-vllm/bin/python bench/engine_learning.py --seed 1 --out runs/engine-seed1  # kept
     .venv-vllm/bin/python bench/engine_learning.py --quick         # seconds: CI's vLLM lane
 
 Needs vLLM (``make install-vllm`` builds ``.venv-vllm``). The 100-step version of this check
@@ -21,6 +22,7 @@ is a test (``tests/engine/test_vllm_learning.py``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import statistics
@@ -106,6 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         "--train-types", nargs="+", choices=TRAIN_TYPES, help="default: both (--quick: GRPO)"
     )
     parser.add_argument("--quick", action="store_true", help="2 steps of GRPO: checks the script")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="an empty dir to keep the runs in (default: a temporary one, deleted)",
+    )
     args = parser.parse_args(argv)
     if "vllm" in args.engines and importlib.util.find_spec("vllm") is None:
         print(f"engine=vllm needs vLLM: {VLLM_INSTALL}", file=sys.stderr)
@@ -117,7 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         steps, eval_every = 2, 2
         extra = ["trainer.eval_prompts=8", "train_type.prompts_per_step=4"]
     outcomes = []
-    with tempfile.TemporaryDirectory(prefix="astrai-engine-learning-") as tmp:
+    extra.append(f"seed={args.seed}")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+    keep = contextlib.nullcontext(str(args.out)) if args.out is not None else None
+    with keep or tempfile.TemporaryDirectory(prefix="astrai-engine-learning-") as tmp:
         for train_type in train_types:
             for engine in args.engines:
                 outcome = run(engine, train_type, steps, eval_every, extra, args.target, Path(tmp))
