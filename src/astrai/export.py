@@ -8,15 +8,28 @@ checkpoint's critic goes to ``OUT/critic`` (``--critic-out`` to change) as a one
 
 Nothing is half-written: each directory is built in a temporary sibling and renamed into
 place; an existing OUT is refused. Exit status 0, or 2 with one line on stderr.
+
+A LoRA checkpoint (``model.lora``) exports its base with the adapters merged in, as above; with
+``--adapter``, OUT is instead its PEFT adapter directory (``adapter_config.json``,
+``adapter_model.safetensors``), which ``peft.PeftModel.from_pretrained`` loads onto the
+transformers base.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
-from astrai.checkpoints.layout import CheckpointError
-from astrai.checkpoints.policy import load_checkpoint_policy
+from astrai.checkpoints import io
+from astrai.checkpoints.layout import (
+    ADAPTER_FILES,
+    ADAPTERS_KEY,
+    TRAINER_STATE_FILE,
+    CheckpointError,
+    missing_files,
+)
+from astrai.checkpoints.policy import load_checkpoint_policy, resolve_checkpoint
 from astrai.cli_errors import ArgumentParser, one_line_errors, report_error
 from astrai.files import write_dir_atomic
 from astrai.models.pretrained import DTYPES, save_critic_dir, save_policy_dir
@@ -58,6 +71,32 @@ def export_checkpoint(
     return written
 
 
+def export_adapter(checkpoint: str | Path, out: str | Path) -> Path:
+    """A LoRA checkpoint's adapter as a PEFT adapter directory: ``adapter_config.json`` (its
+    ``base_model_name_or_path`` is the base's recorded path) and ``adapter_model.safetensors``,
+    what ``peft.PeftModel.from_pretrained(<the transformers base>, OUT)`` loads."""
+    out = Path(out)
+    source = resolve_checkpoint(checkpoint)
+    record = io.load_json(source / TRAINER_STATE_FILE)
+    if not isinstance(record, dict) or record.get(ADAPTERS_KEY) is None:
+        raise CheckpointError(
+            f"{source}: not a LoRA checkpoint (no adapters to export); export the whole model "
+            "without --adapter"
+        )
+    missing = missing_files(source, ADAPTER_FILES)
+    if missing:
+        raise CheckpointError(f"{source}: incomplete LoRA checkpoint: missing {', '.join(missing)}")
+    if out.exists():
+        raise FileExistsError(f"{out} already exists; choose a new output directory")
+
+    def write(tmp: Path) -> None:
+        for name in ADAPTER_FILES:
+            shutil.copyfile(source / name, tmp / name)
+
+    write_dir_atomic(out, write)
+    return out
+
+
 @one_line_errors("astrai.export")
 def main(argv: list[str] | None = None) -> int:
     """Exit status 0; a bad checkpoint, an existing or unwritable OUT, a full disk: one line,
@@ -67,9 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="new Hugging Face model directory")
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     parser.add_argument("--critic-out", type=Path, default=None, help="default: OUT/critic")
+    parser.add_argument(
+        "--adapter",
+        action="store_true",
+        help="a LoRA checkpoint: write its PEFT adapter directory instead of the merged model",
+    )
     args = parser.parse_args(argv)
     try:
-        written = export_checkpoint(args.checkpoint, args.out, args.dtype, args.critic_out)
+        if args.adapter:
+            written = [export_adapter(args.checkpoint, args.out)]
+        else:
+            written = export_checkpoint(args.checkpoint, args.out, args.dtype, args.critic_out)
     except CheckpointError as err:  # a RuntimeError: not one of one_line_errors' own
         return report_error("astrai.export", err)
     for directory in written:

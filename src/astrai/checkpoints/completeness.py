@@ -29,6 +29,7 @@ from astrai.checkpoints.layout import (
     CheckpointError,
     CheckpointInfo,
     checkpoints_root,
+    holds_adapters,
     list_checkpoints,
     recorded_extra_files,
     required_files,
@@ -126,6 +127,8 @@ def checkpoint_problems(path: Path, extra_files: Sequence[str] | None = None) ->
             if problem is not None:
                 problems.append(problem)
     reference = path.parent / REFERENCE_FILE
+    if holds_adapters(extra_files):  # the reference is the base model, read from model.path
+        return problems
     if not reference.is_file():
         problems.append(f"{reference}: missing (the run's frozen reference policy)")
     else:

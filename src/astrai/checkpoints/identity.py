@@ -28,7 +28,17 @@ from astrai.checkpoints.layout import (
 from astrai.models.families import implied_by_older_fields
 
 # ``ckpt.allow_changes`` names these keys; ``model`` and ``task`` are dicts of their fields
-FINGERPRINT_KEYS = ("train_type", "model", "task", "seed", "world_size", "parallel", "device")
+# ``adapters``: a LoRA run's settings and its base model's SHA-256 (absent in a full run's)
+FINGERPRINT_KEYS = (
+    "train_type",
+    "model",
+    "task",
+    "seed",
+    "world_size",
+    "parallel",
+    "device",
+    "adapters",
+)
 # fields of the model config that do not change what a checkpoint's weights mean
 _NOT_ARCHITECTURE = frozenset({"initializer_range", "gradient_checkpointing"})
 
@@ -115,6 +125,20 @@ def check_allow_changes(allow: Iterable[str]) -> set[str]:
     return allowed
 
 
+def check_same_base(checkpoint: Path, saved: Any, current: Any) -> None:
+    """A LoRA checkpoint's adapters resumed onto another base model (its weights' SHA-256
+    differs from the recorded one): one line naming both."""
+    if not (isinstance(saved, Mapping) and isinstance(current, Mapping)):
+        return
+    old, new = saved.get("base_sha256"), current.get("base_sha256")
+    if old != new:
+        raise CheckpointError(
+            f"{checkpoint / TRAINER_STATE_FILE}: checkpoint {checkpoint.name}'s adapters were "
+            f"trained on another base model (recorded weights SHA-256 {str(old)[:16]}..., this "
+            f"run's base {str(new)[:16]}...): point model.path at the base the run started from"
+        )
+
+
 def check_fingerprint(
     checkpoint: Path,
     state: Mapping[str, Any],
@@ -129,6 +153,8 @@ def check_fingerprint(
     """
     allowed = check_allow_changes(allow)
     saved, complete = saved_fingerprint(state)
+    if "adapters" not in allowed:
+        check_same_base(checkpoint, saved.get("adapters"), current.get("adapters"))
     problems: list[str] = []
     for key in FINGERPRINT_KEYS:
         if key in allowed or key not in saved:

@@ -26,6 +26,14 @@ VALUE_OPTIMIZER_FILE = "value_optimizer.pt"  # online_ppo: critic optimizer stat
 VALUE_SCHEDULER_FILE = "value_scheduler.pt"  # online_ppo: critic learning-rate schedule
 # The frozen reference (the initial policy), stored once per run next to the step directories.
 REFERENCE_FILE = "reference.safetensors"
+# model.lora runs: the adapters in PEFT's format (PeftModel.from_pretrained loads a checkpoint
+# directory onto the base model) in place of model.safetensors; no reference file (the
+# reference is the base with the adapters off). Listed in ``EXTRA_FILES_KEY``.
+ADAPTER_CONFIG_FILE = "adapter_config.json"
+ADAPTER_MODEL_FILE = "adapter_model.safetensors"
+ADAPTER_FILES = (ADAPTER_CONFIG_FILE, ADAPTER_MODEL_FILE)
+# trainer_state.json of a LoRA run: {"lora": settings, "base": {"path", "sha256"}}
+ADAPTERS_KEY = "adapters"
 
 COMMON_FILES = (
     MODEL_FILE,
@@ -62,9 +70,19 @@ def parse_step(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def holds_adapters(extra_files: Sequence[str]) -> bool:
+    """Whether a checkpoint with these ``extra_files`` is a LoRA run's (adapters, no full
+    weights and no reference file)."""
+    return ADAPTER_MODEL_FILE in extra_files
+
+
 def required_files(extra_files: Sequence[str] = ()) -> tuple[str, ...]:
-    """Files a complete checkpoint holds: every run's, then its algorithm's ``extra_files``."""
-    return COMMON_FILES + tuple(extra_files)
+    """Files a complete checkpoint holds: every run's, then its algorithm's ``extra_files``;
+    a LoRA run's (``holds_adapters``) hold its adapters instead of ``model.safetensors``."""
+    common = COMMON_FILES
+    if holds_adapters(extra_files):
+        common = tuple(name for name in COMMON_FILES if name != MODEL_FILE)
+    return common + tuple(extra_files)
 
 
 def recorded_extra_files(state: Mapping[str, Any]) -> tuple[str, ...]:

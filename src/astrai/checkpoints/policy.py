@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import torch
 import yaml
 
 from astrai.checkpoints import io
 from astrai.checkpoints.completeness import latest_complete, scan_checkpoints
 from astrai.checkpoints.layout import (
+    ADAPTER_MODEL_FILE,
+    ADAPTERS_KEY,
     MODEL_CONFIG_FILE,
     MODEL_FILE,
     RUN_CONFIG_FILE,
@@ -24,6 +28,16 @@ from astrai.checkpoints.layout import (
     parse_step,
 )
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+from astrai.models.lora import (
+    LoraConfigError,
+    LoraSettings,
+    adapter_parameters,
+    apply_lora,
+    base_fingerprint,
+    load_adapter_state_dict,
+    merge_in_place,
+    read_adapter_weights,
+)
 from astrai.models.pretrained import (
     check_tokenizer_fits,
     is_hf_model_dir,
@@ -31,7 +45,7 @@ from astrai.models.pretrained import (
     read_hf_config,
 )
 from astrai.models.tokenizer import Tokenizer, load_tokenizer
-from astrai.models.value_model import ValueModel
+from astrai.models.value_model import ValueModel, build_value_model
 
 
 @dataclass
@@ -90,19 +104,91 @@ def load_checkpoint_policy(path: str | Path, chat_template: bool | None = None) 
         config = LlamaConfig(**fields)
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{checkpoint / MODEL_CONFIG_FILE}: {err}") from err
-    policy = LlamaForCausalLM(config)
-    io.load_module(policy, checkpoint / MODEL_FILE)
+    state_file = checkpoint / TRAINER_STATE_FILE
+    adapters = io.load_json(state_file).get(ADAPTERS_KEY) if state_file.is_file() else None
+    critic = None
+    if adapters is not None:  # a LoRA run's: its base, its adapters merged in
+        policy, critic = load_adapter_checkpoint(checkpoint, config, adapters)
+    else:
+        policy = LlamaForCausalLM(config)
+        io.load_module(policy, checkpoint / MODEL_FILE)
+        if (checkpoint / VALUE_MODEL_FILE).is_file():
+            critic = ValueModel(config)
+            io.load_state_dict_into(critic, checkpoint / VALUE_MODEL_FILE)
     run_template, template_kwargs = _run_chat_template(checkpoint)
     chat_template = run_template if chat_template is None else chat_template
     try:
         tokenizer = load_tokenizer(checkpoint, chat_template, template_kwargs)
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{checkpoint}: {err}") from err
-    critic = None
-    if (checkpoint / VALUE_MODEL_FILE).is_file():
-        critic = ValueModel(config)
-        io.load_state_dict_into(critic, checkpoint / VALUE_MODEL_FILE)
     return LoadedPolicy(policy.eval(), tokenizer, checkpoint, critic.eval() if critic else None)
+
+
+def _run_seed(checkpoint: Path) -> int:
+    try:
+        return int(yaml.safe_load((checkpoint / RUN_CONFIG_FILE).read_text())["seed"])
+    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError) as err:
+        raise CheckpointError(f"{checkpoint / RUN_CONFIG_FILE}: no seed ({err})") from err
+
+
+def load_adapter_base(
+    checkpoint: Path, config: LlamaConfig, base: dict[str, Any]
+) -> LlamaForCausalLM:
+    """The base model a LoRA checkpoint's adapters sit on: the Hugging Face directory it
+    records, or for a model built from its config, the same build from the run's seed; its
+    SHA-256 must be the recorded one (another base is refused in one line)."""
+    path = base.get("path")
+    if path is not None:
+        if not is_hf_model_dir(path):
+            raise CheckpointError(
+                f"{checkpoint}: its adapters sit on the base model at {path}, which is not a "
+                "Hugging Face model directory any more (a LoRA checkpoint holds the adapters only)"
+            )
+        model = load_pretrained_policy(str(path))
+    else:  # built as the trainer built it: torch's global stream seeded with the run's seed
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(_run_seed(checkpoint))
+            model = LlamaForCausalLM(config)
+    if base_fingerprint(model) != base.get("sha256"):
+        raise CheckpointError(
+            f"{checkpoint}: the base model {path or '(built from config.json and the seed)'} is "
+            f"not the one the adapters were trained on (SHA-256 {str(base.get('sha256'))[:12]}... "
+            "recorded)"
+        )
+    return model
+
+
+def load_adapter_checkpoint(
+    checkpoint: Path, config: LlamaConfig, adapters: dict[str, Any]
+) -> tuple[LlamaForCausalLM, ValueModel | None]:
+    """A LoRA checkpoint's policy (and PPO critic) as plain models: the base, its adapters
+    loaded and merged in (``models.lora.merge_in_place``), so they sample on every path."""
+    try:
+        settings = LoraSettings(**adapters["lora"])
+        base_record = dict(adapters["base"])
+    except (KeyError, TypeError, LoraConfigError) as err:
+        raise CheckpointError(f"{checkpoint / TRAINER_STATE_FILE}: bad adapters ({err})") from err
+    policy = load_adapter_base(checkpoint, config, base_record)
+    critic = None
+    if (checkpoint / VALUE_MODEL_FILE).is_file():  # its own adapters on the base's trunk
+        critic = build_value_model(policy, warm_start=True)
+        apply_lora(critic, settings)  # type: ignore[arg-type]  # the same trunk
+        state = io.load_torch(checkpoint / VALUE_MODEL_FILE)
+        result = critic.load_state_dict(state, strict=False)
+        if result.unexpected_keys or set(state) != {
+            name for name, _ in adapter_parameters(critic)
+        } | {"value_head.weight", "value_head.bias"}:
+            raise CheckpointError(
+                f"{checkpoint / VALUE_MODEL_FILE}: does not match the critic's adapters"
+            )
+        merge_in_place(critic)
+    apply_lora(policy, settings)
+    file = checkpoint / ADAPTER_MODEL_FILE
+    try:
+        load_adapter_state_dict(policy, read_adapter_weights(io.load_tensors(file)))
+    except LoraConfigError as err:
+        raise CheckpointError(f"{file}: {err}") from err
+    return merge_in_place(policy), critic
 
 
 def load_policy(path: str | Path, chat_template: bool | None = None) -> LoadedPolicy:

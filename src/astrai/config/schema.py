@@ -29,8 +29,23 @@ def types_only(cls: type, name: str, **extra: type) -> type:
 
 
 SamplingConfigSchema = types_only(SamplingConfig, "SamplingConfigSchema")
-# ``model=<preset>``: HF key names, plus build_llama's gradient_checkpointing
-ModelConfig = types_only(LlamaConfig, "ModelConfig", gradient_checkpointing=bool)
+
+
+@dataclass
+class LoraSchema:
+    """``model.lora``: LoRA adapters through PEFT (``astrai.models.lora.LoraSettings``);
+    ``rank: null`` is full fine-tuning."""
+
+    rank: int | None = MISSING
+    alpha: float = MISSING
+    dropout: float = MISSING
+    target_modules: Any = MISSING  # "all-linear" or a list of module names
+    use_rslora: bool = MISSING
+    use_dora: bool = MISSING
+
+
+# ``model=<preset>``: HF key names, plus build_llama's gradient_checkpointing and the adapters
+ModelConfig = types_only(LlamaConfig, "ModelConfig", gradient_checkpointing=bool, lora=LoraSchema)
 
 
 @dataclass
@@ -93,6 +108,7 @@ class HFModelConfig:
     # extra chat-template variables, as apply_chat_template(**kwargs) (Qwen3's enable_thinking)
     chat_template_kwargs: dict[str, Any] = MISSING
     gradient_checkpointing: bool = MISSING
+    lora: LoraSchema = MISSING
 
 
 @dataclass

@@ -48,7 +48,11 @@ def group_schemas() -> dict[str, dict[str, type]]:
 
 
 GROUP_SCHEMAS: dict[str, dict[str, type]] = {
-    "model": {"base_llama": schema.ModelConfig, "base_hf": schema.HFModelConfig},
+    "model": {
+        "base_llama": schema.ModelConfig,
+        "base_hf": schema.HFModelConfig,
+        "base_lora": schema.LoraSchema,
+    },
     "engine": {"base_engine": schema.EngineConfig, "base_vllm": schema.VLLMEngineSchema},
     "critic": {"base_critic": schema.CriticConfig, "base_value_model": schema.ValueModelConfig},
     "task": {

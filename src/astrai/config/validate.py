@@ -17,6 +17,7 @@ from astrai.config.engine_checks import validate_engine
 from astrai.config.environment import reserved_reason
 from astrai.config.errors import ConfigError, require
 from astrai.config.keys import check_known_keys
+from astrai.config.lora_checks import validate_lora
 from astrai.config.ranges import (
     LARGE_KEY,
     MAX_EVAL_PROMPTS,
@@ -80,7 +81,8 @@ def _validate_pretrained(model: DictConfig) -> tuple[LlamaConfig, Tokenizer]:
 def _validate_model(model: DictConfig, tokenizer: CharTokenizer) -> LlamaConfig:
     container = OmegaConf.to_container(model)
     assert isinstance(container, dict)
-    runtime = ("_target_", "gradient_checkpointing")  # build_llama's own, not the architecture
+    # build_llama's own and the adapters, not the architecture
+    runtime = ("_target_", "gradient_checkpointing", "lora")
     kwargs = {str(k): v for k, v in container.items() if k not in runtime}
     try:
         config = LlamaConfig(**kwargs)
@@ -385,5 +387,6 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
     _validate_reward(cfg.reward, task, tokenizer)
     _validate_infra(cfg.infra, where)
     validate_engine(cfg, model, task, plan_here(cfg.infra, where).device)
+    validate_lora(cfg, model)
     if isinstance(cfg.infra.nproc_per_node, int):  # auto: the trainer checks the real count
         check_world_batch(cfg.train_type, cfg.infra.nproc_per_node * cfg.infra.nnodes)

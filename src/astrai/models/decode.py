@@ -67,10 +67,12 @@ class Decoder:
         """Whether this path may decode for ``model`` at ``precision`` (``infra.precision``):
         no autograd (its packed weights are copies), CPU (on GPU, SDPA's fused kernels are the
         fast path) and float32 (its attention would accumulate in a lower precision; so not
-        for ``bf16``)."""
+        for ``bf16``). Not for a model with LoRA adapters (``models.lora``): this path reads
+        the base weights directly and would not see them."""
         weight = model.lm_head.weight
         return (
-            not torch.is_grad_enabled()
+            not hasattr(model, "peft_config")  # set by peft.inject_adapter_in_model
+            and not torch.is_grad_enabled()
             and precision == "fp32"
             and weight.device.type == "cpu"
             and weight.dtype == torch.float32

@@ -17,13 +17,15 @@ without a second copy of the policy (TRL's ``ref_model=None`` with PEFT, verl's
 No adapter math lives here: PEFT owns it. ``peft`` is an optional extra (``astrai[lora]``),
 imported inside the functions that need it so importing astrai never needs it.
 
-Not yet wired into training (issue 35): no config key builds adapters, and the CPU fast decode
-path (``models.decode``) reads weights directly, so it does not see adapters.
+Training builds them from ``model.lora`` (``config.lora_checks``, ``training.adapters``). The
+CPU fast decode path (``models.decode``) reads weights directly, so it is not taken for a
+model with adapters.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -218,6 +220,20 @@ def adapter_state_dict(model: nn.Module) -> dict[str, Tensor]:
     return dict(_peft().get_peft_model_state_dict(model, adapter_name=ADAPTER_NAME))
 
 
+def adapter_module_names(model: nn.Module) -> dict[str, str]:
+    """``adapter_state_dict``'s names -> the model's own state-dict names of the same tensors
+    (PEFT's names drop the adapter name: ``...q_proj.lora_A.default.weight`` is
+    ``...q_proj.lora_A.weight``): for loading adapters with torch's and FSDP's state-dict
+    calls."""
+    names = {}
+    for name, _ in adapter_parameters(model):
+        peft_name = ".".join(part for part in name.split(".") if part != ADAPTER_NAME)
+        # DoRA's magnitude is a bare vector under PEFT's name (no ``.weight``)
+        peft_name = peft_name.replace("lora_magnitude_vector.weight", "lora_magnitude_vector")
+        names[peft_name] = name
+    return names
+
+
 def load_adapter_state_dict(model: nn.Module, state: dict[str, Tensor]) -> None:
     """Copy ``state`` (``adapter_state_dict``'s names) into ``model``'s adapters: every adapter
     weight must be given, and nothing else."""
@@ -233,23 +249,48 @@ def load_adapter_state_dict(model: nn.Module, state: dict[str, Tensor]) -> None:
     _peft().set_peft_model_state_dict(model, state, adapter_name=ADAPTER_NAME)
 
 
+def adapter_config(model: nn.Module, base_model_name_or_path: str | None) -> dict[str, Any]:
+    """What ``adapter_config.json`` holds for ``model``'s adapter: the ``LoraConfig``
+    ``inject_adapter_in_model`` left on the model (target modules resolved), as
+    ``LoraConfig.save_pretrained`` writes it (sets as lists, sorted here so the file is
+    deterministic). ``base_model_name_or_path``: PEFT's field for where the base is."""
+    if not has_adapters(model):
+        raise LoraConfigError("adapter_config: the model has no adapters")
+    config = copy.deepcopy(cast(Any, model).peft_config[ADAPTER_NAME])
+    config.base_model_name_or_path = base_model_name_or_path
+    config.inference_mode = True  # as PeftModel.save_pretrained writes it
+    fields: dict[str, Any] = config.to_dict()
+    return {k: sorted(v) if isinstance(v, set) else v for k, v in fields.items()}
+
+
+def write_adapter_config(config: dict[str, Any], path: Path) -> None:
+    """``adapter_config(...)`` into the file ``path`` (PEFT's layout: indent 2, sorted keys)."""
+    Path(path).write_text(json.dumps(config, indent=2, sort_keys=True))
+
+
+def write_adapter_weights(state: dict[str, Tensor], path: Path) -> None:
+    """``adapter_state_dict``'s tensors into the file ``path`` as PEFT stores them (names with
+    ``PEFT_FILE_PREFIX``, CPU, contiguous)."""
+    tensors = {
+        PEFT_FILE_PREFIX + name: tensor.detach().to("cpu").contiguous()
+        for name, tensor in state.items()
+    }
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+def read_adapter_weights(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    """An ``adapter_model.safetensors``' tensors -> ``adapter_state_dict``'s names."""
+    return {name.removeprefix(PEFT_FILE_PREFIX): tensor for name, tensor in tensors.items()}
+
+
 def save_peft_adapter(model: nn.Module, directory: Path, base_model_name_or_path: str) -> None:
     """Write ``model``'s adapter in PEFT's format into (existing) ``directory``:
     ``adapter_config.json`` and ``adapter_model.safetensors``, what
-    ``peft.PeftModel.from_pretrained(<transformers base>, directory)`` loads.
-    ``base_model_name_or_path`` is recorded in the config (PEFT's field; where the base is)."""
-    if not has_adapters(model):
-        raise LoraConfigError("save_peft_adapter: the model has no adapters")
-    # the LoraConfig inject_adapter_in_model left on the model (target modules resolved)
-    config = copy.deepcopy(cast(Any, model).peft_config[ADAPTER_NAME])
-    config.base_model_name_or_path = str(base_model_name_or_path)
-    config.inference_mode = True  # as PeftModel.save_pretrained writes it
-    config.save_pretrained(str(directory))
-    tensors = {
-        PEFT_FILE_PREFIX + name: tensor.detach().to("cpu").contiguous()
-        for name, tensor in adapter_state_dict(model).items()
-    }
-    save_file(tensors, str(Path(directory) / ADAPTER_WEIGHTS_FILE), metadata={"format": "pt"})
+    ``peft.PeftModel.from_pretrained(<transformers base>, directory)`` loads."""
+    directory = Path(directory)
+    config = adapter_config(model, str(base_model_name_or_path))
+    write_adapter_config(config, directory / ADAPTER_CONFIG_FILE)
+    write_adapter_weights(adapter_state_dict(model), directory / ADAPTER_WEIGHTS_FILE)
 
 
 def read_adapter_config(directory: Path) -> dict[str, Any]:
@@ -284,3 +325,33 @@ def merged_model(model: LlamaForCausalLM) -> LlamaForCausalLM:
             one.merge(adapter_names=[ADAPTER_NAME])  # PEFT's own merge, DoRA's included
             target[f"{names[id(layer)]}.weight"].copy_(one.get_base_layer().weight)
     return plain
+
+
+def merge_in_place(model: nn.Module) -> nn.Module:
+    """Fold every adapter into its base layer (PEFT's ``merge``, DoRA's included) and put the
+    plain layer back in its place: ``model`` (a policy or a critic) then has no adapters and
+    computes what it computed with them. Returns ``model``."""
+    layers = _lora_layers(model)
+    if not layers:
+        raise LoraConfigError("merge_in_place: the model has no adapters")
+    names = {id(m): n for n, m in model.named_modules()}
+    for layer in layers:
+        layer.merge(adapter_names=[ADAPTER_NAME])
+        parent_name, _, child = names[id(layer)].rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, layer.get_base_layer())
+    del cast(Any, model).peft_config
+    return model
+
+
+def base_fingerprint(model: nn.Module) -> str:
+    """SHA-256 (hex) over ``model``'s stored weights in name order: name, dtype, shape, bytes.
+    Called on the base model before adapters are injected (any device; tensors are hashed on
+    the CPU one at a time)."""
+    digest = hashlib.sha256()
+    state = model.state_dict()
+    for name in sorted(stored_names(model)):
+        tensor = state[name].detach()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

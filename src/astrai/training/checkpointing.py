@@ -30,6 +30,10 @@ from astrai.checkpoints.identity import (
     saved_fingerprint,
 )
 from astrai.checkpoints.layout import (
+    ADAPTER_CONFIG_FILE,
+    ADAPTER_FILES,
+    ADAPTER_MODEL_FILE,
+    ADAPTERS_KEY,
     CHECKPOINTS_DIR,
     EXTRA_FILES_KEY,
     MODEL_CONFIG_FILE,
@@ -49,6 +53,14 @@ from astrai.checkpoints.layout import (
 )
 from astrai.distributed import DistContext, all_reduce_max, gather_objects
 from astrai.files import FileWriter, write_file_atomic
+from astrai.models.lora import (
+    adapter_config,
+    adapter_module_names,
+    adapter_state_dict,
+    read_adapter_weights,
+    write_adapter_config,
+    write_adapter_weights,
+)
 from astrai.models.tokenizer import Tokenizer
 from astrai.models.weights import stored_names
 from astrai.training.parallel import (
@@ -95,6 +107,9 @@ class CheckpointParts:
     dist: DistContext
     device: torch.device
     sharded: bool
+    # a LoRA run (``model.lora``): {"lora": its settings, "base": {"path", "sha256"}}; None for
+    # full fine-tuning. Its checkpoints hold the adapters (PEFT's format), not model.safetensors
+    adapters: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         unsaved = set(self.checkpoint_files) - set(self.extra)
@@ -103,9 +118,10 @@ class CheckpointParts:
 
 
 def critic_parts(
-    critic: nn.Module | None, optimizer: Stateful | None, scheduler: Stateful | None
+    critic: Stateful | None, optimizer: Stateful | None, scheduler: Stateful | None
 ) -> dict[str, Stateful]:
-    """A PPO critic's three checkpoint files and their objects ({} without a critic)."""
+    """A PPO critic's three checkpoint files and their objects ({} without a critic); a LoRA
+    run's critic is its trainable tensors (``adapters.TrainableState``)."""
     if critic is None or optimizer is None or scheduler is None:
         return {}
     return {
@@ -117,7 +133,18 @@ def critic_parts(
 
 def run_fingerprint(parts: CheckpointParts) -> dict[str, Any]:
     """What must not change across a resume (``astrai.checkpoints.identity``): saved with
-    every checkpoint and compared on resume."""
+    every checkpoint and compared on resume. A LoRA run adds ``adapters``: its settings and
+    the base model's SHA-256 (another base is refused; its path may change)."""
+    fingerprint = _setup_fingerprint(parts)
+    if parts.adapters is not None:
+        fingerprint["adapters"] = {
+            "lora": parts.adapters["lora"],
+            "base_sha256": parts.adapters["base"]["sha256"],
+        }
+    return fingerprint
+
+
+def _setup_fingerprint(parts: CheckpointParts) -> dict[str, Any]:
     return {
         "train_type": parts.strategy_name,
         "model": model_fingerprint(dataclasses.asdict(parts.policy.config)),
@@ -142,15 +169,16 @@ def save_training_checkpoint(parts: CheckpointParts, state: TrainState) -> Path:
     optimizer_state: Any = None
     # collectives under FSDP, so every rank joins; replicas: only the writer needs them
     if parts.sharded or parts.dist.is_main:
-        policy_state = full_model_state(parts.policy, parts.sharded)
+        policy_state = _policy_state(parts)
         optimizer_state = full_optimizer_state(parts.policy, parts.optimizer, parts.sharded)
     root = parts.run_dir / CHECKPOINTS_DIR
     path = root / step_dir_name(state.step)
     failure: BaseException | None = None
     if parts.dist.is_main:
-        # tied parameters once, named as the (unsharded) reference names them
-        kept = set(stored_names(parts.reference))
-        policy_state = {k: v for k, v in policy_state.items() if k in kept}
+        if parts.adapters is None:
+            # tied parameters once, named as the (unsharded) reference names them
+            kept = set(stored_names(parts.reference))
+            policy_state = {k: v for k, v in policy_state.items() if k in kept}
         try:
             _write(parts, state, root, rng_per_rank, policy_state, optimizer_state)
         except Exception as err:  # tell the other ranks before raising, so none waits forever
@@ -160,6 +188,18 @@ def save_training_checkpoint(parts: CheckpointParts, state: TrainState) -> Path:
             raise failure
         raise CheckpointError(f"rank 0 failed to write {path}")
     return path
+
+
+def _policy_state(parts: CheckpointParts) -> dict[str, Any]:
+    """The policy's saved tensors: all of them, or a LoRA run's adapters under PEFT's names
+    (``adapter_state_dict``'s). Sharded: a collective every rank joins; rank 0 gets them."""
+    if parts.adapters is None:
+        return full_model_state(parts.policy, parts.sharded)
+    if not parts.sharded:
+        return {k: v.detach().cpu() for k, v in adapter_state_dict(parts.policy).items()}
+    names = adapter_module_names(parts.policy)
+    full = full_model_state(parts.policy, sharded=True)
+    return {peft: full[own] for peft, own in names.items() if own in full}
 
 
 def _write(
@@ -172,7 +212,7 @@ def _write(
 ) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     reference = root / REFERENCE_FILE
-    if not reference.is_file():
+    if parts.adapters is None and not reference.is_file():  # LoRA: the base is the reference
         write_file_atomic(reference, lambda p: io.save_module(parts.reference, p))
     fingerprint = run_fingerprint(parts)
     record = {
@@ -192,7 +232,7 @@ def _write(
         "parallel": fingerprint["parallel"],
         "rng": rng_per_rank[0],
         "rng_per_rank": rng_per_rank,
-        EXTRA_FILES_KEY: list(parts.extra),
+        EXTRA_FILES_KEY: [*_adapter_files(parts), *parts.extra],
     }
     writers: dict[str, FileWriter] = {
         MODEL_FILE: lambda p: io.save_tensors(policy_state, p),
@@ -202,11 +242,21 @@ def _write(
         SCHEDULER_FILE: lambda p: io.save_torch(parts.scheduler.state_dict(), p),
         RUN_CONFIG_FILE: lambda p: _save_run_config(parts.cfg, p),
     }
+    if parts.adapters is not None:  # the adapters in PEFT's format, not the whole policy
+        record[ADAPTERS_KEY] = parts.adapters
+        del writers[MODEL_FILE]
+        config = adapter_config(parts.policy, parts.adapters["base"]["path"])
+        writers[ADAPTER_CONFIG_FILE] = lambda p: write_adapter_config(config, p)
+        writers[ADAPTER_MODEL_FILE] = lambda p: write_adapter_weights(policy_state, p)
     for name, stateful in parts.extra.items():
         writers[name] = _torch_writer(stateful)
     # trainer_state.json last: a reader that sees it knows every other file was written
     writers[TRAINER_STATE_FILE] = lambda p: io.save_json(record, p)
     return io.write_checkpoint(root, state.step, writers)
+
+
+def _adapter_files(parts: CheckpointParts) -> tuple[str, ...]:
+    return ADAPTER_FILES if parts.adapters is not None else ()
 
 
 def _torch_writer(stateful: Stateful) -> FileWriter:
@@ -247,16 +297,21 @@ def restore_training_checkpoint(
     if warning is not None:
         log.warning("%s", warning)
     check_state(record, path / TRAINER_STATE_FILE)
-    reference = path.parent / REFERENCE_FILE
-    io.load_module(parts.reference, reference)
+    if parts.adapters is not None:
+        _restore_adapters(parts, path)
+    else:
+        reference = path.parent / REFERENCE_FILE
+        io.load_module(parts.reference, reference)
     if parts.sharded:
-        tensors = io.load_tensors(path / MODEL_FILE)
-        io.check_names(tensors, parts.reference, path / MODEL_FILE)
-        load_model_state(parts.policy, tensors, sharded=True)
+        if parts.adapters is None:
+            tensors = io.load_tensors(path / MODEL_FILE)
+            io.check_names(tensors, parts.reference, path / MODEL_FILE)
+            load_model_state(parts.policy, tensors, sharded=True)
         optimizer_state = io.load_torch(path / OPTIMIZER_FILE)
         load_optimizer_state(parts.policy, parts.optimizer, optimizer_state, sharded=True)
     else:
-        io.load_module(parts.policy, path / MODEL_FILE)
+        if parts.adapters is None:
+            io.load_module(parts.policy, path / MODEL_FILE)
         io.load_state_dict_into(parts.optimizer, path / OPTIMIZER_FILE)
     io.load_state_dict_into(parts.scheduler, path / SCHEDULER_FILE)
     _restore_extra(parts, path, record)
@@ -269,6 +324,25 @@ def restore_training_checkpoint(
         eval_pending=record.get("eval_pending", False),  # absent before it was saved
         resumed_from=path,
     )
+
+
+def _restore_adapters(parts: CheckpointParts, path: Path) -> None:
+    """A LoRA run's adapter weights from ``adapter_model.safetensors`` (every adapter of the
+    policy, nothing else; sharded or whole)."""
+    file = path / ADAPTER_MODEL_FILE
+    tensors = read_adapter_weights(io.load_tensors(file))
+    names = adapter_module_names(parts.policy)
+    missing, unexpected = sorted(set(names) - set(tensors)), sorted(set(tensors) - set(names))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{file}: adapters do not match this run's model.lora (missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]})"
+        )
+    own = {names[peft]: tensor for peft, tensor in tensors.items()}
+    try:
+        load_model_state(parts.policy, own, sharded=parts.sharded)
+    except RuntimeError as err:
+        raise CheckpointError(f"{file}: adapters do not match the model ({err})") from err
 
 
 def _restore_extra(parts: CheckpointParts, path: Path, record: dict[str, Any]) -> None:

@@ -19,6 +19,8 @@ from astrai.checkpoints.completeness import (
     short_problems,
 )
 from astrai.checkpoints.layout import (
+    ADAPTER_FILES,
+    ADAPTERS_KEY,
     CHECKPOINTS_DIR,
     EXTRA_FILES_KEY,
     TRAINER_STATE_FILE,
@@ -36,7 +38,10 @@ log = logging.getLogger(__name__)
 
 
 def resolve_resume(
-    resume: str | None, run_dir: Path, strategy: type[Strategy] | Strategy
+    resume: str | None,
+    run_dir: Path,
+    strategy: type[Strategy] | Strategy,
+    adapters: bool = False,
 ) -> Path | None:
     """``ckpt.resume`` -> the checkpoint directory to restore, or None to start fresh.
 
@@ -47,6 +52,8 @@ def resolve_resume(
     checkpoints, whose retention would otherwise prune the new run's checkpoints in favour of
     the old run's higher steps. The chosen checkpoint must hold every file ``train_type`` needs;
     the error names the missing ones (the strategy's ``checkpoint_files`` among them).
+    ``adapters``: this run trains LoRA adapters (``model.lora``); a checkpoint of the other
+    kind is refused in one line before its files are checked.
     """
     train_type = strategy.name
     if resume is None:
@@ -69,7 +76,9 @@ def resolve_resume(
             why = "" if path.exists() else f" ({path} {missing_reason(path)})"
             raise CheckpointError(f"ckpt.resume: no checkpoint directory at {path}{why}")
     check_metrics_for_resume(run_dir)
-    missing = missing_files(path, required_files(_expected_extra_files(strategy, path)))
+    check_adapter_kind(path, adapters)
+    expected = [*(ADAPTER_FILES if adapters else ()), *_expected_extra_files(strategy, path)]
+    missing = missing_files(path, required_files(expected))
     if missing:
         recorded = CheckpointInfo(0, path).train_type()
         written_by = (
@@ -85,6 +94,31 @@ def resolve_resume(
     if problems:
         raise CheckpointError(f"{path}: incomplete checkpoint: {short_problems(problems, path)}")
     return path
+
+
+def check_adapter_kind(path: Path, adapters: bool) -> None:
+    """Refuse, in one line, a full fine-tuning checkpoint for a LoRA run and the reverse (an
+    unreadable ``trainer_state.json`` is left to ``checkpoint_problems``)."""
+    try:
+        record = io.load_json(path / TRAINER_STATE_FILE)
+    except CheckpointError:
+        return
+    if not isinstance(record, dict):
+        return
+    saved = record.get(ADAPTERS_KEY)
+    if adapters and saved is None:
+        raise CheckpointError(
+            f"{path}: a full fine-tuning checkpoint (whole weights, no adapters) cannot be "
+            "resumed with model.lora: resume it without model.lora, or train adapters in a new "
+            "run dir (hydra.run.dir=...)"
+        )
+    if not adapters and saved is not None:
+        lora = saved.get("lora", {}) if isinstance(saved, dict) else {}
+        raise CheckpointError(
+            f"{path}: a LoRA checkpoint (adapters of rank {lora.get('rank')}) cannot be "
+            "resumed as full fine-tuning: set model.lora as the run had it "
+            f"(model.lora.rank={lora.get('rank')} ...), or use a new run dir"
+        )
 
 
 def _expected_extra_files(strategy: type[Strategy] | Strategy, path: Path) -> Sequence[str]:

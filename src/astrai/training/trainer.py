@@ -22,6 +22,7 @@ from astrai.algorithms.aggregation import Divisors, whole_minibatch_divisors
 from astrai.algorithms.correction import correction_from_config
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.io import prune_checkpoints
+from astrai.config.lora_checks import builder_node, lora_settings
 from astrai.config.run_task import build_task, max_prompt_tokens
 from astrai.config.train_type_checks import check_world_batch
 from astrai.distributed import (
@@ -48,6 +49,15 @@ from astrai.rollout.minibatch import Minibatch, flatten_rollout, iter_minibatche
 from astrai.rollout.rollout import Rollout, ended_with_eos
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.accumulation import accumulate_gradients
+from astrai.training.adapters import (
+    BaseModelView,
+    TrainableState,
+    adapter_record,
+    attach_adapters,
+    base_identity,
+    build_lora_critic,
+    trainable_parameters,
+)
 from astrai.training.announce import announce_run, count_parameters, write_dashboards
 from astrai.training.banner import format_eval_line
 from astrai.training.checkpointing import (
@@ -109,18 +119,36 @@ class Trainer:
         self.tokenizer: Tokenizer = tokenizer_for(cfg.model)
         # task.filter_overlong_prompts drops the rows too long for this model and response limit
         self.task: ProblemSource = build_task(cfg.task, self.tokenizer, max_prompt_tokens(cfg))
-        self.policy: LlamaForCausalLM = instantiate(cfg.model).to(self.device)
-        # the reference is the initial policy, frozen
-        self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
-        if cfg.infra.offload_reference:  # it waits on the CPU between its scoring passes
-            self.reference.to("cpu")
+        self.lora = lora_settings(cfg.model)  # None: full fine-tuning
+        self.policy: LlamaForCausalLM = instantiate(builder_node(cfg.model))
+        # a LoRA run's base: where it was read and what it holds (compared on resume)
+        self.base = base_identity(cfg.model, self.policy) if self.lora is not None else None
+        self.policy.to(self.device)
+        self.sharded = cfg.infra.parallel == "fsdp" and self.dist.world_size > 1
         self.strategy: Strategy = instantiate(cfg.train_type)
         self.critic: ValueModel | None = None
         self.critic_optimizer: torch.optim.Optimizer | None = None
         self.critic_scheduler: LRScheduler | None = None
         if cfg.critic.name != "none":  # warm-started from the whole policy, before any sharding
-            self.critic = build_value_model(self.policy, cfg.critic.warm_start)
-            self.critic_optimizer = instantiate(cfg.critic.optimizer)(self.critic.parameters())
+            self.critic = (
+                build_value_model(self.policy, cfg.critic.warm_start)
+                if self.lora is None
+                else build_lora_critic(self.policy, share_trunk=not self.sharded)
+            )
+        self.reference: nn.Module
+        if self.lora is None:  # the reference is the initial policy, frozen
+            self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
+            if cfg.infra.offload_reference:  # it waits on the CPU between its scoring passes
+                self.reference.to("cpu")
+        else:  # the base with the adapters off (``training.adapters``): no second copy
+            attach_adapters(self.policy, self.lora)
+            if self.critic is not None:
+                attach_adapters(self.critic, self.lora)
+            self.reference = BaseModelView(self.policy)
+        if self.critic is not None:
+            self.critic_optimizer = instantiate(cfg.critic.optimizer)(
+                trainable_parameters(self.critic)
+            )
         # counted before any sharding, for the start banner
         self.parameter_counts = (
             count_parameters(self.policy),
@@ -130,11 +158,12 @@ class Trainer:
         with torch.random.fork_rng(devices=[]):
             self.reward = build_reward(reward_node(cfg.reward)).to(self.device)
         self.overlong = overlong_from_config(cfg)  # training rollouts only, never evaluation
-        self.sharded = cfg.infra.parallel == "fsdp" and self.dist.world_size > 1
         if self.sharded:  # in place; the optimizer must then see the sharded parameters
             shard_policy(self.policy, self.device)
-        self.optimizer = self.strategy.optimizer(self.policy.parameters())
-        resume = resolve_resume(cfg.ckpt.resume, self.run_dir, self.strategy)
+        self.optimizer = self.strategy.optimizer(trainable_parameters(self.policy))
+        resume = resolve_resume(
+            cfg.ckpt.resume, self.run_dir, self.strategy, adapters=self.lora is not None
+        )
         # read before the schedules are built: a resume with another total_steps may keep the
         # curve the checkpoint's schedules were built for (``ckpt.resume_schedule``)
         saved = read_trainer_state(resume) if resume is not None else None
@@ -216,10 +245,17 @@ class Trainer:
             optimizer=self.optimizer,
             scheduler=self.scheduler,
             tokenizer=self.tokenizer,
-            extra=critic_parts(self.critic, self.critic_optimizer, self.critic_scheduler),
+            extra=critic_parts(
+                self.critic
+                if self.lora is None or self.critic is None
+                else TrainableState(self.critic),
+                self.critic_optimizer,
+                self.critic_scheduler,
+            ),
             dist=self.dist,
             device=self.device,
             sharded=self.sharded,
+            adapters=adapter_record(self.lora, self.base),
         )
 
     # --- one RL step ---------------------------------------------------------------------------
