@@ -11,7 +11,7 @@ ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help install install-dev install-vllm train test test-slow test-docker test-vllm test-all lint format bench \
-	bench-quick gpu-check tensorboard clean smollm2
+	bench-quick bench-lora gpu-check tensorboard clean smollm2
 
 help: ## show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-17s\033[0m %s\n", $$1, $$2}'
@@ -114,12 +114,20 @@ bench: $(DEV_STAMP) ## sampling throughput (KV cache, vs transformers); peak mem
 	$(BIN)/python bench/generate_vs_hf.py
 	$(BIN)/python bench/memory.py
 
+# SmolLM2-135M with LoRA: peak training memory vs full fine-tuning (~5 min), and the hour-long
+# learning run of experiment=word_problems_lora (docs/lora.md)
+bench-lora: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## LoRA: memory vs full fine-tuning, then SmolLM2's hour-long learning run
+	$(BIN)/python bench/lora_memory.py
+	$(BIN)/python bench/lora_learning.py
+
 # every bench script at a tiny workload: the scripts still run and print their ratio line (CI
 # runs this; the numbers mean nothing). gpu_check's checks run on the CPU in tests/e2e/test_gpu_check.py
 bench-quick: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## every bench script in its quick mode (seconds each; CI)
 	$(BIN)/python bench/rollout.py --quick
 	$(BIN)/python bench/generate_vs_hf.py --quick
 	$(BIN)/python bench/memory.py --quick
+	$(BIN)/python bench/lora_memory.py --quick
+	$(BIN)/python bench/lora_learning.py --quick
 	$(BIN)/python bench/step_overhead.py --quick
 	$(BIN)/python bench/parallel_sweep.py --quick
 	$(BIN)/python bench/gpu_check.py

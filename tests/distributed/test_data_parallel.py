@@ -29,20 +29,29 @@ QUICK = [
 NOISY = ("time/", "perf/")
 
 
+# model.lora: adapters replicated (DDP) or sharded with their decoder layer (FSDP); the LoRA
+# critic is replicated either way (its own copy of the trunk under FSDP)
+LORA = ["model.lora.rank=4", "model.lora.alpha=8", "train_type.optimizer.lr=1.0e-2"]
+
+
 @pytest.mark.parametrize(
-    ("train_type", "parallel"),
+    ("train_type", "parallel", "lora"),
     [
         # ~7-9 s each, 2 processes: slow since issue 33 (the fast suite's budget); every GRPO
         # option's 2-process update is also checked (slow) in test_algorithm_options.py
-        pytest.param("online_grpo", "ddp", marks=pytest.mark.slow),
-        pytest.param("online_ppo", "ddp", marks=pytest.mark.slow),
-        pytest.param("online_ppo", "fsdp", marks=pytest.mark.slow),  # ~11 s, 2 processes
+        pytest.param("online_grpo", "ddp", False, marks=pytest.mark.slow),
+        pytest.param("online_ppo", "ddp", False, marks=pytest.mark.slow),
+        pytest.param("online_ppo", "fsdp", False, marks=pytest.mark.slow),  # ~11 s, 2 processes
+        pytest.param("online_ppo", "ddp", True, marks=pytest.mark.slow),
+        pytest.param("online_grpo", "fsdp", True, marks=pytest.mark.slow),
+        pytest.param("online_ppo", "fsdp", True, marks=pytest.mark.slow),
     ],
 )
 def test_two_processes_make_the_same_update_as_one(
-    tmp_path: Path, train_type: str, parallel: str
+    tmp_path: Path, train_type: str, parallel: str, lora: bool
 ) -> None:
-    cfg = compose_config([f"train_type={train_type}", f"infra.parallel={parallel}", *QUICK])
+    overrides = [f"train_type={train_type}", f"infra.parallel={parallel}", *QUICK]
+    cfg = compose_config([*overrides, *(LORA if lora else [])])
     single = Trainer(cfg, tmp_path / "single")
     rollout = single.rollout()  # the global batch: 8 prompts × 4 responses
     torch.save(rollout, tmp_path / "rollout.pt")
@@ -77,8 +86,12 @@ def test_two_processes_make_the_same_update_as_one(
 
 
 @pytest.mark.slow  # ~20 s each: three interpreter start-ups and two 2-process launches
-@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
-def test_two_process_run_writes_one_run_dir_and_resumes(tmp_path: Path, parallel: str) -> None:
+@pytest.mark.parametrize(
+    ("parallel", "lora"), [("ddp", False), ("fsdp", False), ("ddp", True), ("fsdp", True)]
+)
+def test_two_process_run_writes_one_run_dir_and_resumes(
+    tmp_path: Path, parallel: str, lora: bool
+) -> None:
     run_dir = tmp_path / "run"
     args = [
         "train_type=online_ppo",
@@ -90,14 +103,16 @@ def test_two_process_run_writes_one_run_dir_and_resumes(tmp_path: Path, parallel
         # equals 3 straight (a time budget no longer stops after step 1: issue 30 bounds it
         # before the first step when the step-0 evaluation spends it)
         "scheduler@train_type.scheduler=warmup_constant",
+        *(LORA if lora else []),
     ]
     in_run_dir = [*args, f"hydra.run.dir={run_dir}"]
     first = run_train([*in_run_dir, "trainer.total_steps=1"], tmp_path, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stopped"] is None and summary["step"] == 1
+    # a LoRA run's reference is its base with the adapters off: no reference file
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
-        "reference.safetensors",
+        *([] if lora else ["reference.safetensors"]),
         "step_1",
     ]
     state = json.loads((run_dir / "checkpoints" / "step_1" / "trainer_state.json").read_text())
@@ -128,9 +143,14 @@ def test_two_process_run_writes_one_run_dir_and_resumes(tmp_path: Path, parallel
     straight_args = [*args, "trainer.total_steps=3", f"hydra.run.dir={straight_dir}"]
     straight = run_train(straight_args, tmp_path, timeout=300)
     assert straight.returncode == 0, straight.stderr[-3000:]
-    final = "checkpoints/step_3/model.safetensors"
-    a, b = load_file(str(run_dir / final)), load_file(str(straight_dir / final))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # exact resume
+    weights = "adapter_model.safetensors" if lora else "model.safetensors"
+    for final in (f"checkpoints/step_3/{weights}", "checkpoints/step_3/value_model.pt"):
+        if final.endswith(".pt"):
+            a = torch.load(run_dir / final, weights_only=True)
+            b = torch.load(straight_dir / final, weights_only=True)
+        else:
+            a, b = load_file(str(run_dir / final)), load_file(str(straight_dir / final))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # exact resume
 
 
 @pytest.mark.slow  # ~10 s: 2 processes

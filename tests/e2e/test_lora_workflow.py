@@ -191,3 +191,23 @@ def test_resuming_onto_another_base_or_kind_is_one_line(hf_dir: Path, tmp_path: 
         "adapters were trained on another base model",
     )
     assert sorted(p.name for p in (lora_dir / "checkpoints").iterdir()) == ["step_2"]
+
+
+def test_rank_and_alpha_sweep_as_a_multirun(tmp_path: Path) -> None:
+    """``python train.py -m model.lora.rank=2,4 model.lora.alpha=4,8``: four jobs, each with the
+    adapters it asked for, and ``astrai.report`` lists the two knobs."""
+    from astrai.report.__main__ import main as report_main
+
+    sweep = tmp_path / "sweep"
+    args = ["-m", "model.lora.rank=2,4", "model.lora.alpha=4,8", *QUICK]
+    result = run_train_in_process([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    grid = [(2, 4), (2, 8), (4, 4), (4, 8)]
+    for job, (rank, alpha) in enumerate(grid):
+        config = json.loads(
+            (sweep / str(job) / "checkpoints/step_2/adapter_config.json").read_text()
+        )
+        assert (config["r"], config["lora_alpha"]) == (rank, alpha)
+    report = run_main(report_main, [str(sweep)])
+    assert report.returncode == 0, report.stderr
+    assert report.stdout.splitlines()[1].split()[:3] == ["job", "rank", "alpha"]

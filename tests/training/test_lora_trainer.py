@@ -182,3 +182,52 @@ def test_other_lora_settings_are_refused_on_resume(tmp_path: Path) -> None:
     _trainer(tmp_path, "trainer.total_steps=2").fit()
     with pytest.raises(CheckpointError, match=r"adapters\.lora\.alpha=8\.0, this run 16\.0"):
         _trainer(tmp_path, "model.lora.alpha=16")
+
+
+# the memory knobs (tests/training/test_memory.py) with adapters: PPO's sequences are 16 prompts
+# x 1 (no shared prompt in a scoring part), AdamW's eps above the small gradients (an ulp's sign
+# flip stays an ulp), as there
+KNOB_BASE = [
+    *LORA,
+    "debug=quick",
+    "train_type.group_size=4",
+    "train_type.minibatches=2",
+    "train_type.kl_coef=0.1",
+    "+train_type.optimizer.eps=1e-2",
+]
+KNOB_SHAPE = {
+    "grpo": [],
+    "ppo": [*PPO, "train_type.group_size=1", "train_type.prompts_per_step=16"],
+}
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+@pytest.mark.parametrize(
+    "knob", [["train_type.micro_batch_size=3"], ["model.gradient_checkpointing=true"]]
+)
+def test_memory_knobs_make_the_same_lora_update(tmp_path: Path, algo: str, knob: list[str]) -> None:
+    extra = [*KNOB_SHAPE[algo], *(["+critic.optimizer.eps=1e-2"] if algo == "ppo" else [])]
+    states = []
+    for name, overrides in (("plain", []), ("knob", knob)):
+        trainer = Trainer(compose_config([*KNOB_BASE, *extra, *overrides]), tmp_path / name)
+        for _ in range(2):
+            trainer.train_step()
+        critic = trainer.critic.state_dict() if trainer.critic is not None else {}
+        critic = {f"critic.{name}": tensor for name, tensor in critic.items()}
+        states.append({**trainer.policy.state_dict(), **critic})
+    plain, other = states
+    # the policy's adapters moved (B starts at zero) well past the bound below
+    moved = max(t.abs().max() for n, t in plain.items() if "lora_B" in n and "critic" not in n)
+    assert moved > 3e-5
+    for name, value in plain.items():
+        torch.testing.assert_close(other[name], value, atol=1e-6, rtol=0, msg=name)
+
+
+def test_bf16_trains_the_adapters_in_float32(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, *PPO, "infra.precision=bf16", "ckpt.every_steps=0")
+    summary = trainer.fit()
+    losses = [float(v) for k, v in summary.items() if str(k).startswith("loss/")]
+    assert losses and all(torch.isfinite(torch.tensor(losses)))
+    assert all(p.dtype == torch.float32 for _, p in adapter_parameters(trainer.policy))
+    moments = [s["exp_avg"] for s in trainer.optimizer.state.values()]
+    assert moments and all(m.dtype == torch.float32 for m in moments)

@@ -129,6 +129,14 @@ def attach_adapters(model: nn.Module, settings: LoraSettings) -> None:
         model.value_head.requires_grad_(True)
 
 
+def trainable_counts(policy: nn.Module, critic: nn.Module | None) -> tuple[int, int | None]:
+    """Trainable parameters of the policy and the critic (None without one), for the banner."""
+    policy_count = sum(p.numel() for p in trainable_parameters(policy))
+    return policy_count, None if critic is None else sum(
+        p.numel() for p in trainable_parameters(critic)
+    )
+
+
 class TrainableState:
     """A module's checkpoint as its trainable tensors only (a LoRA critic: adapters and value
     head; its frozen trunk is the base model's): ``state_dict`` / ``load_state_dict`` as torch's,

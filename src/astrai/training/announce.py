@@ -57,6 +57,7 @@ class StartingRun(Protocol):
     task: ProblemSource
     reward: Reward
     parameter_counts: tuple[int, int | None]
+    adapter_counts: tuple[int, int | None] | None
     logger: RunLogger
     state: TrainState
 
@@ -121,7 +122,19 @@ def run_facts(trainer: StartingRun, plan: DevicePlan) -> RunFacts:
         critic_learning_rate=float(cfg.critic.optimizer.lr) if has_critic else None,
         schedule=describe_schedule(cfg.train_type.scheduler, trainer.state.schedule_steps),
         critic_schedule=critic_schedule(cfg) if has_critic else None,
+        adapters=describe_adapters(cfg, trainer.adapter_counts),
     )
+
+
+def describe_adapters(cfg: DictConfig, counts: tuple[int, int | None] | None) -> str | None:
+    """``LoRA rank 16 (all-linear): 1,234 trainable (critic 1,235)``; None without adapters."""
+    if counts is None:
+        return None
+    lora = cfg.model.lora
+    targets = lora.target_modules
+    where = targets if isinstance(targets, str) else ",".join(str(t) for t in targets)
+    text = f"LoRA rank {lora.rank} ({where}): {counts[0]:,} trainable"
+    return text if counts[1] is None else f"{text} (critic {counts[1]:,})"
 
 
 def critic_schedule(cfg: DictConfig) -> str:

@@ -46,6 +46,7 @@ class RunFacts:
         schedule: the policy's schedule, e.g. ``warmup_cosine (warmup_steps 0, min_lr_ratio
             0.0) over 9,600 optimizer steps``.
         critic_schedule: ``the policy's``, ``constant`` or its own; None without a critic.
+        adapters: a LoRA run's adapters and their trainable parameters; None: full fine-tuning.
     """
 
     run_dir: str
@@ -71,6 +72,7 @@ class RunFacts:
     critic_learning_rate: float | None
     schedule: str
     critic_schedule: str | None
+    adapters: str | None = None
 
 
 def format_banner(facts: RunFacts) -> list[str]:
@@ -97,6 +99,8 @@ def format_banner(facts: RunFacts) -> list[str]:
     model = f"model: {facts.model or 'policy'}, {facts.policy_parameters:,} parameters"
     if facts.critic_parameters is not None:
         model += f"; critic: {facts.critic_parameters:,} parameters"
+    if facts.adapters is not None:
+        model += f"; {facts.adapters}"
     tensorboard = (
         f"tensorboard --logdir {shlex.quote(facts.run_dir.rstrip('/') + '/tb')}"
         if facts.tensorboard

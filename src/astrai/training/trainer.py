@@ -56,6 +56,7 @@ from astrai.training.adapters import (
     attach_adapters,
     base_identity,
     build_lora_critic,
+    trainable_counts,
     trainable_parameters,
 )
 from astrai.training.announce import announce_run, count_parameters, write_dashboards
@@ -153,6 +154,9 @@ class Trainer:
         self.parameter_counts = (
             count_parameters(self.policy),
             None if self.critic is None else count_parameters(self.critic),
+        )
+        self.adapter_counts = (
+            None if self.lora is None else trainable_counts(self.policy, self.critic)
         )
         # after every model init: a reward model's construction must not move the global RNG
         with torch.random.fork_rng(devices=[]):
