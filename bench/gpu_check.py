@@ -10,6 +10,8 @@ On a CUDA machine it runs, one PASS/FAIL/SKIP line each (what each checks: docs/
 - ``resume``: k steps, stop, resume, N − k steps == N steps straight (GRPO and PPO);
 - ``smollm2-fp32``, ``smollm2-bf16``: a timed SmolLM2-135M step (tokens/s, step time, peak
   memory), skipped with a line saying so when ``models/smollm2`` has not been converted;
+- ``lora``: LoRA (rank 16) GRPO and PPO resume as ``resume`` checks it, and a timed bf16
+  SmolLM2-135M step with adapters (its peak memory beside ``smollm2-bf16``'s);
 - ``2-process-ddp``, ``2-process-fsdp``: ``python train.py`` on two GPUs, when two are visible.
 
 It exits 1 if any check fails and writes a JSON summary and its markdown table (``.md`` beside
@@ -256,9 +258,11 @@ def check_micro_batching(ctx: Context) -> Result:
     return Result("micro-batching", "PASS" if ok else "FAIL", detail, numbers)
 
 
-def resume_runs(ctx: Context, train_type: str) -> tuple[float, float, bool]:
+def resume_runs(
+    ctx: Context, train_type: str, extra: tuple[str, ...] = ()
+) -> tuple[float, float, bool]:
     """(max difference resumed vs straight, straight vs a repeat of it, metrics equal)."""
-    overrides = [*ctx.base(), f"train_type={train_type}", *RESUME_SHAPE]
+    overrides = [*ctx.base(), f"train_type={train_type}", *RESUME_SHAPE, *extra]
     runs = {}
     for name in ("straight", "repeat"):
         run_dir = ctx.run_dir(f"resume-{name}")
@@ -302,9 +306,12 @@ def check_resume(ctx: Context) -> Result:
     return Result("resume", "PASS" if all(ok for _, ok, _ in parts) else "FAIL", detail, numbers)
 
 
-def smollm2_step(ctx: Context, precision: str) -> Result:
-    """A warm-up step, then one timed step of GRPO on SmolLM2-135M."""
-    name = f"smollm2-{precision}"
+def smollm2_step(
+    ctx: Context, precision: str, name: str | None = None, extra: tuple[str, ...] = ()
+) -> Result:
+    """A warm-up step, then one timed step of GRPO on SmolLM2-135M (``extra``: more overrides,
+    e.g. LoRA's)."""
+    name = name or f"smollm2-{precision}"
     if not (ctx.smollm2_dir / "config.json").exists():
         return Result(name, "SKIP", f"{ctx.smollm2_dir} not found: run `make smollm2` first")
     if ctx.device == "cuda":  # the default update shape; 64 × 8 responses of up to 64 tokens
@@ -320,7 +327,7 @@ def smollm2_step(ctx: Context, precision: str) -> Result:
             "train_type.ppo_epochs=1",
         ]
     overrides = [*ctx.base(), "model=smollm2", f"model.path={ctx.smollm2_dir}", *shape]
-    overrides += [f"infra.precision={precision}", "trainer.total_steps=2"]
+    overrides += [f"infra.precision={precision}", "trainer.total_steps=2", *extra]
     trainer = Trainer(compose_config(overrides), ctx.run_dir(name))
     trainer.train_step()  # warm-up: CUDA context, kernels, allocator
     reset_peak_memory(trainer.device)
@@ -351,6 +358,29 @@ def check_smollm2_fp32(ctx: Context) -> Result:
 
 def check_smollm2_bf16(ctx: Context) -> Result:
     return smollm2_step(ctx, "bf16")
+
+
+LORA = ("model.lora.rank=16", "model.lora.alpha=32", "train_type.optimizer.lr=5.0e-3")
+
+
+def check_lora(ctx: Context) -> Result:
+    """LoRA adapters (rank 16, all-linear): resume of GRPO and PPO as ``resume`` checks it, then
+    (CUDA) a timed bf16 SmolLM2-135M step with adapters (its peak memory beside
+    smollm2-bf16's)."""
+    numbers: dict[str, Any] = {}
+    parts = []
+    for train_type in ("online_grpo", "online_ppo"):
+        diff, noise, _ = resume_runs(ctx, train_type, LORA)
+        numbers[f"{train_type}_max_diff"] = diff
+        parts.append((train_type, diff <= 10 * noise, "bitwise" if diff == 0.0 else f"{diff:.1e}"))
+    detail = ", ".join(f"{t} resume {text}" for t, _, text in parts)
+    ok = all(ok for _, ok, _ in parts)
+    if ctx.device == "cuda":  # a bf16 SmolLM2 update on the CPU takes minutes: CUDA only
+        step = smollm2_step(ctx, "bf16", "lora", LORA)
+        numbers.update({f"smollm2_{k}": v for k, v in step.numbers.items()})
+        ok = ok and step.status in ("PASS", "SKIP")
+        detail += f"; SmolLM2 bf16 step with adapters: {step.detail}"
+    return Result("lora", "PASS" if ok else "FAIL", detail, numbers)
 
 
 def two_process_run(ctx: Context, parallel: str) -> Result:
@@ -400,6 +430,7 @@ CHECKS: list[tuple[str, Callable[[Context], Result]]] = [
     ("resume", check_resume),
     ("smollm2-fp32", check_smollm2_fp32),
     ("smollm2-bf16", check_smollm2_bf16),
+    ("lora", check_lora),
     ("2-process-ddp", check_ddp),
     ("2-process-fsdp", check_fsdp),
 ]
