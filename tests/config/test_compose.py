@@ -12,6 +12,7 @@ from tests.helpers import compose_config
 from astrai.algorithms.grpo import GRPOStrategy
 from astrai.algorithms.ppo import PPOStrategy
 from astrai.config.devices import parse_gpu_devices
+from astrai.config.lora_checks import builder_node
 from astrai.config.validate import ConfigError, validate_config
 from astrai.models.llama import LlamaForCausalLM
 from astrai.paths import CONFIG_DIR
@@ -36,7 +37,7 @@ def test_default_composes_validates_and_instantiates() -> None:
     assert isinstance(strategy, GRPOStrategy)
     assert strategy.group_size == 8 and strategy.kl_estimator == "k3"
     assert isinstance(strategy.sampling, SamplingConfig)
-    model = instantiate(cfg.model)
+    model = instantiate(builder_node(cfg.model))
     assert isinstance(model, LlamaForCausalLM) and model.config.hidden_size == 64
     assert isinstance(instantiate(cfg.task), AdditionTask)
     assert cfg.infra.device == "auto" and cfg.infra.gpu.devices == "all"
@@ -65,7 +66,7 @@ PRETRAINED_MODELS = ("hf", "smollm2")  # read from a model directory
 def test_every_random_init_model_composes(option: str) -> None:
     cfg = _compose([f"model={option}"])
     validate_config(cfg)
-    assert instantiate(cfg.model).config.vocab_size == 48
+    assert instantiate(builder_node(cfg.model)).config.vocab_size == 48
 
 
 @pytest.mark.parametrize("option", PRETRAINED_MODELS)
@@ -82,7 +83,7 @@ def test_pretrained_models_compose_and_load_from_their_directory(
     hf_dir = save_tiny_hf_model(tmp_path / "model")
     cfg = _compose([f"model={option}", f"model.path={hf_dir}"])
     validate_config(cfg)
-    assert instantiate(cfg.model).config.hidden_size == 64
+    assert instantiate(builder_node(cfg.model)).config.hidden_size == 64
 
 
 @pytest.mark.parametrize(
