@@ -6,6 +6,8 @@ Slow (a few minutes on 2 cores): ``make test-slow``.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,3 +59,40 @@ def test_ppo_learns_addition_with_a_critic_that_learns(tmp_path: Path) -> None:
     explained = [r["value/explained_variance"] for r in records if "value/explained_variance" in r]
     assert len(explained) == 1200  # logged every step
     assert max(v for v in explained if v is not None) > 0.5  # the critic learns
+
+
+@pytest.mark.slow
+def test_lora_grpo_learns_addition_on_a_pretrained_base(tmp_path: Path) -> None:
+    """LoRA as it is used: adapters on a pretrained base. The base is the default job trained
+    300 steps in full (held-out accuracy ~0.5), exported by ``astrai.export``; then GRPO with
+    rank-16 adapters on every decoder linear (embeddings, norms and base frozen) at 3x the full
+    run's learning rate takes it past 0.9. On the random-init tiny model itself adapters alone
+    do not generalize (measured: held-out 0.69-0.77 at train reward 0.95 after 1,200 steps,
+    docs/lora.md): its frozen random embeddings carry no structure of the digits."""
+    base_run, base = tmp_path / "base", tmp_path / "base-hf"
+    args = ["trainer.progress_bar=false", "ckpt.every_steps=0"]
+    pretrain = [*args, "trainer.total_steps=300", f"hydra.run.dir={base_run}"]
+    result = run_train(pretrain, tmp_path, timeout=900, threads=1)
+    assert result.returncode == 0, result.stderr[-2000:]
+    export = subprocess.run(
+        [sys.executable, "-m", "astrai.export", str(base_run), str(base)],
+        capture_output=True,
+        text=True,
+    )
+    assert export.returncode == 0, export.stderr
+    run_dir = tmp_path / "lora"
+    lora = ["model=hf", f"model.path={base}", "model.lora.rank=16", "model.lora.alpha=32"]
+    result = run_train(
+        [*lora, "train_type.optimizer.lr=3e-3", *args, f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        timeout=1800,
+        threads=1,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [(r["step"], r["eval/accuracy"]) for r in records if "eval/accuracy" in r]
+    assert evals[0][0] == 0 and evals[0][1] <= 0.75, evals  # the base, before the adapters
+    assert evals[-1][0] == 1200 and evals[-1][1] >= 0.9, evals
+    state = json.loads((run_dir / "checkpoints/step_1200/trainer_state.json").read_text())
+    assert state["adapters"]["lora"]["rank"] == 16  # adapters, not a full run
+    assert state["adapters"]["base"]["path"] == str(base.resolve())

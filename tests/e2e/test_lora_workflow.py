@@ -98,6 +98,7 @@ def test_peft_loads_the_adapter_export_with_astrai_logits(
         torch.testing.assert_close(plain(IDS).logits, theirs, rtol=0, atol=PARITY)
 
 
+@pytest.mark.slow  # ~4 s: an export and two generate runs
 def test_generate_answers_from_the_adapter_checkpoint(lora_run: Path, tmp_path: Path) -> None:
     """The adapter checkpoint's greedy answers are the merged export's (which transformers
     and PEFT agree on, above)."""
@@ -163,6 +164,7 @@ def test_lora_without_peft_names_the_install(
     )
 
 
+@pytest.mark.slow  # ~8 s: two runs and three refused starts
 def test_resuming_onto_another_base_or_kind_is_one_line(hf_dir: Path, tmp_path: Path) -> None:
     base = tmp_path / "base"
     shutil.copytree(hf_dir, base)
@@ -193,6 +195,7 @@ def test_resuming_onto_another_base_or_kind_is_one_line(hf_dir: Path, tmp_path: 
     assert sorted(p.name for p in (lora_dir / "checkpoints").iterdir()) == ["step_2"]
 
 
+@pytest.mark.slow  # ~15 s: four jobs
 def test_rank_and_alpha_sweep_as_a_multirun(tmp_path: Path) -> None:
     """``python train.py -m model.lora.rank=2,4 model.lora.alpha=4,8``: four jobs, each with the
     adapters it asked for, and ``astrai.report`` lists the two knobs."""

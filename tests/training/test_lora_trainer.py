@@ -166,18 +166,7 @@ def test_a_lora_checkpoint_holds_what_changed(straight_and_resumed) -> None:  # 
         assert all("lora_" in name or name.startswith("value_head.") for name in critic_state)
 
 
-def test_a_full_checkpoint_is_not_resumed_as_lora_nor_the_reverse(tmp_path: Path) -> None:
-    full_dir, lora_dir = tmp_path / "full", tmp_path / "lora"
-    Trainer(compose_config([*QUICK, "trainer.total_steps=2"]), full_dir).fit()
-    with pytest.raises(CheckpointError, match="full fine-tuning checkpoint .* model.lora"):
-        _trainer(full_dir, "trainer.total_steps=4")
-    _trainer(lora_dir, "trainer.total_steps=2").fit()
-    with pytest.raises(
-        CheckpointError, match=r"LoRA checkpoint \(adapters of rank 4\).*model\.lora\.rank=4"
-    ):
-        Trainer(compose_config([*QUICK, "trainer.total_steps=4"]), lora_dir)
-
-
+@pytest.mark.slow  # ~3 s; the kind and base refusals: tests/e2e/test_lora_workflow.py
 def test_other_lora_settings_are_refused_on_resume(tmp_path: Path) -> None:
     _trainer(tmp_path, "trainer.total_steps=2").fit()
     with pytest.raises(CheckpointError, match=r"adapters\.lora\.alpha=8\.0, this run 16\.0"):
@@ -201,6 +190,7 @@ KNOB_SHAPE = {
 }
 
 
+@pytest.mark.slow  # ~3 s each (4): two trainers, two steps
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
 @pytest.mark.parametrize(
     "knob", [["train_type.micro_batch_size=3"], ["model.gradient_checkpointing=true"]]
@@ -223,6 +213,7 @@ def test_memory_knobs_make_the_same_lora_update(tmp_path: Path, algo: str, knob:
         torch.testing.assert_close(other[name], value, atol=1e-6, rtol=0, msg=name)
 
 
+@pytest.mark.slow  # ~3 s
 def test_bf16_trains_the_adapters_in_float32(tmp_path: Path) -> None:
     trainer = _trainer(tmp_path, *PPO, "infra.precision=bf16", "ckpt.every_steps=0")
     summary = trainer.fit()
