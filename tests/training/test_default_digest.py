@@ -6,7 +6,8 @@ Bitwise results depend on the CPU: torch's CPU build picks its matmul and vector
 processor (MKL takes other code paths on AMD than on Intel; ATen by ISA), so the same code gives
 other weights on another kind of machine. Each digest is recorded per kind of machine these
 tests run on, with the code before the change (the one on an AMD EPYC was made on 2026-12-02 by
-running this test on commit 2972daf, whose code gives the first digest on the other machine).
+running this test on commit 2972daf, whose code gives the first digest on the other machine; the
+AVX2 one on 2026-12-03 the same way: 2972daf's own test there gave exactly these).
 
 PPO's default job changed once on purpose since (issue 32: the critic's learning rate follows
 the policy's schedule instead of staying constant); its digest is of the job with the critic's
@@ -38,10 +39,12 @@ DIGESTS = {
     "online_grpo": {
         "afb5d0d3d3e396c9553b0a0271159ca7a11708051b60488a6607258e629f535f": "CI, 2026-12-01",
         "9341d03f7ddc1c6744104275d9940d185e69e9a81d78ec68f155b5531a14a4f7": "AMD EPYC, AVX-512",
+        "c1df0ec62a5ef33b56a08d8339d18b05c6cefe58aa47d2b196cb31afb5139270": "AMD EPYC, AVX2",
     },
     "online_ppo": {
         "043ed3dfc99a17027bf4b790239843c0a367dbca10bfff1349999d0f364c731b": "CI, 2026-12-01",
         "37d64f78900c99fabc05c1bcb79b8f05e2926b02460ba733c6abe9f6525d2703": "AMD EPYC, AVX-512",
+        "0a8dc0aaea67cfec7212f700aa0d81eca1ce232e3157c314739afd111538c085": "AMD EPYC, AVX2",
     },
 }
 
