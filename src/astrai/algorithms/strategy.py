@@ -15,6 +15,7 @@ from astrai.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from astrai.algorithms.losses import RATIO_LEVELS, clipped_policy_loss
 from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean
 from astrai.algorithms.rewards import KL_REWARD_CLAMP
+from astrai.distributed import is_fsdp
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig
@@ -145,7 +146,12 @@ class Strategy(ABC):
             rollout.flat("response_mask"),
         )
         temperature = self.sampling.temperature
-        with torch.inference_mode():
+        # no_grad, not inference mode, for an FSDP-sharded model (the policy π_old is recomputed
+        # on, and a LoRA run's reference, the same policy with its adapters off): FSDP must not
+        # allocate its unsharded weights as inference tensors, which its next training forward
+        # writes into
+        mode = torch.no_grad() if is_fsdp(model) else torch.inference_mode()
+        with mode:
             scored = [
                 response_logprobs(model, ids, mask, response_ids, response_mask, temperature)[0]
                 for ids, mask, response_ids, response_mask in parts

@@ -79,7 +79,7 @@ def holds_adapters(extra_files: Sequence[str]) -> bool:
 def required_files(extra_files: Sequence[str] = ()) -> tuple[str, ...]:
     """Files a complete checkpoint holds: every run's, then its algorithm's ``extra_files``;
     a LoRA run's (``holds_adapters``) hold its adapters instead of ``model.safetensors``."""
-    common = COMMON_FILES
+    common: tuple[str, ...] = COMMON_FILES
     if holds_adapters(extra_files):
         common = tuple(name for name in COMMON_FILES if name != MODEL_FILE)
     return common + tuple(extra_files)

@@ -188,7 +188,8 @@ def load_adapter_checkpoint(
         load_adapter_state_dict(policy, read_adapter_weights(io.load_tensors(file)))
     except LoraConfigError as err:
         raise CheckpointError(f"{file}: {err}") from err
-    return merge_in_place(policy), critic
+    merge_in_place(policy)
+    return policy, critic
 
 
 def load_policy(path: str | Path, chat_template: bool | None = None) -> LoadedPolicy:

@@ -104,14 +104,18 @@ def build_lora_critic(policy: LlamaForCausalLM, share_trunk: bool) -> ValueModel
     (shared tensors when ``share_trunk``, else a copy) with a zero-initialised value head.
     ``attach_adapters`` then gives it adapters of its own."""
     if not share_trunk:
-        return build_value_model(policy, warm_start=True)
+        # the copy's random init is overwritten (trunk) or zeroed (head): drawn on a side
+        # stream, so the adapters drawn next are the shared-trunk build's (1 process = FSDP's)
+        with torch.random.fork_rng(devices=[]):
+            return build_value_model(policy, warm_start=True)
     like = policy.lm_head.weight
     with torch.device("meta"):  # the trunk is replaced by the policy's: allocate nothing
         critic = ValueModel(policy.config)
     _share_trunk(critic, policy)
-    critic.value_head = nn.Linear(
-        policy.config.hidden_size, 1, device=like.device, dtype=like.dtype
-    )
+    with torch.random.fork_rng(devices=[]):  # zeroed below: no draw from the global stream
+        critic.value_head = nn.Linear(
+            policy.config.hidden_size, 1, device=like.device, dtype=like.dtype
+        )
     nn.init.zeros_(critic.value_head.weight)
     nn.init.zeros_(critic.value_head.bias)
     set_gradient_checkpointing(critic, policy.model.gradient_checkpointing)
