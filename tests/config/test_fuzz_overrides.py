@@ -177,7 +177,8 @@ def build_what_the_run_builds_first(cfg: DictConfig) -> None:
         parse_duration(cfg.trainer.max_duration)
     container = OmegaConf.to_container(cfg.model)
     assert isinstance(container, dict)
-    kwargs = {k: v for k, v in container.items() if k not in ("_target_", "gradient_checkpointing")}
+    runtime = ("_target_", "gradient_checkpointing", "lora")  # not LlamaConfig fields
+    kwargs = {k: v for k, v in container.items() if k not in runtime}
     config = LlamaConfig(**kwargs)
     parameters: list[torch.nn.Parameter] = [torch.nn.Parameter(torch.zeros(2))]
     if parameter_count(config) <= 2_000_000:
