@@ -15,6 +15,7 @@ Decisions (docs/lora.md):
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,3 +166,32 @@ class TrainableState:
         with torch.no_grad():
             for name in expected:
                 params[name].copy_(state[name])
+
+
+def build_reference_and_critic(
+    policy: LlamaForCausalLM,
+    lora: LoraSettings | None,
+    critic_node: Any,
+    offload_reference: bool,
+    sharded: bool,
+) -> tuple[nn.Module, ValueModel | None]:
+    """The run's KL reference and PPO critic (None for ``critic=none``), built before any
+    sharding. Full fine-tuning: a frozen copy of the initial policy (on the CPU with
+    ``offload_reference``) and a critic warm-started from it. LoRA: adapters into the policy, the
+    reference the policy with them off, the critic its own adapters on the policy's trunk."""
+    critic = None
+    if critic_node.name != "none":
+        critic = (
+            build_value_model(policy, critic_node.warm_start)
+            if lora is None
+            else build_lora_critic(policy, share_trunk=not sharded)
+        )
+    if lora is None:
+        reference: nn.Module = copy.deepcopy(policy).eval().requires_grad_(False)
+        if offload_reference:  # it waits on the CPU between its scoring passes
+            reference.to("cpu")
+        return reference, critic
+    attach_adapters(policy, lora)
+    if critic is not None:
+        attach_adapters(critic, lora)
+    return BaseModelView(policy), critic

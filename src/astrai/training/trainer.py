@@ -6,7 +6,6 @@ No math lives here; each numbered stage is one call into the module that owns it
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import time
 from collections.abc import Iterator
@@ -40,7 +39,7 @@ from astrai.models.llama import LlamaForCausalLM
 from astrai.models.precision import autocast
 from astrai.models.pretrained import tokenizer_for
 from astrai.models.tokenizer import Tokenizer
-from astrai.models.value_model import ValueModel, build_value_model
+from astrai.models.value_model import ValueModel
 from astrai.rewards.base import build_reward
 from astrai.rewards.config import overlong_from_config, reward_node
 from astrai.rollout.collect import collect_rollout
@@ -50,12 +49,10 @@ from astrai.rollout.rollout import Rollout, ended_with_eos
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.accumulation import accumulate_gradients
 from astrai.training.adapters import (
-    BaseModelView,
     TrainableState,
     adapter_record,
-    attach_adapters,
     base_identity,
-    build_lora_critic,
+    build_reference_and_critic,
     trainable_counts,
     trainable_parameters,
 )
@@ -130,22 +127,11 @@ class Trainer:
         self.critic: ValueModel | None = None
         self.critic_optimizer: torch.optim.Optimizer | None = None
         self.critic_scheduler: LRScheduler | None = None
-        if cfg.critic.name != "none":  # warm-started from the whole policy, before any sharding
-            self.critic = (
-                build_value_model(self.policy, cfg.critic.warm_start)
-                if self.lora is None
-                else build_lora_critic(self.policy, share_trunk=not self.sharded)
-            )
-        self.reference: nn.Module
-        if self.lora is None:  # the reference is the initial policy, frozen
-            self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
-            if cfg.infra.offload_reference:  # it waits on the CPU between its scoring passes
-                self.reference.to("cpu")
-        else:  # the base with the adapters off (``training.adapters``): no second copy
-            attach_adapters(self.policy, self.lora)
-            if self.critic is not None:
-                attach_adapters(self.critic, self.lora)
-            self.reference = BaseModelView(self.policy)
+        # the frozen reference and the critic (LoRA: the base with its adapters off, the critic's
+        # own adapters on the policy's trunk), before any sharding
+        self.reference, self.critic = build_reference_and_critic(
+            self.policy, self.lora, cfg.critic, cfg.infra.offload_reference, self.sharded
+        )
         if self.critic is not None:
             self.critic_optimizer = instantiate(cfg.critic.optimizer)(
                 trainable_parameters(self.critic)
