@@ -27,6 +27,7 @@ from astrai.distributed import apply_slurm_environment
 from astrai.files import discard_fresh_dir, write_file_atomic
 from astrai.paths import CONFIG_DIR
 from astrai.rewards.base import RewardError
+from astrai.rollout.staleness import StaleRolloutError
 from astrai.run_lock import LOCK_NAME, RunDirBusy, lock_run_dir
 from astrai.training.stopping import SIGNALS, catch_stop_signals
 
@@ -214,6 +215,10 @@ def run_job(cfg: DictConfig, start: StartUp) -> float | None:
     except RewardError as err:  # mid-run: the run dir keeps what the run did so far
         log.error("stopped: %s", err)
         print(f"astrai: reward error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except StaleRolloutError as err:  # the policy-lag guard (a resume's is checked at start)
+        log.error("stopped: %s", err)
+        print(f"astrai: stale rollout: {err}", file=sys.stderr)
         sys.exit(2)
     except OSError as err:  # the machine said no: a full disk, a path that cannot be written
         line = error_line(err)

@@ -44,6 +44,13 @@ OPTIONS = [
     "train_type.max_resample_rounds=2",
     "train_type.mask_truncated=true",
 ]  # wall-clock measurements differ between any two runs
+# rollouts that overlap the update, one step behind (docs/async.md): the checkpoint at step 3
+# holds step 4's rollout, sampled while step 3 updated
+LAG = [
+    "train_type.max_policy_lag=1",
+    "engine.old_logprobs=recompute",
+    "engine.correction=token_truncate",
+]
 
 
 def _trainer(run_dir: Path, train_type: str, *extra: str) -> Trainer:
@@ -87,6 +94,8 @@ def _addition_jsonl(directory: Path) -> list[str]:
     params=[
         "online_grpo",
         "online_ppo",
+        "lag",
+        "lag_ppo",
         pytest.param("dataset", marks=pytest.mark.slow),
         pytest.param("options", marks=pytest.mark.slow),
     ],
@@ -97,6 +106,9 @@ def straight_and_resumed(request, tmp_path_factory) -> tuple[Trainer, Trainer, P
         train_type, extra = "online_grpo", _addition_jsonl(tmp_path_factory.mktemp("data"))
     if request.param == "options":  # dynamic sampling draws a varying number of rounds
         train_type, extra = "online_grpo", OPTIONS
+    if request.param.startswith("lag"):
+        train_type = "online_ppo" if request.param == "lag_ppo" else "online_grpo"
+        extra = LAG
     straight_dir = tmp_path_factory.mktemp("straight")
     straight = _trainer(straight_dir, train_type, *extra)
     straight.fit()

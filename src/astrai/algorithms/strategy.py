@@ -75,6 +75,7 @@ class Strategy(ABC):
         mask_truncated: bool,
         filter_groups: bool,
         max_resample_rounds: int,
+        max_policy_lag: int = 0,
     ) -> None:
         if kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"train_type.kl_estimator must be one of {KL_ESTIMATORS}")
@@ -109,6 +110,8 @@ class Strategy(ABC):
         self.mask_truncated = mask_truncated
         self.filter_groups = filter_groups
         self.max_resample_rounds = max_resample_rounds
+        # rollouts overlap the update, at most this many updates behind (training.overlap)
+        self.max_policy_lag = max_policy_lag
 
     def score_reference(
         self, rollout: Rollout, reference: nn.Module | None, sum_over_ranks: SumFn = local_sum

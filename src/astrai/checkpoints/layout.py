@@ -34,6 +34,9 @@ ADAPTER_MODEL_FILE = "adapter_model.safetensors"
 ADAPTER_FILES = (ADAPTER_CONFIG_FILE, ADAPTER_MODEL_FILE)
 # trainer_state.json of a LoRA run: {"lora": settings, "base": {"path", "sha256"}}
 ADAPTERS_KEY = "adapters"
+# the rollouts sampled for the next steps, not yet trained (train_type.max_policy_lag > 0), one
+# list per rank; listed in ``EXTRA_FILES_KEY`` when there are any
+IN_FLIGHT_FILE = "in_flight.pt"
 
 COMMON_FILES = (
     MODEL_FILE,

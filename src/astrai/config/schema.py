@@ -93,6 +93,7 @@ class StrategyConfig:
     mask_truncated: bool = MISSING
     filter_groups: bool = MISSING
     max_resample_rounds: int = MISSING
+    max_policy_lag: int = MISSING
     sampling: SamplingConfigSchema = field(default_factory=SamplingConfigSchema)  # type: ignore[valid-type]
     optimizer: Any = MISSING
     scheduler: Any = MISSING

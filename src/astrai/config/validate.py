@@ -17,6 +17,7 @@ from astrai.config.engine_checks import validate_engine
 from astrai.config.environment import reserved_reason
 from astrai.config.errors import ConfigError, require
 from astrai.config.keys import check_known_keys
+from astrai.config.lag_checks import validate_policy_lag
 from astrai.config.lora_checks import validate_lora
 from astrai.config.ranges import (
     LARGE_KEY,
@@ -388,5 +389,6 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
     _validate_infra(cfg.infra, where)
     validate_engine(cfg, model, task, plan_here(cfg.infra, where).device)
     validate_lora(cfg, model)
+    validate_policy_lag(cfg)
     if isinstance(cfg.infra.nproc_per_node, int):  # auto: the trainer checks the real count
         check_world_batch(cfg.train_type, cfg.infra.nproc_per_node * cfg.infra.nnodes)

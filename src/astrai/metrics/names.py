@@ -14,6 +14,8 @@ METRICS: dict[str, str] = {
     "rollout/accuracy": "share of sampled responses whose reward reaches reward.accuracy_threshold",
     "rollout/response_len": "mean response length in tokens (EOS included)",
     "rollout/eos_frac": "share of responses that ended with EOS (not cut at the limit)",
+    "rollout/policy_lag": "updates between the oldest sample's policy and the one training on it",
+    "rollout/policy_lag_min": "updates between the newest sample's policy and the training one",
     # evaluation (greedy, held-out prompts)
     "eval/accuracy": "share of greedy answers on held-out prompts reaching the threshold",
     "eval/reward_mean": "mean reward of greedy answers on held-out prompts",
@@ -45,7 +47,7 @@ METRICS: dict[str, str] = {
     "returns/mean": "mean GAE return over response tokens",
     "rollout/token_reward_mean": "mean per-token reward (score on the last token − kl_coef·KL)",
     # throughput and time
-    "perf/tokens_per_s": "response tokens sampled per second of rollout time",
+    "perf/tokens_per_s": "response tokens sampled per second of sampling (time/sample_s)",
     "perf/step_s": "wall seconds per RL step (an engine's weight sync included)",
     "perf/weight_sync_s": "seconds loading the updated weights into the engine (engine=vllm)",
     # the engine/trainer logprob mismatch (engine.old_logprobs: recompute; docs/engines.md)
@@ -56,7 +58,8 @@ METRICS: dict[str, str] = {
     "rollout/is_ratio_mean": "mean π_old/π_behav over response tokens before its band",
     "rollout/is_ratio_max": "largest π_old/π_behav (per token, or per response) before its band",
     "rollout/is_masked_frac": "share of response tokens the correction's band zeroed (mask modes)",
-    "time/rollout_s": "seconds sampling and scoring the rollout",
+    "time/rollout_s": "seconds from the step's start until its rollout was scored and prepared",
+    "time/sample_s": "seconds sampling and scoring it (on the sampling thread when overlapped)",
     "time/update_s": "seconds in the update epochs",
     "time/eval_s": "seconds in greedy evaluation",
     "time/elapsed_s": "wall seconds since the run started (step-0 eval in, summed over resumes)",

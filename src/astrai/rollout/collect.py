@@ -152,6 +152,7 @@ def collect_rollout(
         logprobs=gen.logprobs.view(b, g, -1),
         rewards=rewards.to(device),
         policy_version=policy_version,
+        sample_versions=torch.full((b, g), policy_version, dtype=torch.long, device=device),
         prompts=[p.text for p in problems],
         responses=responses,
         reward_terms={name: scores.to(device) for name, scores in terms.items()},

@@ -24,6 +24,7 @@ ROW_FIELDS = (
     "loss_mask",
     "behaviour_logprobs",
     "is_weights",
+    "sample_versions",
 )
 
 
@@ -39,6 +40,8 @@ class Rollout:
         logprobs: ``[B, G, R]`` behaviour logprobs recorded while sampling.
         rewards: ``[B, G]`` task reward per response (lands on the last response token).
         policy_version: optimizer steps the sampling policy had taken.
+        sample_versions: ``[B, G]`` (long) each response's ``policy_version``: the policy
+            that drew it (the staleness guard, ``rollout.staleness``, reads these).
         prompts, responses: texts for logging (``responses[b][g]``).
         reward_terms: ``[B, G]`` scores of each named reward term (``rewards`` is their
             weighted sum), for the ``reward/<name>`` metrics.
@@ -71,6 +74,7 @@ class Rollout:
     loss_mask: Tensor | None = None
     behaviour_logprobs: Tensor | None = None
     is_weights: Tensor | None = None
+    sample_versions: Tensor | None = None
 
     def select(self, rows: slice) -> Rollout:
         """The prompts ``rows`` (whole groups) with their responses and any pinned targets."""
@@ -153,6 +157,11 @@ def cat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
         logprobs=torch.cat([right(p.logprobs, 0.0) for p in parts]),
         rewards=torch.cat([p.rewards for p in parts]),
         policy_version=parts[0].policy_version,
+        sample_versions=(
+            torch.cat([p.sample_versions for p in parts])
+            if all(p.sample_versions is not None for p in parts)
+            else None
+        ),
         prompts=[text for p in parts for text in p.prompts],
         responses=[group for p in parts for group in p.responses],
         reward_terms={

@@ -36,6 +36,7 @@ from astrai.checkpoints.layout import (
     ADAPTERS_KEY,
     CHECKPOINTS_DIR,
     EXTRA_FILES_KEY,
+    IN_FLIGHT_FILE,
     MODEL_CONFIG_FILE,
     MODEL_FILE,
     OPTIMIZER_FILE,
@@ -63,6 +64,7 @@ from astrai.models.lora import (
 )
 from astrai.models.tokenizer import Tokenizer
 from astrai.models.weights import stored_names
+from astrai.training.overlap import SampledBatch, batch_from_record, batch_record
 from astrai.training.parallel import (
     full_model_state,
     full_optimizer_state,
@@ -74,6 +76,7 @@ from astrai.training.state import TrainState
 
 log = logging.getLogger(__name__)
 
+IN_FLIGHT_KEY = "in_flight"  # trainer_state.json: how many rollouts each rank had in flight
 FORMAT_VERSION = 2  # 2: trainer_state.json lists the algorithm's files (``EXTRA_FILES_KEY``)
 
 
@@ -165,6 +168,8 @@ def save_training_checkpoint(parts: CheckpointParts, state: TrainState) -> Path:
     ranks wait until the checkpoint is complete.
     """
     rng_per_rank = gather_objects(capture_rng_state(state.generators))
+    # each rank's rollouts for the next steps, sampled and not yet trained
+    in_flight_per_rank = gather_objects([batch_record(batch) for batch in state.in_flight])
     policy_state: dict[str, Any] = {}
     optimizer_state: Any = None
     # collectives under FSDP, so every rank joins; replicas: only the writer needs them
@@ -180,7 +185,9 @@ def save_training_checkpoint(parts: CheckpointParts, state: TrainState) -> Path:
             kept = set(stored_names(parts.reference))
             policy_state = {k: v for k, v in policy_state.items() if k in kept}
         try:
-            _write(parts, state, root, rng_per_rank, policy_state, optimizer_state)
+            _write(
+                parts, state, root, rng_per_rank, policy_state, optimizer_state, in_flight_per_rank
+            )
         except Exception as err:  # tell the other ranks before raising, so none waits forever
             failure = err
     if all_reduce_max(1.0 if failure is not None else 0.0) > 0:
@@ -209,6 +216,7 @@ def _write(
     rng_per_rank: list[Any],
     policy_state: dict[str, Any],
     optimizer_state: Any,
+    in_flight_per_rank: list[Any],
 ) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     reference = root / REFERENCE_FILE
@@ -234,6 +242,9 @@ def _write(
         "rng_per_rank": rng_per_rank,
         EXTRA_FILES_KEY: [*_adapter_files(parts), *parts.extra],
     }
+    if state.in_flight:
+        record[IN_FLIGHT_KEY] = len(state.in_flight)
+        record[EXTRA_FILES_KEY].append(IN_FLIGHT_FILE)
     writers: dict[str, FileWriter] = {
         MODEL_FILE: lambda p: io.save_tensors(policy_state, p),
         MODEL_CONFIG_FILE: lambda p: io.save_json(dataclasses.asdict(parts.policy.config), p),
@@ -250,6 +261,8 @@ def _write(
         writers[ADAPTER_MODEL_FILE] = lambda p: write_adapter_weights(policy_state, p)
     for name, stateful in parts.extra.items():
         writers[name] = _torch_writer(stateful)
+    if state.in_flight:
+        writers[IN_FLIGHT_FILE] = lambda p: io.save_torch({"per_rank": in_flight_per_rank}, p)
     # trainer_state.json last: a reader that sees it knows every other file was written
     writers[TRAINER_STATE_FILE] = lambda p: io.save_json(record, p)
     return io.write_checkpoint(root, state.step, writers)
@@ -316,6 +329,7 @@ def restore_training_checkpoint(
     io.load_state_dict_into(parts.scheduler, path / SCHEDULER_FILE)
     _restore_extra(parts, path, record)
     _restore_rng(parts, fresh.generators, record, path)
+    in_flight = _restore_in_flight(parts, path, record)
     return dataclasses.replace(
         fresh,
         step=record["step"],
@@ -323,6 +337,7 @@ def restore_training_checkpoint(
         initial_metrics=dict(record["initial_metrics"]),
         eval_pending=record.get("eval_pending", False),  # absent before it was saved
         resumed_from=path,
+        in_flight=in_flight,
     )
 
 
@@ -360,6 +375,22 @@ def _restore_extra(parts: CheckpointParts, path: Path, record: dict[str, Any]) -
             path.name,
             VALUE_SCHEDULER_FILE,
         )
+
+
+def _restore_in_flight(
+    parts: CheckpointParts, path: Path, record: dict[str, Any]
+) -> list[SampledBatch]:
+    """This rank's in-flight rollouts (``IN_FLIGHT_FILE``; none where the checkpoint lists
+    none). Another world size (``ckpt.allow_changes``) cannot take them over: refused."""
+    if IN_FLIGHT_FILE not in recorded_extra_files(record):
+        return []
+    per_rank = io.load_torch(path / IN_FLIGHT_FILE)["per_rank"]
+    if len(per_rank) != parts.dist.world_size:
+        raise CheckpointError(
+            f"{path / IN_FLIGHT_FILE}: in-flight rollouts of {len(per_rank)} rank(s), this run "
+            f"has {parts.dist.world_size}: they cannot be shared out again"
+        )
+    return [batch_from_record(batch, parts.device) for batch in per_rank[parts.dist.rank]]
 
 
 def _restore_rng(

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from astrai.training.overlap import SampledBatch
+
 
 @dataclass
 class TrainState:
@@ -29,6 +31,9 @@ class TrainState:
         schedule_steps: the optimizer steps the learning-rate schedules span (the
             ``trainer.total_steps`` they were built for; see ``ckpt.resume_schedule``).
         resumed_from: the checkpoint this process started from (None: a fresh start).
+        in_flight: the rollouts a checkpoint held, sampled for the next steps and not yet
+            trained (``train_type.max_policy_lag`` > 0),
+            until the trainer takes them over.
     """
 
     generators: dict[str, torch.Generator]
@@ -38,3 +43,4 @@ class TrainState:
     initial_metrics: dict[str, float] = field(default_factory=dict)
     eval_pending: bool = False
     resumed_from: Path | None = None
+    in_flight: list[SampledBatch] = field(default_factory=list)

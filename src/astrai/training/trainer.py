@@ -6,6 +6,8 @@ No math lives here; each numbered stage is one call into the module that owns it
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from astrai.algorithms.aggregation import Divisors, whole_minibatch_divisors
 from astrai.algorithms.correction import correction_from_config
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.io import prune_checkpoints
+from astrai.config.lag_checks import check_lag_world
 from astrai.config.lora_checks import builder_node, lora_settings
 from astrai.config.run_task import build_task, max_prompt_tokens
 from astrai.config.train_type_checks import check_world_batch
@@ -46,6 +49,7 @@ from astrai.rollout.collect import collect_rollout
 from astrai.rollout.engine import Engine, build_engine
 from astrai.rollout.minibatch import Minibatch, flatten_rollout, iter_minibatches
 from astrai.rollout.rollout import Rollout, ended_with_eos
+from astrai.rollout.staleness import check_policy_lag
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.accumulation import accumulate_gradients
 from astrai.training.adapters import (
@@ -69,6 +73,7 @@ from astrai.training.dynamic_sampling import RESAMPLE_SEED_STRIDE, sample_inform
 from astrai.training.evaluation import EvalResult, evaluate
 from astrai.training.loop import run_loop
 from astrai.training.optim import clip_and_step, constant
+from astrai.training.overlap import RolloutPipeline, SampledBatch, check_in_flight
 from astrai.training.parallel import shard_policy, wrap_data_parallel
 from astrai.training.resume import resolve_resume
 from astrai.training.rollout_stats import rollout_metrics, rollout_samples
@@ -114,6 +119,7 @@ class Trainer:
         self.device = resolve_device(cfg.infra, self.dist)
         init_distributed(self.device)
         check_world_batch(cfg.train_type, self.dist.world_size)
+        check_lag_world(cfg.train_type, self.dist.world_size, cfg.infra.parallel)
         self.tokenizer: Tokenizer = tokenizer_for(cfg.model)
         # task.filter_overlong_prompts drops the rows too long for this model and response limit
         self.task: ProblemSource = build_task(cfg.task, self.tokenizer, max_prompt_tokens(cfg))
@@ -190,6 +196,27 @@ class Trainer:
         self.engine: Engine = build_engine(cfg.get("engine"), self.policy, self.tokenizer)
         # where π_old comes from: None = the engine's logprobs (bypass)
         self.correction = correction_from_config(cfg.get("engine"))
+        if self.state.in_flight:  # a resume: its rollouts must be young enough to train
+            check_in_flight(
+                self.state.in_flight,
+                self.state.policy_version,
+                self.optimizer_steps_per_step(),
+                self.strategy.max_policy_lag,
+                self.state.resumed_from,
+            )
+        # train_type.max_policy_lag > 0: the next steps' rollouts are sampled on a thread of
+        # their own while this one updates (a checkpoint's in-flight rollouts first)
+        self.pipeline: RolloutPipeline | None = None
+        if self.strategy.max_policy_lag > 0:
+            self.pipeline = RolloutPipeline(
+                self.sample_rollout,
+                self.policy,
+                self.strategy.max_policy_lag,
+                int(cfg.trainer.total_steps),
+                snapshots=self.engine.name == "torch",  # vLLM samples its own weights
+            )
+            self.pipeline.restore(self.state.in_flight, self.state.step + 1)
+            self.state.in_flight = []
         self.logger = RunLogger(
             self.run_dir,
             cfg.logger.tensorboard,
@@ -251,40 +278,58 @@ class Trainer:
     # --- one RL step ---------------------------------------------------------------------------
 
     def rollout(self) -> Rollout:
-        """1. Sample G responses for this step's prompts with the live policy and score them;
-        under ``train_type.filter_groups``, resample until the groups are informative
-        (``dynamic_sampling``; its metrics land in ``sampling_metrics``)."""
+        """1. This step's rollout with the live policy (``sample_rollout``); the dynamic
+        sampling's metrics land in ``sampling_metrics``."""
+        rollout, self.sampling_metrics = self.sample_rollout(
+            self.state.step, self.policy, self.state.policy_version
+        )
+        return rollout
+
+    def sample_rollout(
+        self, index: int, model: nn.Module, version: int
+    ) -> tuple[Rollout, dict[str, float]]:
+        """Sample G responses for the prompts of the step that trains at ``index`` steps done
+        with ``model`` (the policy at ``version``: the live one, or a snapshot on the sampling
+        thread) and score them; under ``train_type.filter_groups``, resample until the groups
+        are informative (``dynamic_sampling``). Returns the rollout and the sampling's
+        metrics."""
+        sample = functools.partial(self.sample_round, model=model, version=version)
+        draw = functools.partial(self.draw_problems, index=index)
         if not self.strategy.filter_groups:
-            return self.sample_round(self.draw_problems(0))
-        rollout, self.sampling_metrics = sample_informative(
-            self.sample_round,
-            self.draw_problems,
+            return sample(draw(0)), {}
+        return sample_informative(
+            sample,
+            draw,
             self.strategy.prompts_per_step // self.dist.world_size,
             self.strategy.max_resample_rounds,
             self.tokenizer.pad_id,
             sum_over_ranks=all_reduce_sum,
             ranks=self.dist.world_size,
         )
-        return rollout
 
-    def draw_problems(self, draw: int) -> list[Problem]:
-        """The step's ``draw``-th batch of the training stream, every rank's prompts (0: the
-        step's own; dynamic sampling's extra rounds draw further)."""
+    def draw_problems(self, draw: int, index: int | None = None) -> list[Problem]:
+        """The ``draw``-th batch of the training stream of the step trained at ``index`` steps
+        done (default: this step), every rank's prompts (0: the step's own; dynamic sampling's
+        extra rounds draw further)."""
         seed = self.cfg.seed + RESAMPLE_SEED_STRIDE * draw
-        return self.task.train_problems(seed, self.state.step, self.strategy.prompts_per_step)
+        index = self.state.step if index is None else index
+        return self.task.train_problems(seed, index, self.strategy.prompts_per_step)
 
-    def sample_round(self, problems: list[Problem]) -> Rollout:
-        """This rank's share of one round's ``problems`` (every rank's), sampled and scored."""
+    def sample_round(
+        self, problems: list[Problem], model: nn.Module | None = None, version: int | None = None
+    ) -> Rollout:
+        """This rank's share of one round's ``problems`` (every rank's), sampled with ``model``
+        (default: the live policy, at its version) and scored."""
         share = len(problems) // self.dist.world_size  # divides evenly (validated, or cut to)
         problems = problems[self.dist.rank * share : (self.dist.rank + 1) * share]
         return collect_rollout(
-            self.policy,
+            self.policy if model is None else model,  # type: ignore[arg-type]
             self.tokenizer,
             problems,
             self.strategy.group_size,
             self.strategy.sampling,
             self.reward,
-            self.state.policy_version,
+            self.state.policy_version if version is None else version,
             self.state.generators["sample"],
             lockstep=self.sharded,
             overlong=self.overlong,
@@ -401,16 +446,41 @@ class Trainer:
         self.critic_scheduler.step()
         return grad_norm
 
-    def train_step(self) -> dict[str, float]:
-        """One RL step; returns its metrics."""
-        t0 = time.perf_counter()
+    def next_batch(self) -> SampledBatch:
+        """This step's sampled rollout: the sampling thread's (``max_policy_lag`` > 0), a
+        checkpoint's in-flight one, or sampled now on the live policy."""
+        if self.pipeline is not None:
+            return self.pipeline.take(self.state.step + 1, self.state.policy_version)
+        if self.state.in_flight:  # a checkpoint of a run with a lag (the guard judges it)
+            return self.state.in_flight.pop(0)
+        start = time.perf_counter()
         self.sampling_metrics = {}
         with self.abandonable():
             rollout = self.rollout()
-        metrics = {**self.sampling_metrics, **self.prepare(rollout)}
+        return SampledBatch(
+            self.state.step + 1, rollout, self.sampling_metrics, time.perf_counter() - start
+        )
+
+    def train_step(self) -> dict[str, float]:
+        """One RL step; returns its metrics."""
+        t0 = time.perf_counter()
+        batch = self.next_batch()
+        rollout = batch.rollout
+        assert rollout.sample_versions is not None  # collect_rollout stamps every sample
+        # the seed's version guard: a batch older than train_type.max_policy_lag is refused
+        lag = check_policy_lag(
+            rollout.sample_versions,
+            self.state.policy_version,
+            self.optimizer_steps_per_step(),
+            self.strategy.max_policy_lag,
+            self.state.step + 1,
+        )
+        metrics = {**batch.metrics, **lag, **self.prepare(rollout)}
         t1 = time.perf_counter()
         metrics.update(self.update(rollout))
         t2 = time.perf_counter()
+        if self.pipeline is not None:  # vLLM: its jobs on the old weights finish first
+            self.pipeline.before_weight_sync()
         # an engine with its own copy of the weights takes the updated ones (engine=torch: None)
         sync_s = self.engine.sync_weights(self.policy)
         if sync_s is not None:
@@ -420,7 +490,11 @@ class Trainer:
         metrics["time/rollout_s"] = t1 - t0
         metrics["time/update_s"] = t2 - t1
         metrics["perf/step_s"] = time.perf_counter() - t0  # the weight sync included
-        metrics["perf/tokens_per_s"] = float(rollout.response_mask.sum()) / max(t1 - t0, 1e-9)
+        # over the sampling's own time (on the sampling thread, when it overlapped the update)
+        metrics["time/sample_s"] = batch.sample_s
+        metrics["perf/tokens_per_s"] = float(rollout.response_mask.sum()) / max(
+            batch.sample_s, 1e-9
+        )
         self.state.step += 1
         if self.state.step % self.cfg.logger.samples_every == 0:
             self._log_samples("samples/rollout", rollout_samples(rollout))
@@ -493,7 +567,10 @@ class Trainer:
 
     def save_checkpoint(self) -> Path:
         """Write ``checkpoints/step_<step>/`` atomically, then prune beyond ``ckpt.keep_last``."""
-        path = save_training_checkpoint(self.checkpoint_parts(), self.state)
+        state = self.state
+        if self.pipeline is not None:  # the rollouts sampled for the next steps go with it
+            state = dataclasses.replace(state, in_flight=self.pipeline.settle())
+        path = save_training_checkpoint(self.checkpoint_parts(), state)
         if self.dist.is_main:
             prune_checkpoints(path.parent, self.cfg.ckpt.keep_last)
         return path
@@ -501,6 +578,8 @@ class Trainer:
     def close(self) -> None:
         """Free what the run holds beyond its memory: the engine (vLLM's, and its export);
         idempotent. ``train.py`` and each torchrun worker call it when ``fit`` returns."""
+        if self.pipeline is not None:
+            self.pipeline.close()
         self.engine.close()
 
     def save_config(self) -> None:

@@ -1,0 +1,158 @@
+"""Rollouts that overlap the update (``train_type.max_policy_lag``, ``training.overlap``): the
+fixed schedule, the policy-lag metrics, in-flight rollouts in the checkpoint and the guard's
+refusals. Bitwise resume with a rollout in flight: ``test_resume.py``'s ``lag`` rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from tests.helpers import compose_config
+
+from astrai.checkpoints import io
+from astrai.checkpoints.layout import IN_FLIGHT_FILE, CheckpointError
+from astrai.config.compose import check_run_config
+from astrai.config.errors import ConfigError
+from astrai.rollout.staleness import StaleRolloutError, check_policy_lag, policy_lag
+from astrai.training.overlap import split_threads
+from astrai.training.trainer import Trainer
+
+QUICK = [
+    "debug=quick",
+    "trainer.total_steps=4",
+    "trainer.eval_every=100",
+    "ckpt.every_steps=0",
+    "logger.tensorboard=false",
+]
+CORRECTED = ["engine.old_logprobs=recompute", "engine.correction=token_truncate"]
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [row for row in map(json.loads, lines) if "rollout/policy_lag" in row]
+
+
+def test_policy_lag_counts_updates_rounding_up() -> None:
+    # 8 optimizer steps per update; the policy is at version 24 (3 updates)
+    versions = torch.tensor([[24, 16], [8, 9]])
+    # behind: 0, 8, 16, 15 optimizer steps -> 0, 1, 2, ceil(15/8) = 2 updates
+    assert policy_lag(versions, 24, 8).tolist() == [[0, 1], [2, 2]]
+    metrics = check_policy_lag(versions, 24, 8, max_policy_lag=2, step=4)
+    assert metrics == {"rollout/policy_lag": 2.0, "rollout/policy_lag_min": 0.0}
+
+
+def test_a_batch_older_than_the_bound_is_refused_naming_the_key() -> None:
+    versions = torch.tensor([[8, 16]])  # 2 and 1 updates behind version 24
+    with pytest.raises(
+        StaleRolloutError,
+        match=r"step 4's rollout is 2 update\(s\) behind.*"
+        r"train_type.max_policy_lag=1, refused",
+    ):
+        check_policy_lag(versions, 24, 8, max_policy_lag=1, step=4)
+    with pytest.raises(StaleRolloutError, match="ahead of the policy"):
+        check_policy_lag(torch.tensor([[32]]), 24, 8, max_policy_lag=1, step=4)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["train_type.max_policy_lag=1"], "it needs the correction, engine.old_logprobs=recompute"),
+        (
+            ["train_type.max_policy_lag=1", "engine.old_logprobs=recompute"],
+            "got engine.old_logprobs=recompute, engine.correction=none",
+        ),
+        (["train_type.max_policy_lag=9", *CORRECTED], r"max_policy_lag must be in \[0, 8\]"),
+        (
+            [
+                "train_type.max_policy_lag=1",
+                *CORRECTED,
+                "infra.nproc_per_node=2",
+                "infra.parallel=fsdp",
+            ],
+            "infra.parallel=fsdp shards them",
+        ),
+        (
+            [
+                "train_type.max_policy_lag=1",
+                *CORRECTED,
+                "infra.nproc_per_node=2",
+                "train_type.filter_groups=true",
+            ],
+            "dynamic sampling sums its counts over the ranks",
+        ),
+    ],
+)
+def test_an_uncorrected_or_unsupported_lag_is_refused_at_start(
+    overrides: list[str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check_run_config(["debug=quick", *overrides])
+
+
+def test_threads_are_split_between_the_two_sides() -> None:
+    assert [split_threads(n) for n in (1, 2, 3, 16)] == [1, 1, 1, 8]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """4-step runs at lag 0, 1 and 2 (the same seed)."""
+    dirs = {}
+    for lag in (0, 1, 2):
+        run_dir = tmp_path_factory.mktemp(f"lag{lag}")
+        extra = [f"train_type.max_policy_lag={lag}", *CORRECTED]
+        trainer = Trainer(compose_config([*QUICK, *extra]), run_dir)
+        trainer.fit()
+        trainer.close()
+        dirs[lag] = run_dir
+    return dirs
+
+
+def test_each_step_trains_a_rollout_the_bound_allows(runs: dict[int, Path]) -> None:
+    # step s trains the rollout sampled on the weights after update max(0, s - 1 - L)
+    for lag, expected in ((0, [0, 0, 0, 0]), (1, [0, 1, 1, 1]), (2, [0, 1, 2, 2])):
+        rows = _rows(runs[lag])
+        assert [r["rollout/policy_lag"] for r in rows] == expected
+        assert [r["rollout/policy_lag_min"] for r in rows] == expected  # one policy per batch
+
+
+def test_snapshots_sample_what_the_live_policy_samples(runs: dict[int, Path]) -> None:
+    """Step 1 samples the initial weights at every lag (a snapshot at lag > 0) from the same
+    stream; lag 2's step 2 is lag 1's step 2 (both on the initial weights); after that the
+    weights differ, and so do the samples."""
+    lag0, lag1, lag2 = (_rows(runs[lag]) for lag in (0, 1, 2))
+    for key in ("rollout/reward_mean", "rollout/response_len", "policy/grad_norm"):
+        assert lag0[0][key] == lag1[0][key] == lag2[0][key], key
+    assert lag1[1]["rollout/reward_mean"] == lag2[1]["rollout/reward_mean"]
+    assert lag1[1]["rollout/is_ratio_mean"] != 1.0  # stale by one update: the weights moved
+    assert lag0[1]["rollout/is_ratio_mean"] == 1.0  # the synchronous loop: π_old = π_behav
+
+
+def _checkpoint_with_a_rollout_in_flight(run_dir: Path) -> Path:
+    trainer = Trainer(compose_config([*QUICK, "train_type.max_policy_lag=1", *CORRECTED]), run_dir)
+    trainer.fit(until=2)
+    trainer.close()
+    return run_dir / "checkpoints" / "step_2"
+
+
+def test_the_checkpoint_holds_the_next_steps_rollout(tmp_path: Path) -> None:
+    path = _checkpoint_with_a_rollout_in_flight(tmp_path)
+    state = json.loads((path / "trainer_state.json").read_text())
+    assert state["in_flight"] == 1 and IN_FLIGHT_FILE in state["extra_files"]
+    [batch] = io.load_torch(path / IN_FLIGHT_FILE)["per_rank"][0]  # one rank, one rollout
+    assert batch["step"] == 3
+    # sampled while update 2 ran, on the weights after update 1
+    updates_per_step = state["policy_version"] // state["step"]
+    assert batch["rollout"]["sample_versions"].unique().tolist() == [updates_per_step]
+
+
+def test_a_resume_that_would_train_it_past_a_smaller_bound_is_refused(tmp_path: Path) -> None:
+    path = _checkpoint_with_a_rollout_in_flight(tmp_path)
+    cfg = compose_config([*QUICK, "train_type.max_policy_lag=0", *CORRECTED])
+    with pytest.raises(
+        CheckpointError,
+        match=rf"{path}: an in-flight rollout: step 3's rollout "
+        r"is 1 update\(s\) behind.*max_policy_lag=0, refused",
+    ):
+        Trainer(cfg, tmp_path)
