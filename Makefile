@@ -129,6 +129,7 @@ bench-quick: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## every bench script in it
 	$(BIN)/python bench/lora_memory.py --quick
 	$(BIN)/python bench/lora_learning.py --quick
 	$(BIN)/python bench/step_overhead.py --quick
+	$(BIN)/python bench/async.py --quick
 	$(BIN)/python bench/parallel_sweep.py --quick
 	$(BIN)/python bench/gpu_check.py
 	tmp=$$(mktemp -d) && $(BIN)/python bench/smollm2_shaped.py --quick $(SMOLLM2_DIR) $$tmp/shaped \

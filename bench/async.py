@@ -8,9 +8,9 @@ more forward per step, part of lag 1's cost). Each round times ``--steps`` conse
 ``train_step()`` calls of each trainer, in alternating order; the lag-1 arm's round ends by
 waiting for the rollout it has in flight, so a round counts as many samplings as updates and no
 sampling runs while the other arm is timed. Both train on (their own runs continue from round
-to round). The sampling share printed first (the lag-0 arm's ``time/sample_s`` against the rest
-of its ``perf/step_s``: reference scoring, update) bounds the gain: with sampling ``s`` and the rest ``u`` of a step, overlapping
-them at best leaves ``max(s, u) / (s + u)``.
+to round). The sampling share printed first (the lag-0 arm's ``time/sample_s`` against the
+rest of its ``perf/step_s``: reference scoring, update) bounds the gain: with sampling ``s`` and
+the rest ``u`` of a step, overlapping them at best leaves ``max(s, u) / (s + u)``.
 
 The last line is ``ratio: <lag 1 ÷ lag 0>``, the median of the rounds' ratios (the goal: ≤ 0.7).
 
@@ -72,7 +72,9 @@ def compare(
                     lag_s, _ = time_steps(lagged, steps)
                     sync_s, rows = time_steps(sync, steps)
                 pairs.append((sync_s, lag_s))
-                shares += [(r["time/sample_s"], r["perf/step_s"] - r["time/sample_s"]) for r in rows]
+                shares += [
+                    (r["time/sample_s"], r["perf/step_s"] - r["time/sample_s"]) for r in rows
+                ]
                 print(
                     f"round {r + 1}: lag 0 {sync_s:.3f} s/step, lag 1 {lag_s:.3f} s/step, "
                     f"ratio {lag_s / sync_s:.3f}"

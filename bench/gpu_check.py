@@ -12,6 +12,8 @@ On a CUDA machine it runs, one PASS/FAIL/SKIP line each (what each checks: docs/
   memory), skipped with a line saying so when ``models/smollm2`` has not been converted;
 - ``lora``: LoRA (rank 16) GRPO and PPO resume as ``resume`` checks it, and a timed bf16
   SmolLM2-135M step with adapters (its peak memory beside ``smollm2-bf16``'s);
+- ``async``: ``train_type.max_policy_lag=1`` GRPO resume with a rollout in flight as ``resume``
+  checks it, and ``bench/async.py``'s wall time per step of the default job, lag 1 vs 0;
 - ``2-process-ddp``, ``2-process-fsdp``: ``python train.py`` on two GPUs, when two are visible.
 
 It exits 1 if any check fails and writes a JSON summary and its markdown table (``.md`` beside
@@ -28,10 +30,12 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -383,6 +387,38 @@ def check_lora(ctx: Context) -> Result:
     return Result("lora", "PASS" if ok else "FAIL", detail, numbers)
 
 
+LAG_1 = (
+    "train_type.max_policy_lag=1",
+    "engine.old_logprobs=recompute",
+    "engine.correction=token_truncate",
+)
+
+
+def check_async(ctx: Context) -> Result:
+    """Rollouts that overlap the update (``train_type.max_policy_lag=1``): resume with a rollout
+    in flight as ``resume`` checks it, then (CUDA) ``bench/async.py``'s side-by-side wall time
+    per step of the default job, lag 1 vs 0 (the CPU's is ``make bench-quick``'s)."""
+    diff, noise, _ = resume_runs(ctx, "online_grpo", LAG_1)
+    ok = diff <= 10 * noise
+    detail = "resume with a rollout in flight " + ("bitwise" if diff == 0.0 else f"{diff:.1e}")
+    numbers: dict[str, Any] = {"resume_max_diff": diff, "resume_repeat_diff": noise}
+    if ctx.device == "cuda":
+        spec = importlib.util.spec_from_file_location("bench_async", REPO_ROOT / "bench/async.py")
+        assert spec is not None and spec.loader is not None
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+        rounds, steps = (2, 3) if ctx.quick else (6, 5)
+        pairs, shares = bench.compare(list(ctx.base()), rounds, steps)
+        ratio = statistics.median(lag / sync for sync, lag in pairs)
+        numbers.update({"lag_ratio": ratio, **shares})
+        detail += (
+            f"; default job s/step lag 0 {statistics.median(p[0] for p in pairs):.3f}, lag 1 "
+            f"{statistics.median(p[1] for p in pairs):.3f}: ratio {ratio:.3f} (sampling "
+            f"{shares['sample_s']:.3f} s of the lag-0 step)"
+        )
+    return Result("async", "PASS" if ok else "FAIL", detail, numbers)
+
+
 def two_process_run(ctx: Context, parallel: str) -> Result:
     """``python train.py`` with two processes (two GPUs; gloo on the CPU): exit 0, 3 steps."""
     name = f"2-process-{parallel}"
@@ -431,6 +467,7 @@ CHECKS: list[tuple[str, Callable[[Context], Result]]] = [
     ("smollm2-fp32", check_smollm2_fp32),
     ("smollm2-bf16", check_smollm2_bf16),
     ("lora", check_lora),
+    ("async", check_async),
     ("2-process-ddp", check_ddp),
     ("2-process-fsdp", check_fsdp),
 ]

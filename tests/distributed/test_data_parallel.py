@@ -176,3 +176,45 @@ def test_sharded_ranks_evaluate_in_lockstep_and_agree_on_a_start_up_signal(
     result = torch.load(tmp_path / "result.pt", weights_only=False)
     assert result["lockstep"] == [True]  # one batch of 8 eval prompts
     assert result["summaries"] == [{"step": 0, "stopped": "SIGTERM"}] * 2
+
+
+LAG = [
+    "train_type.max_policy_lag=1",
+    "engine.old_logprobs=recompute",
+    "engine.correction=token_truncate",
+]
+
+
+@pytest.mark.slow  # ~15 s: two 2-process launches
+def test_two_process_lag_run_resumes_with_each_ranks_rollout_in_flight(tmp_path: Path) -> None:
+    """``max_policy_lag=1`` under DDP (docs/async.md): each rank's sampling thread draws its
+    own share with no collective; the checkpoint at step 2 holds each rank's step-3 rollout,
+    and step 3 resumed from it into another dir equals the straight run's step 3."""
+    args = [
+        "train_type=online_ppo",
+        "infra.device=cpu",
+        "infra.nproc_per_node=2",
+        "debug=quick",
+        "trainer.total_steps=3",
+        "ckpt.every_steps=1",
+        *LAG,
+    ]
+    straight_dir, resumed_dir = tmp_path / "straight", tmp_path / "resumed"
+    straight = run_train([*args, f"hydra.run.dir={straight_dir}"], tmp_path, timeout=300)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    rows = [json.loads(line) for line in (straight_dir / "metrics.jsonl").open()]
+    assert [r["rollout/policy_lag"] for r in rows if "rollout/policy_lag" in r] == [0, 1, 1]
+    step_2 = straight_dir / "checkpoints" / "step_2"
+    in_flight = torch.load(step_2 / "in_flight.pt", weights_only=True)["per_rank"]
+    assert [[batch["step"] for batch in rank] for rank in in_flight] == [[3], [3]]
+    assert in_flight[0][0]["rollout"]["prompts"] != in_flight[1][0]["rollout"]["prompts"]
+    resume = [*args, f"ckpt.resume={step_2}", f"hydra.run.dir={resumed_dir}"]
+    resumed = run_train(resume, tmp_path, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for name in ("model.safetensors", "value_model.pt"):
+        a, b = (run / "checkpoints" / "step_3" / name for run in (straight_dir, resumed_dir))
+        if name.endswith(".pt"):
+            x, y = torch.load(a, weights_only=True), torch.load(b, weights_only=True)
+        else:
+            x, y = load_file(str(a)), load_file(str(b))
+        assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x), name

@@ -21,7 +21,8 @@ from astrai.paths import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "bench" / "gpu_check.py"
 # every check but SmolLM2's, whose run depends on models/smollm2 having been converted here
-# (``lora``: its resume part; its SmolLM2 step runs on CUDA only)
+# (``lora``: its resume part; its SmolLM2 step runs on CUDA only; ``async``: its resume part,
+# its timing on CUDA only)
 CPU_CHECKS = [
     "grpo-learns",
     "ppo-learns",
@@ -29,6 +30,7 @@ CPU_CHECKS = [
     "micro-batching",
     "resume",
     "lora",
+    "async",
     "2-process-ddp",
 ]
 
@@ -76,7 +78,7 @@ def test_checks_pass_on_the_cpu_and_fill_the_summary(tmp_path: Path) -> None:
     statuses = [line.split(":")[0] for line in result.stdout.splitlines()[1:-1]]
     expected = [f"PASS {name}" for name in CPU_CHECKS[:-1]] + ["SKIP 2-process-ddp"]
     assert statuses == expected, result.stdout
-    assert result.stdout.splitlines()[-1].startswith("gpu-check: 6 passed, 0 failed, 1 skipped")
+    assert result.stdout.splitlines()[-1].startswith("gpu-check: 7 passed, 0 failed, 1 skipped")
     summary = json.loads(summary_path.read_text())
     assert summary["passed"] is True and summary["quick"] is True
     checks = {c["name"]: c for c in summary["checks"]}
@@ -88,6 +90,7 @@ def test_checks_pass_on_the_cpu_and_fill_the_summary(tmp_path: Path) -> None:
     assert micro["online_grpo_max_diff"] <= 1e-5 and micro["online_ppo_max_diff"] <= 1e-5
     lora = checks["lora"]["numbers"]
     assert lora["online_grpo_max_diff"] == 0.0 and lora["online_ppo_max_diff"] == 0.0
+    assert checks["async"]["numbers"]["resume_max_diff"] == 0.0  # a rollout in flight
     resume = checks["resume"]["numbers"]
     assert resume["online_grpo_bitwise"] and resume["online_ppo_bitwise"]  # exact on the CPU
     table = summary_path.with_suffix(".md").read_text()

@@ -69,19 +69,29 @@ def test_a_run_samples_through_the_engine_and_its_weights_follow_the_updates(
         trainer.engine.close()
 
 
-def test_a_resumed_run_equals_the_straight_one(tmp_path: Path) -> None:
-    straight = _trainer(tmp_path / "straight")
+# the engine samples step t+1 on a thread while step t updates, then takes the new weights
+LAG = ["train_type.max_policy_lag=1"]  # engine=vllm's defaults: recompute + token_truncate
+
+
+@pytest.mark.parametrize("extra", [[], LAG], ids=["sync", "lag"])
+def test_a_resumed_run_equals_the_straight_one(tmp_path: Path, extra: list[str]) -> None:
+    """With ``max_policy_lag=1`` the checkpoint at step 1 holds step 2's rollout, which the
+    engine sampled on the initial weights while update 1 ran."""
+    straight = _trainer(tmp_path / "straight", *extra)
     straight.fit()
-    straight.engine.close()
-    first = _trainer(tmp_path / "split")
+    straight.close()
+    first = _trainer(tmp_path / "split", *extra)
     first.fit(until=1)
-    first.engine.close()
-    resumed = _trainer(tmp_path / "split")  # ckpt.resume=auto: step_1
+    first.close()
+    resumed = _trainer(tmp_path / "split", *extra)  # ckpt.resume=auto: step_1
     assert resumed.state.step == 1
     resumed.fit()
-    resumed.engine.close()
+    resumed.close()
     for name, value in straight.policy.state_dict().items():
         assert torch.equal(value, resumed.policy.state_dict()[name]), name
+    rows = [json.loads(line) for line in (tmp_path / "split" / "metrics.jsonl").open()]
+    lags = [row["rollout/policy_lag"] for row in rows if "rollout/policy_lag" in row]
+    assert lags == ([0.0, 1.0, 1.0] if extra else [0.0, 0.0, 0.0])
 
 
 def test_the_preset_head_size_is_refused_before_anything_starts() -> None:

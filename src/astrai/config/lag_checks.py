@@ -20,7 +20,7 @@ def validate_policy_lag(cfg: DictConfig) -> None:
     """``train_type.max_policy_lag``: an integer in [0, 8] (1000 with trainer.allow_large);
     above 0, the trainer's own π_old (``engine.old_logprobs=recompute``) and an importance
     correction (``engine.correction``) that weights each token by π_old / π_behav, as in
-    decoupled PPO; ``engine=torch`` (vLLM's engine is not run beside the update yet)."""
+    decoupled PPO."""
     tt, engine = cfg.train_type, cfg.engine
     high = MAX_LAG_LARGE if cfg.trainer.allow_large else MAX_LAG
     check_number(tt.max_policy_lag, LAG_KEY, 0, high, integer=True)
@@ -33,11 +33,6 @@ def validate_policy_lag(cfg: DictConfig) -> None:
         "engine.old_logprobs=recompute and an engine.correction (e.g. token_truncate); got "
         f"engine.old_logprobs={engine.old_logprobs}, engine.correction={engine.correction} "
         "(docs/async.md)",
-    )
-    require(
-        engine.name == "torch",
-        f"{LAG_KEY}={lag} runs with engine=torch only for now (engine={engine.name}: the "
-        "engine sampling on a thread beside the update is not built yet)",
     )
     if isinstance(cfg.infra.nproc_per_node, int):  # auto: the trainer checks the real count
         check_lag_world(tt, cfg.infra.nproc_per_node * cfg.infra.nnodes, cfg.infra.parallel)

@@ -101,12 +101,17 @@ class RolloutPipeline:
             self.copies = [_frozen_copy(policy) for _ in range(lag)]
         self.pending: deque[tuple[int, Future[SampledBatch] | SampledBatch]] = deque()
         self.next_step = 1  # the next step whose rollout is not yet submitted
-        self.executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="astrai-sampler"
-        )
-        # intra-op threads are process-wide: each side gets half while both run
+        # torch's intra-op thread count is per thread once it has run an op: each side runs
+        # on half of the job's (at least one each) while the pipeline exists
         self.threads_before = torch.get_num_threads()
-        torch.set_num_threads(split_threads(self.threads_before))
+        threads = split_threads(self.threads_before)
+        torch.set_num_threads(threads)
+        self.executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="astrai-sampler",
+            initializer=torch.set_num_threads,
+            initargs=(threads,),
+        )
 
     def restore(self, batches: list[SampledBatch], next_step: int) -> None:
         """Continue a run at ``next_step``: ``batches`` are its in-flight rollouts (a
