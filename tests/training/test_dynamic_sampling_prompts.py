@@ -12,7 +12,7 @@ import pytest
 import torch
 from tests.helpers import compose_config
 
-import astrai.training.trainer as trainer_module
+import astrai.training.rollout_stage as rollout_stage  # where the trainer samples
 from astrai.rollout.rollout import Rollout
 from astrai.training.trainer import Trainer
 
@@ -33,7 +33,7 @@ def _record_rounds(monkeypatch: pytest.MonkeyPatch) -> list[list[list[str]]]:
     """Every group all-equal (so each step samples all the rounds it can); returns, per step,
     each round's prompts in sampling order."""
     steps: list[list[list[str]]] = []
-    collect = trainer_module.collect_rollout
+    collect = rollout_stage.collect_rollout
     rollout = Trainer.rollout
 
     def collect_equal(*args: Any, **kwargs: Any) -> Rollout:
@@ -47,7 +47,7 @@ def _record_rounds(monkeypatch: pytest.MonkeyPatch) -> list[list[list[str]]]:
         steps.append([])
         return rollout(self)
 
-    monkeypatch.setattr(trainer_module, "collect_rollout", collect_equal)
+    monkeypatch.setattr(rollout_stage, "collect_rollout", collect_equal)
     monkeypatch.setattr(Trainer, "rollout", step_rollout)
     return steps
 

@@ -95,7 +95,7 @@ def _addition_jsonl(directory: Path) -> list[str]:
         "online_grpo",
         "online_ppo",
         "lag",
-        "lag_ppo",
+        pytest.param("lag_ppo", marks=pytest.mark.slow),  # the fast suite's budget
         pytest.param("dataset", marks=pytest.mark.slow),
         pytest.param("options", marks=pytest.mark.slow),
     ],

@@ -17,14 +17,13 @@ copy for step ``s`` is ``s % L``, last used by step ``s - L``, already taken). A
 its own copy of the weights (vLLM) is its own snapshot: ``before_weight_sync`` waits for its
 jobs to finish before the trainer loads the updated weights into it.
 
-Threads: torch's intra-op thread count is process-wide, so each side runs on half of
-``infra.num_threads`` (at least one each).
+Threads: each side runs on half of ``infra.num_threads`` (at least one each; torch's intra-op
+count is kept per thread once a thread has run an op, so the two are set one by one).
 """
 
 from __future__ import annotations
 
 import copy
-import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -39,8 +38,6 @@ from torch import nn
 from astrai.checkpoints.completeness import CheckpointError
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.staleness import StaleRolloutError, check_policy_lag
-
-log = logging.getLogger(__name__)
 
 
 @dataclass

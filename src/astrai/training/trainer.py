@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import logging
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -45,12 +43,11 @@ from astrai.models.tokenizer import Tokenizer
 from astrai.models.value_model import ValueModel
 from astrai.rewards.base import build_reward
 from astrai.rewards.config import overlong_from_config, reward_node
-from astrai.rollout.collect import collect_rollout
 from astrai.rollout.engine import Engine, build_engine
 from astrai.rollout.minibatch import Minibatch, flatten_rollout, iter_minibatches
 from astrai.rollout.rollout import Rollout, ended_with_eos
 from astrai.rollout.staleness import check_policy_lag
-from astrai.tasks.base import Problem, ProblemSource
+from astrai.tasks.base import ProblemSource
 from astrai.training.accumulation import accumulate_gradients
 from astrai.training.adapters import (
     TrainableState,
@@ -69,21 +66,18 @@ from astrai.training.checkpointing import (
     restore_training_checkpoint,
     save_training_checkpoint,
 )
-from astrai.training.dynamic_sampling import RESAMPLE_SEED_STRIDE, sample_informative
 from astrai.training.evaluation import EvalResult, evaluate
 from astrai.training.loop import run_loop
 from astrai.training.optim import clip_and_step, constant
-from astrai.training.overlap import RolloutPipeline, SampledBatch, check_in_flight
 from astrai.training.parallel import shard_policy, wrap_data_parallel
 from astrai.training.resume import resolve_resume
+from astrai.training.rollout_stage import RolloutStage
 from astrai.training.rollout_stats import rollout_metrics, rollout_samples
 from astrai.training.schedule import resumed_schedule_steps
 from astrai.training.setup import (
-    capture_rng_state,
     make_generator,
     on_device_while,
     resolve_device,
-    restore_rng_state,
     seed_everything,
 )
 from astrai.training.state import TrainState
@@ -98,7 +92,7 @@ LossOutput = tuple[torch.Tensor, dict[str, torch.Tensor]]
 JobContext = tuple[list[str], dict[str, object]]
 
 
-class Trainer:
+class Trainer(RolloutStage):
     """Owns the policy, the frozen reference, the strategy, optimizers and logger of one run;
     its mutable state is one record, ``state`` (``training.state``), which ``training.loop``
     advances and ``training.checkpointing`` saves and returns.
@@ -188,6 +182,7 @@ class Trainer:
         # restore before anything is written: a bad checkpoint leaves the run dir untouched
         if resume is not None:
             self.state = restore_training_checkpoint(self.checkpoint_parts(), resume, self.state)
+            self.check_resumed_in_flight()  # before anything is started or written
             log.info("resumed from %s at step %d", resume, self.state.step)
             if span.notice is not None:  # said once the checkpoint is accepted
                 log.warning("%s", span.notice)
@@ -196,27 +191,9 @@ class Trainer:
         self.engine: Engine = build_engine(cfg.get("engine"), self.policy, self.tokenizer)
         # where π_old comes from: None = the engine's logprobs (bypass)
         self.correction = correction_from_config(cfg.get("engine"))
-        if self.state.in_flight:  # a resume: its rollouts must be young enough to train
-            check_in_flight(
-                self.state.in_flight,
-                self.state.policy_version,
-                self.optimizer_steps_per_step(),
-                self.strategy.max_policy_lag,
-                self.state.resumed_from,
-            )
         # train_type.max_policy_lag > 0: the next steps' rollouts are sampled on a thread of
         # their own while this one updates (a checkpoint's in-flight rollouts first)
-        self.pipeline: RolloutPipeline | None = None
-        if self.strategy.max_policy_lag > 0:
-            self.pipeline = RolloutPipeline(
-                self.sample_rollout,
-                self.policy,
-                self.strategy.max_policy_lag,
-                int(cfg.trainer.total_steps),
-                snapshots=self.engine.name == "torch",  # vLLM samples its own weights
-            )
-            self.pipeline.restore(self.state.in_flight, self.state.step + 1)
-            self.state.in_flight = []
+        self.start_sampling()
         self.logger = RunLogger(
             self.run_dir,
             cfg.logger.tensorboard,
@@ -276,66 +253,6 @@ class Trainer:
         )
 
     # --- one RL step ---------------------------------------------------------------------------
-
-    def rollout(self) -> Rollout:
-        """1. This step's rollout with the live policy (``sample_rollout``); the dynamic
-        sampling's metrics land in ``sampling_metrics``."""
-        rollout, self.sampling_metrics = self.sample_rollout(
-            self.state.step, self.policy, self.state.policy_version
-        )
-        return rollout
-
-    def sample_rollout(
-        self, index: int, model: nn.Module, version: int
-    ) -> tuple[Rollout, dict[str, float]]:
-        """Sample G responses for the prompts of the step that trains at ``index`` steps done
-        with ``model`` (the policy at ``version``: the live one, or a snapshot on the sampling
-        thread) and score them; under ``train_type.filter_groups``, resample until the groups
-        are informative (``dynamic_sampling``). Returns the rollout and the sampling's
-        metrics."""
-        sample = functools.partial(self.sample_round, model=model, version=version)
-        draw = functools.partial(self.draw_problems, index=index)
-        if not self.strategy.filter_groups:
-            return sample(draw(0)), {}
-        return sample_informative(
-            sample,
-            draw,
-            self.strategy.prompts_per_step // self.dist.world_size,
-            self.strategy.max_resample_rounds,
-            self.tokenizer.pad_id,
-            sum_over_ranks=all_reduce_sum,
-            ranks=self.dist.world_size,
-        )
-
-    def draw_problems(self, draw: int, index: int | None = None) -> list[Problem]:
-        """The ``draw``-th batch of the training stream of the step trained at ``index`` steps
-        done (default: this step), every rank's prompts (0: the step's own; dynamic sampling's
-        extra rounds draw further)."""
-        seed = self.cfg.seed + RESAMPLE_SEED_STRIDE * draw
-        index = self.state.step if index is None else index
-        return self.task.train_problems(seed, index, self.strategy.prompts_per_step)
-
-    def sample_round(
-        self, problems: list[Problem], model: nn.Module | None = None, version: int | None = None
-    ) -> Rollout:
-        """This rank's share of one round's ``problems`` (every rank's), sampled with ``model``
-        (default: the live policy, at its version) and scored."""
-        share = len(problems) // self.dist.world_size  # divides evenly (validated, or cut to)
-        problems = problems[self.dist.rank * share : (self.dist.rank + 1) * share]
-        return collect_rollout(
-            self.policy if model is None else model,  # type: ignore[arg-type]
-            self.tokenizer,
-            problems,
-            self.strategy.group_size,
-            self.strategy.sampling,
-            self.reward,
-            self.state.policy_version if version is None else version,
-            self.state.generators["sample"],
-            lockstep=self.sharded,
-            overlong=self.overlong,
-            precision=self.cfg.infra.precision,
-            engine=self.engine,
-        )
 
     def prepare(self, rollout: Rollout) -> dict[str, float]:
         """2. Reference logprobs, (critic values,) advantages, pinned on the rollout; statistics
@@ -446,21 +363,6 @@ class Trainer:
         self.critic_scheduler.step()
         return grad_norm
 
-    def next_batch(self) -> SampledBatch:
-        """This step's sampled rollout: the sampling thread's (``max_policy_lag`` > 0), a
-        checkpoint's in-flight one, or sampled now on the live policy."""
-        if self.pipeline is not None:
-            return self.pipeline.take(self.state.step + 1, self.state.policy_version)
-        if self.state.in_flight:  # a checkpoint of a run with a lag (the guard judges it)
-            return self.state.in_flight.pop(0)
-        start = time.perf_counter()
-        self.sampling_metrics = {}
-        with self.abandonable():
-            rollout = self.rollout()
-        return SampledBatch(
-            self.state.step + 1, rollout, self.sampling_metrics, time.perf_counter() - start
-        )
-
     def train_step(self) -> dict[str, float]:
         """One RL step; returns its metrics."""
         t0 = time.perf_counter()
@@ -499,23 +401,6 @@ class Trainer:
         if self.state.step % self.cfg.logger.samples_every == 0:
             self._log_samples("samples/rollout", rollout_samples(rollout))
         return metrics
-
-    @contextlib.contextmanager
-    def abandonable(self) -> Iterator[None]:
-        """Sampling a step's rollout, which a stop signal may abandon at once
-        (``stopping.interruptible``): the random streams go back to where the step began, so
-        the checkpoint the stop writes is the state after the last completed step, and a
-        resume samples this step exactly as it would have been. One process only."""
-        if self.dist.world_size > 1:
-            yield
-            return
-        before = capture_rng_state(self.state.generators)
-        try:
-            with interruptible():
-                yield
-        except StopInterrupt:
-            restore_rng_state(before, self.state.generators)
-            raise
 
     # --- evaluation and the loop ----------------------------------------------------------------
 

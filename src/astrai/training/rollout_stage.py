@@ -1,0 +1,175 @@
+"""Step 1 of the loop, sampling: where each step's rollout comes from (``Trainer``'s mixin).
+
+Sampled now on the live policy (the synchronous loop, ``max_policy_lag`` 0), or taken from the
+sampling thread that drew it while the previous update ran (``training.overlap``), or from a
+checkpoint's in-flight rollouts; under ``train_type.filter_groups``, resampled until the groups
+are informative (``dynamic_sampling``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Iterator
+
+from omegaconf import DictConfig
+from torch import nn
+
+from astrai.algorithms.strategy import Strategy
+from astrai.distributed import DistContext, all_reduce_sum
+from astrai.models.llama import LlamaForCausalLM
+from astrai.models.tokenizer import Tokenizer
+from astrai.rewards.base import Reward
+from astrai.rewards.overlong import OverlongPenalty
+from astrai.rollout.collect import collect_rollout
+from astrai.rollout.engine import Engine
+from astrai.rollout.rollout import Rollout
+from astrai.tasks.base import Problem, ProblemSource
+from astrai.training.dynamic_sampling import RESAMPLE_SEED_STRIDE, sample_informative
+from astrai.training.overlap import RolloutPipeline, SampledBatch, check_in_flight
+from astrai.training.setup import capture_rng_state, restore_rng_state
+from astrai.training.state import TrainState
+from astrai.training.stopping import StopInterrupt, interruptible
+
+
+class RolloutStage:
+    """The sampling half of ``Trainer``: it reads the trainer's run objects (declared below)
+    and ``state``, and owns ``pipeline`` (None in the synchronous loop)."""
+
+    cfg: DictConfig
+    dist: DistContext
+    task: ProblemSource
+    tokenizer: Tokenizer
+    policy: LlamaForCausalLM
+    strategy: Strategy
+    reward: Reward
+    overlong: OverlongPenalty | None
+    engine: Engine
+    sharded: bool
+    state: TrainState
+    sampling_metrics: dict[str, float]
+    pipeline: RolloutPipeline | None
+
+    def optimizer_steps_per_step(self) -> int:
+        raise NotImplementedError  # Trainer's
+
+    def check_resumed_in_flight(self) -> None:
+        """Refuse, at start and naming the checkpoint, the in-flight rollouts a resumed run
+        would refuse when it came to them (``train_type.max_policy_lag`` lowered)."""
+        if self.state.in_flight:
+            check_in_flight(
+                self.state.in_flight,
+                self.state.policy_version,
+                self.optimizer_steps_per_step(),
+                self.strategy.max_policy_lag,
+                self.state.resumed_from,
+            )
+
+    def start_sampling(self) -> None:
+        """With ``train_type.max_policy_lag`` > 0: start the sampling thread and hand it the
+        checkpoint's in-flight rollouts (after the engine is built: vLLM samples its own)."""
+        self.pipeline = None
+        if self.strategy.max_policy_lag == 0:
+            return
+        self.pipeline = RolloutPipeline(
+            self.sample_rollout,
+            self.policy,
+            self.strategy.max_policy_lag,
+            int(self.cfg.trainer.total_steps),
+            snapshots=self.engine.name == "torch",  # vLLM samples its own weights
+        )
+        self.pipeline.restore(self.state.in_flight, self.state.step + 1)
+        self.state.in_flight = []
+
+    def rollout(self) -> Rollout:
+        """1. This step's rollout with the live policy (``sample_rollout``); the dynamic
+        sampling's metrics land in ``sampling_metrics``."""
+        rollout, self.sampling_metrics = self.sample_rollout(
+            self.state.step, self.policy, self.state.policy_version
+        )
+        return rollout
+
+    def sample_rollout(
+        self, index: int, model: nn.Module, version: int
+    ) -> tuple[Rollout, dict[str, float]]:
+        """Sample G responses for the prompts of the step that trains at ``index`` steps done
+        with ``model`` (the policy at ``version``: the live one, or a snapshot on the sampling
+        thread) and score them; under ``train_type.filter_groups``, resample until the groups
+        are informative (``dynamic_sampling``). Returns the rollout and the sampling's
+        metrics."""
+        sample = functools.partial(self.sample_round, model=model, version=version)
+        draw = functools.partial(self.draw_problems, index=index)
+        if not self.strategy.filter_groups:
+            return sample(draw(0)), {}
+        return sample_informative(
+            sample,
+            draw,
+            self.strategy.prompts_per_step // self.dist.world_size,
+            self.strategy.max_resample_rounds,
+            self.tokenizer.pad_id,
+            sum_over_ranks=all_reduce_sum,
+            ranks=self.dist.world_size,
+        )
+
+    def draw_problems(self, draw: int, index: int | None = None) -> list[Problem]:
+        """The ``draw``-th batch of the training stream of the step trained at ``index`` steps
+        done (default: this step), every rank's prompts (0: the step's own; dynamic sampling's
+        extra rounds draw further)."""
+        seed = self.cfg.seed + RESAMPLE_SEED_STRIDE * draw
+        index = self.state.step if index is None else index
+        return self.task.train_problems(seed, index, self.strategy.prompts_per_step)
+
+    def sample_round(
+        self, problems: list[Problem], model: nn.Module | None = None, version: int | None = None
+    ) -> Rollout:
+        """This rank's share of one round's ``problems`` (every rank's), sampled with ``model``
+        (default: the live policy, at its version) and scored."""
+        share = len(problems) // self.dist.world_size  # divides evenly (validated, or cut to)
+        problems = problems[self.dist.rank * share : (self.dist.rank + 1) * share]
+        return collect_rollout(
+            self.policy if model is None else model,  # type: ignore[arg-type]
+            self.tokenizer,
+            problems,
+            self.strategy.group_size,
+            self.strategy.sampling,
+            self.reward,
+            self.state.policy_version if version is None else version,
+            self.state.generators["sample"],
+            lockstep=self.sharded,
+            overlong=self.overlong,
+            precision=self.cfg.infra.precision,
+            engine=self.engine,
+        )
+
+    def next_batch(self) -> SampledBatch:
+        """This step's sampled rollout: the sampling thread's (``max_policy_lag`` > 0), a
+        checkpoint's in-flight one, or sampled now on the live policy."""
+        if self.pipeline is not None:
+            return self.pipeline.take(self.state.step + 1, self.state.policy_version)
+        if self.state.in_flight:  # a checkpoint of a run with a lag (the guard judges it)
+            return self.state.in_flight.pop(0)
+        start = time.perf_counter()
+        self.sampling_metrics = {}
+        with self.abandonable():
+            rollout = self.rollout()
+        return SampledBatch(
+            self.state.step + 1, rollout, self.sampling_metrics, time.perf_counter() - start
+        )
+
+    @contextlib.contextmanager
+    def abandonable(self) -> Iterator[None]:
+        """Sampling a step's rollout, which a stop signal may abandon at once
+        (``stopping.interruptible``): the random streams go back to where the step began, so
+        the checkpoint the stop writes is the state after the last completed step, and a
+        resume samples this step exactly as it would have been. One process only."""
+        if self.dist.world_size > 1:
+            yield
+            return
+        before = capture_rng_state(self.state.generators)
+        try:
+            with interruptible():
+                yield
+        except StopInterrupt:
+            restore_rng_state(before, self.state.generators)
+            raise
