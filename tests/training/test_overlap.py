@@ -156,3 +156,29 @@ def test_a_resume_that_would_train_it_past_a_smaller_bound_is_refused(tmp_path: 
         r"is 1 update\(s\) behind.*max_policy_lag=0, refused",
     ):
         Trainer(cfg, tmp_path)
+
+
+def test_a_resume_with_two_rollouts_in_flight_equals_the_straight_run(
+    runs: dict[int, Path], tmp_path: Path
+) -> None:
+    """``max_policy_lag=2``: the checkpoint at step 2 holds the rollouts of step 3 (sampled on
+    the initial weights) and step 4 (on the weights after update 1); resumed, steps 3 and 4
+    equal the straight run's, weights bitwise and metrics exactly."""
+    cfg = compose_config([*QUICK, "train_type.max_policy_lag=2", *CORRECTED])
+    first = Trainer(cfg, tmp_path)
+    first.fit(until=2)
+    first.close()
+    state = json.loads((tmp_path / "checkpoints/step_2/trainer_state.json").read_text())
+    assert state["in_flight"] == 2
+    resumed = Trainer(cfg, tmp_path)
+    resumed.fit()
+    resumed.close()
+    straight = io.load_tensors(runs[2] / "checkpoints/step_4/model.safetensors")
+    again = io.load_tensors(tmp_path / "checkpoints/step_4/model.safetensors")
+    assert straight.keys() == again.keys()
+    assert all(torch.equal(straight[name], again[name]) for name in straight)
+
+    def exact(rows: list[dict]) -> list[dict]:
+        return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]
+
+    assert exact(_rows(tmp_path)) == exact(_rows(runs[2]))
