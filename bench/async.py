@@ -84,8 +84,8 @@ def compare(
                 trainer.close()
                 trainer.logger.close()
     sample = statistics.median(s for s, _ in shares)
-    update = statistics.median(u for _, u in shares)
-    return pairs, {"sample_s": sample, "update_s": update}
+    rest = statistics.median(u for _, u in shares)
+    return pairs, {"sample_s": sample, "rest_s": rest}
 
 
 def main() -> None:
@@ -107,7 +107,7 @@ def main() -> None:
         f"default{' ' + ' '.join(overrides) if overrides else ''}"
     )
     pairs, shares = compare(overrides, args.rounds, args.steps)
-    s, u = shares["sample_s"], shares["update_s"]
+    s, u = shares["sample_s"], shares["rest_s"]
     print(
         f"lag 0 step: sampling {s:.3f} s + the rest {u:.3f} s (median): overlapping them leaves "
         f"at best {max(s, u) / (s + u):.2f} of the step"

@@ -103,11 +103,12 @@ class RolloutPipeline:
         self.threads_before = torch.get_num_threads()
         threads = split_threads(self.threads_before)
         torch.set_num_threads(threads)
+        device = next(policy.parameters()).device
         self.executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=1,
             thread_name_prefix="astrai-sampler",
-            initializer=torch.set_num_threads,
-            initargs=(threads,),
+            initializer=_init_sampling_thread,
+            initargs=(threads, device),
         )
 
     def restore(self, batches: list[SampledBatch], next_step: int) -> None:
@@ -168,6 +169,14 @@ class RolloutPipeline:
         start = time.perf_counter()
         rollout, metrics = self.sample(step - 1, model, version)
         return SampledBatch(step, rollout, metrics, time.perf_counter() - start)
+
+
+def _init_sampling_thread(threads: int, device: torch.device) -> None:
+    """The sampling thread's own settings: its intra-op threads, and its current CUDA device
+    (per thread: a new thread starts on cuda:0, not the rank's device)."""
+    torch.set_num_threads(threads)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
 
 
 def _frozen_copy(policy: nn.Module) -> nn.Module:
