@@ -113,7 +113,7 @@ def test_the_default_job_learns_with_rollouts_one_update_behind(
 ) -> None:
     """``train_type.max_policy_lag=1`` (docs/async.md): every step after the first trains a
     rollout sampled while the previous update ran, and the default job still learns (measured
-    on this CPU: GRPO 0.92 at step 650, 1.0 at 900; PPO 1.0 at step 450)."""
+    on this CPU: GRPO first 1.000 at step 350, PPO at step 450; both 1.000 at step 1,200)."""
     run_dir = tmp_path / "run"
     overrides = [f"train_type={train_type}", *LAG_1, f"hydra.run.dir={run_dir}"]
     result = run_train(
