@@ -64,7 +64,7 @@ from astrai.models.lora import (
 )
 from astrai.models.tokenizer import Tokenizer
 from astrai.models.weights import stored_names
-from astrai.training.overlap import SampledBatch, batch_from_record, batch_record
+from astrai.training.overlap import batch_record, load_in_flight
 from astrai.training.parallel import (
     full_model_state,
     full_optimizer_state,
@@ -168,8 +168,13 @@ def save_training_checkpoint(parts: CheckpointParts, state: TrainState) -> Path:
     ranks wait until the checkpoint is complete.
     """
     rng_per_rank = gather_objects(capture_rng_state(state.generators))
-    # each rank's rollouts for the next steps, sampled and not yet trained
-    in_flight_per_rank = gather_objects([batch_record(batch) for batch in state.in_flight])
+    # each rank's rollouts for the next steps, sampled and not yet trained (as many on every
+    # rank: the ranks agree whether to gather)
+    in_flight_per_rank = (
+        gather_objects([batch_record(batch) for batch in state.in_flight])
+        if state.in_flight
+        else []
+    )
     policy_state: dict[str, Any] = {}
     optimizer_state: Any = None
     # collectives under FSDP, so every rank joins; replicas: only the writer needs them
@@ -329,7 +334,9 @@ def restore_training_checkpoint(
     io.load_state_dict_into(parts.scheduler, path / SCHEDULER_FILE)
     _restore_extra(parts, path, record)
     _restore_rng(parts, fresh.generators, record, path)
-    in_flight = _restore_in_flight(parts, path, record)
+    in_flight = []  # none where the checkpoint lists none
+    if IN_FLIGHT_FILE in recorded_extra_files(record):
+        in_flight = load_in_flight(path / IN_FLIGHT_FILE, parts.dist, parts.device)
     return dataclasses.replace(
         fresh,
         step=record["step"],
@@ -375,22 +382,6 @@ def _restore_extra(parts: CheckpointParts, path: Path, record: dict[str, Any]) -
             path.name,
             VALUE_SCHEDULER_FILE,
         )
-
-
-def _restore_in_flight(
-    parts: CheckpointParts, path: Path, record: dict[str, Any]
-) -> list[SampledBatch]:
-    """This rank's in-flight rollouts (``IN_FLIGHT_FILE``; none where the checkpoint lists
-    none). Another world size (``ckpt.allow_changes``) cannot take them over: refused."""
-    if IN_FLIGHT_FILE not in recorded_extra_files(record):
-        return []
-    per_rank = io.load_torch(path / IN_FLIGHT_FILE)["per_rank"]
-    if len(per_rank) != parts.dist.world_size:
-        raise CheckpointError(
-            f"{path / IN_FLIGHT_FILE}: in-flight rollouts of {len(per_rank)} rank(s), this run "
-            f"has {parts.dist.world_size}: they cannot be shared out again"
-        )
-    return [batch_from_record(batch, parts.device) for batch in per_rank[parts.dist.rank]]
 
 
 def _restore_rng(

@@ -35,7 +35,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from astrai.checkpoints import io
 from astrai.checkpoints.completeness import CheckpointError
+from astrai.distributed import DistContext
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.staleness import StaleRolloutError, check_policy_lag
 
@@ -125,19 +127,16 @@ class RolloutPipeline:
         entry_step, entry = self.pending.popleft()
         if entry_step != step:  # the schedule is the loop's; a mismatch is a bug, said early
             raise RuntimeError(f"the rollout in flight is step {entry_step}'s, not step {step}'s")
-        batch = entry.result() if isinstance(entry, Future) else entry
+        batch = _done(entry)
         self._submit_up_to(step + self.lag, version)
         return batch
 
     def settle(self) -> list[SampledBatch]:
         """Wait for every submitted rollout; the in-flight batches, in step order (what a
         checkpoint saves)."""
-        settled = deque(
-            (step, entry.result() if isinstance(entry, Future) else entry)
-            for step, entry in self.pending
-        )
-        self.pending = settled  # type: ignore[assignment]
-        return [batch for _, batch in settled]  # type: ignore[misc]
+        batches = [(step, _done(entry)) for step, entry in self.pending]
+        self.pending = deque(batches)
+        return [batch for _, batch in batches]
 
     def before_weight_sync(self) -> None:
         """An engine with its own weights (no snapshots) is loaded with the update only once
@@ -169,6 +168,11 @@ class RolloutPipeline:
         start = time.perf_counter()
         rollout, metrics = self.sample(step - 1, model, version)
         return SampledBatch(step, rollout, metrics, time.perf_counter() - start)
+
+
+def _done(entry: Future[SampledBatch] | SampledBatch) -> SampledBatch:
+    """A pending entry's batch, waiting for its job (its exception raised here)."""
+    return entry.result() if isinstance(entry, Future) else entry
 
 
 def _init_sampling_thread(threads: int, device: torch.device) -> None:
@@ -235,6 +239,18 @@ def batch_record(batch: SampledBatch) -> dict[str, Any]:
         "metrics": dict(batch.metrics),
         "sample_s": batch.sample_s,
     }
+
+
+def load_in_flight(file: Path, dist: DistContext, device: torch.device) -> list[SampledBatch]:
+    """This rank's in-flight rollouts from a checkpoint's ``in_flight.pt`` (one list per rank).
+    Another world size (``ckpt.allow_changes``) cannot take them over: ``CheckpointError``."""
+    per_rank = io.load_torch(file)["per_rank"]
+    if len(per_rank) != dist.world_size:
+        raise CheckpointError(
+            f"{file}: in-flight rollouts of {len(per_rank)} rank(s), this run has "
+            f"{dist.world_size}: they cannot be shared out again"
+        )
+    return [batch_from_record(batch, device) for batch in per_rank[dist.rank]]
 
 
 def batch_from_record(record: dict[str, Any], device: torch.device) -> SampledBatch:

@@ -112,29 +112,26 @@ class RolloutStage:
             ranks=self.dist.world_size,
         )
 
-    def draw_problems(self, draw: int, index: int | None = None) -> list[Problem]:
+    def draw_problems(self, draw: int, index: int) -> list[Problem]:
         """The ``draw``-th batch of the training stream of the step trained at ``index`` steps
-        done (default: this step), every rank's prompts (0: the step's own; dynamic sampling's
-        extra rounds draw further)."""
+        done, every rank's prompts (0: the step's own; dynamic sampling's extra rounds draw
+        further)."""
         seed = self.cfg.seed + RESAMPLE_SEED_STRIDE * draw
-        index = self.state.step if index is None else index
         return self.task.train_problems(seed, index, self.strategy.prompts_per_step)
 
-    def sample_round(
-        self, problems: list[Problem], model: nn.Module | None = None, version: int | None = None
-    ) -> Rollout:
+    def sample_round(self, problems: list[Problem], model: nn.Module, version: int) -> Rollout:
         """This rank's share of one round's ``problems`` (every rank's), sampled with ``model``
-        (default: the live policy, at its version) and scored."""
+        (the policy at ``version``) and scored."""
         share = len(problems) // self.dist.world_size  # divides evenly (validated, or cut to)
         problems = problems[self.dist.rank * share : (self.dist.rank + 1) * share]
         return collect_rollout(
-            self.policy if model is None else model,  # type: ignore[arg-type]
+            model,  # type: ignore[arg-type]
             self.tokenizer,
             problems,
             self.strategy.group_size,
             self.strategy.sampling,
             self.reward,
-            self.state.policy_version if version is None else version,
+            version,
             self.state.generators["sample"],
             lockstep=self.sharded,
             overlong=self.overlong,
@@ -143,12 +140,11 @@ class RolloutStage:
         )
 
     def next_batch(self) -> SampledBatch:
-        """This step's sampled rollout: the sampling thread's (``max_policy_lag`` > 0), a
-        checkpoint's in-flight one, or sampled now on the live policy."""
+        """This step's sampled rollout: the sampling thread's (``max_policy_lag`` > 0, a
+        checkpoint's in-flight ones first), or sampled now on the live policy (at lag 0 a
+        checkpoint's in-flight rollouts are refused at start: each is >= 1 update behind)."""
         if self.pipeline is not None:
             return self.pipeline.take(self.state.step + 1, self.state.policy_version)
-        if self.state.in_flight:  # a checkpoint of a run with a lag (the guard judges it)
-            return self.state.in_flight.pop(0)
         start = time.perf_counter()
         self.sampling_metrics = {}
         with self.abandonable():
