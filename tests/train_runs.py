@@ -26,6 +26,12 @@ TRAIN = str(REPO / "train.py")
 QUICK = [
     "debug=quick",  # conf/debug/quick.yaml
 ]
+# rollouts one update behind the policy, with the correction they require (docs/async.md)
+LAG_1 = [
+    "train_type.max_policy_lag=1",
+    "engine.old_logprobs=recompute",
+    "engine.correction=token_truncate",
+]
 
 
 def run_train(

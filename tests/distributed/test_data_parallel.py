@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 from tests.distributed.ddp_worker import evaluate_then_stop, one_update
 from tests.helpers import compose_config
-from tests.train_runs import run_train
+from tests.train_runs import LAG_1, run_train
 
 from astrai.training.rollout_stats import rollout_metrics
 from astrai.training.trainer import Trainer
@@ -178,13 +178,6 @@ def test_sharded_ranks_evaluate_in_lockstep_and_agree_on_a_start_up_signal(
     assert result["summaries"] == [{"step": 0, "stopped": "SIGTERM"}] * 2
 
 
-LAG = [
-    "train_type.max_policy_lag=1",
-    "engine.old_logprobs=recompute",
-    "engine.correction=token_truncate",
-]
-
-
 @pytest.mark.slow  # ~15 s: two 2-process launches
 def test_two_process_lag_run_resumes_with_each_ranks_rollout_in_flight(tmp_path: Path) -> None:
     """``max_policy_lag=1`` under DDP (docs/async.md): each rank's sampling thread draws its
@@ -197,7 +190,7 @@ def test_two_process_lag_run_resumes_with_each_ranks_rollout_in_flight(tmp_path:
         "debug=quick",
         "trainer.total_steps=3",
         "ckpt.every_steps=1",
-        *LAG,
+        *LAG_1,
     ]
     straight_dir, resumed_dir = tmp_path / "straight", tmp_path / "resumed"
     straight = run_train([*args, f"hydra.run.dir={straight_dir}"], tmp_path, timeout=300)

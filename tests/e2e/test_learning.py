@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tests.train_runs import run_train
+from tests.train_runs import LAG_1, run_train
 
 
 @pytest.mark.slow
@@ -96,14 +96,6 @@ def test_lora_grpo_learns_addition_on_a_pretrained_base(tmp_path: Path) -> None:
     state = json.loads((run_dir / "checkpoints/step_1200/trainer_state.json").read_text())
     assert state["adapters"]["lora"]["rank"] == 16  # adapters, not a full run
     assert state["adapters"]["base"]["path"] == str(base.resolve())
-
-
-# rollouts that overlap the update, one step behind, with the correction they require
-LAG_1 = [
-    "train_type.max_policy_lag=1",
-    "engine.old_logprobs=recompute",
-    "engine.correction=token_truncate",
-]
 
 
 @pytest.mark.slow

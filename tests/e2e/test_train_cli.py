@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from tests.train_runs import (
+    LAG_1,
     QUICK,
     TRAIN,
     checkpoint_weights,
@@ -174,16 +175,8 @@ LONG = [
 ]
 
 
-# rollouts one update behind (docs/async.md): the stop's checkpoint holds the in-flight rollout
-LAG = [
-    "train_type.max_policy_lag=1",
-    "engine.old_logprobs=recompute",
-    "engine.correction=token_truncate",
-]
-
-
 @pytest.mark.slow  # ~20 s each: three runs of train.py
-@pytest.mark.parametrize("extra", [[], LAG], ids=["sync", "lag"])
+@pytest.mark.parametrize("extra", [[], LAG_1], ids=["sync", "lag"])
 def test_sigterm_checkpoints_exits_0_and_the_resumed_run_matches(
     tmp_path: Path, extra: list[str]
 ) -> None:

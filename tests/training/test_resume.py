@@ -15,6 +15,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tests.helpers import compose_config
+from tests.train_runs import LAG_1
 
 from astrai.algorithms.grpo import GRPOStrategy
 from astrai.checkpoints import io
@@ -44,13 +45,6 @@ OPTIONS = [
     "train_type.max_resample_rounds=2",
     "train_type.mask_truncated=true",
 ]  # wall-clock measurements differ between any two runs
-# rollouts that overlap the update, one step behind (docs/async.md): the checkpoint at step 3
-# holds step 4's rollout, sampled while step 3 updated
-LAG = [
-    "train_type.max_policy_lag=1",
-    "engine.old_logprobs=recompute",
-    "engine.correction=token_truncate",
-]
 
 
 def _trainer(run_dir: Path, train_type: str, *extra: str) -> Trainer:
@@ -108,7 +102,7 @@ def straight_and_resumed(request, tmp_path_factory) -> tuple[Trainer, Trainer, P
         train_type, extra = "online_grpo", OPTIONS
     if request.param.startswith("lag"):
         train_type = "online_ppo" if request.param == "lag_ppo" else "online_grpo"
-        extra = LAG
+        extra = LAG_1  # the checkpoint at step 3 holds step 4's rollout, sampled in update 3
     straight_dir = tmp_path_factory.mktemp("straight")
     straight = _trainer(straight_dir, train_type, *extra)
     straight.fit()
