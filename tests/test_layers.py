@@ -81,6 +81,11 @@ BREAKS = {
         "import astrai.train\n",
         "hydra_plugins.astrai_docker_launcher is not allowed to import astrai.train",
     ),
+    "the math asks about process groups": (
+        "src/astrai/algorithms/kl.py",
+        "from astrai.distributed import is_fsdp\n",
+        "astrai.algorithms is not allowed to import astrai.distributed",
+    ),
     "a package is given no layer": (
         "src/astrai/serve.py",
         '"""A new top-level module nobody placed in a layer."""\n',
@@ -99,3 +104,15 @@ def test_an_import_against_the_layers_fails_the_check(tmp_path: Path, case: str)
     result = _run(src, launchers, cwd=tmp_path)
     assert result.returncode != 0, result.stdout[-3000:]
     assert message in result.stdout, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_the_math_names_no_process_group() -> None:
+    """docs/architecture.md's claim, as ``make lint`` greps it: import-linter sees
+    ``astrai.distributed`` but not ``torch.distributed`` (a submodule of an external package)."""
+    found = [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for path in sorted((REPO / "src" / "astrai" / "algorithms").rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "astrai.distributed" in line or "torch.distributed" in line
+    ]
+    assert found == []

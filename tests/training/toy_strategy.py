@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from astrai.algorithms.aggregation import Divisors
 from astrai.algorithms.masked import SumFn, local_sum, masked_mean
-from astrai.algorithms.strategy import Strategy
+from astrai.algorithms.strategy import NoGradMode, Strategy
 from astrai.metrics.names import CORE_METRICS
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
@@ -35,8 +35,9 @@ class ToyStrategy(Strategy):
         reference: nn.Module | None,
         critic: nn.Module | None = None,
         sum_over_ranks: SumFn = local_sum,
+        no_grad: NoGradMode = torch.inference_mode,
     ) -> dict[str, float]:
-        metrics = self.score_reference(rollout, reference, sum_over_ranks)
+        metrics = self.score_reference(rollout, reference, sum_over_ranks, no_grad)
         with torch.no_grad():
             centred = self.baseline_scale * (rollout.rewards - rollout.rewards.mean())  # [B, G]
             rollout.advantages = centred[..., None] * rollout.response_mask

@@ -17,7 +17,7 @@ from astrai.algorithms.aggregation import Divisors
 from astrai.algorithms.losses import kl_penalty_loss
 from astrai.algorithms.masked import SumFn, local_sum, masked_mean
 from astrai.algorithms.rewards import token_rewards
-from astrai.algorithms.strategy import Strategy
+from astrai.algorithms.strategy import NoGradMode, Strategy
 from astrai.metrics.names import CORE_METRICS
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
@@ -65,8 +65,9 @@ class GRPOStrategy(Strategy):
         reference: nn.Module | None,
         critic: nn.Module | None = None,
         sum_over_ranks: SumFn = local_sum,
+        no_grad: NoGradMode = torch.inference_mode,
     ) -> dict[str, float]:
-        metrics = self.score_reference(rollout, reference, sum_over_ranks)
+        metrics = self.score_reference(rollout, reference, sum_over_ranks, no_grad)
         rollout.advantages = self.advantages(rollout, sum_over_ranks)
         return metrics
 

@@ -23,7 +23,7 @@ from astrai.algorithms.masked import (
 )
 from astrai.algorithms.rewards import token_rewards
 from astrai.algorithms.stats import explained_variance
-from astrai.algorithms.strategy import Strategy
+from astrai.algorithms.strategy import NoGradMode, Strategy
 from astrai.checkpoints.layout import CRITIC_FILES
 from astrai.metrics.names import CORE_METRICS, CRITIC_METRICS
 from astrai.rollout.minibatch import Minibatch
@@ -80,10 +80,11 @@ class PPOStrategy(Strategy):
         reference: nn.Module | None,
         critic: nn.Module | None = None,
         sum_over_ranks: SumFn = local_sum,
+        no_grad: NoGradMode = torch.inference_mode,
     ) -> dict[str, float]:
         if critic is None:
             raise ValueError("online_ppo needs a critic (critic=value_model)")
-        metrics = self.score_reference(rollout, reference, sum_over_ranks)
+        metrics = self.score_reference(rollout, reference, sum_over_ranks, no_grad)
         mask = rollout.response_mask
         rewards = token_rewards(rollout.rewards, self.reward_kl(rollout), mask, self.kl_coef)
         prompt_ids, prompt_mask = rollout.flat_prompts()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
 import torch
@@ -15,11 +16,15 @@ from astrai.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from astrai.algorithms.losses import RATIO_LEVELS, clipped_policy_loss
 from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean
 from astrai.algorithms.rewards import KL_REWARD_CLAMP
-from astrai.distributed import is_fsdp
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig
 from astrai.rollout.scoring import response_logprobs, split_rows
+
+# How scoring passes turn gradients off; the caller chooses: ``torch.inference_mode`` (the
+# fastest), or ``torch.no_grad`` for an FSDP-sharded model, whose unsharded weights must not be
+# allocated as inference tensors (its next training forward writes into them)
+NoGradMode = Callable[[], AbstractContextManager[Any]]
 
 
 class Strategy(ABC):
@@ -114,10 +119,14 @@ class Strategy(ABC):
         self.max_policy_lag = max_policy_lag
 
     def score_reference(
-        self, rollout: Rollout, reference: nn.Module | None, sum_over_ranks: SumFn = local_sum
+        self,
+        rollout: Rollout,
+        reference: nn.Module | None,
+        sum_over_ranks: SumFn = local_sum,
+        no_grad: NoGradMode = torch.inference_mode,
     ) -> dict[str, float]:
         """Pin ``rollout.ref_logprobs`` and return k1/k2/k3 of behaviour vs reference (token
-        means over every rank's rollout).
+        means over every rank's rollout); the forward runs under ``no_grad``.
 
         ``reference`` None (allowed only at ``kl_coef`` 0, where nothing but the ``kl/*``
         metrics reads it): no forward, ``ref_logprobs`` stays None and no metric is returned.
@@ -127,7 +136,7 @@ class Strategy(ABC):
                 raise ValueError("a reference is needed while train_type.kl_coef is nonzero")
             rollout.ref_logprobs = None
             return {}
-        rollout.ref_logprobs = self.score_rollout(reference, rollout)
+        rollout.ref_logprobs = self.score_rollout(reference, rollout, no_grad)
         mask = rollout.response_mask
         return {
             f"kl/{kind}": masked_global_mean(
@@ -136,10 +145,12 @@ class Strategy(ABC):
             for kind in KL_ESTIMATORS
         }
 
-    def score_rollout(self, model: nn.Module, rollout: Rollout) -> Tensor:
+    def score_rollout(
+        self, model: nn.Module, rollout: Rollout, no_grad: NoGradMode = torch.inference_mode
+    ) -> Tensor:
         """``[B, G, R]`` logprobs of the rollout's responses under ``model`` at the sampling
-        temperature, without gradient, in micro-batches of ``micro_batch_size`` sequences (the
-        memory bound of the update holds here too)."""
+        temperature, under ``no_grad`` (the caller's choice: ``NoGradMode``), in micro-batches
+        of ``micro_batch_size`` sequences (the memory bound of the update holds here too)."""
         prompt_ids, prompt_mask = rollout.flat_prompts()
         parts = split_rows(
             self.micro_batch_size,
@@ -149,12 +160,7 @@ class Strategy(ABC):
             rollout.flat("response_mask"),
         )
         temperature = self.sampling.temperature
-        # no_grad, not inference mode, for an FSDP-sharded model (the policy π_old is recomputed
-        # on, and a LoRA run's reference, the same policy with its adapters off): FSDP must not
-        # allocate its unsharded weights as inference tensors, which its next training forward
-        # writes into
-        mode = torch.no_grad() if is_fsdp(model) else torch.inference_mode()
-        with mode:
+        with no_grad():
             scored = [
                 response_logprobs(model, ids, mask, response_ids, response_mask, temperature)[0]
                 for ids, mask, response_ids, response_mask in parts
@@ -169,6 +175,7 @@ class Strategy(ABC):
         correction: Correction,
         sum_over_ranks: SumFn = local_sum,
         max_over_ranks: MaxFn = local_max,
+        no_grad: NoGradMode = torch.inference_mode,
     ) -> dict[str, float]:
         """Decoupled π_old (``engine.old_logprobs: recompute``): the sampling policy's weights
         score the sampled tokens with the trainer's own forward. The engine's logprobs move to
@@ -177,7 +184,7 @@ class Strategy(ABC):
         ``correction``'s loss weights (None for ``none``). Returns the ``rollout/*`` mismatch
         metrics (``correction.correct_mismatch``). Call before ``prepare``."""
         behaviour = rollout.logprobs
-        rollout.logprobs = self.score_rollout(policy, rollout)
+        rollout.logprobs = self.score_rollout(policy, rollout, no_grad)
         rollout.behaviour_logprobs = behaviour
         rollout.is_weights, metrics = correct_mismatch(
             rollout.logprobs,
@@ -208,13 +215,15 @@ class Strategy(ABC):
         reference: nn.Module | None,
         critic: nn.Module | None = None,
         sum_over_ranks: SumFn = local_sum,
+        no_grad: NoGradMode = torch.inference_mode,
     ) -> dict[str, float]:
         """Compute and pin every target the replayed gradient steps optimise; return metrics.
 
         ``sum_over_ranks`` sums a tensor over the data-parallel ranks, so statistics of the
         whole rollout (advantage whitening, logged means) cover every rank's share.
         ``reference`` None skips the reference forward (``score_reference``; ``kl_coef`` 0
-        only): no ``kl/*`` metrics and ``rollout.ref_logprobs`` None.
+        only): no ``kl/*`` metrics and ``rollout.ref_logprobs`` None. ``no_grad``: how the
+        reference's forward turns gradients off (``NoGradMode``).
         """
 
     @abstractmethod

@@ -286,6 +286,7 @@ class TrainerConfig:
     max_grad_norm: float = MISSING
     progress_bar: bool = MISSING
     max_duration: Any = MISSING  # "90m", "2h", seconds, or null
+    stop_at: Any = MISSING  # null or {metric: bound} (metrics.targets)
     allow_large: bool = MISSING  # lift the upper bounds of astrai.config.ranges
 
 

@@ -62,7 +62,8 @@ def _check_scheduler(
         raise ConfigError(f"{key}: {first_line(err.__cause__ or err)}") from err
 
 
-def _strategy_class(tt: DictConfig) -> type[Strategy]:
+def strategy_class_of(tt: DictConfig) -> type[Strategy]:
+    """The ``Strategy`` class ``train_type._target_`` names; a ``ConfigError`` otherwise."""
     try:
         cls = get_class(tt._target_)
     except Exception as err:
@@ -75,7 +76,7 @@ def _strategy_class(tt: DictConfig) -> type[Strategy]:
 
 
 def validate_train_type(tt: DictConfig, critic: DictConfig, allow_large: bool = False) -> None:
-    strategy = _strategy_class(tt)
+    strategy = strategy_class_of(tt)
     if strategy.requires_critic:
         require(
             critic.name != "none",

@@ -27,6 +27,7 @@ from astrai.config.ranges import (
     check_large,
     check_number,
 )
+from astrai.config.stop_at_checks import validate_stop_at
 from astrai.config.threads import parse_num_threads
 from astrai.config.train_type_checks import check_world_batch, validate_train_type
 from astrai.models.llama import LlamaConfig
@@ -208,11 +209,12 @@ def _check_embedded_prompts(
         raise ConfigError(str(err)) from err
 
 
-def _validate_reward(reward: DictConfig, task: ProblemSource, tokenizer: Tokenizer) -> None:
+def _validate_reward(reward: DictConfig, task: ProblemSource, tokenizer: Tokenizer) -> list[str]:
     """Built as the run will build it (the import, the arguments, a reward model's files),
     then tried on the first eval problems, answered with their reference and with nothing
     (with the prompt context a term asks for, as the run passes it): a reward that raises,
-    miscounts or returns a non-finite value stops here, before the run."""
+    miscounts or returns a non-finite value stops here, before the run. Returns its term
+    names (logged as ``reward/<name>``)."""
     from astrai.rewards.base import RewardConfigError, RewardError, build_reward
     from astrai.rewards.config import reward_node
     from astrai.rollout.collect import prompt_context
@@ -235,6 +237,7 @@ def _validate_reward(reward: DictConfig, task: ProblemSource, tokenizer: Tokeniz
         )
     except RewardError as err:
         raise ConfigError(f"{err} (tried before the run on the first eval problems)") from err
+    return built.names
 
 
 def _validate_overlong(cfg: DictConfig) -> None:
@@ -385,7 +388,9 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
         model = _validate_model(cfg.model, tokenizer)
     _check_model_size(model, cfg.train_type.sampling.max_new_tokens, allow_large)
     task = _validate_task(cfg, tokenizer, model)
-    _validate_reward(cfg.reward, task, tokenizer)
+    reward_terms = _validate_reward(cfg.reward, task, tokenizer)
+    overlong = ["overlong"] if cfg.reward.get("overlong_buffer") is not None else []
+    validate_stop_at(cfg, reward_terms + overlong)
     _validate_infra(cfg.infra, where)
     validate_engine(cfg, model, task, plan_here(cfg.infra, where).device)
     validate_lora(cfg, model)

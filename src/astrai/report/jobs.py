@@ -43,8 +43,9 @@ class JobFileError(ValueError):
 class Job:
     """One job of a sweep, as found on disk.
 
-    ``status``: ``done`` (summary written, run complete), ``stopped (<why>)`` (summary of a run
-    that was stopped: SIGTERM, SIGINT, max_duration), ``running`` (no summary yet, files recently
+    ``status``: ``done`` (summary written, run complete: every step, or its metrics reached
+    ``trainer.stop_at``), ``stopped (<why>)`` (summary of a run that was stopped: SIGTERM,
+    SIGINT, max_duration), ``running`` (no summary yet, files recently
     written), ``failed`` (no summary and the job's log records an error), ``stale`` (no summary and
     no write for ``stale_after`` seconds: killed or crashed without a log record), ``missing``
     (defined by the sweep, no folder).
@@ -129,7 +130,8 @@ def job_status(job: Job, stale_after: float, now: float) -> str:
     resumed = bool(job.history) and isinstance(summary_step, int)
     if job.summary and not (resumed and job.history[-1]["step"] > summary_step):
         stopped = job.summary.get("stopped")
-        return "done" if stopped is None else f"stopped ({stopped})"
+        # a run that reached its targets ended as configured: it counts as a done job
+        return "done" if stopped in (None, "stop_at") else f"stopped ({stopped})"
     if _log_has_error(job.path):
         return "failed"
     return "running" if now - _last_write(job.path) <= stale_after else "stale"

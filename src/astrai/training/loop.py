@@ -1,6 +1,7 @@
 """The run's schedule around the steps: the step-0 evaluation, a step, an evaluation every
 ``trainer.eval_every``, logging, checkpoints on schedule and when the run stops (a signal at
-any time, ``trainer.max_duration``), the summary. What one step does is ``Trainer``'s.
+any time, ``trainer.max_duration``, metrics reaching ``trainer.stop_at``), the summary. What
+one step does is ``Trainer``'s.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from astrai.algorithms.strategy import Strategy
 from astrai.config.duration import parse_duration
 from astrai.metrics.dashboards import hparams_end_summary
+from astrai.metrics.targets import parse_targets, targets_reached
 from astrai.metrics.writers import RunLogger
 from astrai.training.state import TrainState
 from astrai.training.stopping import StopInterrupt, StopRequest, agreed_stop_reason
@@ -55,7 +57,9 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
     the summary also written to ``summary.json``."""
     state = trainer.state
     total = trainer.cfg.trainer.total_steps
-    stop_at = total if until is None else min(until, total)
+    last_step = total if until is None else min(until, total)
+    targets = parse_targets(trainer.cfg.trainer.stop_at)  # validated at start
+    reached: dict[str, float] | None = None
     budget = trainer.cfg.trainer.max_duration
     start = time.perf_counter()
     elapsed_before = trainer.logger.latest.get("time/elapsed_s", 0.0)  # earlier segments
@@ -84,7 +88,7 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
         stopped = stopped or agreed_stop_reason(stop.reason)
         if stopped is not None:
             log.warning("stopped (%s) before step %d: nothing new to save", stopped, state.step + 1)
-        while stopped is None and state.step < stop_at:
+        while stopped is None and state.step < last_step:
             try:
                 metrics = trainer.train_step()
             except StopInterrupt as interrupt:  # sampling abandoned (``abandonable``): a
@@ -114,7 +118,11 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
                 eval_acc=f"{trainer.logger.latest.get('eval/accuracy', float('nan')):.2f}",
                 step_s=f"{metrics['perf/step_s']:.2f}",
             )
-            stopped = agreed_stop_reason(stop.reason)
+            if state.step < total:  # the last step ends the run anyway
+                reached = targets_reached(targets, metrics, trainer.logger.latest)
+            stopped = agreed_stop_reason(stop.reason or ("stop_at" if reached else None))
+            if stopped == "stop_at":
+                log.info("trainer.stop_at reached at step %d: %s", state.step, _reached(reached))
             every = trainer.cfg.ckpt.every_steps
             if stopped is not None or (every > 0 and state.step % every == 0):
                 checkpoint, saved_step = trainer.save_checkpoint(), state.step
@@ -140,6 +148,8 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
         "stopped": stopped,
         "checkpoint": str(checkpoint) if checkpoint is not None else None,
     }
+    if stopped == "stop_at":  # the values that met trainer.stop_at (None on a rank that
+        summary["stop_at"] = reached  # stopped because another one reached them)
     if state.step == total:  # HParams status: complete (a stopped run may be resumed)
         trainer.logger.log_summaries(state.step, [hparams_end_summary()])
     trainer.logger.write_summary(summary)
@@ -158,3 +168,10 @@ def evaluate_pending_step(trainer: SteppedRun) -> None:
     trainer.logger.amend(state.step, evaluation)
     state.eval_pending = False
     trainer.log_eval_line(trainer.logger.latest)  # the step's row, evaluation included
+
+
+def _reached(values: dict[str, float] | None) -> str:
+    """``{metric: value}`` as ``eval/accuracy 0.935``; another rank's decision: say so."""
+    if not values:
+        return "on another rank"
+    return ", ".join(f"{name} {value:.4g}" for name, value in values.items())

@@ -360,7 +360,8 @@ def _send(pids: list[int], signum: int) -> None:
             pass
 
 
-STOP_REASONS = ("SIGTERM", "SIGINT", "max_duration")
+# in priority order; "stop_at": the run's metrics reached ``trainer.stop_at`` (training.loop)
+STOP_REASONS = ("SIGTERM", "SIGINT", "max_duration", "stop_at")
 
 
 def agreed_stop_reason(reason: str | None) -> str | None:

@@ -19,7 +19,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from astrai.algorithms.aggregation import Divisors, whole_minibatch_divisors
 from astrai.algorithms.correction import correction_from_config
-from astrai.algorithms.strategy import Strategy
+from astrai.algorithms.strategy import NoGradMode, Strategy
 from astrai.checkpoints.io import prune_checkpoints
 from astrai.config.lag_checks import check_lag_world
 from astrai.config.lora_checks import builder_node, lora_settings
@@ -31,6 +31,7 @@ from astrai.distributed import (
     apply_slurm_environment,
     env_context,
     init_distributed,
+    is_fsdp,
 )
 from astrai.metrics.aggregate import MetricMeans
 from astrai.metrics.dashboards import hydra_job_context
@@ -268,7 +269,12 @@ class Trainer(RolloutStage):
         if self.correction is not None:  # engine.old_logprobs: recompute
             with self.autocast():
                 metrics = self.strategy.recompute_old_logprobs(
-                    rollout, self.policy, self.correction, all_reduce_sum, all_reduce_max
+                    rollout,
+                    self.policy,
+                    self.correction,
+                    all_reduce_sum,
+                    all_reduce_max,
+                    no_grad_for(self.policy),
                 )
         if self.strategy.mask_truncated:
             eos = ended_with_eos(
@@ -279,7 +285,11 @@ class Trainer(RolloutStage):
         reference = self.reference if score else None
         with self.reference_on_device(score), self.autocast():
             metrics |= self.strategy.prepare(
-                rollout, reference, self.critic, sum_over_ranks=all_reduce_sum
+                rollout,
+                reference,
+                self.critic,
+                sum_over_ranks=all_reduce_sum,
+                no_grad=no_grad_for(reference) if reference is not None else torch.no_grad,
             )
         return metrics
 
@@ -471,3 +481,11 @@ class Trainer(RolloutStage):
         if not self.dist.is_main:
             return
         (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
+
+
+def no_grad_for(model: torch.nn.Module) -> NoGradMode:
+    """How a scoring pass over ``model`` (π_old; the reference, for a LoRA run the policy with
+    its adapters off) turns gradients off: ``torch.no_grad`` for an FSDP-sharded model, whose
+    unsharded weights must not become inference tensors its next training forward writes
+    into; ``torch.inference_mode`` otherwise."""
+    return torch.no_grad if is_fsdp(model) else torch.inference_mode

@@ -1,0 +1,21 @@
+"""Rewards whose variance is built in, for tests that need a gradient from a short run of a
+random model: such a model's answers to a real task may all score 0 (on one CPU and not on
+another: its rounding decides), and then every group-normalised advantage is 0 and nothing
+trains. These rewards do not look at the answer.
+
+Use as ``reward=custom reward._target_=tests.constructed_rewards.alternating_reward`` (the
+repository root is on ``sys.path`` in-process; a ``python train.py`` process needs it on
+``PYTHONPATH``)."""
+
+from __future__ import annotations
+
+# the overrides that select it
+ALTERNATING = ["reward=custom", "reward._target_=tests.constructed_rewards.alternating_reward"]
+
+
+def alternating_reward(prompts: list[str], responses: list[str], answers: list[str]) -> list[float]:
+    """1, 0, 1, 0, ... over the batch. Responses arrive prompt-major (each prompt's G
+    responses side by side), so every group of G >= 2 holds both values: its rewards vary,
+    whatever was sampled, and GRPO's advantages are +-1 (G even), never all 0."""
+    del prompts, answers
+    return [float(i % 2 == 0) for i in range(len(responses))]
