@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.constructed_rewards import ALTERNATING
 from tests.helpers import run_main
 from tests.hf_models import save_tiny_hf_model
 from tests.train_runs import QUICK, run_train_in_process
@@ -46,10 +47,14 @@ def hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def lora_run(hf_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two GRPO steps with rank-4 adapters on the tiny Llama (its checkpoint at step 2)."""
+    """Two GRPO steps with rank-4 adapters on the tiny Llama (its checkpoint at step 2). The
+    reward alternates within every group by construction: the random model's answers to the
+    addition task may all score 0 (they did on an Intel AVX-512 machine, seeds 0-2), leaving
+    every advantage 0 and ``lora_B`` at exactly 0."""
     cwd = tmp_path_factory.mktemp("lora")
     run_dir = cwd / "run"
-    _train(["model=hf", f"model.path={hf_dir}", *LORA, *QUICK, f"hydra.run.dir={run_dir}"], cwd)
+    model = ["model=hf", f"model.path={hf_dir}", *LORA]
+    _train([*model, *QUICK, *ALTERNATING, f"hydra.run.dir={run_dir}"], cwd)
     return run_dir
 
 
