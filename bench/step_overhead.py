@@ -20,7 +20,7 @@ bits). Each round times
 beside it). The last line is ``ratio: <astrai ÷ bare>``, the median of the rounds' ratios.
 
     python bench/step_overhead.py [--rounds 10] [--threads 1] [--steps-per-round 1]
-        [--bare-decode forward|sampler]
+        [--bare-decode forward|sampler] [--override KEY=VALUE ...]
     python bench/step_overhead.py --quick   # the math check and one small round (CI)
 """
 
@@ -372,6 +372,7 @@ def build(args: argparse.Namespace, run_dir: str) -> tuple[Trainer, BareLoop]:
         f"train_type.prompts_per_step={args.prompts}",
         f"train_type.group_size={args.group}",
         "trainer.progress_bar=false",
+        *args.override,  # the same job for both loops: the bare one takes the Trainer's reward
     ]
     cfg = compose_train_config(overrides)
     assert cfg.train_type._target_.endswith("GRPOStrategy"), "the bare loop is GRPO"
@@ -394,6 +395,14 @@ def main() -> None:
         default="forward",
         help="the bare loop samples with the model's forward (a hand-written loop) or with "
         "astrai's sampler",
+    )
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override of the job, repeatable (both loops run it; e.g. another reward: "
+        "--override reward=custom --override reward._target_=module.fn)",
     )
     parser.add_argument("--quick", action="store_true", help="a tiny workload: checks the script")
     args = parser.parse_args()

@@ -19,3 +19,24 @@ def alternating_reward(prompts: list[str], responses: list[str], answers: list[s
     whatever was sampled, and GRPO's advantages are +-1 (G even), never all 0."""
     del prompts, answers
     return [float(i % 2 == 0) for i in range(len(responses))]
+
+
+# the overrides that select ``alternating_on_odd_prompts`` (its term is logged under that name)
+ALTERNATING_ON_ODD_PROMPTS = [
+    "reward=custom",
+    "reward._target_=tests.constructed_rewards.alternating_on_odd_prompts",
+]
+
+
+def alternating_on_odd_prompts(
+    prompts: list[str], responses: list[str], answers: list[str]
+) -> list[float]:
+    """``alternating_reward`` for the prompts that start with an odd digit (the addition task's
+    ``"3+4="``), 0 for every other: some groups vary and some are constant, by the prompt alone
+    and whatever was sampled, so dynamic sampling (``train_type.filter_groups``) both keeps and
+    drops groups, deterministically."""
+    del answers
+    return [
+        float(prompt[:1] in ("1", "3", "5", "7", "9") and i % 2 == 0)
+        for i, (prompt, _) in enumerate(zip(prompts, responses, strict=True))
+    ]

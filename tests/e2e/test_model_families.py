@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.constructed_rewards import ALTERNATING
 from tests.helpers import compose_config
 from tests.hf_models import save_tiny_hf_model
 from tests.train_runs import QUICK, checkpoint_weights, run_train_in_process
@@ -16,8 +17,10 @@ from tests.train_runs import QUICK, checkpoint_weights, run_train_in_process
 from astrai.checkpoints.layout import MODEL_FILE, OPTIMIZER_FILE, VALUE_MODEL_FILE
 from astrai.training.trainer import Trainer
 
-# one step, stop, resume for the second: the straight 2-step run must be bitwise the same
-RUN = [*QUICK, "logger.tensorboard=false"]
+# one step, stop, resume for the second: the straight 2-step run must be bitwise the same;
+# rewards vary within every group by construction (a random model's answers may all score 0,
+# and then only weight decay would move GRPO's policy)
+RUN = [*QUICK, "logger.tensorboard=false", *ALTERNATING]
 
 
 def _train(cwd: Path, run_dir: Path, args: list[str]) -> None:
@@ -69,6 +72,8 @@ def test_two_steps_run_and_resume_exactly(family: str, train_type: str, tmp_path
     source = checkpoint_weights(model / "model.safetensors")
     trained = checkpoint_weights(straight / MODEL_FILE)
     assert max((trained[n] - source[n]).abs().max().item() for n in source) > 0
+    rows = (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()
+    assert all(json.loads(r)["advantages/std"] > 0 for r in rows[1:])  # a gradient each step
     # the checkpoint knows its family: export writes it in that family's layout
     config = json.loads((straight / "config.json").read_text())
     assert config["model_type"] == ("qwen3" if family == "qwen3" else "llama")

@@ -18,11 +18,11 @@ import torch
 from safetensors.torch import load_file
 from tests.train_runs import TRAIN
 
-# a reward that announces itself on stderr and then takes its time, where ASTRAI_TEST_PAUSE says
+# a reward that announces itself on stderr and then takes its time, where ASTRAI_TEST_PAUSE says;
+# its values alternate within every group (tests/constructed_rewards.py's alternating_reward)
 REWARD_MODULE = textwrap.dedent(
     """
     import os, sys, time
-    from astrai.rewards.builtin import exact_match
 
     PAUSE = os.environ.get("ASTRAI_TEST_PAUSE", "")
 
@@ -48,7 +48,9 @@ REWARD_MODULE = textwrap.dedent(
             if self.trainers and (PAUSE, self.calls) in (("eval", 1), ("rollout", 3)):
                 print("MARK pausing", file=sys.stderr, flush=True)
                 pause(20)
-            return exact_match(prompts, responses, answers)
+            # 1, 0, 1, 0, ...: every group's rewards vary, so every step trains whatever the
+            # random model samples (its answers may all be wrong: nothing to resume exactly)
+            return [float(i % 2 == 0) for i in range(len(responses))]
     """
 )
 ARGS = [
@@ -159,6 +161,13 @@ def test_sigterm_while_sampling_abandons_the_step_and_resumes_exactly(tmp_path: 
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     steps = [json.loads(line)["step"] for line in (stopped / "metrics.jsonl").open()]
     assert steps == [0, 1, 2, 3]
+    # every logged value but the wall-clock ones, and the steps trained on varied rewards
+    rows = [
+        [{k: v for k, v in row.items() if not k.startswith(("time/", "perf/"))} for row in _rows(d)]
+        for d in (straight, stopped)
+    ]
+    assert rows[0] == rows[1]
+    assert all(row["advantages/std"] > 0 for row in rows[0][1:])
 
 
 def _as_train_py(body: str) -> subprocess.CompletedProcess:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.constructed_rewards import ALTERNATING
 from tests.helpers import compose_config
 
 from astrai.config.validate import ConfigError
@@ -32,6 +33,9 @@ RUN = [
     "trainer.eval_every=3",
     "logger.tensorboard=false",
     "ckpt.every_steps=0",
+    # rewards that vary within every group by construction: the weights follow the policy
+    # gradient (a random model's answers may all score 0, leaving weight decay alone)
+    *ALTERNATING,
 ]
 
 
@@ -57,6 +61,7 @@ def test_a_run_samples_through_the_engine_and_its_weights_follow_the_updates(
             assert row["rollout/logprob_diff_max"] < VLLM_BOUND, row["step"]
             assert abs(row["rollout/is_ratio_max"] - 1) < VLLM_BOUND
             assert row["rollout/is_masked_frac"] == 0.0
+            assert row["advantages/std"] > 0
         moved = max((trainer.policy.state_dict()[k] - v).abs().max() for k, v in initial.items())
         assert moved > 0
         # the engine holds the trained weights: its greedy answers are the torch sampler's

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.constructed_rewards import ALTERNATING
 from tests.helpers import compose_config
 
 from astrai.checkpoints.layout import (
@@ -29,6 +30,9 @@ QUICK = [
     "train_type.minibatches=2",
     "ckpt.every_steps=2",
     "train_type.optimizer.lr=1.0e-2",  # adapters move visibly in 4 steps
+    # rewards vary within every group by construction: a random model's answers may all score
+    # 0, and then only weight decay and the KL term's noise would move the adapters
+    *ALTERNATING,
 ]
 LORA = ["model.lora.rank=4", "model.lora.alpha=8"]
 PPO = ["train_type=online_ppo", "critic=value_model"]
@@ -183,6 +187,7 @@ KNOB_BASE = [
     "train_type.minibatches=2",
     "train_type.kl_coef=0.1",
     "+train_type.optimizer.eps=1e-2",
+    *ALTERNATING,  # a gradient by construction: the bound on ``moved`` below is not decay's
 ]
 KNOB_SHAPE = {
     "grpo": [],

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.constructed_rewards import ALTERNATING
 from tests.helpers import compose_config
 
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM, set_gradient_checkpointing
@@ -20,6 +21,9 @@ BASE = [
     "train_type.minibatches=2",
     "train_type.ppo_epochs=2",
     "train_type.kl_coef=0.1",  # every loss term at work
+    # rewards vary within every group by construction: the update is the policy gradient's,
+    # not weight decay's alone (a random model's answers may all score 0)
+    *ALTERNATING,
 ]
 
 

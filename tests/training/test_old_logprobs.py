@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+from tests.constructed_rewards import ALTERNATING
 from tests.helpers import compose_config
 
 from astrai.config.errors import ConfigError
@@ -67,7 +68,9 @@ class _OffByOneNat(TorchEngine):
 
 
 def _first_step(tmp_path: Path, overrides: list[str]) -> dict[str, float]:
-    cfg = compose_config([*JOB, "trainer.total_steps=1", *overrides])
+    # rewards that vary within every group by construction: advantages of +-1, so a policy
+    # loss of 0 is the correction's doing, not that of a batch of all-zero rewards
+    cfg = compose_config([*JOB, "trainer.total_steps=1", *ALTERNATING, *overrides])
     trainer = Trainer(cfg, tmp_path)
     trainer.engine = _OffByOneNat()
     trainer.fit()
@@ -83,6 +86,7 @@ def test_a_recomputed_pi_old_keeps_the_engines_error_out_of_the_ratio(tmp_path: 
     assert row["rollout/is_ratio_max"] == pytest.approx(math.exp(-1.0), rel=1e-4)
     assert row["rollout/is_masked_frac"] == 1.0  # e^-1 is below IcePop's 0.5: all leave
     assert row["policy/approx_kl"] < 1e-10 and row["loss/policy"] == 0.0
+    assert row["advantages/std"] > 0.5  # the masked tokens had advantages to follow
     # bypass: the engine's logprobs are π_old, and its error is the ratio's: ½·1² per token
     row = _first_step(tmp_path / "bypass", one_pass)
     assert row["policy/approx_kl"] == pytest.approx(0.5, abs=1e-4)

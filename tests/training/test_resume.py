@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tests.constructed_rewards import ALTERNATING, ALTERNATING_ON_ODD_PROMPTS
 from tests.helpers import compose_config
 from tests.train_runs import LAG_1
 
@@ -95,14 +96,21 @@ def _addition_jsonl(directory: Path) -> list[str]:
     ],
 )
 def straight_and_resumed(request, tmp_path_factory) -> tuple[Trainer, Trainer, Path, Path]:  # noqa: ANN001
+    # GRPO's rows: rewards that vary within groups by construction (a random model's answers
+    # may all score 0: then only weight decay would move the policy)
     train_type, extra = request.param, []
+    if request.param == "online_grpo":
+        extra = ALTERNATING
     if request.param == "dataset":
-        train_type, extra = "online_grpo", _addition_jsonl(tmp_path_factory.mktemp("data"))
+        train_type = "online_grpo"
+        extra = [*_addition_jsonl(tmp_path_factory.mktemp("data")), *ALTERNATING]
     if request.param == "options":  # dynamic sampling draws a varying number of rounds
-        train_type, extra = "online_grpo", OPTIONS
+        # groups of odd-digit prompts vary, the others are constant: some are dropped
+        train_type, extra = "online_grpo", [*OPTIONS, *ALTERNATING_ON_ODD_PROMPTS]
     if request.param.startswith("lag"):
         train_type = "online_ppo" if request.param == "lag_ppo" else "online_grpo"
-        extra = LAG_1  # the checkpoint at step 3 holds step 4's rollout, sampled in update 3
+        # the checkpoint at step 3 holds step 4's rollout, sampled in update 3
+        extra = [*LAG_1, *([] if request.param == "lag_ppo" else ALTERNATING)]
     straight_dir = tmp_path_factory.mktemp("straight")
     straight = _trainer(straight_dir, train_type, *extra)
     straight.fit()
@@ -146,6 +154,12 @@ def test_logged_metrics_are_identical(straight_and_resumed) -> None:  # noqa: AN
     assert resumed == straight
     summary = json.loads((resumed_dir / "summary.json").read_text())
     assert summary["initial/eval/accuracy"] == straight[0]["eval/accuracy"]
+    # every update had advantages to follow: the equality is not of zero-gradient steps
+    assert all(r["advantages/std"] > 0 for r in straight[1:]), straight
+    rounds = [r["rollout/resample_rounds"] for r in straight if "rollout/resample_rounds" in r]
+    if rounds:  # the options row: every step dropped groups, its extra rounds vary (1 or 2)
+        assert all(r["rollout/filtered_groups"] > 0 for r in straight[1:])
+        assert len(set(rounds)) > 1, rounds
 
 
 def test_reference_after_resume_is_the_initial_policy(straight_and_resumed, tmp_path) -> None:  # noqa: ANN001

@@ -9,7 +9,8 @@ import pytest
 import torch
 from omegaconf import DictConfig
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tests.helpers import compose_config
+from tests.constructed_rewards import ALTERNATING
+from tests.helpers import compose_config, weights_digest
 
 from astrai.algorithms.grpo import GRPOStrategy
 from astrai.metrics.names import reward_term_names
@@ -82,12 +83,15 @@ def test_summary_holds_final_metrics(finished_run) -> None:  # noqa: ANN001
 def test_first_grpo_loss_is_minus_mean_advantage(tmp_path: Path) -> None:
     # Before any update the policy equals the sampler and the reference: ratio = 1 and
     # KL = 0, so loss = -token_mean(A) and the logprobs re-scored by the trainer match.
-    trainer = Trainer(_cfg(QUICK), tmp_path)
+    # rewards that vary within every group by construction: the advantages are +-1, not the 0
+    # of a random model whose answers all scored 0 (then 0 == -mean(0) proves nothing)
+    trainer = Trainer(_cfg([*QUICK, *ALTERNATING]), tmp_path)
     rollout = trainer.rollout()
     trainer.prepare(rollout)
     batch = flatten_rollout(rollout)
     loss, metrics = trainer.strategy.loss(trainer.policy, batch)
     mask = batch.response_mask
+    assert batch.advantages[mask].abs().min().item() > 0.5
     expected = -(batch.advantages * mask).sum() / mask.sum()
     torch.testing.assert_close(loss, expected, atol=1e-6, rtol=0)
     assert metrics["policy/clipfrac"].item() == 0.0
@@ -110,7 +114,19 @@ def test_update_counts_optimizer_steps_and_pins_targets(tmp_path: Path) -> None:
 
 
 def test_same_seed_same_run(tmp_path: Path) -> None:
-    first = Trainer(_cfg(QUICK), tmp_path / "a").fit()
-    second = Trainer(_cfg(QUICK), tmp_path / "b").fit()
-    assert first["rollout/reward_mean"] == second["rollout/reward_mean"]
-    assert first["loss/policy"] == second["loss/policy"]
+    # every logged value (wall-clock ones aside) and the weights; the rewards vary within every
+    # group by construction, so the runs train (all-zero rewards would make 0.0 == 0.0)
+    runs = []
+    for name in ("a", "b"):
+        trainer = Trainer(_cfg([*QUICK, *ALTERNATING]), tmp_path / name)
+        trainer.fit()
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        rows = [
+            {k: v for k, v in json.loads(line).items() if not k.startswith(("time/", "perf/"))}
+            for line in lines
+        ]
+        runs.append((rows, weights_digest(trainer.policy)))
+    assert runs[0] == runs[1]
+    rows = runs[0][0]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert all(r["advantages/std"] > 0 for r in rows[1:])

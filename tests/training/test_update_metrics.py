@@ -13,18 +13,24 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from tests.constructed_rewards import ALTERNATING
 from tests.helpers import compose_config
 
 from astrai.training.trainer import Trainer
+
+# rewards that vary within every group by construction: the advantages are +-1, so the update's
+# metrics are not the zeros of a batch whose rewards all came out 0
+JOB = ["debug=quick", "logger.tensorboard=false", *ALTERNATING]
 
 
 def test_an_update_reduces_its_metrics_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    trainer = Trainer(compose_config(["debug=quick", "logger.tensorboard=false"]), tmp_path)
+    trainer = Trainer(compose_config(JOB), tmp_path)
     rollout = trainer.rollout()
     trainer.prepare(rollout)
-    alone = Trainer(compose_config(["debug=quick", "logger.tensorboard=false"]), tmp_path / "b")
+    assert rollout.advantages.abs().max().item() > 0.5
+    alone = Trainer(compose_config(JOB), tmp_path / "b")
     twin = alone.rollout()
     alone.prepare(twin)
     expected = alone.update(twin)  # one process: no collective at all
