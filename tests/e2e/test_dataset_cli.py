@@ -155,7 +155,9 @@ def test_bad_input_is_one_line_exit_2_and_no_run_dir(
 
 @pytest.mark.slow  # ~8 s; tests/rollout/test_collect.py checks the weighting fast
 def test_dataset_run_logs_each_reward_term(tmp_path: Path) -> None:
-    """A weighted reward on the addition files: each term logged beside the total."""
+    """A weighted reward on the addition files: each term logged beside the total. The format
+    term's pattern matches every response, so one term is 1 by construction (a random model's
+    answers may score 0 on both terms, and 0 == 0.9·0 + 0.1·0 would not show the weighting)."""
     train, held_out = write_addition_files(tmp_path)
     result = dataset_run(
         tmp_path,
@@ -163,26 +165,35 @@ def test_dataset_run_logs_each_reward_term(tmp_path: Path) -> None:
         f"task.train_path={train}",
         f"task.eval_path={held_out}",
         "reward=weighted",
+        "reward.terms.1.pattern=.*",
     )
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [
         json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     ]
-    last = rows[-1]
-    total = 0.9 * last["reward/partial"] + 0.1 * last["reward/format"]
-    assert last["rollout/reward_mean"] == pytest.approx(total, abs=1e-6)
+    trained = [row for row in rows if "rollout/reward_mean" in row]
+    assert len(trained) == 2
+    for row in trained:
+        assert row["reward/format"] == 1.0
+        total = 0.9 * row["reward/partial"] + 0.1 * row["reward/format"]
+        assert row["rollout/reward_mean"] == pytest.approx(total, abs=1e-6)
+        assert row["rollout/reward_mean"] >= 0.1  # the weighted format term is in the total
 
 
 SEEDS = (0,)  # seeds 2 and 1 were cut in issues 33 and 34 for CI's 35-minute budget (~4 min each)
-# task=addition's own numbers for the same seeds, default job (1200 steps), one thread each:
-# recorded on 2026-12-02 (AMD EPYC, torch 2.13.0 CPU) with `OMP_NUM_THREADS=1 python train.py
-# seed=S`, instead of re-running those three runs every time (they are the acceptance job of
-# tests/e2e/test_learning.py). Another machine's kernels round differently, so the comparisons below
-# have tolerances, not equalities.
+TARGET = 0.85  # held-out accuracy the run must reach (trainer.stop_at ends it there)
+# task=addition's own numbers for the same seeds, default job, one thread each: its first
+# evaluation at or above TARGET, recorded on 2026-12-04 (AMD EPYC, torch 2.13.0 CPU) with
+# `OMP_NUM_THREADS=1 python train.py seed=S`, instead of re-running that run every time (it is
+# the acceptance job of tests/e2e/test_learning.py). Another machine's kernels round
+# differently, so the comparisons below have tolerances, not equalities. (The 1,200-step runs
+# ended at held-out 1.0 / 0.923 / 0.923, sampled reward 0.943 / 0.968 / 0.943 for seeds 0-2.)
 ADDITION = {
-    0: {"eval/accuracy": 1.0, "rollout/reward_mean": 0.9428710939828306},
-    1: {"eval/accuracy": 0.9230769230769231, "rollout/reward_mean": 0.9680989586049691},
-    2: {"eval/accuracy": 0.9230769230769231, "rollout/reward_mean": 0.9427083334303461},
+    0: {
+        "step": 350,
+        "eval/accuracy": 0.9230769230769231,
+        "rollout/reward_mean": 0.8575846357853152,
+    },
 }
 
 
@@ -195,12 +206,13 @@ def _train_in_background(args: list[str], cwd: Path, log: Path) -> subprocess.Po
         return subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-@pytest.mark.slow  # a default-length run on one thread (the slow suite's other worker has the
-# other core): ~4 min
+@pytest.mark.slow  # the default job on one thread until it reaches TARGET (the slow suite's
+# other worker has the other core): ~1 min (the dataset's seed 0 reached 0.923 at step 200)
 def test_a_jsonl_of_the_addition_problems_learns_like_task_addition(tmp_path: Path) -> None:
     """The embedded addition problems as JSONL files with the same split, trained with
-    ``task=dataset`` and a custom reward, against ``task=addition``'s recorded numbers: seed 0,
-    1200 steps."""
+    ``task=dataset`` and a custom reward on the default schedule until held-out accuracy
+    reaches ``TARGET`` (``trainer.stop_at``), against ``task=addition``'s recorded numbers
+    for seed 0."""
     train, held_out = write_addition_files(tmp_path)
     (tmp_path / "user_rewards.py").write_text(REWARDS)
     dataset = [
@@ -209,6 +221,7 @@ def test_a_jsonl_of_the_addition_problems_learns_like_task_addition(tmp_path: Pa
         f"task.eval_path={held_out}",
         "reward=custom",
         "reward._target_=user_rewards.addition_reward",
+        f"trainer.stop_at={{eval/accuracy:{TARGET}}}",
     ]
     summaries: dict[int, dict] = {}
     for batch in ((seed,) for seed in SEEDS):  # one at a time: one core
@@ -224,18 +237,15 @@ def test_a_jsonl_of_the_addition_problems_learns_like_task_addition(tmp_path: Pa
             log = (tmp_path / f"dataset{seed}.log").read_text
             assert process.wait(timeout=3600) == 0, (seed, log()[-2000:])
             summaries[seed] = json.loads((tmp_path / f"dataset{seed}" / "summary.json").read_text())
-    ours = [summaries[seed]["eval/accuracy"] for seed in SEEDS]
-    theirs = [ADDITION[seed]["eval/accuracy"] for seed in SEEDS]
-    # greedy accuracy on the same 13 held-out prompts after the same 1200 steps and seeds (one
-    # prompt is 0.077, and a seed can land a prompt lower: dataset seed 0 on two threads once
-    # ended at 0.77)
-    mean_ours, mean_theirs = sum(ours) / len(ours), sum(theirs) / len(theirs)
-    assert mean_ours >= 0.85, (ours, theirs)
-    assert abs(mean_ours - mean_theirs) <= 0.15, (ours, theirs)
     for seed in SEEDS:
-        summary = summaries[seed]
+        summary, theirs = summaries[seed], ADDITION[seed]
         assert summary["initial/eval/accuracy"] <= 0.2
-        # the training problems are the same: the final sampled reward is too
-        recorded = ADDITION[seed]["rollout/reward_mean"]
-        assert abs(summary["rollout/reward_mean"] - recorded) <= 0.05, (seed, summary)
+        # greedy accuracy on the same 13 held-out prompts (one prompt is 0.077) reached the
+        # target, through trainer.stop_at, in at most twice task=addition's steps (the two runs
+        # draw the prompts in another order: the dataset's seed 0 got there at step 200 here)
+        assert summary["stopped"] == "stop_at" and summary["eval/accuracy"] >= TARGET, summary
+        assert summary["step"] <= 2 * theirs["step"], (summary["step"], theirs)
+        # the training problems are the same: so is the sampled reward at that accuracy
+        # (measured 0.842 here, task=addition 0.858)
+        assert abs(summary["rollout/reward_mean"] - theirs["rollout/reward_mean"]) <= 0.1, summary
         assert summary["reward/addition"] == summary["rollout/reward_mean"]  # the one term
