@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
 from hypothesis import settings
 
-from astrai.models.llama import LlamaConfig, LlamaForCausalLM
-from astrai.models.tokenizer import CharTokenizer
+if TYPE_CHECKING:
+    from astrai.models.llama import LlamaForCausalLM
+    from astrai.models.tokenizer import CharTokenizer
 
-# The tests' models are tiny: one intra-op thread is as fast as two and, on a shared 2-core
-# machine, far faster than two threads contending with another process for one core.
-torch.set_num_threads(1)
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # The tests' models are tiny: one intra-op thread is as fast as two and, on a shared 2-core
+    # machine, far faster than two threads contending with another process for one core. Set
+    # before anything imports astrai.training.setup (its TORCH_DEFAULT_THREADS reads it). Not in
+    # xdist's controller, which runs no test: its torch import (~2 s) would delay the workers.
+    controller = not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no"
+    if controller and not config.getoption("collectonly"):
+        return
+    import torch
+
+    torch.set_num_threads(1)
+
 
 # Hypothesis profiles (before any test module builds its settings): ``ci``, the default, keeps the
 # slow suite inside its budget; ``deep`` is the search to run on demand after touching config
@@ -25,11 +37,17 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 @pytest.fixture
 def tokenizer() -> CharTokenizer:
+    from astrai.models.tokenizer import CharTokenizer
+
     return CharTokenizer()
 
 
 @pytest.fixture
 def tiny_model() -> LlamaForCausalLM:
+    import torch
+
+    from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(0)
     # larger init than training uses, so logits are far from uniform and bugs show; two layers,
     # so every per-layer path (KV cache, decoder) is crossed from one layer to the next

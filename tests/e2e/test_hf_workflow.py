@@ -18,6 +18,7 @@ from tests.hf_models import copy_with_added_token, save_tiny_hf_model
 from tests.train_runs import QUICK, run_train_in_process
 
 from astrai.checkpoints.policy import load_checkpoint_policy
+from astrai.export import main as export_main
 from astrai.generate import main as generate_main
 
 
@@ -100,7 +101,7 @@ def test_export_refuses_an_existing_output_and_names_it(ppo_run: Path, tmp_path:
     out = tmp_path / "taken"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    result = _module(["astrai.export", str(ppo_run), str(out)], cwd=tmp_path)
+    result = run_main(export_main, [str(ppo_run), str(out)])  # in-process; the real one: above
     assert result.returncode == 2
     assert (
         result.stderr.strip()
@@ -116,7 +117,7 @@ def test_export_of_an_incomplete_checkpoint_fails_cleanly(ppo_run: Path, tmp_pat
     broken = tmp_path / "step_2"
     shutil.copytree(ppo_run / "checkpoints" / "step_2", broken)
     (broken / "model.safetensors").unlink()
-    result = _module(["astrai.export", str(broken), str(tmp_path / "out")], cwd=tmp_path)
+    result = run_main(export_main, [str(broken), str(tmp_path / "out")])  # in-process
     assert result.returncode == 2
     assert "model.safetensors: file is missing" in result.stderr
     assert not (tmp_path / "out").exists()

@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.train_runs import TRAIN, checkpoint_weights, last_logged_step, run_train
+from tests.train_runs import (
+    TRAIN,
+    checkpoint_weights,
+    last_logged_step,
+    run_train,
+    run_train_in_process,
+)
 
 from astrai.algorithms.ppo import PPOStrategy
 from astrai.checkpoints.layout import missing_files, required_files
@@ -82,7 +88,9 @@ def test_a_second_signal_or_one_without_workers_ends_the_launcher_at_once(case: 
 
 def test_a_grace_period_that_is_no_duration_fails_before_the_launch(tmp_path: Path) -> None:
     args = ["infra.device=cpu", "infra.nproc_per_node=2", "infra.container.stop_grace_period=5x"]
-    result = run_train(args, cwd=tmp_path)
+    # train.py's main in this process: the config family's real process is train_type=nope's
+    # row in tests/e2e/test_train_cli.py
+    result = run_train_in_process(args, cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.startswith("astrai: config error: infra.container.stop_grace_period")
     assert len(result.stderr.strip().splitlines()) == 1
