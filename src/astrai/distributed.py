@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -130,6 +132,14 @@ def gather_objects(obj: object) -> list[object]:
     gathered: list[object] = [None] * world_size()
     dist.all_gather_object(gathered, obj)
     return gathered
+
+
+def no_grad_for(model: torch.nn.Module) -> Callable[[], AbstractContextManager[Any]]:
+    """How a scoring pass over ``model`` (π_old; the reference, for a LoRA run the policy with
+    its adapters off) turns gradients off: ``torch.no_grad`` for an FSDP-sharded model, whose
+    unsharded weights must not become inference tensors its next training forward writes
+    into; ``torch.inference_mode`` otherwise (``algorithms.strategy.NoGradMode``)."""
+    return torch.no_grad if is_fsdp(model) else torch.inference_mode
 
 
 def is_fsdp(module: torch.nn.Module) -> bool:

