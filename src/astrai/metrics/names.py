@@ -14,6 +14,9 @@ METRICS: dict[str, str] = {
     "rollout/accuracy": "share of sampled responses whose reward reaches reward.accuracy_threshold",
     "rollout/response_len": "mean response length in tokens (EOS included)",
     "rollout/eos_frac": "share of responses that ended with EOS (not cut at the limit)",
+    "rollout/truncated_frac": "share of responses cut at max_new_tokens (1 − rollout/eos_frac)",
+    "rollout/frac_reward_zero_std": "share of groups whose G rewards are all equal (no signal)",
+    "rollout/reward_timeouts": "responses whose reward did not return within reward.timeout_s",
     "rollout/policy_lag": "updates between the oldest sample's policy and the one training on it",
     "rollout/policy_lag_min": "updates between the newest sample's policy and the training one",
     # evaluation (greedy, held-out prompts)
