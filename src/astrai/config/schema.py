@@ -106,7 +106,8 @@ class HFModelConfig:
     _target_: str = MISSING
     path: str = MISSING  # config.json, model.safetensors, tokenizer.json, tokenizer_config.json
     chat_template: bool = MISSING
-    # extra chat-template variables, as apply_chat_template(**kwargs) (Qwen3's enable_thinking)
+    # extra chat-template variables, as apply_chat_template(**kwargs) (Qwen3's enable_thinking);
+    # open to new keys without + (``store.FREE_MAPS``): model.chat_template_kwargs={k: v}
     chat_template_kwargs: dict[str, Any] = MISSING
     gradient_checkpointing: bool = MISSING
     lora: LoraSchema = MISSING
@@ -195,7 +196,8 @@ class RewardConfig:
     accuracy_threshold: float = MISSING
     overlong_buffer: int | None = MISSING  # DAPO soft overlong penalty (training rollouts only)
     overlong_penalty: float = MISSING
-    timeout_s: float | None = MISSING  # seconds per term call; None = no bound
+    timeout_s: float | None = MISSING  # seconds per term call on a batch; None = no bound
+    timeout_score: float = MISSING  # a response whose reward timed out scores this
 
 
 @dataclass
@@ -220,6 +222,7 @@ class WeightedRewardConfig:
     overlong_buffer: int | None = MISSING  # on the whole reward, not on a term
     overlong_penalty: float = MISSING
     timeout_s: float | None = MISSING  # on the whole reward: seconds per term call
+    timeout_score: float = MISSING  # on the whole reward: a timed-out response's score
     terms: list[Any] = MISSING  # reward nodes, each with name and weight
 
 

@@ -9,32 +9,45 @@ tokenizer rendered it. The ``reward`` config node names one with ``_target_``
 (a function, or a class whose instance is that callable, built from the node's other keys), or
 several under ``terms`` with weights. Either way the run scores with a ``Reward``: a weighted sum
 of named terms (one term of weight 1 for a single reward), each term also logged on its own as
-``reward/<name>``. A term that raises (``sys.exit()`` included: ``astrai.rewards.user_code``),
-returns the wrong number of scores or a value that is not a finite float32, or that runs past
-``reward.timeout_s``, stops the run with one ``RewardError`` line naming the term and the prompt.
+``reward/<name>``.
+
+Where a term runs: a term built from the config runs in a reward worker process
+(``astrai.rewards.worker``), one per calling thread, so that a call that does not return can be
+killed. A term whose class or function sets ``inline = True`` (the reward model: it holds a
+torch module on the training device) runs in the calling thread instead, unbounded, as do the
+terms of a ``Reward`` built in Python from ``RewardTerm`` objects (no config node to rebuild them
+from).
+
+A term that raises (``sys.exit()`` included: ``astrai.rewards.user_code``), returns the wrong
+number of scores or a value that is not a finite float32 stops the run with one ``RewardError``
+line naming the term and the prompt. A worker term's call that runs past ``reward.timeout_s``
+(seconds one call of a term on one batch may take) costs the answers it cannot score, not the
+run: the worker is killed and replaced, the batch is scored again row by row, each row bounded
+by ``timeout_s``, and a row that still does not return (or kills its worker) scores
+``reward.timeout_score``, is logged as a warning naming the term, the prompt and the timeout,
+and is counted (``Reward.take_timeouts``, logged as ``rollout/reward_timeouts``).
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
 import inspect
+import logging
 import math
 import re
+import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-import torch
+from astrai.rewards.user_code import USER_ERRORS, describe_failure
+from astrai.rewards.worker import CallTimeout, Reply, RewardWorker, TermSpec
 
-from astrai.rewards.user_code import (
-    USER_ERRORS,
-    USER_EXITS,
-    CallTimeout,
-    call_user,
-    describe_failure,
-)
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
 
 RewardFn = Callable[[list[str], list[str], list[str | None]], list[float]]
 # keys of a reward node that configure the run's use of it, not the callable itself
@@ -47,17 +60,20 @@ RUN_KEYS = (
     "overlong_buffer",
     "overlong_penalty",
     "timeout_s",
+    "timeout_score",
 )
 # run keys of the whole reward (``astrai.rewards.config.overlong_from_config``): on the
 # top-level node only, refused on a term of ``terms``
 OVERLONG_KEYS = ("overlong_buffer", "overlong_penalty")
-WHOLE_REWARD_KEYS = (*OVERLONG_KEYS, "timeout_s")
-FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+WHOLE_REWARD_KEYS = (*OVERLONG_KEYS, "timeout_s", "timeout_score")
+FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max, without importing torch
 # what a reward gets as keyword arguments when it asks for them, one entry per response like
 # the three lists: ``messages`` (list[list[dict]]: every {role, content} turn the policy
 # answered, system turn included) and ``rendered_prompts`` (list[str]: the prompt's text as the
 # policy's tokenizer rendered it, chat template and generation prompt included)
 PROMPT_CONTEXT = ("messages", "rendered_prompts")
+# astrai's own reward modules (a forkserver preloads them whatever happens)
+BUILTIN_PREFIX = "astrai.rewards."
 
 
 class RewardError(RuntimeError):
@@ -70,27 +86,44 @@ class RewardConfigError(ValueError):
 
 @dataclass(frozen=True)
 class RewardTerm:
+    """A named, weighted term; ``remote``: how a reward worker builds it again (its config
+    node, where it sits in the config, its weight argument), None = it runs inline."""
+
     name: str
     weight: float
     fn: RewardFn
+    remote: tuple[dict[str, Any], str, float | None] | None = field(
+        default=None, compare=False, hash=False, repr=False
+    )
 
 
 class Reward:
     """A weighted sum of named reward terms; ``accuracy_threshold``: a response whose total
     reaches it counts as correct (``rollout/accuracy``, ``eval/accuracy``); ``timeout_s``: the
-    seconds each term's call may take (None = no bound; ``astrai.rewards.user_code``)."""
+    seconds one call of a worker term on one batch may take (None = no bound);
+    ``timeout_score``: what a response whose score did not return within it scores."""
 
     def __init__(
         self,
         terms: list[RewardTerm],
         accuracy_threshold: float,
         timeout_s: float | None = None,
+        timeout_score: float = 0.0,
     ) -> None:
         self.terms = terms
         self.accuracy_threshold = accuracy_threshold
         self.timeout_s = timeout_s
+        self.timeout_score = timeout_score
         # the PROMPT_CONTEXT keywords each term's signature asks for, read once
         self.term_takes = {t.name: context_keywords(t.fn) for t in terms}
+        self._specs: list[TermSpec] = [(t.name, *t.remote) for t in terms if t.remote is not None]
+        # the terms' modules, imported once by the worker's forkserver (the trainer imported
+        # them already, so they import); astrai's own alone if that server cannot start
+        self._preload = sorted({str(s[1]["_target_"]).rpartition(".")[0] for s in self._specs})
+        self._local = threading.local()  # this thread's worker and timeout count
+        self._workers: list[RewardWorker] = []  # every thread's, for close()
+        self._workers_lock = threading.Lock()
+        weakref.finalize(self, _close_workers, self._workers)
 
     @property
     def names(self) -> list[str]:
@@ -102,12 +135,27 @@ class Reward:
         return tuple(k for k in PROMPT_CONTEXT if any(k in t for t in self.term_takes.values()))
 
     def to(self, device: torch.device) -> Reward:
-        """Move terms that hold a model (``reward=model``) to ``device``."""
+        """Move inline terms that hold a model (``reward=model``) to ``device``."""
         for term in self.terms:
             move = getattr(term.fn, "to", None)
-            if callable(move):
+            if term.remote is None and callable(move):
                 move(device)
         return self
+
+    def close(self) -> None:
+        """Kill this reward's workers (a call waiting on one raises ``RewardCallAbandoned``);
+        a later call starts a fresh one. Idempotent."""
+        with self._workers_lock:
+            workers = list(self._workers)
+            self._workers.clear()
+        for worker in workers:
+            worker.abandon()
+
+    def take_timeouts(self) -> int:
+        """The responses this thread scored ``timeout_score`` since the last take; resets."""
+        count: int = getattr(self._local, "timeouts", 0)
+        self._local.timeouts = 0
+        return count
 
     def score(
         self,
@@ -129,10 +177,9 @@ class Reward:
                     f"a reward term takes {key}: pass one per response ({len(responses)}), "
                     f"got {'none' if given is None else len(given)}"
                 )
+        rows = Rows(prompts, responses, answers)
         per_term = {
-            t.name: self._term_scores(
-                t, prompts, responses, answers, {k: context[k] for k in self.term_takes[t.name]}
-            )
+            t.name: self._term_scores(t, rows, {k: context[k] for k in self.term_takes[t.name]})
             for t in self.terms
         }
         totals = [0.0] * len(responses)
@@ -147,166 +194,170 @@ class Reward:
     def correct(self, totals: list[float]) -> list[bool]:
         return [total >= self.accuracy_threshold for total in totals]
 
-    def _term_scores(
-        self,
-        term: RewardTerm,
-        prompts: list[str],
-        responses: list[str],
-        answers: list[str | None],
-        context: dict[str, Any],
-    ) -> list[float]:
-        first = prompts[0] if prompts else ""
+    def _term_scores(self, term: RewardTerm, rows: Rows, context: dict[str, Any]) -> list[float]:
+        if term.remote is None:
+            return _inline_scores(term, rows, context)
         try:
-            # list(): a generator's items are the reward's code too, run under the same guard
-            values = call_user(
-                lambda: list(term.fn(prompts, responses, answers, **context)), self.timeout_s
-            )
-        except CallTimeout:
-            raise RewardError(
-                f"reward {term.name} did not return within reward.timeout_s={self.timeout_s:g}s "
-                f"on a batch of {len(responses)} responses (first prompt {first!r}); the call "
-                "is left running in a daemon thread"
-            ) from None
-        except USER_ERRORS as err:
-            prompt = _first_failing(term.fn, prompts, responses, answers, context, self.timeout_s)
-            what = describe_failure(err)
-            detail = f": {err}" if what == "failed" else ""
-            raise RewardError(f"reward {term.name} {what} on prompt {prompt!r}{detail}") from err
-        if len(values) != len(responses):
-            raise RewardError(
-                f"reward {term.name} returned {len(values)} scores for {len(responses)} "
-                f"responses (first prompt {prompts[0] if prompts else ''!r})"
-            )
-        scores = []
-        for prompt, value in zip(prompts, values, strict=True):
+            reply = self._call(term.name, rows, context, self.timeout_s)
+        except CallTimeout as why:
+            if len(rows) == 1:
+                return [self._timed_out(term, rows.prompts[0], why)]
+            return self._rescore_rows(term, rows, context)
+        return self._scores(term, reply, rows, context)
+
+    def _call(
+        self, name: str, rows: Rows, context: dict[str, Any], timeout_s: float | None
+    ) -> Reply:
+        """One call of term ``name`` on ``rows`` in this thread's worker (started if needed)."""
+        worker: RewardWorker | None = getattr(self._local, "worker", None)
+        if worker is None or worker.dead or worker.abandoned:  # abandoned while idle: replaced
+            if worker is not None:
+                worker.close()
             try:
-                score = float(value)
-            except USER_ERRORS:  # OverflowError: an int past float; or a user __float__
-                score = math.nan
-            if not _finite32(score):
-                raise RewardError(
-                    f"reward {term.name} returned {value!r} (not a finite float32) on prompt "
-                    f"{prompt!r}"
-                )
-            scores.append(score)
+                worker = RewardWorker(self._specs, self._preload)
+            except (OSError, EOFError):  # a forkserver that died preloading a user's module
+                self._preload = [m for m in self._preload if m.startswith(BUILTIN_PREFIX)]
+                worker = RewardWorker(self._specs, self._preload)
+            self._local.worker = worker
+            with self._workers_lock:
+                self._workers[:] = [w for w in self._workers if not w.dead] + [worker]
+        return worker.call((name, rows.lists(), context), timeout_s)
+
+    def _scores(
+        self, term: RewardTerm, reply: Reply, rows: Rows, context: dict[str, Any]
+    ) -> list[float]:
+        """A worker's reply as scores, or the ``RewardError`` it means."""
+        kind = reply[0]
+        if kind == "ok":
+            scores: list[float] = reply[1]
+            return scores
+        if kind == "invalid":
+            raise RewardError(reply[1])
+        if kind == "unbuilt":
+            raise RewardError(
+                f"reward {term.name} cannot be built in the reward worker: {reply[1]}"
+            )
+        what, message = reply[1], reply[2]
+        prompt = rows.prompts[0] if len(rows) == 1 else self._first_failing(term, rows, context)
+        detail = f": {message}" if what == "failed" else ""
+        raise RewardError(f"reward {term.name} {what} on prompt {prompt!r}{detail}")
+
+    def _rescore_rows(self, term: RewardTerm, rows: Rows, context: dict[str, Any]) -> list[float]:
+        """After a batch call that did not return: each row alone, each within ``timeout_s``;
+        a row that does not return scores ``timeout_score``."""
+        scores: list[float] = []
+        for i in range(len(rows)):
+            row, row_context = rows.row(i), _row_context(context, i)
+            try:
+                reply = self._call(term.name, row, row_context, self.timeout_s)
+            except CallTimeout as why:
+                scores.append(self._timed_out(term, row.prompts[0], why))
+                continue
+            scores.extend(self._scores(term, reply, row, row_context))
         return scores
+
+    def _timed_out(self, term: RewardTerm, prompt: str, why: CallTimeout) -> float:
+        self._local.timeouts = getattr(self._local, "timeouts", 0) + 1
+        log.warning(
+            "reward %s did not return on prompt %r (%s): scored reward.timeout_score=%g",
+            term.name,
+            prompt,
+            why,
+            self.timeout_score,
+        )
+        return self.timeout_score
+
+    def _first_failing(self, term: RewardTerm, rows: Rows, context: dict[str, Any]) -> str:
+        """The first prompt whose row alone makes the term raise (a batch error names no row);
+        the batch's first prompt when none does. With ``timeout_s`` the search as a whole
+        gets that long (a row that does not return counts as failing), not that long per
+        row."""
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        for i in range(len(rows)):
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            try:
+                reply = self._call(term.name, rows.row(i), _row_context(context, i), left)
+            except CallTimeout:
+                return rows.prompts[i]
+            if reply[0] == "raised":
+                return rows.prompts[i]
+        return rows.prompts[0] if len(rows) else ""
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The three parallel lists of one scoring call."""
+
+    prompts: list[str]
+    responses: list[str]
+    answers: list[str | None]
+
+    def __len__(self) -> int:
+        return len(self.responses)
+
+    def lists(self) -> tuple[list[str], list[str], list[str | None]]:
+        return self.prompts, self.responses, self.answers
+
+    def row(self, i: int) -> Rows:
+        return Rows([self.prompts[i]], [self.responses[i]], [self.answers[i]])
+
+
+def _row_context(context: dict[str, Any], i: int) -> dict[str, Any]:
+    return {key: [values[i]] for key, values in context.items()}
+
+
+def _close_workers(workers: list[RewardWorker]) -> None:
+    for worker in list(workers):
+        worker.abandon()
+
+
+def _inline_scores(term: RewardTerm, rows: Rows, context: dict[str, Any]) -> list[float]:
+    """An inline term, called in this thread (no bound: it cannot be killed)."""
+    try:
+        # list(): a generator's items are the reward's code too, run under the same guard
+        values = list(term.fn(*rows.lists(), **context))
+    except USER_ERRORS as err:
+        prompt = rows.prompts[0] if rows.prompts else ""
+        for i in range(len(rows)):  # the first row that raises alone (a batch names no row)
+            try:
+                term.fn(*rows.row(i).lists(), **_row_context(context, i))
+            except USER_ERRORS:
+                prompt = rows.prompts[i]
+                break
+        what = describe_failure(err)
+        detail = f": {err}" if what == "failed" else ""
+        raise RewardError(f"reward {term.name} {what} on prompt {prompt!r}{detail}") from err
+    return check_scores(term.name, rows.prompts, rows.responses, values)
+
+
+def check_scores(
+    name: str, prompts: list[str], responses: list[str], values: list[Any]
+) -> list[float]:
+    """Term ``name``'s ``values`` as floats, one per response, each a finite float32;
+    ``RewardError`` naming the term and the prompt otherwise."""
+    if len(values) != len(responses):
+        raise RewardError(
+            f"reward {name} returned {len(values)} scores for {len(responses)} "
+            f"responses (first prompt {prompts[0] if prompts else ''!r})"
+        )
+    scores = []
+    for prompt, value in zip(prompts, values, strict=True):
+        try:
+            score = float(value)
+        except USER_ERRORS:  # OverflowError: an int past float; or a user __float__
+            score = math.nan
+        if not _finite32(score):
+            raise RewardError(
+                f"reward {name} returned {value!r} (not a finite float32) on prompt {prompt!r}"
+            )
+        scores.append(score)
+    return scores
 
 
 def _finite32(value: float) -> bool:
     return math.isfinite(value) and abs(value) <= FLOAT32_MAX
-
-
-def _first_failing(
-    fn: RewardFn,
-    prompts: list[str],
-    responses: list[str],
-    answers: list[str | None],
-    context: dict[str, Any],
-    timeout_s: float | None = None,
-) -> str:
-    """The first prompt whose pair alone (with its ``context`` entries) makes ``fn`` raise (a
-    batch error names no row); the first prompt of the batch when none does. With
-    ``timeout_s`` the search as a whole gets that long (a row that times out counts as
-    failing), not that long per row."""
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    rows = zip(prompts, responses, answers, strict=True)
-    for i, (prompt, response, answer) in enumerate(rows):
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            break
-        row = {key: [values[i]] for key, values in context.items()}
-        try:
-            call_user(functools.partial(fn, [prompt], [response], [answer], **row), left)
-        except USER_ERRORS:  # CallTimeout included: that row does not return
-            return prompt
-    return prompts[0] if prompts else ""
-
-
-def build_reward(node: Mapping[str, Any]) -> Reward:
-    """The ``reward`` config node (a plain mapping) -> the run's ``Reward``."""
-    threshold = node.get("accuracy_threshold")
-    if (
-        isinstance(threshold, bool)
-        or not isinstance(threshold, int | float)
-        or not math.isfinite(threshold)
-    ):
-        raise RewardConfigError(
-            f"reward.accuracy_threshold must be a finite number, got {threshold!r}"
-        )
-    if node.get("terms") is not None:
-        terms_node = node["terms"]
-        if not isinstance(terms_node, list) or not terms_node:
-            raise RewardConfigError("reward.terms must be a non-empty list of reward nodes")
-        terms = [_build_term(t, f"reward.terms[{i}]") for i, t in enumerate(terms_node)]
-    else:
-        terms = [_build_term(node, "reward", weight=1.0)]
-    names = [term.name for term in terms]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise RewardConfigError(f"reward.terms: names must differ, {repeated} repeat")
-    return Reward(terms, float(threshold), _timeout(node.get("timeout_s")))
-
-
-def _timeout(value: Any) -> float | None:
-    """``reward.timeout_s``: null, or a finite number of seconds > 0."""
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise RewardConfigError(
-            f"reward.timeout_s must be null or a number of seconds > 0, got {value!r}"
-        )
-    return float(value)
-
-
-def _build_term(node: Any, where: str, weight: float | None = None) -> RewardTerm:
-    if not isinstance(node, Mapping):
-        raise RewardConfigError(f"{where}: expected a reward node with _target_, got {node!r}")
-    if weight is None:  # a term of ``terms``
-        misplaced = [k for k in WHOLE_REWARD_KEYS if k in node]
-        if misplaced:
-            raise RewardConfigError(
-                f"{where}.{misplaced[0]}: set it on the reward node (reward.{misplaced[0]}), "
-                "not on a term"
-            )
-    target = node.get("_target_")
-    if not isinstance(target, str) or not target:
-        raise RewardConfigError(f"{where}._target_: name the reward (module.function)")
-    kwargs = {k: v for k, v in node.items() if k not in RUN_KEYS}
-    if weight is None:
-        weight = node.get("weight")
-        if isinstance(weight, bool) or not isinstance(weight, int | float):
-            raise RewardConfigError(f"{where}.weight must be a number, got {weight!r}")
-        if not math.isfinite(weight):
-            raise RewardConfigError(f"{where}.weight must be finite, got {weight!r}")
-    obj = _import(target, where)
-    passed = [k for k in PROMPT_CONTEXT if k in kwargs and not isinstance(obj, type)]
-    if passed:
-        raise RewardConfigError(
-            f"{where}.{passed[0]}: astrai passes {passed[0]} to the reward on every call (the "
-            "prompt the policy answered); name the key otherwise"
-        )
-    try:
-        fn = obj(**kwargs) if isinstance(obj, type) else _bind(obj, kwargs)
-    except (TypeError, ValueError) as err:
-        raise RewardConfigError(f"{where} ({target}): {err}") from err
-    except USER_EXITS as err:  # a constructor is user code too (other errors: the caller's)
-        raise RewardConfigError(
-            f"{where} ({target}): its constructor {describe_failure(err)}"
-        ) from err
-    takes = context_keywords(fn)
-    try:
-        inspect.signature(fn).bind([], [], [], **{k: [] for k in takes})
-    except (TypeError, ValueError) as err:
-        raise RewardConfigError(
-            f"{where}._target_: {target} must be callable as fn(prompts, responses, answers) "
-            f"({err})"
-        ) from err
-    return RewardTerm(node.get("name") or default_name(target), float(weight), fn)
 
 
 def context_keywords(fn: Callable[..., Any]) -> tuple[str, ...]:
@@ -342,28 +393,16 @@ def default_name(target: str) -> str:
     return snake.removesuffix("_reward") or snake
 
 
-def _import(target: str, where: str) -> Any:
-    """``module.attribute`` -> the object; one line naming the key when it cannot be had."""
-    module_name, _, attribute = target.rpartition(".")
-    if not module_name:
-        raise RewardConfigError(f"{where}._target_: {target!r} is no module.function path")
-    try:
-        module = importlib.import_module(module_name)
-    except USER_ERRORS as err:  # the user's module may fail in any way while importing
-        raise RewardConfigError(
-            f"{where}._target_: cannot import {module_name!r} ({type(err).__name__}: "
-            f"{str(err).splitlines()[0] if str(err) else ''})"
-        ) from err
-    obj = getattr(module, attribute, None)
-    if obj is None:
-        raise RewardConfigError(f"{where}._target_: {module_name!r} has no {attribute!r}")
-    if not callable(obj):
-        raise RewardConfigError(f"{where}._target_: {target} is not callable")
-    return obj
+def build_reward(node: Mapping[str, Any]) -> Reward:
+    """The ``reward`` config node (a plain mapping) -> the run's ``Reward``
+    (``astrai.rewards.build``, which imports this module)."""
+    from astrai.rewards.build import build_reward as build
+
+    return build(node)
 
 
-def _bind(fn: Callable[..., Any], kwargs: dict[str, Any]) -> RewardFn:
-    if not kwargs:
-        return fn
-    inspect.signature(fn).bind_partial(**kwargs)  # TypeError naming an unknown key
-    return functools.partial(fn, **kwargs)
+def build_term(node: Any, where: str, weight: float | None = None) -> RewardTerm:
+    """One term from its node (``astrai.rewards.build.build_term``)."""
+    from astrai.rewards.build import build_term as build
+
+    return build(node, where, weight)

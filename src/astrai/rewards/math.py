@@ -67,9 +67,12 @@ def _timeouts() -> tuple[int | None, int | None]:
     main thread keeps the library's 5 s bounds (a response like ``$9^{9^{9^{9}}}$`` makes
     ``verify`` run for minutes; bounded it times out and scores 0.0), and other threads pass
     None, which math-verify takes as no timeout (it logs one warning per process): there such a
-    response blocks the thread until SymPy finishes, so a caller off the main thread bounds the
-    time itself. The alarm also replaces the process's SIGALRM handler and clears its timer
-    while it runs; the trainer's processes set none (``StopForwarder`` runs in the launcher).
+    response blocks the thread until SymPy finishes. A run calls this reward in a reward worker
+    process (``astrai.rewards.worker``), always in that process's main thread, so a run keeps
+    the 5 s bounds at every policy lag, and ``reward.timeout_s`` kills the worker when SymPy's C
+    code holds out past them; only a direct call off a main thread (a test, a user's script)
+    runs unbounded. The alarm replaces the worker's SIGALRM handler and clears its timer while
+    it runs; the worker sets none.
     """
     if threading.current_thread() is threading.main_thread():
         return PARSE_TIMEOUT_S, VERIFY_TIMEOUT_S

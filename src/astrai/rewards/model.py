@@ -102,6 +102,10 @@ class RewardModel:
     directory raises ``ModelDirError`` naming the file or directory.
     """
 
+    # runs in the trainer's process, not a reward worker: it holds a torch module on the
+    # training device (``Reward.to``); an inline term is not bounded by ``reward.timeout_s``
+    inline = True
+
     def __init__(self, path: str, batch_size: int) -> None:
         if batch_size < 1:
             raise ValueError(f"reward model batch_size must be >= 1 (got {batch_size})")

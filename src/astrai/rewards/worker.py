@@ -1,0 +1,301 @@
+"""The reward worker: a process that runs reward terms where a hard timeout can end them.
+
+Python cannot stop a thread, and C code that holds the GIL (SymPy's big-integer arithmetic on
+``$9^{9^{9^{9}}}$``, a regex that backtracks catastrophically) cannot even be interrupted by a
+signal. So the terms a ``Reward`` builds from its config run in a worker process, one per
+calling thread of the trainer (the main thread, and the sampling thread under a policy lag),
+started lazily from a ``forkserver`` (the trainer has threads: a plain fork could copy a held
+lock; a forkserver child forks from a clean single-threaded server that preloaded astrai's reward
+modules and the terms' own, which the trainer imported already, so a start costs milliseconds:
+``bench/reward_boundary.py``; one server per set of modules, each exiting with the trainer).
+The worker gets the reward's term nodes (plain data) plus the parent's ``sys.path`` and working
+directory, builds the terms itself, and calls them in its main thread, where math-verify's own
+SIGALRM timeouts work. One call = one term on one whole batch (one round trip per term per
+batch). A stateful term's state lives in its worker (a killed worker's is gone).
+
+The parent waits on the worker's pipe in short slices, so a stop signal's handler in the main
+thread can raise there at once; anything raised while waiting (``StopInterrupt`` included)
+kills the worker and propagates. A call past its timeout kills the worker (SIGKILL) and the
+caller gets ``CallTimeout``; the next call starts a fresh worker. ``abandon_reward_calls()``
+kills every worker of this process: a thread blocked in a call raises ``RewardCallAbandoned``
+at once (its pipe closes). A worker exits on EOF of its pipe, dies with its forkserver (which
+exits with the trainer, a ``kill -9`` included: no orphan) and is killed at ``Reward.close()``
+and at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import io
+import logging
+import multiprocessing
+import multiprocessing.util  # its exit handler joins children: ours (registered later) runs first
+import os
+import signal
+import sys
+import threading
+import time
+from multiprocessing import context, forkserver, popen_forkserver, reduction, spawn, util
+from multiprocessing.connection import Connection
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.2  # the longest a waiting caller goes without looking at its worker or a signal
+# imported once by a forkserver, so that a worker's start costs a fork; the modules of a
+# reward's built-in targets are added to these (``RewardWorker``), with what they import lazily
+PRELOAD = ("astrai.rewards.worker", "astrai.rewards.build", "astrai.rewards.builtin")
+LAZY_IMPORTS = {"astrai.rewards.similarity": ("torchmetrics.functional.text",)}
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+# (term name, reward node, where in the config, weight or None for a term of ``terms``)
+TermSpec = tuple[str, dict[str, Any], str, float | None]
+# what a worker answers a call with: ("ok", scores) | ("invalid", message) |
+# ("raised", what, message) | ("unbuilt", message)
+Reply = tuple[Any, ...]
+
+
+class RewardCallAbandoned(BaseException):  # noqa: N818 (a decision, not an error)
+    """A reward call was abandoned: ``abandon_reward_calls()`` (or ``Reward.close()``) killed
+    the worker it was waiting for. A ``BaseException``, as ``StopInterrupt``: raised in astrai's
+    own code, it passes through the ``except Exception`` of a caller that means the reward."""
+
+
+class CallTimeout(Exception):
+    """A call did not return: past its timeout (the worker is killed), or the worker died."""
+
+
+_live: set[RewardWorker] = set()
+_live_lock = threading.Lock()
+# one forkserver per set of preloaded modules (a reward's, so a similarity reward's worker does
+# not import torchmetrics at each start); each exits with this process
+_servers: dict[tuple[tuple[str, str | None], ...], forkserver.ForkServer] = {}
+
+
+def abandon_reward_calls() -> None:
+    """SIGKILL every live reward worker of this process: a thread blocked in a reward call
+    raises ``RewardCallAbandoned`` promptly (within ``POLL_S``); a later call starts a fresh
+    worker. Safe from any thread, and from a signal handler (it only sends signals)."""
+    with _live_lock:
+        workers = list(_live)
+    for worker in workers:
+        worker.abandon()
+
+
+def _kill_all() -> None:
+    with _live_lock:
+        workers = list(_live)
+    for worker in workers:
+        worker.abandon()
+
+
+atexit.register(_kill_all)
+
+
+def preload_for(modules: list[str]) -> tuple[str, ...]:
+    """What a forkserver serving terms from ``modules`` (astrai's own) preloads."""
+    lazy = [name for module in modules for name in LAZY_IMPORTS.get(module, ())]
+    return tuple(dict.fromkeys([*PRELOAD, *modules, *lazy]))
+
+
+def _server(preload: tuple[str, ...]) -> forkserver.ForkServer:
+    """The forkserver preloading ``preload``; one per set of modules *and their files* (a test
+    writes a module of the same name into each of its directories: each gets its own)."""
+    key = tuple((name, getattr(sys.modules.get(name), "__file__", None)) for name in preload)
+    with _live_lock:
+        server = _servers.get(key)
+        if server is None:
+            server = _servers[key] = forkserver.ForkServer()
+            server.set_forkserver_preload(list(preload))
+    return server
+
+
+class _WorkerPopen(popen_forkserver.Popen):
+    """The forkserver's ``Popen`` without the child's re-run of ``__main__``: a worker needs
+    none of it (a term is imported by its path), and a script without a ``__main__`` guard
+    would run again in every worker. Otherwise ``popen_forkserver.Popen._launch`` (3.11)."""
+
+    def _launch(self, process_obj: Any) -> None:
+        prep_data = spawn.get_preparation_data(process_obj._name)  # noqa: SLF001
+        prep_data.pop("init_main_from_path", None)
+        prep_data.pop("init_main_from_name", None)
+        buf = io.BytesIO()
+        context.set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            context.set_spawning_popen(None)
+        server = _server(process_obj.preload)
+        self.sentinel, w = server.connect_to_new_process(self._fds)  # type: ignore[attr-defined]
+        parent_w = os.dup(w)  # the child watches it: EOF = this process is gone
+        self.finalizer = util.Finalize(self, util.close_fds, (parent_w, self.sentinel))  # type: ignore[attr-defined]
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
+class _WorkerProcess(context.ForkServerProcess):
+    preload: tuple[str, ...] = PRELOAD
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> _WorkerPopen:  # noqa: N802 (multiprocessing's name)
+        return _WorkerPopen(process_obj)
+
+
+class RewardWorker:
+    """One worker process serving the terms ``specs``; used by one thread at a time."""
+
+    def __init__(self, specs: list[TermSpec], modules: list[str] | None = None) -> None:
+        self.conn, child = multiprocessing.Pipe(duplex=True)
+        self.abandoned = False
+        self.dead = False
+        # not a daemon: a daemonic process may not start processes (a reward using a Pool)
+        self.process = _WorkerProcess(
+            target=serve,
+            args=(child, specs, list(sys.path), os.getcwd()),
+            name="astrai-reward-worker",
+        )
+        self.process.preload = preload_for(modules or [])
+        with _live_lock:
+            _live.add(self)
+        try:
+            self.process.start()
+        except BaseException:
+            with _live_lock:
+                _live.discard(self)
+            self.conn.close()
+            raise
+        finally:
+            child.close()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    def call(self, request: tuple[Any, ...], timeout_s: float | None) -> Reply:
+        """Send ``request`` (term name, positional args, keyword context) and wait for the
+        reply, ``timeout_s`` at most (None: no bound, but still in short slices).
+
+        Raises ``CallTimeout`` (the worker is dead then), ``RewardCallAbandoned``, or whatever
+        a signal handler raised while waiting (after killing the worker)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        try:
+            self.conn.send(request)
+            while True:
+                wait = POLL_S
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                    if wait <= 0:
+                        raise CallTimeout(f"no return within reward.timeout_s={timeout_s:g}s")
+                if self.conn.poll(wait):
+                    reply: Reply = self.conn.recv()
+                    return reply
+                if not self.process.is_alive():
+                    raise EOFError
+        except (EOFError, OSError):  # the worker died, or was killed from another thread
+            self.close()
+            if self.abandoned:
+                raise RewardCallAbandoned("the reward call was abandoned") from None
+            raise CallTimeout(
+                f"the reward worker died (exit code {self.process.exitcode})"
+            ) from None
+        except BaseException:
+            self.close()
+            raise
+
+    def abandon(self) -> None:
+        """Kill the process from any thread; its caller, if one waits, raises
+        ``RewardCallAbandoned``."""
+        self.abandoned = True
+        self._kill()
+
+    def _kill(self) -> None:
+        with _live_lock:
+            _live.discard(self)
+        pid = self.process.pid
+        if pid is not None and self.process._popen is not None:  # type: ignore[attr-defined]  # noqa: SLF001
+            with contextlib.suppress(ProcessLookupError, OSError, ValueError):
+                if self.process._popen.returncode is None:  # type: ignore[attr-defined]  # noqa: SLF001
+                    os.kill(pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        """Kill the process and release the pipe; by the thread that uses this worker."""
+        if self.dead:
+            return
+        self.dead = True
+        self._kill()
+        with contextlib.suppress(Exception):
+            self.process.join(1.0)
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+
+# --- the worker's side ----------------------------------------------------------------------
+
+
+def serve(conn: Connection, specs: list[TermSpec], path: list[str], cwd: str) -> None:
+    """The worker's main loop: build the terms, then answer calls until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the trainer's to act on
+    _die_with_parent()
+    sys.path[:] = path
+    with contextlib.suppress(OSError):
+        os.chdir(cwd)
+    fns: dict[str, Any] = {}
+    unbuilt = ""
+    try:
+        from astrai.rewards.build import build_term
+
+        for name, node, where, weight in specs:
+            fns[name] = build_term(node, where, weight).fn
+    except BaseException as err:  # noqa: BLE001 (told to the caller at its first call)
+        unbuilt = f"{type(err).__name__}: {err}"
+    while True:
+        try:
+            name, args, context = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            os._exit(0)
+        reply = ("unbuilt", unbuilt) if unbuilt else run_term(name, fns[name], args, context)
+        try:
+            conn.send(reply)
+        except (OSError, ValueError):
+            os._exit(0)
+
+
+def run_term(name: str, fn: Any, args: tuple[Any, ...], context: dict[str, Any]) -> Reply:
+    """One call of a term, its outcome as plain data (a reply)."""
+    from astrai.rewards.base import RewardError, check_scores
+    from astrai.rewards.user_code import describe_failure
+
+    prompts, responses, _ = args
+    try:
+        values = list(fn(*args, **context))  # a generator's items are the reward's code too
+    except BaseException as err:  # noqa: BLE001 (user code: SystemExit, KeyboardInterrupt...)
+        try:
+            message = str(err)
+        except Exception:  # noqa: BLE001 (a user __str__)
+            message = type(err).__name__
+        return ("raised", describe_failure(err), message)
+    try:
+        return ("ok", check_scores(name, prompts, responses, values))
+    except RewardError as err:
+        return ("invalid", str(err))
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this worker when its parent (the forkserver, which exits with the trainer)
+    dies, even while a call holds the GIL in C code (Linux; elsewhere EOF on the pipe).
+
+    The forkserver exits when the trainer's end of its "alive" pipe closes; multiprocessing
+    hands every child a copy of that end (for forkserver children of its own), which would
+    keep the server, and so this worker, alive after the trainer: closed here."""
+    alive_fd = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)  # noqa: SLF001
+    if alive_fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(alive_fd)
+        forkserver._forkserver._forkserver_alive_fd = None  # type: ignore[attr-defined]  # noqa: SLF001
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
