@@ -29,7 +29,11 @@ from astrai.checkpoints.layout import (
     CheckpointError,
     missing_files,
 )
-from astrai.checkpoints.policy import load_checkpoint_policy, resolve_checkpoint
+from astrai.checkpoints.policy import (
+    check_adapter_checkpoint,
+    load_checkpoint_policy,
+    resolve_checkpoint,
+)
 from astrai.cli_errors import ArgumentParser, one_line_errors, report_error
 from astrai.files import write_dir_atomic
 from astrai.models.pretrained import DTYPES, save_critic_dir, save_policy_dir
@@ -74,7 +78,9 @@ def export_checkpoint(
 def export_adapter(checkpoint: str | Path, out: str | Path) -> Path:
     """A LoRA checkpoint's adapter as a PEFT adapter directory: ``adapter_config.json`` (its
     ``base_model_name_or_path`` is the base's recorded path) and ``adapter_model.safetensors``,
-    what ``peft.PeftModel.from_pretrained(<the transformers base>, OUT)`` loads."""
+    what ``peft.PeftModel.from_pretrained(<the transformers base>, OUT)`` loads. Refused (one
+    line) as the merged export is: an edited ``adapter_config.json``, another base at the
+    recorded path."""
     out = Path(out)
     source = resolve_checkpoint(checkpoint)
     record = io.load_json(source / TRAINER_STATE_FILE)
@@ -88,6 +94,9 @@ def export_adapter(checkpoint: str | Path, out: str | Path) -> Path:
         raise CheckpointError(f"{source}: incomplete LoRA checkpoint: missing {', '.join(missing)}")
     if out.exists():
         raise FileExistsError(f"{out} already exists; choose a new output directory")
+    # as the merged export and resume refuse them: an adapter_config.json that disagrees with
+    # the adapters' trained state, a recorded base that is not the one they were trained on
+    check_adapter_checkpoint(source)
 
     def write(tmp: Path) -> None:
         for name in ADAPTER_FILES:

@@ -181,3 +181,100 @@ def test_verify_walks_a_sweep_dirs_jobs_as_list_does(tmp_path: Path) -> None:
         ["FAIL", str(sweep / "1" / "checkpoints" / "step_2")],
     ]
     assert f"{optimizer}: unreadable torch file" in result.stdout
+
+
+# --- a symbolic link step_<N>, a closed pipe (issue 45) -------------------------------------
+
+
+def _run_with_a_linked_step(tmp_path: Path) -> tuple[Path, Path]:
+    """(checkpoints root with step_8, step_9 and step_5 -> a checkpoint elsewhere, the
+    target)."""
+    root = tmp_path / "run" / "checkpoints"
+    for step in (8, 9):
+        write_checkpoint(root, step)
+    target = write_checkpoint(tmp_path / "elsewhere", 5)
+    (root / "step_5").symlink_to(target, target_is_directory=True)
+    return root, target
+
+
+def test_prune_removes_a_linked_step_as_the_link_alone(tmp_path: Path) -> None:
+    """``prune --force`` used to fail on it ("Cannot call rmtree on a symbolic link"): the link
+    is the run's entry, its target someone else's files."""
+    root, target = _run_with_a_linked_step(tmp_path)
+    files = sorted(p.name for p in target.iterdir())
+    dry = cli("prune", root.parent, "--keep", "1")
+    assert dry.returncode == 0 and f"would delete {root / 'step_5'} (a link; {target} kept)" in (
+        dry.stdout
+    )
+    forced = cli("prune", root.parent, "--keep", "1", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert forced.stdout.splitlines()[:2] == [
+        f"deleted {root / 'step_5'} (a link; {target} kept)",
+        f"deleted {root / 'step_8'}",
+    ]
+    assert sorted(p.name for p in root.iterdir()) == ["reference.safetensors", "step_9"]
+    assert sorted(p.name for p in target.iterdir()) == files  # the target untouched
+
+
+def test_retention_removes_a_linked_step_as_the_link_alone(tmp_path: Path) -> None:
+    """``ckpt.keep_last`` (``io.prune_checkpoints`` after each save) used to stop the run."""
+    from astrai.checkpoints import io
+
+    root, target = _run_with_a_linked_step(tmp_path)
+    assert io.prune_checkpoints(root, keep_last=2) == [root / "step_5"]
+    assert not (root / "step_5").exists() and (target / "trainer_state.json").is_file()
+
+
+def test_a_closed_pipe_ends_list_quietly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``list DIR | head -2``: the reader gone, ``run`` exits 141 (128 + SIGPIPE) without a
+    traceback (in-process: stdout is a pipe whose reading end is closed)."""
+    import os
+
+    from astrai.checkpoints.__main__ import BROKEN_PIPE_EXIT, run
+
+    root, _ = _run_with_a_linked_step(tmp_path)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    stdout = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    try:
+        assert run(["list", str(root)]) == BROKEN_PIPE_EXIT
+    finally:
+        monkeypatch.undo()
+        stdout.close()
+
+
+@pytest.mark.slow  # a real process: ~3 s of imports
+def test_list_piped_into_a_reader_that_stops(tmp_path: Path) -> None:
+    root, _ = _run_with_a_linked_step(tmp_path)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "astrai.checkpoints", "list", str(root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # as ``head`` does once it has its lines
+    stderr = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 141 and stderr == ""
+
+
+def test_a_refused_delete_is_one_line_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the machine refuses (here a rename, as a read-only run dir would) is one line naming
+    the path, exit 2, not a traceback."""
+    import errno
+
+    from astrai.checkpoints import io
+
+    root, _ = _run_with_a_linked_step(tmp_path)
+
+    def refuse(source: Path, _: Path) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", str(source))
+
+    monkeypatch.setattr(io.os, "rename", refuse)
+    result = cli("prune", root, "--keep", "1", "--force")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"astrai.checkpoints: {root / 'step_8'}: Permission denied"
+    ]

@@ -7,13 +7,18 @@ and retention use); ``prune`` counts and deletes complete checkpoints only and r
 incomplete one as skipped. Exit status: 0 on success, 1 when ``list`` finds no checkpoints or
 ``verify`` finds a missing or unreadable file, 2 on bad usage or when ``verify`` finds a
 checkpoint that resume would refuse (its step against its directory name and
-``trainer.total_steps``), with the line resume prints.
+``trainer.total_steps``), with the line resume prints. ``verify`` runs the checks resume runs
+on what the files hold (in-flight rollouts, a LoRA checkpoint's adapter config and base), so
+its OK means resume starts. ``prune`` removes a ``step_<N>`` that is a symbolic link as the
+link alone (its target is left alone). A closed pipe (``list DIR | head``) ends it quietly,
+exit 141.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -21,6 +26,7 @@ from astrai.checkpoints.completeness import scan_checkpoints
 from astrai.checkpoints.io import prune_checkpoints, remove_stale_temporaries
 from astrai.checkpoints.layout import (
     CHECKPOINTS_DIR,
+    CheckpointError,
     CheckpointInfo,
     checkpoints_root,
     list_checkpoints,
@@ -29,6 +35,11 @@ from astrai.checkpoints.layout import (
     stale_temporaries,
 )
 from astrai.checkpoints.verify import verify_checkpoint
+from astrai.cli_errors import EXPECTED_ERRORS, report_error
+
+PROG = "astrai.checkpoints"
+
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE
 
 
 def _size_mb(path: Path) -> float:
@@ -146,10 +157,13 @@ def cmd_prune(directory: Path, keep: int, force: bool) -> int:
 
 def _prune_run(root: Path, keep: int, force: bool) -> None:
     statuses = scan_checkpoints(root)
+    # a symbolic link step_<N> is pruned as the link alone: its target is not the run's
+    links = {s.info.path: s.info.path.resolve() for s in statuses if s.info.path.is_symlink()}
     doomed = prune_checkpoints(root, keep, dry_run=not force, statuses=statuses)
     verb = "deleted" if force else "would delete"
     for path in doomed:
-        print(f"{verb} {path}")
+        target = links.get(path)
+        print(f"{verb} {path}" if target is None else f"{verb} {path} (a link; {target} kept)")
     skipped = [status for status in statuses if not status.complete]
     for status in skipped:  # never counted, never deleted: its files may be all there is
         print(f"skipped {status.info.path} ({status.describe()})")
@@ -163,6 +177,18 @@ def _prune_run(root: Path, keep: int, force: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command's exit status; an expected failure (a path the machine refuses, a
+    ``CheckpointError``) is one line on stderr and 2, never a traceback. A closed stdout
+    (``BrokenPipeError``) is left to ``run``."""
+    try:
+        return _command(argv)
+    except BrokenPipeError:
+        raise
+    except (*EXPECTED_ERRORS, CheckpointError) as err:  # type: ignore[misc]  # a tuple of classes
+        return report_error(PROG, err)
+
+
+def _command(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m astrai.checkpoints", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     p_list = commands.add_parser(
@@ -196,5 +222,19 @@ def main(argv: list[str] | None = None) -> int:
     return cmd_prune(args.dir, args.keep, args.force)
 
 
+def run(argv: list[str] | None = None) -> int:
+    """``main``, quiet when the reader of stdout goes away (``list DIR | head -2``), as Unix
+    tools are: exit 141 (128 + SIGPIPE, what a shell reports for a tool the pipe killed)."""
+    try:
+        code = main(argv)
+        sys.stdout.flush()  # a closed pipe shows here for output still buffered
+    except BrokenPipeError:
+        # the interpreter's own flush at exit would fail again and print a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

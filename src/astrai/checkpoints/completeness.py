@@ -24,6 +24,8 @@ import yaml
 from astrai.checkpoints.identity import check_step
 from astrai.checkpoints.layout import (
     EXTRA_FILES_KEY,
+    IN_FLIGHT_FILE,
+    IN_FLIGHT_KEY,
     REFERENCE_FILE,
     TRAINER_STATE_FILE,
     CheckpointError,
@@ -70,6 +72,7 @@ def state_problems(state: Any, path: Path) -> list[str]:
         isinstance(extra, list) and all(isinstance(n, str) and "/" not in n for n in extra)
     ):
         problems.append(f"{path}: invalid {EXTRA_FILES_KEY!r} (a list of file names)")
+    problems.extend(_in_flight_count_problems(state, path))
     fingerprint = state.get("fingerprint")
     recorded = fingerprint.get("train_type") if isinstance(fingerprint, dict) else None
     train_type = state.get("train_type")
@@ -81,6 +84,21 @@ def state_problems(state: Any, path: Path) -> list[str]:
             f"fingerprint's train_type {recorded!r}"
         )
     return problems
+
+
+def _in_flight_count_problems(state: Mapping[str, Any], path: Path) -> list[str]:
+    """The ``in_flight`` count and the ``in_flight.pt`` listing come together: a count without
+    the file would resume by sampling those steps afresh (not the run it continues)."""
+    count = state.get(IN_FLIGHT_KEY)
+    listed = IN_FLIGHT_FILE in recorded_extra_files(state)
+    valid = isinstance(count, int) and not isinstance(count, bool) and count >= 1
+    if count is not None and not valid:
+        return [f"{path}: invalid {IN_FLIGHT_KEY!r} ({count!r}; a count >= 1)"]
+    if valid and not listed:
+        return [f"{path}: counts {count} in-flight rollout(s) but lists no {IN_FLIGHT_FILE}"]
+    if listed and count is None:
+        return [f"{path}: lists {IN_FLIGHT_FILE} but no {IN_FLIGHT_KEY!r} count"]
+    return []
 
 
 def check_state(state: Any, path: Path) -> None:

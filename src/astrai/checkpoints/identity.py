@@ -20,6 +20,8 @@ from typing import Any
 import yaml
 
 from astrai.checkpoints.layout import (
+    ADAPTER_CONFIG_FILE,
+    ADAPTERS_KEY,
     RUN_CONFIG_FILE,
     TRAINER_STATE_FILE,
     CheckpointError,
@@ -125,18 +127,80 @@ def check_allow_changes(allow: Iterable[str]) -> set[str]:
     return allowed
 
 
-def check_same_base(checkpoint: Path, saved: Any, current: Any) -> None:
-    """A LoRA checkpoint's adapters resumed onto another base model (its weights' SHA-256
-    differs from the recorded one): one line naming both."""
+def check_same_base(
+    checkpoint: Path, saved: Any, current: Any, where: str = "this run's base"
+) -> None:
+    """A LoRA checkpoint's adapters on another base model (its weights' SHA-256 differs from
+    the recorded one): one line naming both. The one refusal of resume (``current``: this
+    run's base), ``verify`` and ``export`` (the base the checkpoint records, ``where``)."""
     if not (isinstance(saved, Mapping) and isinstance(current, Mapping)):
         return
     old, new = saved.get("base_sha256"), current.get("base_sha256")
     if old != new:
         raise CheckpointError(
             f"{checkpoint / TRAINER_STATE_FILE}: checkpoint {checkpoint.name}'s adapters were "
-            f"trained on another base model (recorded weights SHA-256 {str(old)[:16]}..., this "
-            f"run's base {str(new)[:16]}...): point model.path at the base the run started from"
+            f"trained on another base model (recorded weights SHA-256 {str(old)[:16]}..., "
+            f"{where} {str(new)[:16]}...): point model.path at the base the run started from"
         )
+
+
+# adapter_config.json's keys (PEFT's LoraConfig) -> the ``model.lora`` setting each must equal
+_ADAPTER_CONFIG_KEYS = {
+    "r": "rank",
+    "lora_alpha": "alpha",
+    "lora_dropout": "dropout",
+    "use_rslora": "use_rslora",
+    "use_dora": "use_dora",
+}
+
+
+def adapter_config_problem(checkpoint: Path, state: Mapping[str, Any]) -> str | None:
+    """A LoRA checkpoint whose ``adapter_config.json`` disagrees with the adapters' trained
+    state (``trainer_state.json``'s ``adapters``: the ``model.lora`` settings they were trained
+    with and the base's path): one line naming the file and each differing key; None when they
+    agree, for a full fine-tuning checkpoint, or where a file is unreadable (said elsewhere).
+    Resume, ``verify`` and ``export --adapter`` refuse it: PEFT loads adapters by that file."""
+    adapters = state.get(ADAPTERS_KEY)
+    lora = adapters.get("lora") if isinstance(adapters, Mapping) else None
+    if not isinstance(lora, Mapping):
+        return None
+    file = checkpoint / ADAPTER_CONFIG_FILE
+    try:
+        config = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return None  # missing or unreadable: completeness names it
+    if not isinstance(config, dict):
+        return f"{file}: expected a JSON object"
+    unset = "(unset)"
+    differences = [
+        f"{key}={json.dumps(config.get(key, unset))} (trained with model.lora.{setting}="
+        f"{json.dumps(lora.get(setting))})"
+        for key, setting in _ADAPTER_CONFIG_KEYS.items()
+        if config.get(key, unset) != lora.get(setting)
+    ]
+    targets = lora.get("target_modules")
+    if isinstance(targets, list) and sorted(set(targets)) != sorted(
+        config.get("target_modules") or []
+    ):
+        differences.append(
+            f"target_modules={json.dumps(config.get('target_modules'))} (trained with "
+            f"model.lora.target_modules={json.dumps(targets)})"
+        )
+    base = adapters.get("base") if isinstance(adapters, Mapping) else None
+    path = base.get("path") if isinstance(base, Mapping) else None
+    if config.get("base_model_name_or_path", unset) != path:
+        differences.append(
+            f"base_model_name_or_path={json.dumps(config.get('base_model_name_or_path', unset))}"
+            f" (trained on {json.dumps(path)})"
+        )
+    if config.get("peft_type", "LORA") != "LORA":
+        differences.append(f"peft_type={json.dumps(config.get('peft_type'))} (trained as LORA)")
+    if not differences:
+        return None
+    return (
+        f"{file}: disagrees with the adapters' trained state in {TRAINER_STATE_FILE}: "
+        f"{'; '.join(differences)} (restore the file as the run wrote it)"
+    )
 
 
 def check_fingerprint(

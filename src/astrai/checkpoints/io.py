@@ -28,7 +28,7 @@ from astrai.checkpoints.layout import (
     stale_temporaries,
     step_dir_name,
 )
-from astrai.files import FileWriter, temporary_sibling, write_files_atomic
+from astrai.files import FileWriter, naming_write_errors, temporary_sibling, write_files_atomic
 from astrai.models.weights import stored_names
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,9 @@ def prune_checkpoints(
     doomed = [status.info.path for status in statuses if status.complete][:-keep_last]
     if not dry_run:
         for path in doomed:
+            if path.is_symlink():  # a link someone made: remove the link, never its target
+                path.unlink()
+                continue
             # renamed to a temporary name first: a kill mid-delete leaves a stale temporary
             # (ignored, removed by the next save), never an incomplete step_<N>
             trash = temporary_sibling(path)
@@ -118,15 +121,19 @@ def module_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def save_module(module: nn.Module, path: Path) -> None:
-    save_file(module_tensors(module), str(path))
+    save_tensors(module_tensors(module), path)
 
 
 def save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
+    """A safetensors file; a failed write (safetensors' own ``SafetensorError`` on a full disk
+    included) is an ``OSError`` naming ``path`` (``files.naming_write_errors``)."""
+    with naming_write_errors(path):
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
 
 
 def save_json(payload: Any, path: Path) -> None:
-    path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    with naming_write_errors(path):
+        path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
 
 def save_torch(payload: Any, path: Path) -> None:

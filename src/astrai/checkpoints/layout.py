@@ -37,6 +37,7 @@ ADAPTERS_KEY = "adapters"
 # the rollouts sampled for the next steps, not yet trained (train_type.max_policy_lag > 0), one
 # list per rank; listed in ``EXTRA_FILES_KEY`` when there are any
 IN_FLIGHT_FILE = "in_flight.pt"
+IN_FLIGHT_KEY = "in_flight"  # trainer_state.json: how many rollouts each rank had in flight
 
 COMMON_FILES = (
     MODEL_FILE,

@@ -16,6 +16,7 @@ import yaml
 
 from astrai.checkpoints import io
 from astrai.checkpoints.completeness import latest_complete, scan_checkpoints
+from astrai.checkpoints.identity import adapter_config_problem, check_same_base
 from astrai.checkpoints.layout import (
     ADAPTER_MODEL_FILE,
     ADAPTERS_KEY,
@@ -108,6 +109,9 @@ def load_checkpoint_policy(path: str | Path, chat_template: bool | None = None) 
     adapters = io.load_json(state_file).get(ADAPTERS_KEY) if state_file.is_file() else None
     critic = None
     if adapters is not None:  # a LoRA run's: its base, its adapters merged in
+        problem = adapter_config_problem(checkpoint, io.load_json(state_file))
+        if problem is not None:  # what PEFT would load the adapters by: not as trained
+            raise CheckpointError(problem)
         policy, critic = load_adapter_checkpoint(checkpoint, config, adapters)
     else:
         policy = LlamaForCausalLM(config)
@@ -144,18 +148,45 @@ def load_adapter_base(
                 f"{checkpoint}: its adapters sit on the base model at {path}, which is not a "
                 "Hugging Face model directory any more (a LoRA checkpoint holds the adapters only)"
             )
-        model = load_pretrained_policy(str(path))
+        try:
+            model = load_pretrained_policy(str(path))
+        except (ValueError, OSError) as err:  # ModelDirError and kin: one line, the base named
+            raise CheckpointError(f"{checkpoint}: its base model at {path}: {err}") from err
     else:  # built as the trainer built it: torch's global stream seeded with the run's seed
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(_run_seed(checkpoint))
             model = LlamaForCausalLM(config)
-    if base_fingerprint(model) != base.get("sha256"):
-        raise CheckpointError(
-            f"{checkpoint}: the base model {path or '(built from config.json and the seed)'} is "
-            f"not the one the adapters were trained on (SHA-256 {str(base.get('sha256'))[:12]}... "
-            "recorded)"
-        )
+    where = f"the base at {path}" if path is not None else "the base built from the seed"
+    # the one refusal of resume, verify, export and generate (``identity.check_same_base``)
+    check_same_base(
+        checkpoint,
+        {"base_sha256": base.get("sha256")},
+        {"base_sha256": base_fingerprint(model)},
+        where,
+    )
     return model
+
+
+def check_adapter_checkpoint(checkpoint: Path) -> None:
+    """What a LoRA checkpoint's adapters need besides their files, as ``verify``, resume and
+    ``export --adapter`` check it: ``adapter_config.json`` as trained
+    (``identity.adapter_config_problem``) and the recorded base, loaded, with the recorded
+    SHA-256 (``load_adapter_base``). Nothing for a full fine-tuning checkpoint."""
+    state = io.load_json(checkpoint / TRAINER_STATE_FILE)
+    adapters = state.get(ADAPTERS_KEY) if isinstance(state, dict) else None
+    if adapters is None:
+        return
+    problem = adapter_config_problem(checkpoint, state)
+    if problem is not None:
+        raise CheckpointError(problem)
+    if not isinstance(adapters, dict) or not isinstance(adapters.get("base"), dict):
+        raise CheckpointError(f"{checkpoint / TRAINER_STATE_FILE}: bad 'adapters' record")
+    fields = io.load_json(checkpoint / MODEL_CONFIG_FILE)
+    try:
+        config = LlamaConfig(**fields)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{checkpoint / MODEL_CONFIG_FILE}: {err}") from err
+    load_adapter_base(checkpoint, config, adapters["base"])
 
 
 def load_adapter_checkpoint(

@@ -18,6 +18,7 @@ from astrai.checkpoints.completeness import (
     scan_checkpoints,
     short_problems,
 )
+from astrai.checkpoints.in_flight import RunShape
 from astrai.checkpoints.layout import (
     ADAPTER_FILES,
     ADAPTERS_KEY,
@@ -31,6 +32,7 @@ from astrai.checkpoints.layout import (
     recorded_extra_files,
     required_files,
 )
+from astrai.checkpoints.verify import content_problems
 from astrai.metrics.writers import METRICS_FILE, MetricsFileError, read_metrics_for_resume
 from astrai.paths import missing_reason
 
@@ -42,6 +44,7 @@ def resolve_resume(
     run_dir: Path,
     strategy: type[Strategy] | Strategy,
     adapters: bool = False,
+    shape: RunShape | None = None,
 ) -> Path | None:
     """``ckpt.resume`` -> the checkpoint directory to restore, or None to start fresh.
 
@@ -53,7 +56,8 @@ def resolve_resume(
     the old run's higher steps. The chosen checkpoint must hold every file ``train_type`` needs;
     the error names the missing ones (the strategy's ``checkpoint_files`` among them).
     ``adapters``: this run trains LoRA adapters (``model.lora``); a checkpoint of the other
-    kind is refused in one line before its files are checked.
+    kind is refused in one line before its files are checked. Last, what the files hold
+    (``check_contents``, with ``shape``: this run's batch), as ``verify`` checks it.
     """
     train_type = strategy.name
     if resume is None:
@@ -93,7 +97,20 @@ def resolve_resume(
         raise CheckpointError(problems[0])  # already one line naming the file: verify's line
     if problems:
         raise CheckpointError(f"{path}: incomplete checkpoint: {short_problems(problems, path)}")
+    check_contents(path, shape)
     return path
+
+
+def check_contents(path: Path, shape: RunShape | None = None) -> None:
+    """The checks of what a complete checkpoint's files hold, as ``verify`` runs them
+    (``verify.content_problems``: in-flight rollouts, a LoRA checkpoint's adapter config), the
+    first as a one-line ``CheckpointError``. ``shape``: this run's batch (None: the one the
+    checkpoint's run sampled; the restore checks this run's again). The base's identity is
+    compared at restore, against this run's base (``identity.check_fingerprint``)."""
+    state = io.load_json(path / TRAINER_STATE_FILE)
+    problems = content_problems(path, state, shape) if isinstance(state, dict) else []
+    if problems:
+        raise CheckpointError(problems[0])
 
 
 def check_adapter_kind(path: Path, adapters: bool) -> None:

@@ -1,0 +1,105 @@
+"""In-flight rollouts across a checkpoint (``train_type.max_policy_lag`` > 0): each rank's
+``SampledBatch``es as plain data for ``in_flight.pt`` and back, checked on the way in by the
+check ``verify`` runs (``astrai.checkpoints.in_flight``), and the staleness refusal a resumed
+run would otherwise meet only when it came to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from astrai.checkpoints.in_flight import RunShape, check_in_flight_file
+from astrai.checkpoints.layout import CheckpointError
+from astrai.distributed import DistContext
+from astrai.rollout.rollout import Rollout
+from astrai.rollout.staleness import StaleRolloutError, check_policy_lag
+from astrai.training.overlap import SampledBatch
+
+
+def run_shape(cfg: DictConfig, world_size: int) -> RunShape:
+    """The batch this run samples per step (what a checkpoint's in-flight rollouts must be)."""
+    return RunShape(
+        world_size, int(cfg.train_type.prompts_per_step), int(cfg.train_type.group_size)
+    )
+
+
+def check_in_flight(
+    batches: list[SampledBatch],
+    policy_version: int,
+    updates_per_step: int,
+    max_policy_lag: int,
+    checkpoint: Path | None,
+) -> None:
+    """Refuse at start, with ``CheckpointError`` naming ``checkpoint``, the in-flight rollouts
+    a resumed run would refuse when it comes to them (``rollout.staleness``): the j-th
+    (0-based) trains once the policy has taken j more updates."""
+    for ahead, batch in enumerate(batches):
+        assert batch.rollout.sample_versions is not None  # checked on load
+        try:
+            check_policy_lag(
+                batch.rollout.sample_versions,
+                policy_version + ahead * updates_per_step,
+                updates_per_step,
+                max_policy_lag,
+                batch.step,
+            )
+        except StaleRolloutError as err:
+            raise CheckpointError(f"{checkpoint}: an in-flight rollout: {err}") from None
+
+
+def batch_record(batch: SampledBatch) -> dict[str, Any]:
+    """``batch`` as plain data on the CPU (tensors, numbers, strings), for a checkpoint read
+    back with ``torch.load(weights_only=True)``."""
+    rollout: dict[str, Any] = {}
+    for item in fields(Rollout):
+        value = getattr(batch.rollout, item.name)
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu()
+        elif isinstance(value, dict):
+            value = {name: scores.detach().cpu() for name, scores in value.items()}
+        rollout[item.name] = value
+    return {
+        "step": batch.step,
+        "rollout": rollout,
+        "metrics": dict(batch.metrics),
+        "sample_s": batch.sample_s,
+    }
+
+
+def load_in_flight(
+    checkpoint: Path,
+    state: dict[str, Any],
+    shape: RunShape,
+    dist: DistContext,
+    device: torch.device,
+) -> list[SampledBatch]:
+    """This rank's in-flight rollouts from ``checkpoint``'s ``in_flight.pt``, checked as
+    ``verify`` checks them against its ``trainer_state.json`` (``state``) and against this
+    run's ``shape`` (another world size, prompts_per_step or group_size: ``CheckpointError``);
+    [] when the checkpoint holds none."""
+    per_rank = check_in_flight_file(checkpoint, state, shape)
+    if not per_rank:
+        return []
+    return [batch_from_record(batch, device) for batch in per_rank[dist.rank]]
+
+
+def batch_from_record(record: dict[str, Any], device: torch.device) -> SampledBatch:
+    """A ``batch_record`` (checked) back as a ``SampledBatch`` with its tensors on ``device``."""
+    rollout = {}
+    for name, value in record["rollout"].items():
+        if isinstance(value, torch.Tensor):
+            value = value.to(device)
+        elif isinstance(value, dict):
+            value = {term: scores.to(device) for term, scores in value.items()}
+        rollout[name] = value
+    return SampledBatch(
+        step=int(record["step"]),
+        rollout=Rollout(**rollout),
+        metrics=dict(record["metrics"]),
+        sample_s=float(record["sample_s"]),
+    )
