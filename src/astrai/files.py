@@ -9,10 +9,13 @@ writers: checkpoints, exports, the GGUF import and the trainer's reference weigh
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import shutil
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 TMP_MARKER = ".tmp-"  # temporaries are named ".<final name>.tmp-<pid>-<random>"
@@ -23,6 +26,34 @@ FileWriter = Callable[[Path], None]
 def temporary_sibling(path: Path) -> Path:
     """A hidden, unique name next to ``path`` that ``TMP_MARKER`` identifies as a temporary."""
     return path.with_name(f".{path.name}{TMP_MARKER}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+# a Rust io::Error inside safetensors' or tokenizers' exceptions: "Os { code: 28, ... }" or
+# "No space left on device (os error 28)"
+_RUST_OS_ERROR = re.compile(r"(?:\bcode: |\(os error )(\d+)")
+
+
+@contextmanager
+def naming_write_errors(path: Path) -> Iterator[None]:
+    """Within the block, a failed write is an ``OSError`` that names ``path`` and its cause
+    (``errno``/``strerror``), so the CLIs print one line ``PATH: No space left on device``:
+    a plain write's ``OSError`` carries no file name, and safetensors reports a full disk as
+    its own ``SafetensorError`` (not an ``OSError``), the Rust error's text inside."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is not None:
+            raise
+        text = err.strerror or " ".join(str(err).split()) or type(err).__name__
+        raise OSError(err.errno, text, str(path)) from err
+    except Exception as err:
+        text = " ".join(str(err).split())
+        match = _RUST_OS_ERROR.search(text)
+        if type(err).__name__ != "SafetensorError" and match is None:
+            raise
+        code = int(match[1]) if match else errno.EIO
+        cause = os.strerror(code) if match else f"{os.strerror(code)} ({text})"
+        raise OSError(code, cause, str(path)) from err
 
 
 def fsync_path(path: Path) -> None:
@@ -38,8 +69,9 @@ def write_file_atomic(path: Path, write: FileWriter) -> None:
     """One file written under a temporary name, fsynced and renamed into place."""
     tmp = temporary_sibling(path)
     try:
-        write(tmp)
-        fsync_path(tmp)
+        with naming_write_errors(tmp):
+            write(tmp)
+            fsync_path(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -59,8 +91,9 @@ def write_files_atomic(final: Path, writers: Mapping[str, FileWriter]) -> Path:
     tmp.mkdir()
     try:
         for name, write in writers.items():
-            write(tmp / name)
-            fsync_path(tmp / name)
+            with naming_write_errors(tmp / name):
+                write(tmp / name)
+                fsync_path(tmp / name)
         fsync_path(tmp)
         if final.exists():  # e.g. re-saving the same step: replace it whole
             shutil.rmtree(final)
@@ -81,7 +114,8 @@ def write_dir_atomic(out: Path, write: FileWriter) -> None:
     tmp = temporary_sibling(out)
     tmp.mkdir()
     try:
-        write(tmp)
+        with naming_write_errors(tmp):  # a writer that names no file of its own
+            write(tmp)
         for path in tmp.rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)
         tmp.chmod(0o755)

@@ -261,6 +261,15 @@ def check_prompts(tokenizer: Any, prompts: list[str]) -> None:
             )
 
 
+def prompt_error(tokenizer: Any, err: ValueError) -> str:
+    """A prompt that does not encode, as one line naming the chat template's file where the
+    template is the cause."""
+    template = getattr(tokenizer, "template_file", None)
+    if template is not None and "chat template" in str(err):
+        return f"{template}: {err} (--no-chat-template feeds the prompts without it)"
+    return str(err)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = ArgumentParser(prog="python -m astrai.generate", description=__doc__)
     parser.add_argument("source", type=Path, help="checkpoint, run dir or Hugging Face model dir")
@@ -356,13 +365,18 @@ def main(argv: list[str] | None = None) -> int:
         prompts, samples = [p.prompt for p in scoring.problems], 1
     else:
         prompts, samples = list(args.prompts), args.n or 1
-        check_prompts(tokenizer, list(args.prompts))
     rows = [p for p in prompts for _ in range(samples)]  # prompt-major, as the engine's rows
     max_new_tokens = args.max_new_tokens or run_sampling_default(
         run, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS
     )
     sampling = SamplingConfig(max_new_tokens, args.temperature, args.top_k, args.top_p)
-    ids, mask = left_pad(tokenizer, prompts, device)  # a character it does not know: ValueError
+    try:  # a character the tokenizer does not know, a template that renders nothing
+        if scoring is None:
+            check_prompts(tokenizer, list(args.prompts))
+        ids, mask = left_pad(tokenizer, prompts, device)
+    except ValueError as err:
+        print(f"astrai.generate: {prompt_error(tokenizer, err)}", file=sys.stderr)
+        return 2
     check_length(policy, ids.shape[1], max_new_tokens)
     check_engine(engine_cfg, policy, ids.shape[1], max_new_tokens)
     out = sample_groups(

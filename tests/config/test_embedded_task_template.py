@@ -130,3 +130,44 @@ def test_a_template_that_leaves_no_room_for_the_response_names_the_prompt(
         compose_config(job(model_dir))
     with_template(base_model, tmp_path / "fits", "1" * 40 + PLAIN)
     compose_config(job(tmp_path / "fits"))
+
+
+EMPTY = "{% for m in messages %}{% endfor %}"  # renders nothing
+NO_CONTENT = "{% for m in messages %}q: {% endfor %}a:"  # renders the turns without their text
+
+
+@pytest.mark.parametrize(
+    ("template", "why"),
+    [
+        (EMPTY, "the chat template renders the prompt as empty text"),
+        (NO_CONTENT, "the chat template renders the prompt without its user text"),
+    ],
+    ids=["empty", "no_content"],
+)
+def test_a_template_that_renders_an_empty_or_contentless_prompt_names_its_file(
+    base_model: Path, tmp_path: Path, template: str, why: str
+) -> None:
+    """Such a template used to pass the pre-run check and fail after the banner (an empty
+    prompt: a 68-line traceback); refused before the run, in one line naming the file."""
+    model_dir = with_template(base_model, tmp_path / "model", template)
+    with pytest.raises(ConfigError) as caught:
+        compose_config(job(model_dir))
+    message = str(caught.value)
+    prefix = f"model.path: {model_dir / 'chat_template.jinja'}: task=addition: the eval prompt "
+    assert message.startswith(prefix), message
+    assert why in message and "\n" not in message
+    compose_config(job(model_dir, "model.chat_template=false"))  # the prompts as plain text
+
+
+def test_an_empty_template_is_exit_2_in_one_line_and_no_run_dir(
+    base_model: Path, tmp_path: Path
+) -> None:
+    from tests.train_runs import run_train_in_process
+
+    model_dir = with_template(base_model, tmp_path / "model", EMPTY)
+    run_dir = tmp_path / "run"
+    result = run_train_in_process([*job(model_dir), f"hydra.run.dir={run_dir}"], tmp_path)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"astrai: config error: model.path: {model_dir}/chat_template.jinja")
+    assert not run_dir.exists()

@@ -51,3 +51,35 @@ def test_a_typed_node_given_a_map_names_the_unknown_key_inside() -> None:
         ),
     ):
         check_overrides(["trainer={total_step:5}"])
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        # docs/your-own-model.md's own command, and the single-key form
+        "model.chat_template_kwargs={enable_thinking: false}",
+        "model.chat_template_kwargs.enable_thinking=false",
+        "+model.chat_template_kwargs.enable_thinking=false",
+    ],
+)
+def test_chat_template_kwargs_takes_a_map_without_a_plus(override: str) -> None:
+    """``model.chat_template_kwargs`` is an open map (its keys are checked by the code that
+    passes them to the template): the documented override composes as written."""
+    cfg = check_overrides(["model=smollm2", override])
+    assert dict(cfg.model.chat_template_kwargs) == {"enable_thinking": False}
+    cfg = check_overrides(["model=hf", "model.path=/models/qwen3", override])
+    assert dict(cfg.model.chat_template_kwargs) == {"enable_thinking": False}
+
+
+def test_chat_template_kwargs_is_still_a_map_and_its_siblings_still_closed() -> None:
+    with pytest.raises(ConfigError, match="Cannot assign int to Dict"):
+        check_overrides(["model=smollm2", "model.chat_template_kwargs=5"])
+    with pytest.raises(ConfigError, match="did you mean model.chat_template_kwargs"):
+        check_overrides(["model=smollm2", "model.chat_template_kwarg={a: 1}"])
+
+
+def test_the_documented_command_is_in_the_docs() -> None:
+    from astrai.paths import REPO_ROOT
+
+    text = " ".join((REPO_ROOT / "docs" / "your-own-model.md").read_text().split())
+    assert "'model.chat_template_kwargs={enable_thinking: false}'" in text

@@ -96,3 +96,27 @@ def test_chat_template_kwargs_are_checked_before_the_run(base_model: Path, tmp_p
     # the tiny model's character tokenizer has no chat template: enable_thinking would be lost
     with pytest.raises(ConfigError, match="model.chat_template_kwargs .* nothing would read it"):
         compose_config([*job, "+model.chat_template_kwargs.enable_thinking=false"])
+
+
+def test_a_template_that_renders_a_row_empty_names_the_row_and_the_template(
+    base_model: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    model = tmp_path / "templated"
+    shutil.copytree(base_model, model)
+    (model / "chat_template.jinja").write_text("{% for m in messages %}{% endfor %}")
+    train = rows_file(tmp_path / "train.jsonl", ["1+2=", "2+1="])
+    with pytest.raises(ConfigError) as caught:
+        compose_config(dataset_job(model, train))
+    message = str(caught.value)
+    assert "row 1: the chat template renders the prompt as empty text" in message, message
+    assert f"(model.path: {model / 'chat_template.jinja'}; model.chat_template=false" in message
+
+
+def test_a_prompt_that_encodes_as_no_tokens_is_refused() -> None:
+    """Whatever the tokenizer: an empty row would index an empty prompt in the sampler."""
+    from astrai.tasks.prompt_fit import PromptRenderError, check_prompt_tokens
+
+    with pytest.raises(PromptRenderError, match=r"^row 1: the prompt renders as no tokens$"):
+        check_prompt_tokens([("", "row 1")], lambda prompt: [], 100)

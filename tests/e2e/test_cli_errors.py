@@ -19,6 +19,7 @@ from astrai import export as export_cli
 from astrai import generate as generate_cli
 from astrai.checkpoints.policy import LoadedPolicy
 from astrai.cli_errors import error_line
+from astrai.models import pretrained
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.pretrained import save_policy_dir
 from astrai.models.tokenizer import CharTokenizer
@@ -214,6 +215,50 @@ def test_generate_within_bounds_still_samples(
     assert status == 0, err
 
 
+@pytest.mark.parametrize(
+    ("template", "why"),
+    [
+        ("{% for m in messages %}{% endfor %}", "renders the prompt as empty text"),
+        ("{% for m in messages %}q: {% endfor %}a:", "renders the prompt without its user text"),
+    ],
+    ids=["empty", "no_content"],
+)
+def test_generate_names_a_template_that_renders_an_empty_or_contentless_prompt(
+    model_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    template: str,
+    why: str,
+) -> None:
+    """An empty prompt used to raise IndexError in the sampler."""
+    source = tmp_path / "templated"
+    source.mkdir()
+    for path in model_dir.iterdir():
+        (source / path.name).write_bytes(path.read_bytes())
+    (source / "chat_template.jinja").write_text(template)
+    status, err = run_main(generate_cli.main, [str(source), "1+1="], capsys)
+    assert_one_line(status, err, "astrai.generate", f"{source / 'chat_template.jinja'}: ")
+    assert why in err and "--no-chat-template" in err
+    assert capsys.readouterr().out == ""
+    status, err = run_main(generate_cli.main, [str(source), "1+1=", "--no-chat-template"], capsys)
+    assert status == 0, err
+
+
+def test_generate_refuses_a_config_json_the_weights_disagree_with_before_building(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``head_dim: 1000000``: read from the safetensors header, before a model of that size."""
+    source = tmp_path / "edited"
+    source.mkdir()
+    for path in model_dir.iterdir():
+        (source / path.name).write_bytes(path.read_bytes())
+    config = json.loads((source / "config.json").read_text())
+    (source / "config.json").write_text(json.dumps({**config, "head_dim": 1_000_000}))
+    status, err = run_main(generate_cli.main, [str(source), "1+1="], capsys)
+    assert_one_line(status, err, "astrai.generate", f"{source / 'model.safetensors'}: model.")
+    assert "config.json says" in err
+
+
 def test_a_truncated_weights_file_is_one_line_naming_it(
     model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -259,6 +304,29 @@ def test_export_on_a_full_disk_says_no_space_left(
         raise disk_full(directory / "model.safetensors")
 
     monkeypatch.setattr(export_cli, "save_policy_dir", no_space)
+    out = tmp_path / "model"
+    status, err = run_main(export_cli.main, [str(checkpoint), str(out)], capsys)
+    assert_one_line(status, err, "astrai.export", "model.safetensors: No space left on device")
+    assert list(tmp_path.iterdir()) == [checkpoint]  # the temporary dir is gone
+
+
+def test_export_on_a_full_disk_in_safetensors_names_the_file(
+    checkpoint: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """safetensors reports a full disk as its own ``SafetensorError``, not an ``OSError``: the
+    export still says which file and why, in one line, and leaves nothing behind."""
+    from safetensors import SafetensorError
+
+    def no_space(*args: object, **kwargs: object) -> None:
+        raise SafetensorError(
+            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No '
+            'space left on device" })'
+        )
+
+    monkeypatch.setattr(pretrained, "save_file", no_space)
     out = tmp_path / "model"
     status, err = run_main(export_cli.main, [str(checkpoint), str(out)], capsys)
     assert_one_line(status, err, "astrai.export", "model.safetensors: No space left on device")

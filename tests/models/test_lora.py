@@ -201,8 +201,11 @@ def test_named_targets_adapt_only_those_modules(llama_dir: Path) -> None:
     [
         ({"rank": 0}, "lora.rank must be a positive integer (got 0)"),
         ({"rank": 2.5}, "lora.rank must be a positive integer (got 2.5)"),
-        ({"alpha": 0}, "lora.alpha must be a number > 0 (got 0)"),
-        ({"alpha": float("nan")}, "lora.alpha must be a number > 0 (got nan)"),
+        ({"alpha": 0}, "lora.alpha must be in (0, 100000] (a finite number, got 0)"),
+        ({"alpha": float("nan")}, "lora.alpha must be in (0, 100000] (a finite number, got nan)"),
+        # an infinite scale passed, then the first update sampled from NaN probabilities
+        ({"alpha": float("inf")}, "lora.alpha must be in (0, 100000] (a finite number, got inf)"),
+        ({"alpha": 1e300}, "lora.alpha must be in (0, 100000] (a finite number, got 1e+300)"),
         ({"dropout": 1.0}, "lora.dropout must be in [0, 1) (got 1.0)"),
         ({"dropout": -0.1}, "lora.dropout must be in [0, 1) (got -0.1)"),
         ({"target_modules": "all_linear"}, "lora.target_modules must be a list of module names"),

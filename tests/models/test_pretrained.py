@@ -211,6 +211,21 @@ def test_critic_export_round_trips(family: str, tmp_path: Path) -> None:
         assert torch.equal(again(ids, mask), values)
 
 
+def test_a_config_the_weights_disagree_with_is_refused_before_building(tmp_path: Path) -> None:
+    """``head_dim`` edited to 1000000: the policy (and a critic) would be built at 1.5e9
+    parameters before the weights' shapes disagreed; the safetensors header is read first."""
+    source = save_tiny_hf_model(tmp_path / "src", "llama")
+    critic = build_value_model(load_pretrained_policy(str(source)))
+    out = tmp_path / "critic"
+    out.mkdir()
+    save_critic_dir(critic, CharTokenizer(), out)
+    for directory, load in ((source, load_pretrained_policy), (out, load_critic_dir)):
+        _edit_config(directory, head_dim=1_000_000)
+        message = f"{directory / 'model.safetensors'}: model.layers.0.self_attn.k_proj.weight"
+        with pytest.raises(ModelDirError, match=f"^{message} has shape .* config.json says"):
+            load(str(directory))
+
+
 def _edit_config(directory: Path, **changes: object) -> None:
     path = directory / "config.json"
     config = json.loads(path.read_text())

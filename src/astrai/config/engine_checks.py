@@ -15,6 +15,10 @@ from astrai.rollout.engine import ENGINES, VLLM_INSTALL
 from astrai.tasks.base import ProblemSource
 
 VLLM_DTYPES = ("float32", "bfloat16", "float16")
+# ``engine.correction_high``'s ceiling: published bands stop at 5 (TIS and TRL's cap 2, IcePop
+# 5); a weight of 1e4 already lets one token outweigh ten thousand others, and a larger float
+# overflows the float32 weights (1e300: an overflow traceback mid-step)
+MAX_CORRECTION_HIGH = 10_000.0
 
 
 def validate_engine(
@@ -120,5 +124,10 @@ def validate_correction(engine: DictConfig) -> None:
         engine.correction_low, "engine.correction_low", 0, 1, high_open=True, optional=True
     )
     check_number(
-        engine.correction_high, "engine.correction_high", 1, None, low_open=True, optional=True
+        engine.correction_high,
+        "engine.correction_high",
+        1,
+        MAX_CORRECTION_HIGH,
+        low_open=True,
+        optional=True,
     )

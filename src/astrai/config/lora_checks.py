@@ -13,8 +13,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from astrai.config.errors import ConfigError, require
+from astrai.config.ranges import MAX_PARAMETERS, check_large
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
-from astrai.models.lora import LoraConfigError, LoraSettings, resolve_target_modules
+from astrai.models.lora import (
+    LoraConfigError,
+    LoraSettings,
+    adapter_parameter_count,
+    target_widths,
+)
 
 LORA_KEY = "lora"
 
@@ -47,6 +53,31 @@ def builder_node(model: DictConfig) -> DictConfig:
     return OmegaConf.create(container)
 
 
+def _check_size(
+    cfg: DictConfig,
+    skeleton: LlamaForCausalLM,
+    settings: LoraSettings,
+    widths: list[tuple[int, int]],
+) -> None:
+    """The rank at most the widest targeted layer's ``min(in, out)`` (beyond it no targeted
+    update gains rank: ``B A`` is already full rank), and the base's parameters plus the
+    adapters' within ``MAX_PARAMETERS`` (``trainer.allow_large`` lifts that bound only)."""
+    most = max(min(fan_in, fan_out) for fan_in, fan_out in widths)
+    require(
+        settings.rank <= most,
+        f"model.lora.rank must be in [1, {most}] (the widest targeted layer's min(in, out): "
+        f"a larger rank adds parameters, not rank; got {settings.rank})",
+    )
+    adapters = adapter_parameter_count(widths, settings.rank, settings.use_dora)
+    base = sum(p.numel() for p in skeleton.parameters())
+    check_large(
+        base + adapters,
+        MAX_PARAMETERS,
+        f"model parameters with model.lora's adapters ({adapters:,} of them)",
+        bool(cfg.trainer.allow_large),
+    )
+
+
 def validate_lora(cfg: DictConfig, model: LlamaConfig) -> None:
     """``model.lora``: its values, every target module against the model's decoder linears
     (on a meta-device model: no memory), what adapters cannot run with yet (the reference is
@@ -58,9 +89,10 @@ def validate_lora(cfg: DictConfig, model: LlamaConfig) -> None:
     with torch.device("meta"):
         skeleton = LlamaForCausalLM(model)
     try:
-        resolve_target_modules(skeleton, settings.target_modules)
+        widths = target_widths(skeleton, settings.target_modules)
     except LoraConfigError as err:
         raise ConfigError(f"model.{err}") from err
+    _check_size(cfg, skeleton, settings, widths)
     require(
         not cfg.infra.offload_reference,
         "infra.offload_reference=true with model.lora: the reference is the base model with the "

@@ -11,7 +11,7 @@ import typing
 from dataclasses import field, make_dataclass
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from astrai.algorithms.registry import STRATEGIES
 from astrai.algorithms.strategy import Strategy
@@ -78,6 +78,24 @@ GROUP_SCHEMAS: dict[str, dict[str, type]] = {
 }
 
 
+# maps a plain override may fill with new keys (``'model.chat_template_kwargs={enable_thinking:
+# false}'``, as docs/your-own-model.md writes it): their struct flag is off, so Hydra merges the
+# given map into the empty default instead of asking for ``+``. Their keys are checked by the
+# code that reads them (``hf_tokenizer.check_template_kwargs``).
+FREE_MAPS: dict[type, tuple[str, ...]] = {schema.HFModelConfig: ("chat_template_kwargs",)}
+
+
+def schema_node(node: type) -> type | DictConfig:
+    """What the store holds for the schema ``node``: the dataclass itself, or, where it has
+    ``FREE_MAPS``, its structured config with those maps open to new keys."""
+    if node not in FREE_MAPS:
+        return node
+    structured = OmegaConf.structured(node)
+    for key in FREE_MAPS[node]:
+        OmegaConf.set_struct(structured._get_node(key), False)  # type: ignore[arg-type]
+    return structured
+
+
 def register_configs() -> None:
     """Store the root schema as ``train_schema`` and each group's schema as
     ``schema/<group>/base_<name>``."""
@@ -85,4 +103,4 @@ def register_configs() -> None:
     cs.store(name="train_schema", node=schema.TrainConfig)
     for group, nodes in group_schemas().items():
         for name, node in nodes.items():
-            cs.store(group=f"{SCHEMA_GROUP}/{group}", name=name, node=node)
+            cs.store(group=f"{SCHEMA_GROUP}/{group}", name=name, node=schema_node(node))

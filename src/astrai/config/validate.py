@@ -48,6 +48,7 @@ def _validate_pretrained(model: DictConfig) -> tuple[LlamaConfig, Tokenizer]:
     from astrai.models.pretrained import (
         ModelDirError,
         check_tokenizer_fits,
+        check_weight_shapes,
         read_hf_config,
         template_kwargs_of,
         tokenizer_for,
@@ -67,7 +68,7 @@ def _validate_pretrained(model: DictConfig) -> tuple[LlamaConfig, Tokenizer]:
         raise ConfigError(f"model.{err}") from err
     try:
         config = read_hf_config(path)
-        weight_files(path)
+        check_weight_shapes(weight_files(path), config)
         tokenizer = tokenizer_for(model)
         check_tokenizer_fits(tokenizer, config, Path(path))
     except (ModelDirError, TokenizerFileError) as err:
@@ -148,7 +149,7 @@ def _validate_task(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) ->
             try:
                 task.check_tokens(tokenizer.encode_prompt, max_prompt_tokens)
             except DatasetError as err:
-                raise ConfigError(str(err)) from err
+                raise ConfigError(_naming_template(str(err), tokenizer)) from err
         else:
             _check_embedded_prompts(cfg, task, tokenizer, max_prompt_tokens)
         return task
@@ -180,6 +181,15 @@ def _validate_task(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) ->
         f"<bos> + longest prompt + train_type.sampling.max_new_tokens ({longest})",
     )
     return task
+
+
+def _naming_template(message: str, tokenizer: Tokenizer) -> str:
+    """A dataset row's error, with the chat template's file where the template rendered the
+    row empty or without its text (``HFTokenizer.encode_prompt``)."""
+    source = getattr(tokenizer, "template_file", None)
+    if source is None or "the chat template renders the prompt" not in message:
+        return message
+    return f"{message} (model.path: {source}; model.chat_template=false feeds the rows as text)"
 
 
 def _check_embedded_prompts(
@@ -237,6 +247,8 @@ def _validate_reward(reward: DictConfig, task: ProblemSource, tokenizer: Tokeniz
         )
     except RewardError as err:
         raise ConfigError(f"{err} (tried before the run on the first eval problems)") from err
+    finally:
+        built.close()  # its reward worker (the run builds its own)
     return built.names
 
 

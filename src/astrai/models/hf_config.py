@@ -6,7 +6,9 @@ RMSNorm), each with its ``head_dim``, tied or untied embeddings and RoPE scaling
 ``linear``, ``llama3``, ``yarn``: ``models.rope``). Every key of a checkpoint's config is either
 read, checked to hold a value astrai computes exactly (``hidden_act: silu``, no dropout, a
 sliding window that cannot mask anything, ...), or metadata that does not change the model; any
-other key or value is refused with the key named, never ignored.
+other key or value is refused with the key named, never ignored. Every key read has one JSON type
+(``READ_KEY_TYPES``), checked before any value is used: ``"tie_word_embeddings": "false"`` (a
+string, which ``bool()`` reads as true) or ``"num_attention_heads": [2]`` is refused, not coerced.
 
 Export writes a config both transformers 5 (``rope_parameters``) and 4.x / vLLM
 (``rope_theta`` + ``rope_scaling``) read, in the family's own layout (``architectures``,
@@ -16,6 +18,7 @@ trunk plus a ``score`` Linear with bias, i.e. ``V`` at every position.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -46,15 +49,61 @@ METADATA_KEYS = frozenset(
         "max_window_layers",
     }
 )  # fmt: skip
-# keys astrai reads into LlamaConfig
-READ_KEYS = frozenset(
-    {
-        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-        "num_attention_heads", "num_key_value_heads", "max_position_embeddings", "head_dim",
-        "rope_theta", "rope_scaling", "rope_parameters", "rms_norm_eps", "tie_word_embeddings",
-        "initializer_range", "attention_bias",
-    }
-)  # fmt: skip
+# keys astrai reads into LlamaConfig, each with the JSON type it must have (checked by
+# ``_check_types`` before any value is used: ``bool("false")`` is True, ``int([2])`` a TypeError)
+INT, OPTIONAL_INT, NUMBER, BOOL, OPTIONAL_MAP = (
+    "a positive integer",
+    "null or a positive integer",
+    "a finite number > 0",
+    "true or false",
+    "null or a JSON object",
+)
+READ_KEY_TYPES: dict[str, str] = {
+    "vocab_size": INT,
+    "hidden_size": INT,
+    "intermediate_size": INT,
+    "num_hidden_layers": INT,
+    "num_attention_heads": INT,
+    "num_key_value_heads": OPTIONAL_INT,
+    "max_position_embeddings": INT,
+    "head_dim": OPTIONAL_INT,
+    "rope_theta": NUMBER,
+    "rope_scaling": OPTIONAL_MAP,
+    "rope_parameters": OPTIONAL_MAP,
+    "rms_norm_eps": NUMBER,
+    "tie_word_embeddings": BOOL,
+    "initializer_range": NUMBER,
+    "attention_bias": BOOL,
+}
+READ_KEYS = frozenset(READ_KEY_TYPES)
+REQUIRED_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                 "num_attention_heads")  # fmt: skip
+
+
+def _has_type(value: Any, kind: str) -> bool:
+    """Whether a JSON ``value`` is of ``kind`` (one of ``READ_KEY_TYPES``' values)."""
+    if kind == BOOL:
+        return isinstance(value, bool)
+    if kind == OPTIONAL_MAP:
+        return value is None or isinstance(value, dict)
+    if kind == OPTIONAL_INT and value is None:
+        return True
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if kind == NUMBER:  # ``not value > 0`` (not ``<= 0``): NaN compares False both ways
+        return math.isfinite(value) and value > 0
+    return isinstance(value, int) and value > 0  # INT, OPTIONAL_INT: 1e6 is a float in JSON
+
+
+def _check_types(hf: dict[str, Any]) -> None:
+    """Every key astrai reads holds its ``READ_KEY_TYPES`` type (an absent optional key takes
+    its default); the first that does not is named with its value."""
+    for key in REQUIRED_KEYS:
+        if key not in hf:
+            raise UnsupportedModelError(f"missing key {key!r}")
+    for key, kind in READ_KEY_TYPES.items():
+        if key in hf and not _has_type(hf[key], kind):
+            raise UnsupportedModelError(f"{key} must be {kind} (got {hf[key]!r})")
 
 
 class UnsupportedModelError(ValueError):
@@ -150,6 +199,8 @@ def _rope(hf: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
             f"rope_parameters {params!r} and rope_scaling {scaling!r} disagree"
         )
     theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
+    if not _has_type(theta, NUMBER):
+        raise UnsupportedModelError(f"rope_parameters.rope_theta must be {NUMBER} (got {theta!r})")
     return float(theta), from_params if params else from_scaling
 
 
@@ -162,6 +213,7 @@ def llama_config_from_hf(hf: dict[str, Any]) -> LlamaConfig:
             f"{', '.join(SUPPORTED_MODEL_TYPES)})"
         )
     family = FAMILIES[model_type]
+    _check_types(hf)
     if hf.get("attention_bias") and not family.attention_bias:
         raise UnsupportedModelError(
             f"attention_bias=true on a {model_type} model (biases on q/k/v *and* o_proj) is not "
@@ -169,28 +221,21 @@ def llama_config_from_hf(hf: dict[str, Any]) -> LlamaConfig:
         )
     _check_keys(hf, model_type)
     theta, scaling = _rope(hf)
-    try:
-        heads = int(hf["num_attention_heads"])
-        kwargs: dict[str, Any] = {
-            "vocab_size": int(hf["vocab_size"]),
-            "hidden_size": int(hf["hidden_size"]),
-            "intermediate_size": int(hf["intermediate_size"]),
-            "num_hidden_layers": int(hf["num_hidden_layers"]),
-            "num_attention_heads": heads,
-            "num_key_value_heads": int(hf.get("num_key_value_heads") or heads),
-            "max_position_embeddings": int(hf.get("max_position_embeddings", 2048)),
-        }
-    except KeyError as err:
-        raise UnsupportedModelError(f"missing key {err.args[0]!r}") from err
-    head_dim = hf.get("head_dim")
+    heads = hf["num_attention_heads"]
     return LlamaConfig(
-        **kwargs,
+        vocab_size=hf["vocab_size"],
+        hidden_size=hf["hidden_size"],
+        intermediate_size=hf["intermediate_size"],
+        num_hidden_layers=hf["num_hidden_layers"],
+        num_attention_heads=heads,
+        num_key_value_heads=hf.get("num_key_value_heads") or heads,
+        max_position_embeddings=hf.get("max_position_embeddings", 2048),
         rope_theta=theta,
-        rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        initializer_range=float(hf.get("initializer_range", 0.02)),
+        rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
+        tie_word_embeddings=hf.get("tie_word_embeddings", False),
+        initializer_range=hf.get("initializer_range", 0.02),
         attention_bias=family.attention_bias,
-        head_dim=None if head_dim is None else int(head_dim),
+        head_dim=hf.get("head_dim"),
         qk_norm=family.qk_norm,
         rope_scaling=scaling,
         model_type=model_type,

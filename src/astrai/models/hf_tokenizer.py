@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from astrai.chat import Prompt
+from astrai.files import naming_write_errors
 from astrai.models.tokenizer import SPECIAL_TOKENS, TOKENIZER_FILE, CharTokenizer
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -277,9 +278,27 @@ class HFTokenizer:
         return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
 
     def encode_prompt(self, prompt: Prompt) -> list[int]:
+        """The prompt's ids as the policy sees them. ``ValueError`` when the chat template
+        renders it as no tokens, or leaves out the text of a user turn (a template that
+        ignores ``content``): the policy would answer nothing, or something else; the pre-run
+        check (``tasks.prompt_fit``) and ``astrai.generate`` name the template file."""
         if self.chat_template is None:  # the post-processor adds BOS where the model wants it
-            return self.encode(self.render_prompt(prompt))
-        return self.encode(self.render_prompt(prompt), add_special_tokens=False)
+            ids = self.encode(self.render_prompt(prompt))
+        else:
+            text = self.render_prompt(prompt)
+            if not text.strip():
+                raise ValueError("the chat template renders the prompt as empty text")
+            left_out = _left_out_user_text(prompt, text)
+            if left_out is not None:
+                raise ValueError(
+                    f"the chat template renders the prompt without its user text {left_out!r} "
+                    f"(rendered: {text[:80]!r})"
+                )
+            ids = self.encode(text, add_special_tokens=False)
+        if not ids:
+            rendered = "the chat template renders" if self.chat_template else "it encodes as"
+            raise ValueError(f"the prompt is empty: {rendered} no tokens")
+        return ids
 
     def decode(self, ids: list[int]) -> str:
         """Special tokens dropped and surrounding whitespace stripped: a byte-level BPE answer
@@ -290,10 +309,24 @@ class HFTokenizer:
         """Write the source files back byte for byte; return the ``tokenizer.json`` path."""
         directory = Path(directory)
         for name, payload in self._files.items():
-            (directory / name).write_bytes(payload)
+            with naming_write_errors(directory / name):
+                (directory / name).write_bytes(payload)
         if self.chat_template is not None and CHAT_TEMPLATE_FILE not in self._files:
-            (directory / CHAT_TEMPLATE_FILE).write_text(self.chat_template)
+            with naming_write_errors(directory / CHAT_TEMPLATE_FILE):
+                (directory / CHAT_TEMPLATE_FILE).write_text(self.chat_template)
         return directory / TOKENIZER_FILE
+
+
+def _left_out_user_text(prompt: Prompt, rendered: str) -> str | None:
+    """The first user turn's text (stripped: templates trim it, Llama 3's among them) that
+    ``rendered`` does not contain, or None."""
+    turns = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    for turn in turns:
+        content = turn.get("content")
+        if turn.get("role") == "user" and isinstance(content, str):
+            if content.strip() not in rendered:
+                return content
+    return None
 
 
 def save_char_tokenizer_as_hf(tokenizer: CharTokenizer, directory: str | Path) -> Path:
@@ -315,7 +348,8 @@ def save_char_tokenizer_as_hf(tokenizer: CharTokenizer, directory: str | Path) -
         single="<bos> $A", pair="<bos> $A $B", special_tokens=[("<bos>", tokenizer.bos_id)]
     )
     directory = Path(directory)
-    hf.save(str(directory / TOKENIZER_FILE))
+    with naming_write_errors(directory / TOKENIZER_FILE):
+        hf.save(str(directory / TOKENIZER_FILE))
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": "<bos>",
@@ -325,5 +359,6 @@ def save_char_tokenizer_as_hf(tokenizer: CharTokenizer, directory: str | Path) -
         "clean_up_tokenization_spaces": False,
         "model_max_length": 1_000_000,
     }
-    (directory / TOKENIZER_CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+    with naming_write_errors(directory / TOKENIZER_CONFIG_FILE):
+        (directory / TOKENIZER_CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     return directory / TOKENIZER_FILE

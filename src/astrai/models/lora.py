@@ -37,6 +37,7 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
+from astrai.files import naming_write_errors
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.weights import stored_names
 
@@ -48,6 +49,9 @@ ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 # a PeftModel's own state dict names the base model through two wrappers (PeftModel.base_model,
 # a LoraModel, whose .model is the base); its adapter files carry that prefix
 PEFT_FILE_PREFIX = "base_model.model."
+# ``lora.alpha``'s ceiling: published settings stay in the hundreds (alpha = 2 × rank at rank
+# 1024 is 2048); a scale far beyond that only overflows the update into NaN probabilities
+MAX_ALPHA = 100_000.0
 
 
 class LoraConfigError(ValueError):
@@ -81,9 +85,13 @@ class LoraSettings:
         if not isinstance(rank, int) or isinstance(rank, bool) or rank <= 0:
             raise LoraConfigError(f"lora.rank must be a positive integer (got {rank!r})")
         alpha = self.alpha
-        # ``not alpha > 0`` (not ``alpha <= 0``): NaN compares False both ways
-        if not isinstance(alpha, int | float) or isinstance(alpha, bool) or not alpha > 0:
-            raise LoraConfigError(f"lora.alpha must be a number > 0 (got {alpha!r})")
+        # NaN fails the comparison (it compares False both ways), inf the ceiling: an infinite
+        # scale turned the first update into NaN probabilities
+        number = isinstance(alpha, int | float) and not isinstance(alpha, bool)
+        if not (number and 0 < alpha <= MAX_ALPHA):
+            raise LoraConfigError(
+                f"lora.alpha must be in (0, {MAX_ALPHA:g}] (a finite number, got {alpha!r})"
+            )
         dropout = self.dropout
         number = isinstance(dropout, int | float) and not isinstance(dropout, bool)
         if not (number and 0 <= dropout < 1):
@@ -125,6 +133,24 @@ def linear_module_names(model: LlamaForCausalLM) -> list[str]:
         for name, module in model.model.layers.named_modules()
         if isinstance(module, nn.Linear)
     ]
+
+
+def target_widths(model: LlamaForCausalLM, targets: list[str] | str) -> list[tuple[int, int]]:
+    """``(in_features, out_features)`` of every linear module ``targets`` adapts (a list checked
+    by ``resolve_target_modules``; ``all-linear``: every decoder linear)."""
+    names = resolve_target_modules(model, targets)
+    return [
+        (module.in_features, module.out_features)
+        for full_name, module in model.model.layers.named_modules(prefix="model.layers")
+        if isinstance(module, nn.Linear)
+        and any(full_name == t or full_name.endswith("." + t) for t in names)
+    ]
+
+
+def adapter_parameter_count(widths: list[tuple[int, int]], rank: int, dora: bool) -> int:
+    """Parameters of rank-``rank`` adapters on linears of ``widths``: ``A [r, in]`` and
+    ``B [out, r]`` each, plus DoRA's magnitude (one per output row)."""
+    return sum(rank * (fan_in + fan_out) + (fan_out if dora else 0) for fan_in, fan_out in widths)
 
 
 def resolve_target_modules(model: LlamaForCausalLM, targets: list[str] | str) -> list[str]:
@@ -265,7 +291,8 @@ def adapter_config(model: nn.Module, base_model_name_or_path: str | None) -> dic
 
 def write_adapter_config(config: dict[str, Any], path: Path) -> None:
     """``adapter_config(...)`` into the file ``path`` (PEFT's layout: indent 2, sorted keys)."""
-    Path(path).write_text(json.dumps(config, indent=2, sort_keys=True))
+    with naming_write_errors(Path(path)):
+        Path(path).write_text(json.dumps(config, indent=2, sort_keys=True))
 
 
 def write_adapter_weights(state: dict[str, Tensor], path: Path) -> None:
@@ -275,7 +302,8 @@ def write_adapter_weights(state: dict[str, Tensor], path: Path) -> None:
         PEFT_FILE_PREFIX + name: tensor.detach().to("cpu").contiguous()
         for name, tensor in state.items()
     }
-    save_file(tensors, str(path), metadata={"format": "pt"})
+    with naming_write_errors(Path(path)):
+        save_file(tensors, str(path), metadata={"format": "pt"})
 
 
 def read_adapter_weights(tensors: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from astrai.files import naming_write_errors
 from astrai.models.hf_config import (
     UnsupportedModelError,
     hf_config_from_llama,
@@ -121,10 +122,10 @@ def check_tokenizer_fits(tokenizer: Tokenizer, config: LlamaConfig, directory: P
         )
 
 
-def check_safetensors_size(file: Path) -> None:
+def check_safetensors_size(file: Path) -> dict[str, Any]:
     """``ModelDirError`` naming ``file`` unless its header is readable and the file is as long
     as the header says (a truncated download or copy): read before any weights are loaded, so
-    the config check at start-up already refuses it."""
+    the config check at start-up already refuses it. Returns the header."""
     try:
         with open(file, "rb") as handle:
             prefix = handle.read(8)
@@ -155,6 +156,56 @@ def check_safetensors_size(file: Path) -> None:
             f"{file}: truncated safetensors file ({size} of {expected} bytes): download or "
             "copy it again"
         )
+    return header
+
+
+def _stored_head_name(name: str) -> str:
+    """A critic's ``value_head.*`` under the name its directory stores (``score.*``)."""
+    if name.startswith(VALUE_HEAD_PREFIX):
+        return SCORE_PREFIX + name[len(VALUE_HEAD_PREFIX) :]
+    return name
+
+
+def check_weight_shapes(files: list[Path], config: LlamaConfig, critic: bool = False) -> None:
+    """``ModelDirError`` naming the file and tensor when the safetensors headers' names and
+    shapes are not the ones ``config`` builds (a ``head_dim`` or size edited in
+    ``config.json``): read from the headers and a meta-device model, before any memory is
+    allocated for the weights, so a config that disagrees with its weights fails at the
+    pre-run check, not after building a model of the config's size. ``critic``: a value model
+    (``save_critic_dir``'s layout: the head stored as ``score``)."""
+    with torch.device("meta"):
+        skeleton: nn.Module = ValueModel(config) if critic else LlamaForCausalLM(config)
+    # ``stored_names`` tells tied tensors by their storage, which meta tensors do not have
+    expected = {
+        _stored_head_name(name): tuple(tensor.shape)
+        for name, tensor in skeleton.state_dict().items()
+        if critic or not (config.tie_word_embeddings and name == "lm_head.weight")
+    }
+    found: dict[str, tuple[tuple[int, ...], Path]] = {}
+    for file in files:
+        for name, entry in check_safetensors_size(file).items():
+            if (
+                name != "__metadata__"
+                and isinstance(entry, dict)
+                and not name.endswith(_IGNORED_SUFFIXES)
+            ):
+                found[name] = (tuple(entry.get("shape") or ()), file)
+    if "lm_head.weight" in found and "lm_head.weight" not in expected:
+        found.pop("lm_head.weight")  # tied: embed_tokens is the one stored
+    source = files[0] if len(files) == 1 else files[0].parent
+    missing = sorted(set(expected) - set(found))
+    unexpected = sorted(set(found) - set(expected))
+    if missing or unexpected:
+        raise ModelDirError(
+            f"{source}: weights do not match {CONFIG_FILE} (missing {missing[:8]}, "
+            f"unexpected {unexpected[:8]})"
+        )
+    for name in sorted(expected):
+        shape, file = found[name]
+        if shape != expected[name]:
+            raise ModelDirError(
+                f"{file}: {name} has shape {shape}, {CONFIG_FILE} says {expected[name]}"
+            )
 
 
 def weight_files(path: str | Path) -> list[Path]:
@@ -231,8 +282,9 @@ def load_pretrained_policy(
     del chat_template, chat_template_kwargs
     directory = Path(path)
     config = read_hf_config(directory)
-    model = LlamaForCausalLM(config)
     files = weight_files(directory)
+    check_weight_shapes(files, config)  # before a model of the config's size is built
+    model = LlamaForCausalLM(config)
     load_weights(model, read_tensors(files), files[0] if len(files) == 1 else directory)
     set_gradient_checkpointing(model, gradient_checkpointing)
     return model
@@ -306,7 +358,8 @@ def save_policy_dir(
     """Write ``model`` + ``tokenizer`` as a Hugging Face directory into (existing) ``directory``."""
     state = model.state_dict()
     tensors = _cast({name: state[name] for name in stored_names(model)}, dtype)
-    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    with naming_write_errors(directory / WEIGHTS_FILE):
+        save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
     # tokenizer files first: they may include the source's generation_config.json, which
     # the merged one below replaces
     save_tokenizer_files(tokenizer, directory)
@@ -323,7 +376,8 @@ def save_critic_dir(
         (SCORE_PREFIX + k[len(VALUE_HEAD_PREFIX) :] if k.startswith(VALUE_HEAD_PREFIX) else k): v
         for k, v in critic.state_dict().items()
     }
-    save_file(_cast(tensors, dtype), str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    with naming_write_errors(directory / WEIGHTS_FILE):
+        save_file(_cast(tensors, dtype), str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
     config = hf_config_from_llama(critic.config, "value", dtype, special_token_ids(tokenizer))
     _write_json(directory / CONFIG_FILE, config)
     save_tokenizer_files(tokenizer, directory)
@@ -338,8 +392,10 @@ def load_critic_dir(path: str | Path) -> ValueModel:
     labels = hf.get("id2label") or {}
     if len(labels) != 1:
         raise ModelDirError(f"{directory / CONFIG_FILE}: a value model has 1 label (got {labels})")
-    critic = ValueModel(read_hf_config(directory))
+    config = read_hf_config(directory)
     files = weight_files(directory)
+    check_weight_shapes(files, config, critic=True)  # before a model of the config's size
+    critic = ValueModel(config)
     tensors = {
         (VALUE_HEAD_PREFIX + k[len(SCORE_PREFIX) :] if k.startswith(SCORE_PREFIX) else k): v
         for k, v in read_tensors(files).items()
@@ -349,4 +405,5 @@ def load_critic_dir(path: str | Path) -> ValueModel:
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    with naming_write_errors(path):
+        path.write_text(json.dumps(payload, indent=2) + "\n")

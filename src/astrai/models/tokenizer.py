@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from astrai.chat import Prompt
+from astrai.files import naming_write_errors
 
 TOKENIZER_FILE = "tokenizer.json"
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
@@ -99,7 +100,8 @@ class CharTokenizer:
             "alphabet": self.alphabet,
             "special_tokens": list(SPECIAL_TOKENS),
         }
-        path.write_text(json.dumps(payload, indent=2) + "\n")
+        with naming_write_errors(path):
+            path.write_text(json.dumps(payload, indent=2) + "\n")
         return path
 
     @classmethod

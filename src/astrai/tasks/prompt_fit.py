@@ -58,11 +58,15 @@ def count_prompt_tokens(
     prompt: Prompt, where: str, encode_prompt: Callable[[Prompt], list[int]]
 ) -> int:
     """The tokens of ``prompt`` as the run encodes it (``encode_prompt``: chat template
-    included); ``PromptRenderError`` ``<where>: <why>`` when it does not render."""
+    included); ``PromptRenderError`` ``<where>: <why>`` when it does not render, or renders
+    as no tokens (or, with a chat template, without the user's text: ``HFTokenizer``)."""
     try:
-        return len(encode_prompt(prompt))
+        tokens = len(encode_prompt(prompt))
     except ValueError as err:
         raise PromptRenderError(f"{where}: {err}") from err
+    if tokens == 0:  # nothing for the policy to continue: sampling would index an empty row
+        raise PromptRenderError(f"{where}: the prompt renders as no tokens")
+    return tokens
 
 
 def check_prompt_tokens(
