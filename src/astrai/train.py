@@ -29,7 +29,15 @@ from astrai.paths import CONFIG_DIR
 from astrai.rewards.base import RewardError
 from astrai.rollout.staleness import StaleRolloutError
 from astrai.run_lock import LOCK_NAME, RunDirBusy, lock_run_dir
-from astrai.training.stopping import SIGNALS, catch_stop_signals
+from astrai.training.stopping import (
+    SIGNALS,
+    StopInterrupt,
+    begin_start_up,
+    catch_stop_signals,
+    deferred_stop,
+    end_start_up,
+    job_budget,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +66,13 @@ def run(cfg: DictConfig, run_dir: str | Path, parallel_jobs: int = 1) -> dict[st
             parallel_jobs,
         )
     if needs_launch(cfg.infra):
+        end_start_up()  # the launcher's stop is its workers' (``StopForwarder``)
         summary = launch_workers(cfg, Path(run_dir))
     else:
-        trainer = Trainer(cfg, run_dir)
+        trainer = Trainer(cfg, run_dir)  # start-up: a stop signal ends it at once
         try:
-            trainer.save_config()
+            with deferred_stop():  # not cut half-way
+                trainer.save_config()
             summary = trainer.fit()
         finally:
             trainer.close()
@@ -178,8 +188,46 @@ def hydra_task(start: StartUp) -> Callable[[], Any]:
 
 def run_job(cfg: DictConfig, start: StartUp) -> float | None:
     """One composed job: validate, lock the run dir, train; every known failure is one line on
-    stderr and exit 2. Returns the job's ``optimized_metric`` (what a sweeper optimises)."""
+    stderr and exit 2; a stop signal or ``trainer.max_duration`` during its start-up ends it at
+    once, exit 0 (``stopped_during_start_up``). Returns the job's ``optimized_metric`` (what a
+    sweeper optimises)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    begin_start_up()  # a sequential sweep's later job: interruptible as the first one
+    try:
+        with job_budget(_budget_seconds(cfg)):  # trainer.max_duration counts from start-up
+            return _run_job(cfg, start, run_dir)
+    except StopInterrupt as stop:
+        stopped_during_start_up(stop.signal_name, run_dir, start)
+        stop_sweep_after_a_signal(stop.signal_name)
+        return None
+
+
+def _budget_seconds(cfg: DictConfig) -> float | None:
+    """``trainer.max_duration`` in seconds (None: none, or a value validation will refuse)."""
+    from astrai.config.duration import parse_duration
+
+    budget = cfg.trainer.get("max_duration")
+    try:
+        return parse_duration(budget) if budget is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def stopped_during_start_up(reason: str, run_dir: Path | None, start: StartUp) -> None:
+    """A stop (``reason``: a signal, or ``max_duration``) ended the start-up: no step was taken
+    and nothing is saved. The run dir keeps ``.hydra/`` and the job log, whose last line says
+    so (what a user opening it looks for); an explicit run dir that held an earlier run's Hydra
+    record gets that record back, as a refused start leaves it. Later signals are ignored."""
+    end_start_up()
+    SIGNALS.completed = True  # the stop is done: a second signal changes nothing now
+    if run_dir is not None and start.earlier_record is not None:
+        if run_dir.resolve() == start.earlier_dir:
+            restore_hydra_record(run_dir, start.earlier_record)
+    where = f" (run dir {run_dir})" if run_dir is not None else ""
+    log.warning("stopped (%s) during start-up: no step taken, nothing to save%s", reason, where)
+
+
+def _run_job(cfg: DictConfig, start: StartUp, run_dir: Path) -> float | None:
     try:
         check_where_it_runs(cfg)
         validate_config(cfg)
@@ -305,9 +353,7 @@ def _single_run_overrides(argv: list[str], multirun: bool = False) -> list[str] 
     return list(args.overrides)
 
 
-def main() -> None:
-    """Console entry (``astrai-train``, ``python train.py`` and ``python -m astrai.train``)."""
-    catch_stop_signals()  # from the first line: a stop during start-up exits 0 too
+def _main() -> None:
     argv = _torchrun_arguments(sys.argv, dict(os.environ))
     if argv is None:
         _config_error(
@@ -345,6 +391,19 @@ def main() -> None:
             sys.exit(2)
         start = StartUp(read_hydra_record(explicit_dir), explicit_dir.resolve())
     hydra_task(start)()
+
+
+def main() -> None:
+    """Console entry (``astrai-train``, ``python train.py`` and ``python -m astrai.train``).
+    From its first line a stop signal ends the start-up at once, exit 0 (``stopping``)."""
+    catch_stop_signals()  # from the first line: a stop during start-up exits 0 too
+    try:
+        _main()
+    except StopInterrupt as stop:  # before the job (or inside Hydra, around it)
+        stopped_during_start_up(stop.signal_name, None, StartUp())
+        sys.exit(0)
+    finally:
+        end_start_up()  # (in-process callers: the next main starts its own)
 
 
 def _explicit_run_dir(overrides: list[str]) -> Path | None:

@@ -19,10 +19,14 @@ from safetensors.torch import load_file
 from tests.train_runs import TRAIN
 
 # a reward that announces itself on stderr and then takes its time, where ASTRAI_TEST_PAUSE says;
-# its values alternate within every group (tests/constructed_rewards.py's alternating_reward)
+# its values alternate within every group (tests/constructed_rewards.py's alternating_reward).
+# Built in this process twice (the config's validation, then the Trainer) and again in each
+# reward worker (``astrai.rewards.worker``), where it is called: the trainer's calls (8
+# responses; the pre-run check scores 4) are counted in the file ASTRAI_TEST_CALLS names.
 REWARD_MODULE = textwrap.dedent(
     """
-    import os, sys, time
+    import multiprocessing, os, sys, time
+    from pathlib import Path
 
     PAUSE = os.environ.get("ASTRAI_TEST_PAUSE", "")
 
@@ -35,19 +39,22 @@ REWARD_MODULE = textwrap.dedent(
         built = 0
 
         def __init__(self):
-            # built twice: by the config's validation, then in the Trainer's construction
-            Paused.built += 1
-            self.calls, self.trainers = 0, Paused.built == 2
-            if PAUSE == f"build{Paused.built}":
-                print("MARK pausing", file=sys.stderr, flush=True)
-                pause(3)
+            if multiprocessing.parent_process() is None:  # not in a reward worker
+                Paused.built += 1
+                if PAUSE == f"build{Paused.built}":
+                    print("MARK pausing", file=sys.stderr, flush=True)
+                    pause(3)
 
         def __call__(self, prompts, responses, answers):
-            self.calls += 1
-            # call 1: the step-0 evaluation; call 3: step 2's rollout (no evaluation between)
-            if self.trainers and (PAUSE, self.calls) in (("eval", 1), ("rollout", 3)):
-                print("MARK pausing", file=sys.stderr, flush=True)
-                pause(20)
+            if len(responses) == 8:  # the trainer's (the pre-run check scores 4)
+                counter = Path(os.environ["ASTRAI_TEST_CALLS"])
+                with counter.open("a") as f:
+                    f.write("x")
+                calls = len(counter.read_text())
+                # call 1: the step-0 evaluation; call 3: step 2's rollout (no evaluation between)
+                if (PAUSE, calls) in (("eval", 1), ("rollout", 3)):
+                    print("MARK pausing", file=sys.stderr, flush=True)
+                    pause(20)
             # 1, 0, 1, 0, ...: every group's rewards vary, so every step trains whatever the
             # random model samples (its answers may all be wrong: nothing to resume exactly)
             return [float(i % 2 == 0) for i in range(len(responses))]
@@ -62,13 +69,14 @@ ARGS = [
 ]
 
 
-def _env(tmp_path: Path, pause: str) -> dict[str, str]:
+def _env(tmp_path: Path, pause: str, calls: str = "calls") -> dict[str, str]:
     (tmp_path / "paused_reward.py").write_text(REWARD_MODULE)
     return {
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         "ASTRAI_TEST_PAUSE": pause,
+        "ASTRAI_TEST_CALLS": str(tmp_path / f"{calls}.{pause or 'none'}"),
     }
 
 
@@ -102,25 +110,20 @@ def _signal_at_mark(tmp_path: Path, run_dir: Path, pause: str) -> tuple[int, str
 
 
 @pytest.mark.slow  # ~6 s each: one train.py run
-@pytest.mark.parametrize(
-    ("pause", "stop_line"),
-    [
-        ("build1", "stopped (SIGTERM) during start-up: no step taken, nothing to save"),
-        ("build2", "stopped (SIGTERM) before step 1: nothing new to save"),
-    ],
-    ids=["validation", "trainer-construction"],
-)
-def test_sigterm_during_start_up_exits_0_with_nothing_saved(
-    tmp_path: Path, pause: str, stop_line: str
-) -> None:
+@pytest.mark.parametrize("pause", ["build1", "build2"], ids=["validation", "trainer-construction"])
+def test_sigterm_during_start_up_stops_it_at_once_and_exits_0(tmp_path: Path, pause: str) -> None:
+    """Start-up is interruptible (issue 45): the 3 s pause is cut short, no step is taken,
+    ``.hydra/`` and ``train.log`` stay and say why."""
     run_dir = tmp_path / "run"
     code, err = _signal_at_mark(tmp_path, run_dir, pause)
     assert code == 0, err[-3000:]
-    assert "SIGTERM received: stopping before the next step (none is in progress)" in err
-    assert stop_line in err
+    assert "SIGTERM received during start-up: stopping now (no step taken)" in err
+    line = "stopped (SIGTERM) during start-up: no step taken, nothing to save"
+    assert line in err and line in (run_dir / "train.log").read_text()
     assert "Traceback" not in err
     assert not (run_dir / "checkpoints").exists()
     assert _rows(run_dir) == []  # not even the step-0 evaluation ran
+    assert (run_dir / ".hydra" / "config.yaml").is_file()
 
 
 @pytest.mark.slow  # ~6 s: one train.py run
@@ -200,8 +203,12 @@ def test_a_signal_after_a_completed_stop_is_ignored() -> None:
 
 
 def test_a_signal_before_the_loop_is_the_reason_when_it_starts() -> None:
+    """Between start-up and the loop (``end_start_up``), or inside a write start-up holds shut
+    (``deferred_stop``), a signal waits: the loop starts with it as its reason."""
     result = _as_train_py(
         """
+        from astrai.training.stopping import end_start_up
+        end_start_up()
         os.kill(os.getpid(), signal.SIGTERM)
         with StopRequest() as stop:
             print(stop.reason, flush=True)
@@ -209,3 +216,34 @@ def test_a_signal_before_the_loop_is_the_reason_when_it_starts() -> None:
     )
     assert result.stdout.splitlines() == ["SIGTERM"], result.stderr
     assert result.returncode == 0
+
+
+def test_a_signal_during_start_up_raises_at_once_or_after_a_deferred_write() -> None:
+    result = _as_train_py(
+        """
+        import time
+        from astrai.training.stopping import StopInterrupt, deferred_stop
+        try:
+            with deferred_stop():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)
+                print("write finished", flush=True)
+        except StopInterrupt as stop:
+            print("raised after it:", stop.signal_name, flush=True)
+        """
+    )
+    assert result.stdout.splitlines() == ["write finished", "raised after it: SIGTERM"]
+    result = _as_train_py(
+        """
+        import time
+        from astrai.training.stopping import StopInterrupt
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+            print("not interrupted", flush=True)
+        except StopInterrupt as stop:
+            print("raised:", stop.signal_name, flush=True)
+        """
+    )
+    assert result.stdout.splitlines() == ["raised: SIGTERM"], result.stderr
+    assert "SIGTERM received during start-up: stopping now" in result.stderr

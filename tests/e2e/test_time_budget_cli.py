@@ -1,4 +1,4 @@
-"""``python train.py trainer.max_duration=5s`` with a reward that hangs (issue 30, item 3): the
+"""``python train.py trainer.max_duration=12s`` with a reward that hangs (issue 30, item 3): the
 run stops within the documented bound (the rest of the step's update + one checkpoint write +
 ~1 s after the budget), exit 0, ``summary.json`` says ``max_duration``, and the last finished
 step's checkpoint is complete."""
@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from tests.train_runs import TRAIN
 
-BUDGET_S = 5.0
+# counted from start-up (issue 45): the process's start-up (imports, checks, the model) is part
+# of it, a few seconds on a busy machine
+BUDGET_S = 12.0
 # the bound's "+ one checkpoint write + ~1 s" (no update is pending: the hang is in sampling),
 # with a generous margin for a busy machine
 BOUND_S = BUDGET_S + 6.0
@@ -48,7 +50,7 @@ CHECKPOINT_FILES = {
 }
 
 
-@pytest.mark.slow  # ~15 s: one train.py run, 5 s of it the budget
+@pytest.mark.slow  # ~15 s: one train.py run, 12 s of it the budget (from start-up)
 def test_a_hung_reward_stops_at_the_time_budget_with_exit_0_and_a_checkpoint(
     tmp_path: Path,
 ) -> None:
@@ -87,9 +89,11 @@ def test_a_hung_reward_stops_at_the_time_budget_with_exit_0_and_a_checkpoint(
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stopped"] == "max_duration" and summary["step"] == 1
     # wall_time_s: from the loop's start, where the budget starts too
-    print(f"stopped {summary['wall_time_s'] - BUDGET_S:.2f}s after the budget")
-    assert BUDGET_S <= summary["wall_time_s"] < BOUND_S, summary
-    assert elapsed < 120  # start-up included
+    # the budget counts from start-up (``catch_stop_signals``), the loop's wall time from its
+    # own start; the process's imports before that and its exit add a little
+    print(f"stopped {elapsed - BUDGET_S:.2f}s after the budget (process start to exit)")
+    assert summary["wall_time_s"] < BUDGET_S, summary
+    assert BUDGET_S <= elapsed < BOUND_S + 4, summary
     step_1 = run_dir / "checkpoints" / "step_1"
     assert summary["checkpoint"] == str(step_1)
     assert CHECKPOINT_FILES <= {p.name for p in step_1.iterdir()}

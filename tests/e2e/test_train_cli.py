@@ -215,17 +215,15 @@ def test_sigterm_checkpoints_exits_0_and_the_resumed_run_matches(
     assert steps == list(range(151))
 
 
-def test_a_time_budget_spent_before_the_first_step_stops_at_step_0_with_exit_0(
-    tmp_path: Path,
-) -> None:
-    """The budget runs out in the step-0 evaluation, which is abandoned (issue 30: a budget
-    bounds the step; tests/e2e/test_time_budget_cli.py stops a hung step with its checkpoint)."""
+def test_a_time_budget_spent_during_start_up_stops_it_with_exit_0(tmp_path: Path) -> None:
+    """The budget counts from start-up (issue 45) and runs out there: start-up ends at once, no
+    step, exit 0, the job log says so (tests/e2e/test_time_budget_cli.py stops a hung step with
+    its checkpoint; tests/e2e/test_stop_every_phase.py a hung pre-run check)."""
     run_dir = tmp_path / "run"
     args = [*LONG, "trainer.max_duration=0.001s", f"hydra.run.dir={run_dir}"]
     result = run_train_in_process(args, tmp_path)  # main, in this process
     assert result.returncode == 0, result.stderr[-2000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["stopped"] == "max_duration"
-    assert summary["step"] == 0 and summary["checkpoint"] is None
+    line = "stopped (max_duration) during start-up: no step taken, nothing to save"
+    assert line in result.stdout and line in (run_dir / "train.log").read_text()
+    assert not (run_dir / "summary.json").exists()
     assert not list((run_dir / "checkpoints").glob("step_*"))
-    assert "stopped (max_duration) before step 1: nothing new to save" in result.stdout

@@ -37,6 +37,7 @@ from astrai.checkpoints.layout import (
     CHECKPOINTS_DIR,
     EXTRA_FILES_KEY,
     IN_FLIGHT_FILE,
+    IN_FLIGHT_KEY,
     MODEL_CONFIG_FILE,
     MODEL_FILE,
     OPTIMIZER_FILE,
@@ -52,6 +53,7 @@ from astrai.checkpoints.layout import (
     recorded_extra_files,
     step_dir_name,
 )
+from astrai.checkpoints.reissue import REISSUE_FILE, REISSUE_KEY, check_reissue_file
 from astrai.distributed import DistContext, all_reduce_max, gather_objects
 from astrai.files import FileWriter, write_file_atomic
 from astrai.models.lora import (
@@ -64,7 +66,8 @@ from astrai.models.lora import (
 )
 from astrai.models.tokenizer import Tokenizer
 from astrai.models.weights import stored_names
-from astrai.training.overlap import batch_record, load_in_flight
+from astrai.training.in_flight import batch_record, load_in_flight, run_shape
+from astrai.training.overlap import Reissue, Settled
 from astrai.training.parallel import (
     full_model_state,
     full_optimizer_state,
@@ -76,7 +79,6 @@ from astrai.training.state import TrainState
 
 log = logging.getLogger(__name__)
 
-IN_FLIGHT_KEY = "in_flight"  # trainer_state.json: how many rollouts each rank had in flight
 FORMAT_VERSION = 2  # 2: trainer_state.json lists the algorithm's files (``EXTRA_FILES_KEY``)
 
 
@@ -159,6 +161,24 @@ def _setup_fingerprint(parts: CheckpointParts) -> dict[str, Any]:
         # CPU one, and another device's arithmetic would not repeat the run anyway
         "device": parts.device.type,
     }
+
+
+def settled_state(
+    state: TrainState, settled: Settled, stream: torch.Generator | None
+) -> TrainState:
+    """``state`` as a checkpoint saves it with a sampling thread: its in-flight rollouts
+    (``settled.batches``), the ones a stop abandoned (``settled.reissue``) and, when it
+    abandoned any, the sampling stream (``stream``, one of ``state.generators``) as it was
+    before the first of them: the checkpoint counts no rollout it does not hold, and a resume
+    samples the abandoned ones as the straight run did."""
+    generators = state.generators
+    if settled.stream_state is not None and stream is not None:
+        rewound = torch.Generator(device=stream.device)
+        rewound.set_state(settled.stream_state)
+        generators = {name: rewound if g is stream else g for name, g in generators.items()}
+    return dataclasses.replace(
+        state, generators=generators, in_flight=settled.batches, reissue=settled.reissue
+    )
 
 
 def save_training_checkpoint(parts: CheckpointParts, state: TrainState) -> Path:
@@ -250,6 +270,11 @@ def _write(
     if state.in_flight:
         record[IN_FLIGHT_KEY] = len(state.in_flight)
         record[EXTRA_FILES_KEY].append(IN_FLIGHT_FILE)
+    if state.reissue:
+        record[REISSUE_KEY] = [
+            {"step": job.step, "policy_version": job.version} for job in state.reissue
+        ]
+        record[EXTRA_FILES_KEY].append(REISSUE_FILE)
     writers: dict[str, FileWriter] = {
         MODEL_FILE: lambda p: io.save_tensors(policy_state, p),
         MODEL_CONFIG_FILE: lambda p: io.save_json(dataclasses.asdict(parts.policy.config), p),
@@ -268,6 +293,8 @@ def _write(
         writers[name] = _torch_writer(stateful)
     if state.in_flight:
         writers[IN_FLIGHT_FILE] = lambda p: io.save_torch({"per_rank": in_flight_per_rank}, p)
+    if state.reissue:
+        writers[REISSUE_FILE] = lambda p: io.save_torch({"steps": _reissue_records(state)}, p)
     # trainer_state.json last: a reader that sees it knows every other file was written
     writers[TRAINER_STATE_FILE] = lambda p: io.save_json(record, p)
     return io.write_checkpoint(root, state.step, writers)
@@ -334,9 +361,10 @@ def restore_training_checkpoint(
     io.load_state_dict_into(parts.scheduler, path / SCHEDULER_FILE)
     _restore_extra(parts, path, record)
     _restore_rng(parts, fresh.generators, record, path)
-    in_flight = []  # none where the checkpoint lists none
-    if IN_FLIGHT_FILE in recorded_extra_files(record):
-        in_flight = load_in_flight(path / IN_FLIGHT_FILE, parts.dist, parts.device)
+    # none where the checkpoint lists none; checked as verify checks them, and for this run
+    in_flight = load_in_flight(
+        path, record, run_shape(parts.cfg, parts.dist.world_size), parts.dist, parts.device
+    )
     return dataclasses.replace(
         fresh,
         step=record["step"],
@@ -345,7 +373,23 @@ def restore_training_checkpoint(
         eval_pending=record.get("eval_pending", False),  # absent before it was saved
         resumed_from=path,
         in_flight=in_flight,
+        reissue=_load_reissue(path, record),
     )
+
+
+def _reissue_records(state: TrainState) -> list[dict[str, Any]]:
+    return [
+        {"step": job.step, "policy_version": job.version, "weights": job.weights}
+        for job in state.reissue
+    ]
+
+
+def _load_reissue(path: Path, record: dict[str, Any]) -> list[Reissue]:
+    """The rollouts a stop abandoned (``reissue.pt``), checked as ``verify`` checks them."""
+    return [
+        Reissue(int(job["step"]), int(job["policy_version"]), job["weights"])
+        for job in check_reissue_file(path, record)
+    ]
 
 
 def _restore_adapters(parts: CheckpointParts, path: Path) -> None:

@@ -1,7 +1,9 @@
 """The run's schedule around the steps: the step-0 evaluation, a step, an evaluation every
 ``trainer.eval_every``, logging, checkpoints on schedule and when the run stops (a signal at
 any time, ``trainer.max_duration``, metrics reaching ``trainer.stop_at``), the summary. What
-one step does is ``Trainer``'s.
+one step does is ``Trainer``'s. How soon a stop takes effect (the bound) is
+``training.stopping``'s; under ``python train.py`` the budget counts from start-up
+(``stopping.job_budget``), for a ``Trainer.fit`` called directly from the loop's start.
 """
 
 from __future__ import annotations
@@ -126,6 +128,9 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
             every = trainer.cfg.ckpt.every_steps
             if stopped is not None or (every > 0 and state.step % every == 0):
                 checkpoint, saved_step = trainer.save_checkpoint(), state.step
+                # a stop asked for while it waited on the sampling thread: that checkpoint
+                # abandoned the unfinished rollouts (``overlap``), so this is the stop's
+                stopped = stopped or agreed_stop_reason(stop.reason)
             if stopped is not None:
                 pending = " (its evaluation, abandoned, runs first on resume)"
                 log.warning(

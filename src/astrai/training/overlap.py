@@ -17,6 +17,15 @@ copy for step ``s`` is ``s % L``, last used by step ``s - L``, already taken). A
 its own copy of the weights (vLLM) is its own snapshot: ``before_weight_sync`` waits for its
 jobs to finish before the trainer loads the updated weights into it.
 
+Stopping (``training.stopping``): a stop never waits for an unfinished rollout. The training
+thread's wait (``take``) is interruptible in one process; a checkpoint's wait (``settle``)
+ends once a stop is asked for, keeps the rollouts sampled, and saves each unfinished one as a
+``Reissue`` (its snapshot's weights and version) with the sampling stream rewound to before the
+first of them, so the checkpoint counts only what ``in_flight.pt`` holds and a resume samples
+them again exactly. A reward call blocked on the sampling thread is ended by killing its reward
+worker (``abandon_reward_calls``); the thread is a daemon (``sampling_thread``), so a job still
+blocked never holds the process's exit.
+
 Threads: each side runs on half of ``infra.num_threads`` (at least one each; torch's intra-op
 count is kept per thread once a thread has run an op, so the two are set one by one).
 """
@@ -24,22 +33,29 @@ count is kept per thread once a thread has run an op, so the two are set one by 
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import Any
+from concurrent.futures import Future, wait
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from astrai.checkpoints import io
-from astrai.checkpoints.completeness import CheckpointError
-from astrai.distributed import DistContext
+from astrai.distributed import all_reduce_max
+from astrai.rewards.worker import abandon_reward_calls
 from astrai.rollout.rollout import Rollout
-from astrai.rollout.staleness import StaleRolloutError, check_policy_lag
+from astrai.training.sampling_thread import SamplingThread
+from astrai.training.stopping import interruptible, stop_requested
+
+log = logging.getLogger(__name__)
+
+# how often a waiting training thread looks at a stop request; how long a stop waits for an
+# abandoned job (its reward calls ended: ``RewardCallAbandoned`` within ~1 s)
+WAIT_SLICE_S = 0.1
+ABANDON_WAIT_S = 2.0
 
 
 @dataclass
@@ -71,6 +87,13 @@ def split_threads(total: int) -> int:
 class RolloutPipeline:
     """The rollouts of the next ``lag`` steps, sampled on a background thread.
 
+    Stopping (``training.stopping``): the training thread's wait for a rollout (``take``) is
+    interruptible in one process; a checkpoint's wait (``settle``) ends as soon as a stop is
+    asked for, and the rollouts not finished by then are abandoned: each becomes a
+    ``Reissue`` (the weights it was submitted with, its version) and the sampling stream is
+    rewound to where the first of them began (``Settled.stream_state``), so the checkpoint
+    reads "not yet sampled" and a resume samples them again exactly as the straight run did.
+
     Args:
         sample: ``sample(index, model, version)`` -> (rollout, metrics): the rollout trained at
             step ``index + 1``, sampled with ``model`` (the policy's weights at ``version``).
@@ -79,6 +102,10 @@ class RolloutPipeline:
         total_steps: the run's last step; nothing beyond it is sampled.
         snapshots: whether the engine samples the model it is given (``engine=torch``: a
             snapshot per job) or keeps its own weights (vLLM: no copy).
+        stream: the random stream the jobs draw from (rewound when jobs are abandoned).
+        abandonable: whether a stop signal may abandon the training thread's wait for a
+            rollout (one process; ranks abandoning at different points would leave a
+            collective waiting).
     """
 
     def __init__(
@@ -88,6 +115,8 @@ class RolloutPipeline:
         lag: int,
         total_steps: int,
         snapshots: bool = True,
+        stream: torch.Generator | None = None,
+        abandonable: bool = False,
     ) -> None:
         if lag < 1:
             raise ValueError("a RolloutPipeline overlaps at least one step (max_policy_lag >= 1)")
@@ -95,62 +124,148 @@ class RolloutPipeline:
         self.policy = policy
         self.lag = lag
         self.total_steps = total_steps
+        self.stream = stream
+        self.abandonable = abandonable
         self.copies: list[nn.Module] = []
         if snapshots:
             self.copies = [_frozen_copy(policy) for _ in range(lag)]
         self.pending: deque[tuple[int, Future[SampledBatch] | SampledBatch]] = deque()
         self.next_step = 1  # the next step whose rollout is not yet submitted
+        self.versions: dict[int, int] = {}  # step -> the policy version it was submitted on
+        self.stream_before: dict[int, torch.Tensor] = {}  # step -> the stream as its job began
+        self.abandoned: Settled | None = None  # what a stop abandoned (then no more jobs)
         # torch's intra-op thread count is per thread once it has run an op: each side runs
         # on half of the job's (at least one each) while the pipeline exists
         self.threads_before = torch.get_num_threads()
         threads = split_threads(self.threads_before)
         torch.set_num_threads(threads)
         device = next(policy.parameters()).device
-        self.executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
-            max_workers=1,
-            thread_name_prefix="astrai-sampler",
-            initializer=_init_sampling_thread,
-            initargs=(threads, device),
-        )
+        self.thread: SamplingThread | None = SamplingThread(threads, device, self._began)
 
-    def restore(self, batches: list[SampledBatch], next_step: int) -> None:
+    def restore(
+        self, batches: list[SampledBatch], next_step: int, reissue: list[Reissue] | None = None
+    ) -> None:
         """Continue a run at ``next_step``: ``batches`` are its in-flight rollouts (a
-        checkpoint's), the steps ``next_step, next_step + 1, ...``."""
+        checkpoint's), the steps ``next_step, next_step + 1, ...``; ``reissue``, the steps after
+        them a stop abandoned, submitted again now with the weights and version they had."""
         self.pending = deque((batch.step, batch) for batch in batches)
         self.next_step = next_step + len(batches)
+        for job in reissue or []:
+            if job.step != self.next_step:  # the checkpoint's order is the loop's
+                raise RuntimeError(f"re-issued step {job.step}, expected {self.next_step}")
+            model = self.policy
+            if self.copies:
+                model = self.copies[job.step % self.lag]
+                if job.weights is not None:
+                    _load_tensors(model, job.weights)
+                else:
+                    _load_weights(model, self.policy)
+            self._submit(job.step, model, job.version)
 
     def take(self, step: int, version: int) -> SampledBatch:
-        """The rollout of ``step`` (waiting for it), after submitting every step up to
-        ``step + lag`` on the policy's current weights (``version``)."""
+        """The rollout of ``step`` (waiting for it; a stop signal abandons the wait in one
+        process: ``StopInterrupt``, the rollout stays in flight), after submitting every step
+        up to ``step + lag`` on the policy's current weights (``version``)."""
+        if self.abandoned is not None:
+            raise RuntimeError("the rollouts in flight were abandoned by a stop")
         if not self.pending:  # a fresh start (or a resume with none in flight): sample it now
             self._submit_up_to(step, version)
-        entry_step, entry = self.pending.popleft()
+        entry_step, entry = self.pending[0]
         if entry_step != step:  # the schedule is the loop's; a mismatch is a bug, said early
             raise RuntimeError(f"the rollout in flight is step {entry_step}'s, not step {step}'s")
-        batch = _done(entry)
+        with interruptible(self.abandonable):
+            batch = _wait_for(entry)
+        self.pending.popleft()
+        self.stream_before.pop(step, None)
+        self.versions.pop(step, None)
         self._submit_up_to(step + self.lag, version)
         return batch
 
-    def settle(self) -> list[SampledBatch]:
-        """Wait for every submitted rollout; the in-flight batches, in step order (what a
-        checkpoint saves)."""
-        batches = [(step, _done(entry)) for step, entry in self.pending]
-        self.pending = deque(batches)
-        return [batch for _, batch in batches]
+    def settle(self) -> Settled:
+        """Wait for every submitted rollout, unless a stop is asked for (a signal, the time
+        budget) first or while waiting: then those not finished are abandoned (``Reissue``).
+        Every rank keeps as many as the rank that finished fewest. What a checkpoint saves."""
+        if self.abandoned is not None:
+            return self.abandoned
+        entries = list(self.pending)
+        done = len(entries)
+        for index, (_, entry) in enumerate(entries):
+            if not _wait_unless_stopped(entry):
+                done = index
+                break
+        keep = int(-all_reduce_max(-float(done)))  # the ranks agree (one rank: itself)
+        if keep == len(entries):
+            return Settled([_done(entry) for _, entry in entries])
+        return self._abandon(entries, keep)
 
     def before_weight_sync(self) -> None:
         """An engine with its own weights (no snapshots) is loaded with the update only once
-        its jobs, drawn on the weights they were submitted with, are done."""
+        its jobs, drawn on the weights they were submitted with, are done (or abandoned)."""
         if not self.copies:
             self.settle()
 
     def close(self) -> None:
-        """Finish the submitted jobs and stop the sampling thread; idempotent."""
-        if self.executor is None:
+        """Stop the sampling thread; idempotent. A job still running is abandoned (its reward
+        calls ended) and waited for ``ABANDON_WAIT_S`` at most: a run's end never hangs on it."""
+        if self.thread is None:
             return
-        self.executor.shutdown(wait=True, cancel_futures=True)
-        self.executor = None
+        if any(isinstance(e, Future) and not e.done() for _, e in self.pending):
+            for _, entry in self.pending:
+                if isinstance(entry, Future):
+                    entry.cancel()
+            abandon_reward_calls()
+        self.thread.close(ABANDON_WAIT_S)
+        self.thread = None
         torch.set_num_threads(self.threads_before)
+
+    def _abandon(
+        self, entries: list[tuple[int, Future[SampledBatch] | SampledBatch]], keep: int
+    ) -> Settled:
+        """Keep the first ``keep`` entries (done); abandon the rest: not-started jobs are
+        cancelled, a running one's reward calls are ended (it is not waited for: the stream
+        state saved is the one before it, whatever it draws after)."""
+        assert self.thread is not None, "the pipeline is closed"
+        abandoned = entries[keep:]
+        first = abandoned[0][0]
+        running = False
+        with self.thread.lock:  # no job starts while this runs
+            for _, entry in abandoned:
+                if isinstance(entry, Future) and not entry.cancel():
+                    running = running or not entry.done()
+            if first in self.stream_before:  # it began: the stream as it was then
+                stream_state = self.stream_before[first]
+            else:  # never began: every job before it is done and none runs
+                assert self.stream is not None, "a pipeline that abandons jobs needs its stream"
+                stream_state = self.stream.get_state()
+        if running:
+            abandon_reward_calls()
+        reissue = [
+            Reissue(step, self.versions[step], self._weights_of(step)) for step, _ in abandoned
+        ]
+        self.abandoned = Settled(
+            [_done(entry) for _, entry in entries[:keep]], reissue, stream_state.clone()
+        )
+        self.pending = deque(entries[:keep])
+        log.warning(
+            "stop: the rollout%s of step%s %s, not finished, %s abandoned (re-sampled on resume)",
+            "s" if len(reissue) > 1 else "",
+            "s" if len(reissue) > 1 else "",
+            ", ".join(str(job.step) for job in reissue),
+            "are" if len(reissue) > 1 else "is",
+        )
+        return self.abandoned
+
+    def _weights_of(self, step: int) -> dict[str, torch.Tensor] | None:
+        """The trainable tensors of the snapshot ``step`` samples with (on the CPU); None for
+        an engine with its own weights (its re-issue samples the weights then current)."""
+        if not self.copies:
+            return None
+        snapshot = dict(self.copies[step % self.lag].named_parameters())
+        return {
+            name: snapshot[name].detach().cpu().clone()
+            for name, parameter in self.policy.named_parameters()
+            if parameter.requires_grad
+        }
 
     def _submit_up_to(self, last: int, version: int) -> None:
         """Submit steps ``next_step .. min(last, total_steps)`` on the current weights."""
@@ -160,9 +275,18 @@ class RolloutPipeline:
             if self.copies:
                 model = self.copies[step % self.lag]
                 _load_weights(model, self.policy)
-            assert self.executor is not None, "the pipeline is closed"
-            self.pending.append((step, self.executor.submit(self._run, step, model, version)))
-            self.next_step += 1
+            self._submit(step, model, version)
+
+    def _submit(self, step: int, model: nn.Module, version: int) -> None:
+        assert self.thread is not None, "the pipeline is closed"
+        self.versions[step] = version
+        self.pending.append((step, self.thread.submit(self._run, step, model, version)))
+        self.next_step = step + 1
+
+    def _began(self, step: int) -> None:
+        """On the sampling thread, as ``step``'s job begins (under ``SamplingThread.lock``)."""
+        if self.stream is not None:
+            self.stream_before[step] = self.stream.get_state()
 
     def _run(self, step: int, model: nn.Module, version: int) -> SampledBatch:
         start = time.perf_counter()
@@ -170,17 +294,60 @@ class RolloutPipeline:
         return SampledBatch(step, rollout, metrics, time.perf_counter() - start)
 
 
+@dataclass
+class Reissue:
+    """A rollout submitted and abandoned by a stop before it finished: what samples it again
+    exactly (the sampling stream is rewound to before the first of them).
+
+    Attributes:
+        step: the step that trains it.
+        version: the policy version it is sampled on (stamped on its samples).
+        weights: the trainable tensors of the snapshot it samples with (CPU); None for an
+            engine with its own weights (vLLM), which samples the weights it then holds.
+    """
+
+    step: int
+    version: int
+    weights: dict[str, torch.Tensor] | None = None
+
+
+@dataclass
+class Settled:
+    """The rollouts in flight at a checkpoint: ``batches``, sampled (in step order), then
+    ``reissue``, abandoned unsampled; ``stream_state``: the sampling stream's state before the
+    first re-issued step (None: the live stream is right)."""
+
+    batches: list[SampledBatch]
+    reissue: list[Reissue] = field(default_factory=list)
+    stream_state: torch.Tensor | None = None
+
+
+def _wait_for(entry: Future[SampledBatch] | SampledBatch) -> SampledBatch:
+    """A pending entry's batch, waiting for its job in slices (so a stop signal's handler
+    runs and may raise), its exception raised here."""
+    if isinstance(entry, SampledBatch):
+        return entry
+    while True:
+        try:
+            return entry.result(timeout=WAIT_SLICE_S)
+        except FutureTimeout:
+            continue
+
+
+def _wait_unless_stopped(entry: Future[SampledBatch] | SampledBatch) -> bool:
+    """Wait for ``entry``'s job; False (without waiting further) once a stop is asked for."""
+    if isinstance(entry, SampledBatch):
+        return True
+    while not entry.done():
+        if stop_requested():
+            return False
+        wait([entry], timeout=WAIT_SLICE_S)
+    return True
+
+
 def _done(entry: Future[SampledBatch] | SampledBatch) -> SampledBatch:
     """A pending entry's batch, waiting for its job (its exception raised here)."""
     return entry.result() if isinstance(entry, Future) else entry
-
-
-def _init_sampling_thread(threads: int, device: torch.device) -> None:
-    """The sampling thread's own settings: its intra-op threads, and its current CUDA device
-    (per thread: a new thread starts on cuda:0, not the rank's device)."""
-    torch.set_num_threads(threads)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
 
 
 def _frozen_copy(policy: nn.Module) -> nn.Module:
@@ -191,80 +358,16 @@ def _frozen_copy(policy: nn.Module) -> nn.Module:
 
 
 @torch.no_grad()
+def _load_tensors(snapshot: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """Copy ``tensors`` (a ``Reissue``'s) into ``snapshot``'s parameters of those names."""
+    parameters = dict(snapshot.named_parameters())
+    for name, tensor in tensors.items():
+        parameters[name].copy_(tensor)
+
+
+@torch.no_grad()
 def _load_weights(snapshot: nn.Module, policy: nn.Module) -> None:
     """Copy every parameter and buffer of ``policy`` into ``snapshot`` (same structure)."""
     source = dict(policy.state_dict(keep_vars=True))
     for name, tensor in snapshot.state_dict(keep_vars=True).items():
         tensor.copy_(source[name])
-
-
-def check_in_flight(
-    batches: list[SampledBatch],
-    policy_version: int,
-    updates_per_step: int,
-    max_policy_lag: int,
-    checkpoint: Path | None,
-) -> None:
-    """Refuse at start, with ``CheckpointError`` naming ``checkpoint``, the in-flight rollouts
-    a resumed run would refuse when it comes to them (``rollout.staleness``): the j-th
-    (0-based) trains once the policy has taken j more updates."""
-    for ahead, batch in enumerate(batches):
-        assert batch.rollout.sample_versions is not None
-        try:
-            check_policy_lag(
-                batch.rollout.sample_versions,
-                policy_version + ahead * updates_per_step,
-                updates_per_step,
-                max_policy_lag,
-                batch.step,
-            )
-        except StaleRolloutError as err:
-            raise CheckpointError(f"{checkpoint}: an in-flight rollout: {err}") from None
-
-
-def batch_record(batch: SampledBatch) -> dict[str, Any]:
-    """``batch`` as plain data on the CPU (tensors, numbers, strings), for a checkpoint read
-    back with ``torch.load(weights_only=True)``."""
-    rollout: dict[str, Any] = {}
-    for item in fields(Rollout):
-        value = getattr(batch.rollout, item.name)
-        if isinstance(value, torch.Tensor):
-            value = value.detach().cpu()
-        elif isinstance(value, dict):
-            value = {name: scores.detach().cpu() for name, scores in value.items()}
-        rollout[item.name] = value
-    return {
-        "step": batch.step,
-        "rollout": rollout,
-        "metrics": dict(batch.metrics),
-        "sample_s": batch.sample_s,
-    }
-
-
-def load_in_flight(file: Path, dist: DistContext, device: torch.device) -> list[SampledBatch]:
-    """This rank's in-flight rollouts from a checkpoint's ``in_flight.pt`` (one list per rank).
-    Another world size (``ckpt.allow_changes``) cannot take them over: ``CheckpointError``."""
-    per_rank = io.load_torch(file)["per_rank"]
-    if len(per_rank) != dist.world_size:
-        raise CheckpointError(
-            f"{file}: in-flight rollouts of {len(per_rank)} rank(s), this run has "
-            f"{dist.world_size}: they cannot be shared out again"
-        )
-    return [batch_from_record(batch, device) for batch in per_rank[dist.rank]]
-
-
-def batch_from_record(record: dict[str, Any], device: torch.device) -> SampledBatch:
-    """A ``batch_record`` back as a ``SampledBatch`` with its tensors on ``device``."""
-    rollout = {}
-    for name, value in record["rollout"].items():
-        if isinstance(value, torch.Tensor):
-            value = value.to(device)
-        elif isinstance(value, dict):
-            value = {term: scores.to(device) for term, scores in value.items()}
-        rollout[name] = value
-    return SampledBatch(
-        step=int(record["step"]),
-        rollout=Rollout(**rollout),
-        metrics=dict(record["metrics"]),
-        sample_s=float(record["sample_s"]),
-    )

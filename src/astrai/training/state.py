@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from astrai.training.overlap import SampledBatch
+from astrai.training.overlap import Reissue, SampledBatch
 
 
 @dataclass
@@ -34,6 +34,8 @@ class TrainState:
         in_flight: the rollouts a checkpoint held, sampled for the next steps and not yet
             trained (``train_type.max_policy_lag`` > 0),
             until the trainer takes them over.
+        reissue: the rollouts after those that a stop abandoned unsampled (``overlap``): a
+            checkpoint's, submitted again on resume with the weights they had.
     """
 
     generators: dict[str, torch.Generator]
@@ -44,3 +46,4 @@ class TrainState:
     eval_pending: bool = False
     resumed_from: Path | None = None
     in_flight: list[SampledBatch] = field(default_factory=list)
+    reissue: list[Reissue] = field(default_factory=list)
