@@ -40,3 +40,14 @@ def alternating_on_odd_prompts(
         float(prompt[:1] in ("1", "3", "5", "7", "9") and i % 2 == 0)
         for i, (prompt, _) in enumerate(zip(prompts, responses, strict=True))
     ]
+
+
+# the overrides that select ``constant_reward``: no signal at all (issue 45's watch)
+CONSTANT = ["reward=custom", "reward._target_=tests.constructed_rewards.constant_reward"]
+
+
+def constant_reward(prompts: list[str], responses: list[str], answers: list[str]) -> list[float]:
+    """0.5 for every response: every group's rewards are equal, every GRPO advantage is 0 and
+    nothing trains; what a run whose answers are all cut at the length limit sees."""
+    del prompts, answers
+    return [0.5] * len(responses)

@@ -60,6 +60,47 @@ def test_banner_of_a_default_cpu_run() -> None:
     ]
 
 
+def test_banner_says_the_response_limit_and_the_task_split() -> None:
+    """``max_new_tokens`` and the task's train / held-out prompt counts on the task line
+    (issue 45: a limit shorter than the model's answers is the usual run that cannot learn)."""
+    facts = dataclasses.replace(
+        CPU_RUN, max_new_tokens=4, prompt_counts=(87, 13, True), evaluated_prompts=13
+    )
+    assert format_banner(facts)[3] == (
+        "  task: addition (87 train / 13 eval prompts); reward: partial (partial_credit); "
+        "1,200 steps, max_new_tokens 4"
+    )
+    # an estimated split (a sampled problem space), and fewer evaluated than held out
+    facts = dataclasses.replace(
+        facts, prompt_counts=(800_000, 200_000, False), evaluated_prompts=200, max_new_tokens=1024
+    )
+    assert format_banner(facts)[3] == (
+        "  task: addition (~800,000 train / ~200,000 eval prompts, 200 evaluated); reward: "
+        "partial (partial_credit); 1,200 steps, max_new_tokens 1,024"
+    )
+    # a dataset: its file, then its rows
+    facts = dataclasses.replace(
+        facts, task="dataset", train_file="data/train.jsonl", prompt_counts=(1000, 120, True)
+    )
+    assert format_banner(facts)[3].startswith(
+        "  task: dataset, data/train.jsonl (1,000 train / 120 eval prompts); reward: "
+    )
+
+
+def test_task_splits_are_counted() -> None:
+    """The counts the banner shows come from the task: addition's 100 problems hold 13 out
+    (the salted hash of each prompt decides), a dataset counts its rows."""
+    from astrai.tasks.arithmetic import AdditionTask
+    from astrai.training.announce import task_prompt_counts
+
+    addition = AdditionTask(num_digits=1, num_digits_b=None, eval_fraction=0.2)
+    assert task_prompt_counts(addition) == (87, 13, True)
+    assert len(addition.eval_problems(1000)) == 13
+    wide = AdditionTask(num_digits=3, num_digits_b=None, eval_fraction=0.2)  # 10^6: sampled
+    assert task_prompt_counts(wide) == (800_000, 200_000, False)
+    assert task_prompt_counts(object()) is None  # a task that does not say: nothing shown
+
+
 def test_banner_of_a_resumed_ppo_run_on_a_dataset_on_two_gpus() -> None:
     facts = dataclasses.replace(
         CPU_RUN,
@@ -200,7 +241,8 @@ def test_train_py_logs_banner_eval_lines_and_the_gpu_warning(tmp_path: Path) -> 
         f"astrai: online_grpo on addition, run dir {run_dir}",
         "  device: cpu, 1 process (no GPU visible)",
         "  model: tiny, 64,704 parameters",
-        "  task: addition; reward: partial (partial_credit); 2 steps",
+        "  task: addition (87 train / 13 eval prompts, 8 evaluated); reward: partial "
+        "(partial_credit); 2 steps, max_new_tokens 4",
         "  lr: 0.001, warmup_cosine (warmup_steps 0, min_lr_ratio 0.0) over 16 optimizer steps",
         f"  tensorboard --logdir {run_dir}/tb",
     ]
@@ -228,7 +270,8 @@ def test_default_run_logs_no_warning(caplog: pytest.LogCaptureFixture, tmp_path:
     assert messages[1].startswith("  device: ")  # cpu (no GPU visible), or this machine's GPU
     assert messages[2:6] == [
         "  model: tiny, 64,704 parameters",
-        "  task: addition; reward: partial (partial_credit); 1 step",
+        "  task: addition (87 train / 13 eval prompts, 8 evaluated); reward: partial "
+        "(partial_credit); 1 step, max_new_tokens 4",
         "  lr: 0.001, warmup_cosine (warmup_steps 0, min_lr_ratio 0.0) over 8 optimizer steps",
         f"  tensorboard --logdir {tmp_path}/tb",
     ]

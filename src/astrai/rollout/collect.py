@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -95,6 +96,25 @@ def score_responses(
     return torch.tensor(totals, dtype=torch.float32).view(b, -1), grids
 
 
+@contextlib.contextmanager
+def sampling_mode(policy: LlamaForCausalLM, engine: Engine | None) -> Iterator[None]:
+    """Evaluation mode (no dropout) on ``policy`` while ``engine`` samples it, its mode restored
+    after: only for the torch sampler (``engine`` None or a ``TorchEngine``), which samples the
+    module it is handed, a module the calling thread owns (the live policy on the training
+    thread, or a sampling thread's snapshot). An engine with its own copy of the weights (vLLM)
+    does not sample ``policy``: its mode is left alone, since that caller may be the sampling
+    thread while the training thread updates the live policy in train mode."""
+    if engine is not None and not isinstance(engine, TorchEngine):
+        yield
+        return
+    was_training = policy.training
+    policy.eval()
+    try:
+        yield
+    finally:
+        policy.train(was_training)
+
+
 def collect_rollout(
     policy: LlamaForCausalLM,
     tokenizer: Tokenizer,
@@ -118,21 +138,19 @@ def collect_rollout(
     ``overlong`` (logged as ``reward/overlong``)."""
     device = policy.lm_head.weight.device
     prompt_ids, prompt_mask = left_pad(tokenizer, [p.prompt for p in problems], device)
-    was_training = policy.training
-    policy.eval()
-    gen = (engine or TorchEngine()).sample(
-        policy,
-        prompt_ids,
-        prompt_mask,
-        group_size,
-        sampling,
-        tokenizer.stop_ids,
-        tokenizer.pad_id,
-        generator=generator,
-        lockstep=lockstep,
-        precision=precision,
-    )
-    policy.train(was_training)
+    with sampling_mode(policy, engine):
+        gen = (engine or TorchEngine()).sample(
+            policy,
+            prompt_ids,
+            prompt_mask,
+            group_size,
+            sampling,
+            tokenizer.stop_ids,
+            tokenizer.pad_id,
+            generator=generator,
+            lockstep=lockstep,
+            precision=precision,
+        )
     b, g = len(problems), group_size
     texts = decode_responses(tokenizer, gen.response_ids, gen.response_mask)
     responses = [texts[i * g : (i + 1) * g] for i in range(b)]

@@ -131,6 +131,17 @@ class Task(abc.ABC):
         bucket = _stable_int(_EVAL_SALT + prompt) % _HASH_BUCKETS
         return bucket < self.eval_fraction * _HASH_BUCKETS
 
+    def split_sizes(self) -> tuple[int, int, bool]:
+        """``(train prompts, held-out prompts, exact)``: counted where the problem space is
+        enumerated for the eval split, else estimated from ``eval_fraction`` (``exact`` False).
+        What the start banner says of the task."""
+        total = self._num_problems()
+        if total <= _MAX_ENUMERATED_PROBLEMS:
+            held_out = len(self._enumerated_eval_pool)
+            return total - held_out, held_out, True
+        held_out = round(total * self.eval_fraction)
+        return total - held_out, held_out, False
+
     def train_prompts(self, seed: int, index: int, n: int) -> list[str]:
         """Batch ``index`` of the training stream for ``seed``: ``n`` non-held-out prompts.
 

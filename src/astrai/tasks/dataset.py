@@ -199,6 +199,10 @@ class DatasetTask:
         """The first ``n`` eval rows, in file order."""
         return self.evals[:n]
 
+    def split_sizes(self) -> tuple[int, int, bool]:
+        """``(train rows, eval rows, True)``, after any filtering: what the start banner says."""
+        return len(self.train), len(self.evals), True
+
     def check_characters(self, alphabet: str, max_prompt_chars: int | None) -> None:
         """For a character tokenizer: every prompt is one user turn whose characters are in
         ``alphabet`` and that fits ``max_prompt_chars``; names the row."""

@@ -26,7 +26,7 @@ from astrai.metrics.dashboards import (
 from astrai.metrics.names import emitted_metrics
 from astrai.metrics.writers import RunLogger
 from astrai.rewards.base import Reward
-from astrai.tasks.base import ProblemSource
+from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.banner import (
     RunFacts,
     cpu_reason,
@@ -55,6 +55,7 @@ class StartingRun(Protocol):
     job_choices: dict[str, object]
     strategy: Strategy
     task: ProblemSource
+    eval_problems: list[Problem]
     reward: Reward
     parameter_counts: tuple[int, int | None]
     adapter_counts: tuple[int, int | None] | None
@@ -123,7 +124,17 @@ def run_facts(trainer: StartingRun, plan: DevicePlan) -> RunFacts:
         schedule=describe_schedule(cfg.train_type.scheduler, trainer.state.schedule_steps),
         critic_schedule=critic_schedule(cfg) if has_critic else None,
         adapters=describe_adapters(cfg, trainer.adapter_counts),
+        max_new_tokens=int(trainer.strategy.sampling.max_new_tokens),
+        prompt_counts=task_prompt_counts(trainer.task),
+        evaluated_prompts=len(trainer.eval_problems),
     )
+
+
+def task_prompt_counts(task: ProblemSource) -> tuple[int, int, bool] | None:
+    """The task's ``(train prompts, held-out prompts, exact)`` (its ``split_sizes``: the
+    embedded tasks' and ``task=dataset``'s); None for a task without it."""
+    split_sizes = getattr(task, "split_sizes", None)
+    return split_sizes() if callable(split_sizes) else None
 
 
 def describe_adapters(cfg: DictConfig, counts: tuple[int, int | None] | None) -> str | None:

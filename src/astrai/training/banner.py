@@ -47,6 +47,12 @@ class RunFacts:
             0.0) over 9,600 optimizer steps``.
         critic_schedule: ``the policy's``, ``constant`` or its own; None without a critic.
         adapters: a LoRA run's adapters and their trainable parameters; None: full fine-tuning.
+        max_new_tokens: the response limit (``train_type.sampling.max_new_tokens``); None to
+            say nothing.
+        prompt_counts: the task's ``(train prompts, held-out prompts, exact)``
+            (``split_sizes``); None for a task that does not say.
+        evaluated_prompts: held-out prompts each evaluation decodes (``trainer.eval_prompts``,
+            capped by the pool); said when fewer than the held-out ones.
     """
 
     run_dir: str
@@ -73,6 +79,9 @@ class RunFacts:
     schedule: str
     critic_schedule: str | None
     adapters: str | None = None
+    max_new_tokens: int | None = None
+    prompt_counts: tuple[int, int, bool] | None = None
+    evaluated_prompts: int | None = None
 
 
 def format_banner(facts: RunFacts) -> list[str]:
@@ -83,17 +92,24 @@ def format_banner(facts: RunFacts) -> list[str]:
         astrai: online_grpo on addition, run dir outputs/2026-01-01/12-00-00
           device: cpu, 1 process (no GPU visible)
           model: tiny, 67,136 parameters
-          task: addition; reward: partial (partial_credit); 1,200 steps
+          task: addition (87 train / 13 eval prompts); reward: partial (partial_credit); ...
           lr: 0.001, warmup_cosine (warmup_steps 0, min_lr_ratio 0.0) over 9,600 optimizer steps
           tensorboard --logdir outputs/2026-01-01/12-00-00/tb
+
+    where the task line ends ``; 1,200 steps, max_new_tokens 4``.
 
     With a critic the ``lr`` line reads ``lr: policy 0.001, critic 0.001 (critic.optimizer.lr);
     <schedule>; critic: the policy's``.
     """
     task = facts.task if facts.train_file is None else f"{facts.task}, {facts.train_file}"
+    counts = format_prompt_counts(facts.prompt_counts, facts.evaluated_prompts)
+    if counts is not None:
+        task += f" ({counts})"
     steps = f"{facts.total_steps:,} step" + ("s" if facts.total_steps != 1 else "")
     if facts.start_step > 0:
         steps += f" (resumed at step {facts.start_step:,})"
+    if facts.max_new_tokens is not None:
+        steps += f", max_new_tokens {facts.max_new_tokens:,}"
     terms = " + ".join(facts.reward_terms)
     reward = terms if facts.reward in (None, terms) else f"{facts.reward} ({terms})"
     model = f"model: {facts.model or 'policy'}, {facts.policy_parameters:,} parameters"
@@ -114,6 +130,22 @@ def format_banner(facts: RunFacts) -> list[str]:
         f"  {format_learning_rates(facts)}",
         f"  {tensorboard}",
     ]
+
+
+def format_prompt_counts(
+    counts: tuple[int, int, bool] | None, evaluated: int | None = None
+) -> str | None:
+    """``87 train / 13 eval prompts``, ``~800,000 train / ~200,000 eval prompts`` (estimated),
+    with ``, 8 evaluated`` when each evaluation decodes fewer than the held-out ones; None when
+    the task does not say."""
+    if counts is None:
+        return None
+    train, held_out, exact = counts
+    about = "" if exact else "~"
+    text = f"{about}{train:,} train / {about}{held_out:,} eval prompts"
+    if evaluated is not None and evaluated < held_out:
+        text += f", {evaluated:,} evaluated"
+    return text
 
 
 def format_learning_rates(facts: RunFacts) -> str:

@@ -16,7 +16,7 @@ from astrai.distributed import is_fsdp
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
-from astrai.rollout.collect import decode_responses, left_pad, prompt_context
+from astrai.rollout.collect import decode_responses, left_pad, prompt_context, sampling_mode
 from astrai.rollout.engine import Engine, TorchEngine
 from astrai.rollout.sampler import SamplingConfig
 from astrai.tasks.base import Problem
@@ -65,31 +65,29 @@ def evaluate(
         must call this); ``samples`` are this rank's own rows.
     """
     problems, weights = rank_share(problems) if shard else (problems, [1.0] * len(problems))
-    was_training = policy.training
-    policy.eval()
     device = policy.lm_head.weight.device
     greedy = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.0)
     sharded = is_fsdp(policy)
     responses: list[str] = []
     lengths: list[int] = []
-    for start in range(0, len(problems), batch_size):
-        chunk = [p.prompt for p in problems[start : start + batch_size]]
-        ids, mask = left_pad(tokenizer, chunk, device)
-        # a sharded policy gathers its weights in every decoding step: ranks stop together
-        gen = (engine or TorchEngine()).sample(
-            policy,
-            ids,
-            mask,
-            1,
-            greedy,
-            tokenizer.stop_ids,
-            tokenizer.pad_id,
-            lockstep=sharded,
-            precision=precision,
-        )
-        responses += decode_responses(tokenizer, gen.response_ids, gen.response_mask)
-        lengths += gen.response_mask.sum(-1).tolist()
-    policy.train(was_training)
+    with sampling_mode(policy, engine):  # eval mode, where the torch sampler decodes it
+        for start in range(0, len(problems), batch_size):
+            chunk = [p.prompt for p in problems[start : start + batch_size]]
+            ids, mask = left_pad(tokenizer, chunk, device)
+            # a sharded policy gathers its weights in every decoding step: ranks stop together
+            gen = (engine or TorchEngine()).sample(
+                policy,
+                ids,
+                mask,
+                1,
+                greedy,
+                tokenizer.stop_ids,
+                tokenizer.pad_id,
+                lockstep=sharded,
+                precision=precision,
+            )
+            responses += decode_responses(tokenizer, gen.response_ids, gen.response_mask)
+            lengths += gen.response_mask.sum(-1).tolist()
     texts = [p.text for p in problems]
     context = prompt_context(reward, problems, tokenizer)  # the turns, for a reward that asks
     rewards, _ = reward.score(texts, responses, [p.answer for p in problems], **context)

@@ -27,7 +27,8 @@ from astrai.rollout.engine import Engine
 from astrai.rollout.rollout import Rollout
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.dynamic_sampling import RESAMPLE_SEED_STRIDE, sample_informative
-from astrai.training.overlap import RolloutPipeline, SampledBatch, check_in_flight
+from astrai.training.in_flight import check_in_flight
+from astrai.training.overlap import RolloutPipeline, SampledBatch
 from astrai.training.setup import capture_rng_state, restore_rng_state
 from astrai.training.state import TrainState
 from astrai.training.stopping import StopInterrupt, interruptible
@@ -78,9 +79,11 @@ class RolloutStage:
             self.strategy.max_policy_lag,
             int(self.cfg.trainer.total_steps),
             snapshots=self.engine.name == "torch",  # vLLM samples its own weights
+            stream=self.state.generators["sample"],  # rewound when a stop abandons a job
+            abandonable=self.dist.world_size == 1,
         )
-        self.pipeline.restore(self.state.in_flight, self.state.step + 1)
-        self.state.in_flight = []
+        self.pipeline.restore(self.state.in_flight, self.state.step + 1, self.state.reissue)
+        self.state.in_flight, self.state.reissue = [], []
 
     def rollout(self) -> Rollout:
         """1. This step's rollout with the live policy (``sample_rollout``); the dynamic
@@ -100,9 +103,10 @@ class RolloutStage:
         metrics."""
         sample = functools.partial(self.sample_round, model=model, version=version)
         draw = functools.partial(self.draw_problems, index=index)
+        self.reward.take_timeouts()  # this thread's count from here on (not an evaluation's)
         if not self.strategy.filter_groups:
-            return sample(draw(0)), {}
-        return sample_informative(
+            return sample(draw(0)), self.timeout_count()
+        rollout, metrics = sample_informative(
             sample,
             draw,
             self.strategy.prompts_per_step // self.dist.world_size,
@@ -111,6 +115,12 @@ class RolloutStage:
             sum_over_ranks=all_reduce_sum,
             ranks=self.dist.world_size,
         )
+        return rollout, {**metrics, **self.timeout_count()}
+
+    def timeout_count(self) -> dict[str, float]:
+        """This rank's responses scored ``reward.timeout_score`` by this thread since the last
+        take: summed over the ranks with the rollout's statistics (``rollout_metrics``)."""
+        return {"rollout/reward_timeouts": float(self.reward.take_timeouts())}
 
     def draw_problems(self, draw: int, index: int) -> list[Problem]:
         """The ``draw``-th batch of the training stream of the step trained at ``index`` steps

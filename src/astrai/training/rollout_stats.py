@@ -12,11 +12,18 @@ from astrai.rollout.rollout import Rollout, ended_with_eos
 
 
 def rollout_metrics(
-    rollout: Rollout, eos_id: int | Sequence[int], accuracy_threshold: float
+    rollout: Rollout,
+    eos_id: int | Sequence[int],
+    accuracy_threshold: float,
+    reward_timeouts: float = 0.0,
 ) -> dict[str, float]:
     """Reward, accuracy, reward-term, length and advantage statistics of a prepared rollout,
     over all ranks in one reduction. ``rollout/accuracy``: the share of responses whose reward
-    reaches ``accuracy_threshold``; ``reward/<name>``: each reward term's mean. ``eos_id``: the
+    reaches ``accuracy_threshold``; ``reward/<name>``: each reward term's mean;
+    ``rollout/truncated_frac``: the share cut at the length limit; ``rollout/frac_reward_zero_std``:
+    the share of groups whose G rewards are all equal (TRL's name: no signal from those groups
+    under a group baseline); ``rollout/reward_timeouts``: each rank's ``reward_timeouts`` (the
+    responses whose reward did not return within ``reward.timeout_s``) summed. ``eos_id``: the
     id (or ``Tokenizer.stop_ids``) a response that ended on its own ends with."""
     mask = rollout.response_mask
     lengths = mask.sum(-1).float()  # [B, G]
@@ -33,6 +40,10 @@ def rollout_metrics(
                 with_eos.double().sum(),
                 (rewards >= accuracy_threshold).double().sum(),
                 *(rollout.reward_terms[name].double().sum() for name in names),
+                torch.tensor(float(reward_timeouts), dtype=torch.float64, device=rewards.device),
+                # the groups (rows of G) whose rewards are all equal, and how many groups
+                (rewards.amax(-1) == rewards.amin(-1)).double().sum(),
+                torch.tensor(float(rewards.shape[0]), dtype=torch.float64, device=rewards.device),
                 torch.tensor(float(rewards.numel()), dtype=torch.float64, device=rewards.device),
             ]
         ).cpu()
@@ -44,8 +55,11 @@ def rollout_metrics(
         "rollout/reward_std": (sums[1] / n - reward_mean**2).clamp(min=0).sqrt().item(),
         "rollout/response_len": (sums[2] / n).item(),
         "rollout/eos_frac": (sums[3] / n).item(),
+        "rollout/truncated_frac": (1 - sums[3] / n).item(),
+        "rollout/frac_reward_zero_std": (sums[-3] / sums[-2].clamp(min=1)).item(),
         "rollout/accuracy": (sums[4] / n).item(),
         **{f"reward/{name}": (sums[5 + i] / n).item() for i, name in enumerate(names)},
+        "rollout/reward_timeouts": sums[5 + len(names)].item(),
         "advantages/mean": masked_global_mean(rollout.advantages, mask, all_reduce_sum).item(),
         "advantages/std": masked_var(rollout.advantages, mask, all_reduce_sum).sqrt().item(),
     }

@@ -6,7 +6,6 @@ No math lives here; each numbered stage is one call into the module that owns it
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from astrai.distributed import (
     init_distributed,
     no_grad_for,
 )
+from astrai.files import naming_write_errors
 from astrai.metrics.aggregate import MetricMeans
 from astrai.metrics.dashboards import hydra_job_context
 from astrai.metrics.names import kl_logged_at
@@ -66,6 +66,7 @@ from astrai.training.checkpointing import (
     read_trainer_state,
     restore_training_checkpoint,
     save_training_checkpoint,
+    settled_state,
 )
 from astrai.training.evaluation import EvalResult, evaluate
 from astrai.training.loop import run_loop
@@ -81,6 +82,7 @@ from astrai.training.setup import (
     resolve_device,
     seed_everything,
 )
+from astrai.training.signal_watch import GROUP_BASELINES, SignalWatch
 from astrai.training.state import TrainState
 from astrai.training.stopping import (
     StopInterrupt,
@@ -180,6 +182,12 @@ class Trainer(RolloutStage):
         self.state = TrainState(generators, schedule_steps)
         self.eval_problems = self.task.eval_problems(cfg.trainer.eval_prompts)
         self.sampling_metrics: dict[str, float] = {}  # the last rollout's dynamic sampling
+        # a run whose rewards carry no signal says so (rank 0), after a few such steps in a row
+        self.signal_watch = SignalWatch(
+            self.strategy.advantage in GROUP_BASELINES,
+            self.strategy.sampling.max_new_tokens,
+            enabled=self.dist.is_main,
+        )
         # restore before anything is written: a bad checkpoint leaves the run dir untouched
         if resume is not None:
             self.state = restore_training_checkpoint(self.checkpoint_parts(), resume, self.state)
@@ -213,6 +221,7 @@ class Trainer(RolloutStage):
         self.train_critic: nn.Module | None = self.critic
         if self.critic is not None and replicate:
             self.train_critic = wrap_data_parallel(self.critic, self.device)
+        self.set_train_mode(False)  # eval but in the update (set_train_mode)
 
     def logged_up_to(self) -> int | None:
         """The last step whose logged rows a (re)start keeps: the checkpoint's step on resume;
@@ -266,6 +275,7 @@ class Trainer(RolloutStage):
         the steps that log them (``metrics.names.kl_logged_at``: step 1 and every
         ``logger.kl_every``)."""
         metrics = {}
+        self.set_train_mode(False)  # π_old, the reference and the critic score without dropout
         if self.correction is not None:  # engine.old_logprobs: recompute
             with self.autocast():
                 metrics = self.strategy.recompute_old_logprobs(
@@ -309,8 +319,9 @@ class Trainer(RolloutStage):
         return whole_minibatch_divisors(minibatch.loss_mask, all_reduce_sum, self.dist.world_size)
 
     def update(self, rollout: Rollout) -> dict[str, float]:
-        """3. ``ppo_epochs × minibatches`` optimizer steps on the pinned targets."""
-        self.policy.train()
+        """3. ``ppo_epochs × minibatches`` optimizer steps on the pinned targets, in train
+        mode (the policy's and the critic's: back to eval after)."""
+        self.set_train_mode(True)
         means = MetricMeans()
         batch = flatten_rollout(rollout)
         for _ in range(self.strategy.ppo_epochs):
@@ -329,7 +340,17 @@ class Trainer(RolloutStage):
         if self.critic_scheduler is not None:
             result["value/lr"] = self.critic_scheduler.get_last_lr()[0]
         result["policy/version"] = float(self.state.policy_version)
+        self.set_train_mode(False)
         return result
+
+    def set_train_mode(self, training: bool) -> None:
+        """The live policy's and critic's mode: train for the update only, eval (no dropout,
+        e.g. LoRA's) for π_old, the reference, the critic's values, sampling and evaluation.
+        Only this, the training thread, changes it: a sampling thread samples a snapshot or an
+        engine's own weights and leaves the live modules' modes alone (issue 45)."""
+        for module in (self.train_policy, self.train_critic):
+            if module is not None:
+                module.train(training)
 
     def backward(self, minibatch: Minibatch) -> dict[str, torch.Tensor]:
         """Gradients of the minibatch's token-mean loss, in micro-batches of
@@ -398,7 +419,9 @@ class Trainer(RolloutStage):
         if sync_s is not None:
             metrics["perf/weight_sync_s"] = sync_s
         threshold = self.reward.accuracy_threshold
-        metrics.update(rollout_metrics(rollout, self.tokenizer.stop_ids, threshold))  # all ranks
+        timeouts = batch.metrics.get("rollout/reward_timeouts", 0.0)  # this rank's (sample_rollout)
+        metrics.update(rollout_metrics(rollout, self.tokenizer.stop_ids, threshold, timeouts))
+        self.signal_watch.observe(self.state.step + 1, rollout, metrics, all_reduce_max)
         metrics["time/rollout_s"] = t1 - t0
         metrics["time/update_s"] = t2 - t1
         metrics["perf/step_s"] = time.perf_counter() - t0  # the weight sync included
@@ -464,7 +487,7 @@ class Trainer(RolloutStage):
         """Write ``checkpoints/step_<step>/`` atomically, then prune beyond ``ckpt.keep_last``."""
         state = self.state
         if self.pipeline is not None:  # the rollouts sampled for the next steps go with it
-            state = dataclasses.replace(state, in_flight=self.pipeline.settle())
+            state = settled_state(state, self.pipeline.settle(), self.pipeline.stream)
         path = save_training_checkpoint(self.checkpoint_parts(), state)
         if self.dist.is_main:
             prune_checkpoints(path.parent, self.cfg.ckpt.keep_last)
@@ -476,8 +499,10 @@ class Trainer(RolloutStage):
         if self.pipeline is not None:
             self.pipeline.close()
         self.engine.close()
+        self.reward.close()  # its worker processes (astrai.rewards.worker)
 
     def save_config(self) -> None:
         if not self.dist.is_main:
             return
-        (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
+        with naming_write_errors(self.run_dir / "config.yaml"):  # a full disk names the file
+            (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
