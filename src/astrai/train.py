@@ -390,6 +390,11 @@ def _main() -> None:
             print(f"astrai: I/O error: {error_line(err)}", file=sys.stderr)
             sys.exit(2)
         start = StartUp(read_hydra_record(explicit_dir), explicit_dir.resolve())
+    if any(arg in ("-m", "--multirun") for arg in argv[1:]):
+        # this process runs the sweep's launcher: a stop is the launcher's to pass on (the
+        # Docker launcher's containers, joblib's workers); each job the basic launcher runs
+        # here is interruptible in its own start-up again (``hydra_task``)
+        end_start_up()
     hydra_task(start)()
 
 

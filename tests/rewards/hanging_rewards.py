@@ -99,3 +99,9 @@ def backtracking_on_a_training_row(
     if any(_spoiled(prompts, responses)):
         re.match(r"(a+)+$", "a" * 40 + "b")
     return [float(i % 2 == 0) for i in range(len(responses))]
+
+
+def sleeps_always(prompts: list[str], responses: list[str], answers: list) -> list[float]:
+    """A reward that never returns, whatever it is asked."""
+    time.sleep(600)
+    return [0.0] * len(responses)

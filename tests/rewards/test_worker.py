@@ -11,7 +11,9 @@ import time
 from typing import Any
 
 import pytest
+from tests.helpers import compose_config
 
+from astrai.config.errors import ConfigError
 from astrai.rewards.base import Reward, RewardConfigError, RewardError, RewardTerm, build_reward
 from astrai.rewards.builtin import partial_credit
 from astrai.rewards.worker import RewardCallAbandoned, abandon_reward_calls
@@ -197,3 +199,43 @@ def test_a_call_after_an_abandon_starts_a_fresh_worker() -> None:
     assert _gone(pid)
     assert reward.score(["p"], ["r"], [None])[0][0] not in (0.0, float(pid))
     reward.close()
+
+
+def test_the_pre_run_check_refuses_a_reward_that_does_not_return() -> None:
+    """The references and empty answers a working reward scores at once: past timeout_s on
+    them, the run does not start (not row by row, not scored timeout_score)."""
+    with pytest.raises(
+        ConfigError,
+        match=r"reward sleeps_always did not return on 4 answers .*reward\.timeout_s=0\.5s.*"
+        r"\(tried before the run",
+    ):
+        compose_config(
+            [
+                "reward=custom",
+                "reward._target_=tests.rewards.hanging_rewards.sleeps_always",
+                "reward.timeout_s=0.5",
+            ]
+        )
+
+
+def test_a_worker_that_cannot_start_is_an_error_not_timeout_scores(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that dies before it is ready (here: its reward module exits on import outside
+    the trainer) stops the run with one line; it never scores every row timeout_score."""
+    (tmp_path / "dies_outside_parent.py").write_text(
+        "import os\n"
+        "if os.getpid() != int(os.environ['ASTRAI_TEST_PARENT']):\n"
+        "    os._exit(3)\n"
+        "def reward(prompts, responses, answers):\n"
+        "    return [1.0] * len(responses)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("ASTRAI_TEST_PARENT", str(os.getpid()))
+    reward = build_reward({"_target_": "dies_outside_parent.reward", "accuracy_threshold": 1.0})
+    try:
+        with pytest.raises(RewardError, match=r"exited before it was ready \(exit code 3"):
+            reward.score(["p"], ["r"], ["a"])
+        assert reward.take_timeouts() == 0
+    finally:
+        reward.close()

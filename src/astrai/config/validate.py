@@ -238,6 +238,7 @@ def _validate_reward(reward: DictConfig, task: ProblemSource, tokenizer: Tokeniz
         raise ConfigError(f"reward: {err}") from err
     probe = task.eval_problems(2)
     context = prompt_context(built, probe * 2, tokenizer)
+    built.rescore_rows = False  # a reward that does not return on these stops here
     try:
         built.score(
             [p.text for p in probe] * 2,

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from astrai.rewards.user_code import USER_ERRORS, describe_failure
-from astrai.rewards.worker import CallTimeout, Reply, RewardWorker, TermSpec
+from astrai.rewards.worker import CallTimeout, Reply, RewardWorker, TermSpec, WorkerStartFailed
 
 if TYPE_CHECKING:
     import torch
@@ -114,6 +114,10 @@ class Reward:
         self.accuracy_threshold = accuracy_threshold
         self.timeout_s = timeout_s
         self.timeout_score = timeout_score
+        # False: a batch call past timeout_s is a RewardError, not re-scored row by row (the
+        # pre-run check: its answers are the references and empty ones, which a working
+        # reward scores at once; a run would otherwise start on a reward that never returns)
+        self.rescore_rows = True
         # the PROMPT_CONTEXT keywords each term's signature asks for, read once
         self.term_takes = {t.name: context_keywords(t.fn) for t in terms}
         self._specs: list[TermSpec] = [(t.name, *t.remote) for t in terms if t.remote is not None]
@@ -200,6 +204,11 @@ class Reward:
         try:
             reply = self._call(term.name, rows, context, self.timeout_s)
         except CallTimeout as why:
+            if not self.rescore_rows:
+                raise RewardError(
+                    f"reward {term.name} did not return on {len(rows)} answers ({why}; first "
+                    f"prompt {rows.prompts[0] if len(rows) else ''!r})"
+                ) from None
             if len(rows) == 1:
                 return [self._timed_out(term, rows.prompts[0], why)]
             return self._rescore_rows(term, rows, context)
@@ -221,7 +230,10 @@ class Reward:
             self._local.worker = worker
             with self._workers_lock:
                 self._workers[:] = [w for w in self._workers if not w.dead] + [worker]
-        return worker.call((name, rows.lists(), context), timeout_s)
+        try:
+            return worker.call((name, rows.lists(), context), timeout_s)
+        except WorkerStartFailed as err:
+            raise RewardError(f"reward {name}: {err}") from None
 
     def _scores(
         self, term: RewardTerm, reply: Reply, rows: Rows, context: dict[str, Any]

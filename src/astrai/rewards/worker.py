@@ -49,6 +49,7 @@ POLL_S = 0.2  # the longest a waiting caller goes without looking at its worker 
 PRELOAD = ("astrai.rewards.worker", "astrai.rewards.build", "astrai.rewards.builtin")
 LAZY_IMPORTS = {"astrai.rewards.similarity": ("torchmetrics.functional.text",)}
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+READY = ("ready",)  # a worker's first message: it started and built its terms (or failed to)
 
 # (term name, reward node, where in the config, weight or None for a term of ``terms``)
 TermSpec = tuple[str, dict[str, Any], str, float | None]
@@ -61,6 +62,10 @@ class RewardCallAbandoned(BaseException):  # noqa: N818 (a decision, not an erro
     """A reward call was abandoned: ``abandon_reward_calls()`` (or ``Reward.close()``) killed
     the worker it was waiting for. A ``BaseException``, as ``StopInterrupt``: raised in astrai's
     own code, it passes through the ``except Exception`` of a caller that means the reward."""
+
+
+class WorkerStartFailed(Exception):
+    """The worker exited before it was ready to score (its start failed: see its stderr)."""
 
 
 class CallTimeout(Exception):
@@ -121,6 +126,9 @@ class _WorkerPopen(popen_forkserver.Popen):
         prep_data = spawn.get_preparation_data(process_obj._name)  # noqa: SLF001
         prep_data.pop("init_main_from_path", None)
         prep_data.pop("init_main_from_name", None)
+        # the parent's start method may be one the child cannot name (joblib's "loky", in a
+        # sweep job run by the joblib launcher): the worker starts none of its own anyway
+        prep_data.pop("start_method", None)
         buf = io.BytesIO()
         context.set_spawning_popen(self)
         try:
@@ -152,6 +160,7 @@ class RewardWorker:
         self.conn, child = multiprocessing.Pipe(duplex=True)
         self.abandoned = False
         self.dead = False
+        self.ready = False  # the worker said it started (a death before that is no timeout)
         # not a daemon: a daemonic process may not start processes (a reward using a Pool)
         self.process = _WorkerProcess(
             target=serve,
@@ -192,6 +201,9 @@ class RewardWorker:
                         raise CallTimeout(f"no return within reward.timeout_s={timeout_s:g}s")
                 if self.conn.poll(wait):
                     reply: Reply = self.conn.recv()
+                    if reply == READY:
+                        self.ready = True
+                        continue
                     return reply
                 if not self.process.is_alive():
                     raise EOFError
@@ -199,6 +211,11 @@ class RewardWorker:
             self.close()
             if self.abandoned:
                 raise RewardCallAbandoned("the reward call was abandoned") from None
+            if not self.ready:  # never a silent timeout_score for a worker that cannot start
+                raise WorkerStartFailed(
+                    f"the reward worker exited before it was ready (exit code "
+                    f"{self.process.exitcode}; its error is printed above)"
+                ) from None
             raise CallTimeout(
                 f"the reward worker died (exit code {self.process.exitcode})"
             ) from None
@@ -252,6 +269,10 @@ def serve(conn: Connection, specs: list[TermSpec], path: list[str], cwd: str) ->
             fns[name] = build_term(node, where, weight).fn
     except BaseException as err:  # noqa: BLE001 (told to the caller at its first call)
         unbuilt = f"{type(err).__name__}: {err}"
+    try:
+        conn.send(READY)
+    except (OSError, ValueError):
+        os._exit(0)
     while True:
         try:
             name, args, context = conn.recv()
