@@ -23,7 +23,7 @@ from tests.train_runs import (
 
 from astrai.algorithms.ppo import PPOStrategy
 from astrai.checkpoints.layout import missing_files, required_files
-from astrai.training.stopping import StopForwarder
+from astrai.training.stop_forwarder import StopForwarder
 
 # --- the forwarder, with stand-in workers --------------------------------------------------
 
@@ -68,7 +68,7 @@ def test_a_second_signal_or_one_without_workers_ends_the_launcher_at_once(case: 
     """In a child process, whose worker list is empty for "no workers"."""
     script = (
         "import os, signal, sys\n"
-        "from astrai.training.stopping import StopForwarder\n"
+        "from astrai.training.stop_forwarder import StopForwarder\n"
         "workers = [] if sys.argv[1] == 'no workers' else [os.getpid() + 10**7]  # none alive\n"
         "with StopForwarder(60, children=lambda: workers):\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"

@@ -38,7 +38,7 @@ from astrai.config.duration import parse_duration
 from astrai.config.validate import ConfigError, plan_here
 from astrai.metrics.dashboards import hydra_job_context
 from astrai.training.setup import apply_num_threads
-from astrai.training.stopping import StopForwarder
+from astrai.training.stop_forwarder import StopForwarder
 from astrai.training.worker_errors import quiet_elastic, report_worker_error, worker_error
 
 log = logging.getLogger(__name__)
