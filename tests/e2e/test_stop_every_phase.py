@@ -236,3 +236,51 @@ def test_a_hung_pre_run_check_ends_at_a_stop(tmp_path: Path, signalled: bool) ->
     assert not (run_dir / "checkpoints").exists()
     with (run_dir / ".astrai.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+# about 1e10 iterations of Jinja's compiled Python: a template that never finishes rendering
+LOOPING_TEMPLATE = (
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+)
+
+
+@pytest.mark.slow  # ~10 s: one train.py start, stopped while it renders
+def test_sigterm_ends_a_start_up_stuck_in_a_looping_chat_template(tmp_path: Path) -> None:
+    """The chat template loops while the pre-run check renders the first prompts: the run is
+    still starting after 8 s, and a SIGTERM ends it within a few seconds, exit 0."""
+    from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+    from astrai.models.pretrained import save_policy_dir
+    from astrai.models.tokenizer import CharTokenizer
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=64,
+    )  # fmt: skip
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    save_policy_dir(LlamaForCausalLM(config), CharTokenizer(), model_dir)
+    (model_dir / "chat_template.jinja").write_text(LOOPING_TEMPLATE)
+    run_dir = tmp_path / "run"
+    args = ["model=hf", f"model.path={model_dir}", "train_type.sampling.max_new_tokens=8"]
+    proc = subprocess.Popen(
+        [sys.executable, TRAIN, *args, f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(8)
+        assert proc.poll() is None, "the run ended before the signal"
+        proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        output, _ = proc.communicate(timeout=30)
+        took = time.monotonic() - signalled
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, output[-3000:]
+    assert took < 5, output[-3000:]
+    assert "stopped (SIGTERM) during start-up: no step taken, nothing to save" in output
+    assert "Traceback" not in output
+    assert "astrai: online_grpo on addition" not in output  # the banner: after the check
+    assert not (run_dir / "checkpoints").exists()
