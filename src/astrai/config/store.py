@@ -96,11 +96,22 @@ def schema_node(node: type) -> type | DictConfig:
     return structured
 
 
+# the key of what ``register_configs`` last stored (one per process, as Hydra's store)
+_STORED: list[tuple[object, ...] | None] = [None]
+
+
 def register_configs() -> None:
     """Store the root schema as ``train_schema`` and each group's schema as
-    ``schema/<group>/base_<name>``."""
+    ``schema/<group>/base_<name>``; once per process (Hydra's store is process-wide and hands
+    out deep copies, so a second ``main()`` in one interpreter finds them there)."""
     cs = ConfigStore.instance()
-    cs.store(name="train_schema", node=schema.TrainConfig)
+    # what is stored depends on the registered strategies alone (a strategy registered since,
+    # e.g. a test's toy algorithm, stores again)
+    key = tuple((name, id(cls)) for name, cls in STRATEGIES.items())
+    if key == _STORED[0] and "train_schema.yaml" in cs.repo:
+        return
     for group, nodes in group_schemas().items():
         for name, node in nodes.items():
             cs.store(group=f"{SCHEMA_GROUP}/{group}", name=name, node=schema_node(node))
+    cs.store(name="train_schema", node=schema.TrainConfig)
+    _STORED[0] = key
