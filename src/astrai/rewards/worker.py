@@ -89,14 +89,7 @@ def abandon_reward_calls() -> None:
         worker.abandon()
 
 
-def _kill_all() -> None:
-    with _live_lock:
-        workers = list(_live)
-    for worker in workers:
-        worker.abandon()
-
-
-atexit.register(_kill_all)
+atexit.register(abandon_reward_calls)  # no worker outlives the trainer's exit
 
 
 def preload_for(modules: list[str]) -> tuple[str, ...]:
