@@ -12,18 +12,25 @@ place; an existing OUT is refused. Exit status 0, or 2 with one line on stderr.
 A LoRA checkpoint (``model.lora``) exports its base with the adapters merged in, as above; with
 ``--adapter``, OUT is instead its PEFT adapter directory (``adapter_config.json``,
 ``adapter_model.safetensors``), which ``peft.PeftModel.from_pretrained`` loads onto the
-transformers base.
+transformers base. Its ``base_model_name_or_path`` is portable: ``--base-model`` as given (a Hub
+id such as ``Qwen/Qwen3-0.6B``, or a path when one is wanted), else the base's own
+``_name_or_path`` from its ``config.json`` when that is not a local absolute path, else the base
+folder's name; never the machine's absolute path unless asked (the checkpoint keeps that one, for
+resume's identity check).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from astrai.checkpoints import io
 from astrai.checkpoints.layout import (
+    ADAPTER_CONFIG_FILE,
     ADAPTER_FILES,
+    ADAPTER_MODEL_FILE,
     ADAPTERS_KEY,
     TRAINER_STATE_FILE,
     CheckpointError,
@@ -75,9 +82,26 @@ def export_checkpoint(
     return written
 
 
-def export_adapter(checkpoint: str | Path, out: str | Path) -> Path:
+def portable_base_name(recorded: str, base_model: str | None = None) -> str:
+    """What an exported adapter names as its base (``base_model_name_or_path``): ``base_model``
+    when given; else the ``_name_or_path`` in the base's ``config.json`` (at ``recorded``, the
+    path the run loaded it from) unless that is a local absolute path; else the base folder's
+    name."""
+    if base_model is not None:
+        return base_model
+    try:
+        config = json.loads((Path(recorded) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    own = config.get("_name_or_path") if isinstance(config, dict) else None
+    if isinstance(own, str) and own and not PurePosixPath(own).is_absolute():
+        return own
+    return Path(recorded).name
+
+
+def export_adapter(checkpoint: str | Path, out: str | Path, base_model: str | None = None) -> Path:
     """A LoRA checkpoint's adapter as a PEFT adapter directory: ``adapter_config.json`` (its
-    ``base_model_name_or_path`` is the base's recorded path) and ``adapter_model.safetensors``,
+    ``base_model_name_or_path`` from ``portable_base_name``) and ``adapter_model.safetensors``,
     what ``peft.PeftModel.from_pretrained(<the transformers base>, OUT)`` loads. Refused (one
     line) as the merged export is: an edited ``adapter_config.json``, another base at the
     recorded path."""
@@ -98,9 +122,15 @@ def export_adapter(checkpoint: str | Path, out: str | Path) -> Path:
     # the adapters' trained state, a recorded base that is not the one they were trained on
     check_adapter_checkpoint(source)
 
+    config = json.loads((source / ADAPTER_CONFIG_FILE).read_text(encoding="utf-8"))
+    config["base_model_name_or_path"] = portable_base_name(
+        config["base_model_name_or_path"], base_model
+    )
+
     def write(tmp: Path) -> None:
-        for name in ADAPTER_FILES:
-            shutil.copyfile(source / name, tmp / name)
+        shutil.copyfile(source / ADAPTER_MODEL_FILE, tmp / ADAPTER_MODEL_FILE)
+        text = json.dumps(config, indent=2, sort_keys=True)  # as the checkpoint writes it
+        (tmp / ADAPTER_CONFIG_FILE).write_text(text, encoding="utf-8")
 
     write_dir_atomic(out, write)
     return out
@@ -120,10 +150,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="a LoRA checkpoint: write its PEFT adapter directory instead of the merged model",
     )
+    parser.add_argument(
+        "--base-model",
+        default=None,
+        help="with --adapter: the base_model_name_or_path to record (a Hub id such as "
+        "Qwen/Qwen3-0.6B, or a path); default: the base's own _name_or_path, else its "
+        "folder's name, never this machine's absolute path",
+    )
     args = parser.parse_args(argv)
+    if args.base_model is not None and not args.adapter:
+        parser.error("--base-model names an adapter's base: use it with --adapter")
     try:
         if args.adapter:
-            written = [export_adapter(args.checkpoint, args.out)]
+            written = [export_adapter(args.checkpoint, args.out, args.base_model)]
         else:
             written = export_checkpoint(args.checkpoint, args.out, args.dtype, args.critic_out)
     except CheckpointError as err:  # a RuntimeError: not one of one_line_errors' own

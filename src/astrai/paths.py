@@ -1,8 +1,11 @@
-"""Where the repository's own files are (its root and the Hydra config dir ``conf/``), and why
-a user's path cannot be reached.
+"""Where astrai's own files are (the Hydra config dir, the checkout's root), and why a user's
+path cannot be reached.
 
-astrai is installed in editable mode from the checkout (``make install``, the Docker image), so
-``conf/`` sits two levels above this package's source directory.
+The configs ship inside the package as ``astrai/conf``: in a checkout (``make install``'s
+editable install, the Docker image) that is a symlink to the repository's ``conf/``, their one
+home, so ``CONFIG_DIR`` resolves to ``conf/`` itself; a wheel (``pip install .``) holds a copy.
+``REPO_ROOT`` is the checkout's root, meaningful only in a checkout (``make smollm2``'s message,
+the Docker launcher, which mounts the checkout).
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CONFIG_DIR = str(REPO_ROOT / "conf")  # str: what hydra.main / initialize_config_dir take
+# str: what hydra.main / initialize_config_dir take; resolved, so messages name conf/ in a checkout
+CONFIG_DIR = str((Path(__file__).resolve().parent / "conf").resolve())
 
 
 def missing_reason(path: Path) -> str:

@@ -93,3 +93,12 @@ def _remove_created(lock_file: Path | None, dirs: list[Path]) -> None:
     for directory in dirs:
         with contextlib.suppress(OSError):  # not empty: someone else wrote there meanwhile
             directory.rmdir()
+
+
+def release_run_dir(run_dir: Path) -> None:
+    """Give up ``run_dir``'s lock before this process ends (the Python API's run is over and the
+    caller may run into that dir again); a no-op when this process does not hold it. The lock
+    file stays: the next run takes it."""
+    fd = _HELD.pop(run_dir.resolve(), None)
+    if fd is not None:
+        os.close(fd)  # closing the last descriptor drops the flock

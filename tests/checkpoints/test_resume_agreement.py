@@ -315,8 +315,46 @@ def test_export_adapter_of_an_intact_checkpoint(written: dict[str, Path], tmp_pa
     step_dir = _copy(written, "lora", tmp_path)
     result = run_main(export_main, [str(step_dir), str(tmp_path / "out"), "--adapter"])
     assert result.returncode == 0, result.stderr
-    written_config = (tmp_path / "out" / "adapter_config.json").read_text()
-    assert written_config == (step_dir / "adapter_config.json").read_text()
+    exported = json.loads((tmp_path / "out" / "adapter_config.json").read_text())
+    recorded = json.loads((step_dir / "adapter_config.json").read_text())
+    base = Path(recorded["base_model_name_or_path"])
+    assert base.is_absolute()  # the checkpoint keeps where this machine loaded it from
+    # the export is portable: the base folder's name (its config.json has no _name_or_path)
+    assert exported == {**recorded, "base_model_name_or_path": base.name}
+    assert (tmp_path / "out" / "adapter_model.safetensors").read_bytes() == (
+        step_dir / "adapter_model.safetensors"
+    ).read_bytes()
+
+
+def test_export_adapter_names_the_base_it_is_told_or_the_bases_own_name(
+    written: dict[str, Path], tmp_path: Path
+) -> None:
+    step_dir = _copy(written, "lora", tmp_path)
+    told = run_main(
+        export_main,
+        [str(step_dir), str(tmp_path / "told"), "--adapter", "--base-model", "Qwen/Qwen3-0.6B"],
+    )
+    assert told.returncode == 0, told.stderr
+    config = json.loads((tmp_path / "told" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "Qwen/Qwen3-0.6B"
+    without_adapter = run_main(
+        export_main, [str(step_dir), str(tmp_path / "x"), "--base-model", "a"]
+    )
+    assert without_adapter.returncode == 2 and "--adapter" in without_adapter.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_portable_base_name_prefers_the_bases_own_hub_name(tmp_path: Path) -> None:
+    from astrai.export import portable_base_name
+
+    base = tmp_path / "qwen-local-copy"
+    base.mkdir()
+    assert portable_base_name(str(base)) == "qwen-local-copy"  # no config.json
+    (base / "config.json").write_text(json.dumps({"_name_or_path": "Qwen/Qwen3-0.6B"}))
+    assert portable_base_name(str(base)) == "Qwen/Qwen3-0.6B"
+    assert portable_base_name(str(base), "org/other") == "org/other"
+    (base / "config.json").write_text(json.dumps({"_name_or_path": "/home/me/qwen"}))
+    assert portable_base_name(str(base)) == "qwen-local-copy"  # never a local absolute path
 
 
 # --- slow lane: checkpoints of real runs, resumed by a real Trainer ---------------------------

@@ -87,7 +87,8 @@ def test_peft_loads_the_adapter_export_with_astrai_logits(
         "adapter_model.safetensors",
     ]
     config = json.loads((out / "adapter_config.json").read_text())
-    assert config["base_model_name_or_path"] == str(hf_dir.resolve())
+    # portable: the base folder's name, not this machine's path (--base-model names a Hub id)
+    assert config["base_model_name_or_path"] == hf_dir.name
     assert config["r"] == 4 and config["lora_alpha"] == 8
     base = transformers.AutoModelForCausalLM.from_pretrained(str(hf_dir))
     model = peft.PeftModel.from_pretrained(base, str(out)).eval()

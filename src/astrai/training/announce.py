@@ -137,6 +137,23 @@ def task_prompt_counts(task: ProblemSource) -> tuple[int, int, bool] | None:
     return split_sizes() if callable(split_sizes) else None
 
 
+def prompt_count_summary(task: ProblemSource, evaluated: int) -> dict[str, object]:
+    """``summary.json``'s prompt counts: ``train_prompts`` and ``eval_prompts`` (the task's
+    held-out pool; absent for a task that does not say), ``prompt_counts_exact`` (False: an
+    estimate of a generated task's space), ``evaluated_prompts`` (what each evaluation
+    decodes: ``eval/*`` rests on these many prompts)."""
+    counts = task_prompt_counts(task)
+    if counts is None:
+        return {"evaluated_prompts": evaluated}
+    train, held_out, exact = counts
+    return {
+        "train_prompts": train,
+        "eval_prompts": held_out,
+        "prompt_counts_exact": exact,
+        "evaluated_prompts": evaluated,
+    }
+
+
 def describe_adapters(cfg: DictConfig, counts: tuple[int, int | None] | None) -> str | None:
     """``LoRA rank 16 (all-linear): 1,234 trainable (critic 1,235)``; None without adapters."""
     if counts is None:

@@ -53,6 +53,9 @@ class SteppedRun(Protocol):
     def log_eval_line(self, metrics: dict[str, float]) -> None:
         """One INFO line per evaluation (rank 0)."""
 
+    def prompt_counts(self) -> dict[str, object]:
+        """The task's train and held-out prompt counts, for the summary."""
+
 
 def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]:
     """``Trainer.fit``: train up to ``trainer.total_steps`` (or ``until``, if smaller); returns
@@ -152,6 +155,7 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
         "run_dir": str(trainer.run_dir),
         "stopped": stopped,
         "checkpoint": str(checkpoint) if checkpoint is not None else None,
+        **trainer.prompt_counts(),
     }
     if stopped == "stop_at":  # the values that met trainer.stop_at (None on a rank that
         summary["stop_at"] = reached  # stopped because another one reached them)

@@ -58,7 +58,12 @@ from astrai.training.adapters import (
     trainable_counts,
     trainable_parameters,
 )
-from astrai.training.announce import announce_run, count_parameters, write_dashboards
+from astrai.training.announce import (
+    announce_run,
+    count_parameters,
+    prompt_count_summary,
+    write_dashboards,
+)
 from astrai.training.banner import format_eval_line
 from astrai.training.checkpointing import (
     CheckpointParts,
@@ -477,6 +482,10 @@ class Trainer(RolloutStage):
         """The TensorBoard dashboards, then (rank 0) the start banner (``announce``)."""
         write_dashboards(self)
         announce_run(self)
+
+    def prompt_counts(self) -> dict[str, object]:
+        """The task's prompt counts, for ``summary.json`` (``prompt_count_summary``)."""
+        return prompt_count_summary(self.task, len(self.eval_problems))
 
     def log_eval_line(self, metrics: dict[str, float]) -> None:
         """Rank 0: one INFO line per evaluation, so ``train.log`` grows as the run goes."""
