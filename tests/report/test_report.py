@@ -166,3 +166,15 @@ def test_bad_input_is_one_line_and_exit_2(
     assert captured.err.startswith(message.format(tmp=empty))
     assert len(captured.err.strip().splitlines()) == 1
     assert not (sweep / "report.csv").exists()
+
+
+def test_an_eval_ranking_says_how_many_prompts_it_rests_on(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    for name, evaluated in (("0", 13), ("1", 4)):
+        rows = make_rows([0.0, 0.5], 0.2)
+        summary = make_summary(rows, evaluated_prompts=evaluated, eval_prompts=evaluated)
+        make_job(tmp_path, name, [f"seed={name}"], rows, summary)
+    assert main([str(tmp_path)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("(highest first); eval/* over 4-13 held-out prompts"), first
+    assert main([str(tmp_path), "--sort", "wall_time_s"]) == 0  # not an eval/* ranking
+    assert capsys.readouterr().out.splitlines()[0].endswith("(highest first)")

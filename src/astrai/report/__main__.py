@@ -56,6 +56,21 @@ def _default_metric(jobs: list[Job]) -> str:
     return metrics[0] if metrics else DEFAULT_METRIC
 
 
+def eval_basis(jobs: list[Job], metric: str) -> str:
+    """What an ``eval/*`` ranking rests on, from the summaries' ``evaluated_prompts``:
+    ``; eval/* over 13 held-out prompts`` (``over 4-13`` when the jobs differ); "" for another
+    metric or summaries written before the count was."""
+    counts = {job.summary.get("evaluated_prompts") for job in jobs if job.summary}
+    counts.discard(None)
+    if not metric.startswith("eval/") or not counts:
+        return ""
+    numbers = sorted(int(c) for c in counts if isinstance(c, int | float))
+    if not numbers:
+        return ""
+    span = str(numbers[0]) if len(numbers) == 1 else f"{numbers[0]}-{numbers[-1]}"
+    return f"; eval/* over {span} held-out prompts"
+
+
 def _write_job_report(jobs: list[Job], table: Table, title: str, out: Path) -> None:
     from astrai.report.plot import curve_counts, plot_curves, write_png  # matplotlib: slow
 
@@ -111,6 +126,7 @@ def report(
     out.mkdir(parents=True, exist_ok=True)
     order = "lowest" if ascending else "highest"
     title = f"Sweep {sweep_dir}: {len(jobs)} jobs, sorted by {metric} ({order} first)"
+    title += eval_basis(jobs, metric)
     _write_job_report(jobs, table, title, out)
     if groups is not None:
         title = (
