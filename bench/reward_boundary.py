@@ -22,7 +22,8 @@ import statistics
 import time
 
 from astrai.config.compose import compose_train_config
-from astrai.rewards.base import Reward, RewardTerm, build_reward
+from astrai.rewards.base import Reward, RewardTerm
+from astrai.rewards.build import build_reward, build_term
 from astrai.rewards.config import reward_node
 from astrai.rewards.worker import RewardWorker
 from astrai.tasks import AdditionTask
@@ -77,7 +78,7 @@ def main() -> None:
     starts = []
     for _ in range(args.starts):
         start = time.perf_counter()
-        fresh = RewardWorker(worker._specs, worker._preload)  # noqa: SLF001 (the same terms)
+        fresh = RewardWorker(worker._specs, build_term, worker._preload)  # noqa: SLF001 (same terms)
         fresh.call((worker.terms[0].name, rows, {}), None)
         starts.append((time.perf_counter() - start) * 1e3)
         fresh.close()

@@ -44,7 +44,8 @@ from astrai.models.hf_tokenizer import TokenizerFileError
 from astrai.models.precision import PRECISIONS
 from astrai.models.pretrained import ModelDirError, is_hf_model_dir
 from astrai.models.tokenizer import Tokenizer
-from astrai.rewards.base import Reward, RewardConfigError, RewardError, build_reward
+from astrai.rewards.base import Reward, RewardConfigError, RewardError
+from astrai.rewards.build import build_reward
 from astrai.rewards.config import reward_node
 from astrai.rollout.collect import decode_responses, left_pad, prompt_context
 from astrai.rollout.engine import ENGINES

@@ -82,7 +82,7 @@ def test_a_backtracking_regex_at_lag_1_is_counted_and_the_run_finishes(tmp_path:
 
 ORPHAN = textwrap.dedent(
     """
-    from astrai.rewards.base import build_reward
+    from astrai.rewards.build import build_reward
 
     terms = [
         {"_target_": f"tests.rewards.hanging_rewards.{name}", "weight": 1.0}

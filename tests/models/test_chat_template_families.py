@@ -24,7 +24,7 @@ from astrai.chat import Prompt
 from astrai.checkpoints.policy import load_policy
 from astrai.generate import main as generate_main
 from astrai.models.hf_tokenizer import HFTokenizer
-from astrai.models.tokenizer import load_tokenizer
+from astrai.models.saved_tokenizer import load_tokenizer
 from astrai.rewards.base import Reward, RewardTerm
 from astrai.rollout.collect import left_pad
 from astrai.rollout.sampler import SamplingConfig, generate

@@ -15,7 +15,8 @@ from astrai.models.hf_tokenizer import (
     TokenizerFileError,
     save_char_tokenizer_as_hf,
 )
-from astrai.models.tokenizer import CharTokenizer, load_tokenizer
+from astrai.models.saved_tokenizer import load_tokenizer
+from astrai.models.tokenizer import CharTokenizer
 
 CHATML = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"

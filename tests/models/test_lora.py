@@ -32,7 +32,8 @@ from astrai.models.lora import (
     save_peft_adapter,
 )
 from astrai.models.pretrained import load_pretrained_policy, save_policy_dir
-from astrai.models.tokenizer import CharTokenizer, load_tokenizer
+from astrai.models.saved_tokenizer import load_tokenizer
+from astrai.models.tokenizer import CharTokenizer
 from astrai.rollout.collect import left_pad
 
 PROMPTS = ["3+4=", "12+9=", "reverse: abc="]  # different lengths: left padding

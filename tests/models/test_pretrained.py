@@ -18,7 +18,8 @@ from astrai.models.pretrained import (
     save_critic_dir,
     save_policy_dir,
 )
-from astrai.models.tokenizer import CharTokenizer, load_tokenizer
+from astrai.models.saved_tokenizer import load_tokenizer
+from astrai.models.tokenizer import CharTokenizer
 from astrai.models.value_model import build_value_model
 from astrai.rollout.collect import left_pad
 from astrai.rollout.sampler import SamplingConfig, generate

@@ -21,9 +21,9 @@ from astrai.rewards.base import (
     RewardConfigError,
     RewardError,
     RewardTerm,
-    build_reward,
     default_name,
 )
+from astrai.rewards.build import build_reward
 from astrai.rewards.builtin import TargetLength, partial_credit
 from astrai.rewards.config import reward_node
 

@@ -15,7 +15,8 @@ from astrai.algorithms.rewards import OverlongPenalty, overlong_penalty
 from astrai.config.errors import ConfigError
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import CharTokenizer
-from astrai.rewards.base import Reward, RewardConfigError, RewardTerm, build_reward
+from astrai.rewards.base import Reward, RewardConfigError, RewardTerm
+from astrai.rewards.build import build_reward
 from astrai.rewards.builtin import partial_credit
 from astrai.rewards.config import overlong_from_config, reward_node
 from astrai.rollout.collect import collect_rollout

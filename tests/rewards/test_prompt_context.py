@@ -16,14 +16,15 @@ from tests.helpers import write_byte_level_tokenizer
 
 from astrai.generate import Scoring, score
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
-from astrai.models.tokenizer import CharTokenizer, load_tokenizer
+from astrai.models.saved_tokenizer import load_tokenizer
+from astrai.models.tokenizer import CharTokenizer
 from astrai.rewards.base import (
     Reward,
     RewardConfigError,
     RewardTerm,
-    build_reward,
     context_keywords,
 )
+from astrai.rewards.build import build_reward
 from astrai.rollout.collect import score_responses
 from astrai.tasks.base import Problem
 from astrai.tasks.dataset import DatasetTask

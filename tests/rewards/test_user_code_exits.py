@@ -23,8 +23,8 @@ from astrai.rewards.base import (
     RewardConfigError,
     RewardError,
     RewardTerm,
-    build_reward,
 )
+from astrai.rewards.build import build_reward
 from astrai.rewards.config import reward_node
 from astrai.tasks.base import Problem
 from astrai.training.stopping import StopInterrupt

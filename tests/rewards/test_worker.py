@@ -14,7 +14,8 @@ import pytest
 from tests.helpers import compose_config
 
 from astrai.config.errors import ConfigError
-from astrai.rewards.base import Reward, RewardConfigError, RewardError, RewardTerm, build_reward
+from astrai.rewards.base import Reward, RewardConfigError, RewardError, RewardTerm
+from astrai.rewards.build import build_reward
 from astrai.rewards.builtin import partial_credit
 from astrai.rewards.worker import RewardCallAbandoned, abandon_reward_calls
 

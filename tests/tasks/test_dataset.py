@@ -473,7 +473,7 @@ def test_check_characters_refuses_chat_turns_and_long_prompts(tmp_path: Path) ->
 
 def chat_tokenizer(directory: Path) -> Any:
     """A byte-level BPE tokenizer with ChatML specials and template (like SmolLM2's)."""
-    from astrai.models.tokenizer import load_tokenizer
+    from astrai.models.saved_tokenizer import load_tokenizer
 
     return load_tokenizer(write_byte_level_tokenizer(directory, CHATML))
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from tests.helpers import write_byte_level_tokenizer
 
-from astrai.models.tokenizer import load_tokenizer
+from astrai.models.saved_tokenizer import load_tokenizer
 from astrai.tasks.dataset import DatasetTask
 
 # like the templates that take one system turn (Gemma's, Mistral's refuse what they cannot

@@ -16,9 +16,8 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
@@ -51,10 +50,8 @@ from hydra_plugins.astrai_docker_launcher._host import (
     prepare_mounts,
     run_preflight,
 )
+from hydra_plugins.astrai_docker_launcher._job import Job, LauncherSettings
 from omegaconf import DictConfig, OmegaConf, open_dict
-
-if TYPE_CHECKING:
-    from hydra_plugins.astrai_docker_launcher.docker_launcher import DockerLauncher
 
 log = logging.getLogger(__name__)
 
@@ -73,18 +70,6 @@ class DockerJobError(SystemExit):
     def __init__(self, report: str) -> None:
         super().__init__(report)
         self.code = 2
-
-
-@dataclass
-class Job:
-    """One job of the multirun, composed and placed before any container starts."""
-
-    idx: int
-    overrides: list[str]
-    config: DictConfig
-    infra: dict
-    job_dir: Path
-    container: str | None  # a named job's container; None: compose's own name, removed on exit
 
 
 def _repo_root() -> Path:
@@ -145,7 +130,7 @@ def _shared_gpus_error(jobs: list[Job]) -> str | None:
     )
 
 
-def _free_container_name(launcher: DockerLauncher, job: Job, repo_root: Path) -> None:
+def _free_container_name(launcher: LauncherSettings, job: Job, repo_root: Path) -> None:
     """A named job's container must not be running; a finished one (kept for its logs and exit
     code) or one that never started is removed so the new one can take its name."""
     assert job.container is not None
@@ -166,7 +151,7 @@ def _free_container_name(launcher: DockerLauncher, job: Job, repo_root: Path) ->
 
 
 def _place_named_jobs(
-    launcher: DockerLauncher, jobs: list[Job], sweep_dir: Path, repo_root: Path
+    launcher: LauncherSettings, jobs: list[Job], sweep_dir: Path, repo_root: Path
 ) -> None:
     """Give each job of a named launch its stable run dir and container name; a named dir that
     holds the other kind (a single run where a sweep goes, or the reverse) is refused. A named
@@ -197,7 +182,7 @@ def _place_named_jobs(
 
 
 def launch(
-    launcher: DockerLauncher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    launcher: LauncherSettings, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
 ) -> list[JobReturn]:
     setup_globals()
     assert launcher.config is not None and launcher.hydra_context is not None
@@ -314,7 +299,7 @@ def _stop_sweep(job: Job, result: JobReturn, received: str) -> None:
 
 
 def _run_job(
-    launcher: DockerLauncher,
+    launcher: LauncherSettings,
     job: Job,
     files: list[Path],
     repo_root: Path,
@@ -375,7 +360,7 @@ def _failed(result: JobReturn, job: Job, reason: str, tail: list[str]) -> JobRet
 
 
 def _start_job(
-    launcher: DockerLauncher,
+    launcher: LauncherSettings,
     job: Job,
     files: list[Path],
     repo_root: Path,

@@ -10,7 +10,6 @@ import pwd
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hydra_plugins.astrai_docker_launcher._environment import (
     compose_environment,
@@ -19,9 +18,7 @@ from hydra_plugins.astrai_docker_launcher._environment import (
     needs_gpus,
     user_tag,
 )
-
-if TYPE_CHECKING:
-    from hydra_plugins.astrai_docker_launcher._core import Job
+from hydra_plugins.astrai_docker_launcher._job import Job
 
 log = logging.getLogger(__name__)
 

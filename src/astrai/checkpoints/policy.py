@@ -45,7 +45,8 @@ from astrai.models.pretrained import (
     load_pretrained_policy,
     read_hf_config,
 )
-from astrai.models.tokenizer import Tokenizer, load_tokenizer
+from astrai.models.saved_tokenizer import load_tokenizer
+from astrai.models.tokenizer import Tokenizer
 from astrai.models.value_model import ValueModel, build_value_model
 
 

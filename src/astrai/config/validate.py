@@ -225,7 +225,8 @@ def _validate_reward(reward: DictConfig, task: ProblemSource, tokenizer: Tokeniz
     (with the prompt context a term asks for, as the run passes it): a reward that raises,
     miscounts or returns a non-finite value stops here, before the run. Returns its term
     names (logged as ``reward/<name>``)."""
-    from astrai.rewards.base import RewardConfigError, RewardError, build_reward
+    from astrai.rewards.base import RewardConfigError, RewardError
+    from astrai.rewards.build import build_reward
     from astrai.rewards.config import reward_node
     from astrai.rollout.collect import prompt_context
 

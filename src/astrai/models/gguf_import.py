@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     args = parser.parse_args(argv)
     from astrai.models.pretrained import ModelDirError, load_pretrained_policy
-    from astrai.models.tokenizer import load_tokenizer
+    from astrai.models.saved_tokenizer import load_tokenizer
 
     try:
         gguf = args.gguf if args.gguf is not None else packaged_smollm2_gguf()

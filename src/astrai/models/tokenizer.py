@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import string
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from astrai.chat import Prompt
 from astrai.files import naming_write_errors
@@ -116,28 +116,3 @@ class CharTokenizer:
             return cls(payload["alphabet"])
         except (json.JSONDecodeError, KeyError, ValueError) as err:
             raise ValueError(f"invalid tokenizer file {path}: {err}") from err
-
-
-def load_tokenizer(
-    directory: str | Path,
-    chat_template: bool = True,
-    template_kwargs: dict[str, Any] | None = None,
-) -> Tokenizer:
-    """The tokenizer saved in ``directory``: astrai's character tokenizer (``"type": "char"``)
-    or a Hugging Face ``tokenizer.json`` (with ``tokenizer_config.json`` and chat template).
-
-    ``chat_template``: render prompts through the Hugging Face chat template when there is one;
-    ``template_kwargs``: extra template variables (``model.chat_template_kwargs``).
-    """
-    path = Path(directory) / TOKENIZER_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"tokenizer file not found: {path}")
-    try:
-        kind = json.loads(path.read_text()).get("type")
-    except (json.JSONDecodeError, AttributeError) as err:
-        raise ValueError(f"invalid tokenizer file {path}: {err}") from err
-    if kind == "char":
-        return CharTokenizer.load(directory)
-    from astrai.models.hf_tokenizer import HFTokenizer
-
-    return HFTokenizer.load(directory, chat_template, template_kwargs)

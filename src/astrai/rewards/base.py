@@ -32,17 +32,24 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from astrai.rewards.scores import RewardError, check_scores, finite32
 from astrai.rewards.user_code import USER_ERRORS, describe_failure
-from astrai.rewards.worker import CallTimeout, Reply, RewardWorker, TermSpec, WorkerStartFailed
+from astrai.rewards.worker import (
+    CallTimeout,
+    Reply,
+    RewardWorker,
+    TermBuilder,
+    TermSpec,
+    WorkerStartFailed,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -66,7 +73,6 @@ RUN_KEYS = (
 # top-level node only, refused on a term of ``terms``
 OVERLONG_KEYS = ("overlong_buffer", "overlong_penalty")
 WHOLE_REWARD_KEYS = (*OVERLONG_KEYS, "timeout_s", "timeout_score")
-FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max, without importing torch
 # what a reward gets as keyword arguments when it asks for them, one entry per response like
 # the three lists: ``messages`` (list[list[dict]]: every {role, content} turn the policy
 # answered, system turn included) and ``rendered_prompts`` (list[str]: the prompt's text as the
@@ -74,10 +80,6 @@ FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max, without i
 PROMPT_CONTEXT = ("messages", "rendered_prompts")
 # astrai's own reward modules (a forkserver preloads them whatever happens)
 BUILTIN_PREFIX = "astrai.rewards."
-
-
-class RewardError(RuntimeError):
-    """A reward raised, or returned the wrong count or a non-finite value; names the prompt."""
 
 
 class RewardConfigError(ValueError):
@@ -109,6 +111,7 @@ class Reward:
         accuracy_threshold: float,
         timeout_s: float | None = None,
         timeout_score: float = 0.0,
+        term_builder: TermBuilder | None = None,
     ) -> None:
         self.terms = terms
         self.accuracy_threshold = accuracy_threshold
@@ -121,6 +124,10 @@ class Reward:
         # the PROMPT_CONTEXT keywords each term's signature asks for, read once
         self.term_takes = {t.name: context_keywords(t.fn) for t in terms}
         self._specs: list[TermSpec] = [(t.name, *t.remote) for t in terms if t.remote is not None]
+        if self._specs and term_builder is None:
+            raise ValueError("terms with a config node (remote) need term_builder to rebuild them")
+        # how a worker builds the terms again (``astrai.rewards.build.build_term``)
+        self._build = term_builder
         # the terms' modules, imported once by the worker's forkserver (the trainer imported
         # them already, so they import); astrai's own alone if that server cannot start
         self._preload = sorted({str(s[1]["_target_"]).rpartition(".")[0] for s in self._specs})
@@ -191,7 +198,7 @@ class Reward:
             for i, value in enumerate(per_term[term.name]):
                 totals[i] += term.weight * value
         for prompt, total in zip(prompts, totals, strict=True):
-            if not _finite32(total):
+            if not finite32(total):
                 raise RewardError(f"reward total {total} is not a finite float32 on {prompt!r}")
         return totals, per_term
 
@@ -214,6 +221,10 @@ class Reward:
             return self._rescore_rows(term, rows, context)
         return self._scores(term, reply, rows, context)
 
+    def _builder(self) -> TermBuilder:
+        assert self._build is not None  # checked in __init__: there are specs
+        return self._build
+
     def _call(
         self, name: str, rows: Rows, context: dict[str, Any], timeout_s: float | None
     ) -> Reply:
@@ -223,10 +234,10 @@ class Reward:
             if worker is not None:
                 worker.close()
             try:
-                worker = RewardWorker(self._specs, self._preload)
+                worker = RewardWorker(self._specs, self._builder(), self._preload)
             except (OSError, EOFError):  # a forkserver that died preloading a user's module
                 self._preload = [m for m in self._preload if m.startswith(BUILTIN_PREFIX)]
-                worker = RewardWorker(self._specs, self._preload)
+                worker = RewardWorker(self._specs, self._builder(), self._preload)
             self._local.worker = worker
             with self._workers_lock:
                 self._workers[:] = [w for w in self._workers if not w.dead] + [worker]
@@ -344,34 +355,6 @@ def _inline_scores(term: RewardTerm, rows: Rows, context: dict[str, Any]) -> lis
     return check_scores(term.name, rows.prompts, rows.responses, values)
 
 
-def check_scores(
-    name: str, prompts: list[str], responses: list[str], values: list[Any]
-) -> list[float]:
-    """Term ``name``'s ``values`` as floats, one per response, each a finite float32;
-    ``RewardError`` naming the term and the prompt otherwise."""
-    if len(values) != len(responses):
-        raise RewardError(
-            f"reward {name} returned {len(values)} scores for {len(responses)} "
-            f"responses (first prompt {prompts[0] if prompts else ''!r})"
-        )
-    scores = []
-    for prompt, value in zip(prompts, values, strict=True):
-        try:
-            score = float(value)
-        except USER_ERRORS:  # OverflowError: an int past float; or a user __float__
-            score = math.nan
-        if not _finite32(score):
-            raise RewardError(
-                f"reward {name} returned {value!r} (not a finite float32) on prompt {prompt!r}"
-            )
-        scores.append(score)
-    return scores
-
-
-def _finite32(value: float) -> bool:
-    return math.isfinite(value) and abs(value) <= FLOAT32_MAX
-
-
 def context_keywords(fn: Callable[..., Any]) -> tuple[str, ...]:
     """The ``PROMPT_CONTEXT`` keywords ``fn`` takes: those it names as keyword parameters
     beyond its first three positional ones (which receive the three lists whatever their
@@ -403,18 +386,3 @@ def default_name(target: str) -> str:
     last = target.rsplit(".", 1)[-1]
     snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", last).lower()
     return snake.removesuffix("_reward") or snake
-
-
-def build_reward(node: Mapping[str, Any]) -> Reward:
-    """The ``reward`` config node (a plain mapping) -> the run's ``Reward``
-    (``astrai.rewards.build``, which imports this module)."""
-    from astrai.rewards.build import build_reward as build
-
-    return build(node)
-
-
-def build_term(node: Any, where: str, weight: float | None = None) -> RewardTerm:
-    """One term from its node (``astrai.rewards.build.build_term``)."""
-    from astrai.rewards.build import build_term as build
-
-    return build(node, where, weight)

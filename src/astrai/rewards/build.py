@@ -62,7 +62,13 @@ def build_reward(node: Mapping[str, Any]) -> Reward:
         raise RewardConfigError(
             f"reward.timeout_score must be a finite number, got {timeout_score!r}"
         )
-    return Reward(terms, float(threshold), _timeout(node.get("timeout_s")), float(timeout_score))
+    return Reward(
+        terms,
+        float(threshold),
+        _timeout(node.get("timeout_s")),
+        float(timeout_score),
+        term_builder=build_term,
+    )
 
 
 def _timeout(value: Any) -> float | None:

@@ -50,7 +50,8 @@ from astrai.models.pretrained import (
     read_tensors,
     weight_files,
 )
-from astrai.models.tokenizer import CharTokenizer, load_tokenizer
+from astrai.models.saved_tokenizer import load_tokenizer
+from astrai.models.tokenizer import CharTokenizer
 
 # the one architecture per model_type a reward model directory may name
 SEQUENCE_CLASSIFIERS = {

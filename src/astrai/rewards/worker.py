@@ -37,9 +37,13 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing import context, forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
+
+from astrai.rewards.scores import RewardError, check_scores
+from astrai.rewards.user_code import describe_failure
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +57,18 @@ READY = ("ready",)  # a worker's first message: it started and built its terms (
 
 # (term name, reward node, where in the config, weight or None for a term of ``terms``)
 TermSpec = tuple[str, dict[str, Any], str, float | None]
+
+
+class BuiltTerm(Protocol):
+    """What a term builder returns (a ``RewardTerm``): the callable is all a worker keeps."""
+
+    @property
+    def fn(self) -> Any: ...
+
+
+# how a worker builds a term from its spec (``astrai.rewards.build.build_term``): handed to the
+# worker process by reference, so this module needs no import of the modules that call it
+TermBuilder = Callable[[dict[str, Any], str, "float | None"], BuiltTerm]
 # what a worker answers a call with: ("ok", scores) | ("invalid", message) |
 # ("raised", what, message) | ("unbuilt", message)
 Reply = tuple[Any, ...]
@@ -149,7 +165,9 @@ class _WorkerProcess(context.ForkServerProcess):
 class RewardWorker:
     """One worker process serving the terms ``specs``; used by one thread at a time."""
 
-    def __init__(self, specs: list[TermSpec], modules: list[str] | None = None) -> None:
+    def __init__(
+        self, specs: list[TermSpec], build: TermBuilder, modules: list[str] | None = None
+    ) -> None:
         self.conn, child = multiprocessing.Pipe(duplex=True)
         self.abandoned = False
         self.dead = False
@@ -157,7 +175,7 @@ class RewardWorker:
         # not a daemon: a daemonic process may not start processes (a reward using a Pool)
         self.process = _WorkerProcess(
             target=serve,
-            args=(child, specs, list(sys.path), os.getcwd()),
+            args=(child, specs, build, list(sys.path), os.getcwd()),
             name="astrai-reward-worker",
         )
         self.process.preload = preload_for(modules or [])
@@ -246,8 +264,12 @@ class RewardWorker:
 # --- the worker's side ----------------------------------------------------------------------
 
 
-def serve(conn: Connection, specs: list[TermSpec], path: list[str], cwd: str) -> None:
-    """The worker's main loop: build the terms, then answer calls until the pipe closes."""
+def serve(
+    conn: Connection, specs: list[TermSpec], build: TermBuilder, path: list[str], cwd: str
+) -> None:
+    """The worker's main loop: build the terms (``build``: ``astrai.rewards.build.build_term``,
+    handed over by reference so this module needs no import of its caller), then answer calls
+    until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the trainer's to act on
     _die_with_parent()
     sys.path[:] = path
@@ -256,10 +278,8 @@ def serve(conn: Connection, specs: list[TermSpec], path: list[str], cwd: str) ->
     fns: dict[str, Any] = {}
     unbuilt = ""
     try:
-        from astrai.rewards.build import build_term
-
         for name, node, where, weight in specs:
-            fns[name] = build_term(node, where, weight).fn
+            fns[name] = build(node, where, weight).fn
     except BaseException as err:  # noqa: BLE001 (told to the caller at its first call)
         unbuilt = f"{type(err).__name__}: {err}"
     try:
@@ -280,9 +300,6 @@ def serve(conn: Connection, specs: list[TermSpec], path: list[str], cwd: str) ->
 
 def run_term(name: str, fn: Any, args: tuple[Any, ...], context: dict[str, Any]) -> Reply:
     """One call of a term, its outcome as plain data (a reply)."""
-    from astrai.rewards.base import RewardError, check_scores
-    from astrai.rewards.user_code import describe_failure
-
     prompts, responses, _ = args
     try:
         values = list(fn(*args, **context))  # a generator's items are the reward's code too

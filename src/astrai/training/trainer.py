@@ -42,7 +42,7 @@ from astrai.models.precision import autocast
 from astrai.models.pretrained import tokenizer_for
 from astrai.models.tokenizer import Tokenizer
 from astrai.models.value_model import ValueModel
-from astrai.rewards.base import build_reward
+from astrai.rewards.build import build_reward
 from astrai.rewards.config import overlong_from_config, reward_node
 from astrai.rollout.engine import Engine, build_engine
 from astrai.rollout.minibatch import Minibatch, flatten_rollout, iter_minibatches
