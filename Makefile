@@ -195,10 +195,12 @@ gpu-check: $(DEV_STAMP) ## on a CUDA machine: GRPO/PPO, bf16, micro-batches, res
 		$(MAKE) --no-print-directory smollm2; fi
 	@$(BIN)/python bench/gpu_check.py $(ARGS)
 
-# --logdir_spec: both folders in one board, runs named outputs/... and multirun/... (sweeps)
-tensorboard: $(STAMP) ## serve dashboards for every run under outputs/ and sweep under multirun/
+# --logdir_spec: both folders in one board, runs named outputs/... and multirun/... (sweeps); its
+# HParams columns are every run's keys, each sweep's swept ones included (docs/sweeps.md). PORT:
+# from the command line only, as docker-serve's (docker/docker.mk sets it empty)
+tensorboard: $(STAMP) ## serve dashboards for every run under outputs/ and sweep under multirun/ (PORT=6006)
 	@mkdir -p outputs multirun
-	$(BIN)/tensorboard --logdir_spec outputs:outputs,multirun:multirun --host 127.0.0.1
+	$(BIN)/tensorboard --logdir_spec outputs:outputs,multirun:multirun --host 127.0.0.1 --port $(or $(PORT),6006)
 
 clean: ## remove caches (keeps .venv and outputs/)
 	rm -rf .pytest_cache .ruff_cache .mypy_cache .import_linter_cache build src/*.egg-info

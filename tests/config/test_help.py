@@ -34,3 +34,32 @@ def test_help_lists_yaml_options_and_common_keys_never_schemas() -> None:
     assert "docs/configuration.md" in text
     experiments = sorted(p.stem for p in (Path(CONFIG_DIR) / "experiment").glob("*.yaml"))
     assert f"  experiment=NAME   {', '.join(experiments)}" in lines
+
+
+def test_help_lists_every_config_group_of_conf() -> None:
+    lines = help_text().splitlines()
+    groups = [p.name for p in Path(CONFIG_DIR).iterdir() if p.is_dir() and any(p.glob("*.yaml"))]
+    assert "engine" in groups
+    for group in groups:  # a group=option line, a block line or a preset line
+        assert any(line.startswith((f"  {group} ", f"  {group}=NAME")) for line in lines), group
+
+
+def test_help_has_a_real_model_section_with_defaults_and_meanings_from_the_yaml() -> None:
+    lines = help_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Real model"))
+    section = lines[start + 1 : lines.index("", start)]
+    keys = [line.split()[0].partition("=")[0] for line in section if "=" in line.split()[0]]
+    assert keys[:6] == [
+        "model.path",
+        "model.lora.rank",
+        "task.train_path",
+        "train_type.sampling.max_new_tokens",
+        "infra.device",
+        "infra.precision",
+    ]
+    conf = Path(CONFIG_DIR)
+    value, comment = yaml_entry(conf / "model" / "lora" / "default.yaml", "rank")
+    assert f"  {'model.lora.rank=' + value:<40}{comment}" in section
+    assert section[0].startswith("  model.path=???") and "model directory" in section[0]
+    # a comment that goes on over the next lines is cut after its last complete clause
+    assert section[5].endswith("fp32 | bf16: bf16 autocast for forward passes and sampling")

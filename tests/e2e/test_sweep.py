@@ -17,7 +17,6 @@ from tensorboard.plugins.hparams import api_pb2, metadata
 from tests.helpers import compose_config, run_main
 from tests.train_runs import run_train, run_train_in_process
 
-from astrai.metrics.dashboards import HPARAM_METRICS
 from astrai.report.__main__ import main as report_main
 
 TINY = [
@@ -25,6 +24,13 @@ TINY = [
     "trainer.total_steps=3",
     "trainer.progress_bar=false",  # also the preset's: an override, so HParams records a bool
 ]
+# final metrics a sweep compares: the HParams tab shows each scalar's last value
+FINAL_METRICS = (
+    "eval/accuracy",
+    "rollout/reward_mean",
+    "value/explained_variance",
+    "time/elapsed_s",
+)
 # the preset's grid (gamma 0.95,0.99,1.0 × lambda 0.9,0.95) with gamma narrowed: 4 jobs
 GRID = [(0.95, 0.9), (0.95, 0.95), (1.0, 0.9), (1.0, 0.95)]
 
@@ -107,21 +113,15 @@ def test_each_jobs_event_files_hold_its_hparams_and_final_metrics(sweep: Path) -
         assert hparams["train_type.ppo_gae_lambda"] == lam
         assert hparams["train_type"] == "online_ppo" and hparams["experiment"] == "ppo_sweep"
         assert hparams["trainer.total_steps"] == 3.0 and hparams["trainer.progress_bar"] is False
-        experiment = metadata.parse_experiment_plugin_data(
-            events.SummaryMetadata(metadata.EXPERIMENT_TAG).plugin_data.content
-        )
-        assert [m.name.tag for m in experiment.metric_infos] == list(HPARAM_METRICS)
-        assert {h.name for h in experiment.hparam_infos} == set(hparams)
-        # the swept keys are the first columns, marked differs: TensorBoard ticks them
-        first = {h.name for h in experiment.hparam_infos[:2] if h.differs}
-        assert first == {"train_type.ppo_gamma", "train_type.ppo_gae_lambda"}
-        assert sum(h.differs for h in experiment.hparam_infos) == 2
+        # no experiment record: TensorBoard builds the columns from every run's session start
+        # (test_combined_board_has_every_sweeps_swept_keys_as_hparams_columns)
+        assert metadata.EXPERIMENT_TAG not in events.Tags()["tensors"]
         end = metadata.parse_session_end_info_plugin_data(
             events.SummaryMetadata(metadata.SESSION_END_INFO_TAG).plugin_data.content
         )
         assert end.status == api_pb2.STATUS_SUCCESS
         summary = json.loads((job / "summary.json").read_text())
-        for tag in HPARAM_METRICS:  # the HParams tab shows the last value: the final one
+        for tag in FINAL_METRICS:  # the HParams tab shows the last value: the final one
             last = events.Scalars(tag)[-1]
             assert last.step == 3
             assert last.value == pytest.approx(summary[tag], rel=1e-6, abs=1e-6)
@@ -178,3 +178,94 @@ def test_report_marks_running_and_failed_jobs(sweep: Path, tmp_path: Path) -> No
         assert (sweep_dir / "report.png").stat().st_size > 0
     assert statuses["running"] == {"0": "done", "1": "done", "2": "done", "3": "running"}
     assert statuses["failing"] == {"0": "done", "1": "missing"}
+
+
+# --- make tensorboard's combined board --------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _write_session(tb_dir: Path, hparams: dict[str, float | str], accuracy: float) -> None:
+    """A run's HParams record and one scalar, as a run writes them (``RunLogger``)."""
+    from astrai.metrics.dashboards import hparams_start_summary
+    from astrai.metrics.writers import RunLogger
+
+    logger = RunLogger(tb_dir.parents[1], tb_run=tb_dir.name)
+    logger.log_summaries(0, [hparams_start_summary(hparams)])
+    logger.log(0, {"eval/accuracy": accuracy})
+    logger.close()
+
+
+def _combined_board() -> tuple[api_pb2.Experiment, api_pb2.ListSessionGroupsResponse]:
+    """What the HParams plugin of ``make tensorboard``'s board serves for ``root``: the
+    Makefile's ``--logdir_spec`` parsed by TensorBoard's own flags, its data ingester and the
+    plugin's handlers of the ``/experiment`` and ``/session_groups`` routes, in the working
+    directory."""
+    import re
+
+    from tensorboard import context, program
+    from tensorboard.backend.event_processing.data_ingester import LocalDataIngester
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.core import core_plugin
+    from tensorboard.plugins.hparams import backend_context, get_experiment, list_session_groups
+
+    spec = re.search(r"--logdir_spec (\S+)", (REPO / "Makefile").read_text())
+    assert spec is not None
+    board = program.TensorBoard(plugins=[core_plugin.CorePluginLoader])
+    # the spec's paths are relative: the working directory is root (make tensorboard's: the repo)
+    board.configure(argv=["", "--logdir_spec", spec[1], "--reload_interval", "0"])
+    board.flags.reload_task = "blocking"
+    ingester = LocalDataIngester(board.flags)
+    ingester.start()
+    plugin_context = backend_context.Context(
+        base_plugin.TBContext(data_provider=ingester.data_provider, flags=board.flags)
+    )
+    request = context.RequestContext()
+    experiment = get_experiment.Handler(
+        request, plugin_context, "", api_pb2.GetExperimentRequest()
+    ).run()
+    groups_request = api_pb2.ListSessionGroupsRequest(
+        start_index=0,
+        slice_size=100,
+        allowed_statuses=[api_pb2.STATUS_UNKNOWN, api_pb2.STATUS_SUCCESS],
+    )
+    groups = list_session_groups.Handler(request, plugin_context, "", groups_request).run()
+    return experiment, groups
+
+
+def test_combined_board_has_every_sweeps_swept_keys_as_hparams_columns(
+    sweep: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # make tensorboard's folders: the real PPO sweep (its jobs' tb/), a seed sweep and a run
+    ppo = tmp_path / "multirun" / "2026-01-01" / "10-00-00"
+    for num in range(4):
+        shutil.copytree(sweep / str(num) / "tb", ppo / str(num) / "tb")
+    for seed in (0, 1):
+        hparams = {"seed": float(seed), "experiment": "seed_sweep", "train_type": "online_grpo"}
+        tb_dir = tmp_path / "multirun" / "seed_sweep" / "2026-01-02_09-00-00" / str(seed) / "tb"
+        _write_session(tb_dir / f"seed={seed}", hparams, 0.5 + seed / 4)
+    _write_session(
+        tmp_path / "outputs" / "2026-01-03" / "08-00-00" / "tb" / "x", {"seed": 0.0}, 0.1
+    )
+    monkeypatch.chdir(tmp_path)
+    experiment, groups = _combined_board()
+    columns = {info.name: info for info in experiment.hparam_infos}
+    # every sweep's swept keys are columns, typed and marked as differing
+    for key in ("train_type.ppo_gamma", "train_type.ppo_gae_lambda", "seed"):
+        assert columns[key].type == api_pb2.DATA_TYPE_FLOAT64 and columns[key].differs, key
+    assert columns["train_type.ppo_gamma"].domain_interval.min_value == 0.95
+    assert columns["train_type.ppo_gamma"].domain_interval.max_value == 1.0
+    assert set(columns["experiment"].domain_discrete) == {"ppo_sweep", "seed_sweep"}
+    assert columns["trainer.progress_bar"].type == api_pb2.DATA_TYPE_BOOL
+    assert "eval/accuracy" in {info.name.tag for info in experiment.metric_infos}
+    # one row per run, with its own values and final accuracy
+    rows = {group.name: group for group in groups.session_groups}
+    assert len(rows) == 7
+    for num, (gamma, lam) in enumerate(GRID):
+        (name,) = [n for n in rows if n.startswith(f"multirun/2026-01-01/10-00-00/{num}/tb/")]
+        assert rows[name].hparams["train_type.ppo_gamma"].number_value == gamma
+        assert rows[name].hparams["train_type.ppo_gae_lambda"].number_value == lam
+    seed_row = rows["multirun/seed_sweep/2026-01-02_09-00-00/1/tb/seed=1"]
+    assert seed_row.hparams["seed"].number_value == 1.0
+    (accuracy,) = [m.value for m in seed_row.metric_values if m.name.tag == "eval/accuracy"]
+    assert accuracy == 0.75

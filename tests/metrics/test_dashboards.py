@@ -16,10 +16,9 @@ from tests.helpers import compose_config
 from astrai.algorithms.grpo import GRPOStrategy
 from astrai.algorithms.ppo import PPOStrategy
 from astrai.metrics.dashboards import (
-    HPARAM_METRICS,
     LAYOUT_CHARTS,
     hparam_value,
-    hparams_start_summaries,
+    hparams_start_summary,
     layout_charts,
     layout_summary,
     run_hparams,
@@ -29,6 +28,14 @@ from astrai.metrics.dashboards import (
 from astrai.metrics.names import METRICS, OPTION_METRICS
 from astrai.metrics.writers import RunLogger
 from astrai.training.trainer import Trainer
+
+# final metrics a sweep compares: the HParams tab shows each scalar's last value
+FINAL_METRICS = (
+    "eval/accuracy",
+    "rollout/reward_mean",
+    "value/explained_variance",
+    "time/elapsed_s",
+)
 
 PPO_QUICK = [
     "train_type=online_ppo",
@@ -136,29 +143,22 @@ def test_swept_keys_come_from_the_sweep_definition_not_from_every_override() -> 
     assert swept_keys(["a.lr=0.1"], ["a.lr=interval(0.0,1.0)"]) == ["a.lr"]  # Optuna's
 
 
-def test_swept_keys_are_the_first_columns_and_marked_differs_in_the_plugin_data() -> None:
+def test_swept_keys_are_recorded_first_then_overrides_then_core_knobs() -> None:
     cfg = compose_config(["train_type=online_ppo", *JOB_OVERRIDES[2:]])
     swept = swept_keys(JOB_OVERRIDES, SWEEP_DEFINITION)
     hparams = run_hparams(cfg, JOB_OVERRIDES, JOB_CHOICES, swept)
-    experiment_pb, _ = hparams_start_summaries(hparams, ["eval/accuracy"], 1.0)
-    experiment = metadata.parse_experiment_plugin_data(
-        experiment_pb.value[0].metadata.plugin_data.content
-    )
-    columns = [(info.name, info.differs) for info in experiment.hparam_infos]
-    assert columns == [
-        ("train_type.ppo_gamma", True),  # what the sweep varies, in the job's order
-        ("train_type.ppo_gae_lambda", True),
-        ("experiment", False),  # the job's other overrides
-        ("trainer.total_steps", False),
-        ("train_type", False),  # then a few core knobs
-        ("model", False),
-        ("task", False),
-        ("seed", False),
-        ("train_type.optimizer.lr", False),
+    assert hparams.swept == ("train_type.ppo_gamma", "train_type.ppo_gae_lambda")
+    assert list(hparams) == [
+        "train_type.ppo_gamma",  # what the sweep varies, in the job's order
+        "train_type.ppo_gae_lambda",
+        "experiment",  # the job's other overrides
+        "trainer.total_steps",
+        "train_type",  # then a few core knobs
+        "model",
+        "task",
+        "seed",
+        "train_type.optimizer.lr",
     ]
-    # TensorBoard's own ordering (differs first, then by name) ticks the swept ones first
-    ticked = sorted(experiment.hparam_infos, key=lambda i: (not i.differs, i.name))[:5]
-    assert {i.name for i in ticked} >= {"train_type.ppo_gamma", "train_type.ppo_gae_lambda"}
 
 
 def test_run_name_carries_the_swept_overrides_and_is_a_safe_folder_name() -> None:
@@ -173,20 +173,11 @@ def test_run_name_carries_the_swept_overrides_and_is_a_safe_folder_name() -> Non
     assert run_name(["s=" + "9" * 300], ["s"]) == "s=" + "9" * 118
 
 
-def test_start_summaries_parse_back_with_the_plugins_own_reader() -> None:
+def test_start_summary_parses_back_with_the_plugins_own_reader() -> None:
     hparams = {"train_type.ppo_gamma": 0.99, "train_type": "online_ppo", "flag": True}
-    experiment_pb, start_pb = hparams_start_summaries(hparams, ["eval/accuracy"], 123.0)
-    assert experiment_pb.value[0].tag == metadata.EXPERIMENT_TAG
-    experiment = metadata.parse_experiment_plugin_data(
-        experiment_pb.value[0].metadata.plugin_data.content
-    )
-    types = {info.name: info.type for info in experiment.hparam_infos}
-    assert types == {
-        "flag": api_pb2.DATA_TYPE_BOOL,
-        "train_type": api_pb2.DATA_TYPE_STRING,
-        "train_type.ppo_gamma": api_pb2.DATA_TYPE_FLOAT64,
-    }
-    assert [m.name.tag for m in experiment.metric_infos] == ["eval/accuracy"]
+    start_pb = hparams_start_summary(hparams, 123.0)
+    # the session start only: an experiment record would fix the columns of a combined board
+    assert [v.tag for v in start_pb.value] == [metadata.SESSION_START_INFO_TAG]
     start = metadata.parse_session_start_info_plugin_data(
         start_pb.value[0].metadata.plugin_data.content
     )
@@ -199,7 +190,7 @@ def test_start_summaries_parse_back_with_the_plugins_own_reader() -> None:
 def test_layout_groups_related_charts_from_documented_metrics_only() -> None:
     for tags in LAYOUT_CHARTS.values():
         assert set(tags) <= set(METRICS) | set(OPTION_METRICS)
-    assert set(HPARAM_METRICS) <= set(METRICS)
+    assert set(FINAL_METRICS) <= set(METRICS)
     grpo = layout_charts(GRPOStrategy.metric_names)
     assert "value: loss, explained variance" not in grpo  # GRPO has no critic: no empty chart
     assert len(grpo) == 3
@@ -247,16 +238,13 @@ def test_run_writes_hparams_and_layout_into_its_own_run(ppo_run) -> None:  # noq
     )
     assert start.hparams["trainer.total_steps"].number_value == 4.0  # a core knob
     assert start.hparams["train_type.optimizer.lr"].number_value == pytest.approx(1e-3)
-    experiment = metadata.parse_experiment_plugin_data(
-        _plugin_data(events, metadata.EXPERIMENT_TAG)
-    )
-    assert [m.name.tag for m in experiment.metric_infos] == list(HPARAM_METRICS)
+    assert metadata.EXPERIMENT_TAG not in events.Tags()["tensors"]  # docs/sweeps.md
     end = metadata.parse_session_end_info_plugin_data(
         _plugin_data(events, metadata.SESSION_END_INFO_TAG)
     )
     assert end.status == api_pb2.STATUS_SUCCESS
     # the HParams tab shows each metric's last scalar: the run's final values
-    for tag in HPARAM_METRICS:
+    for tag in FINAL_METRICS:
         assert events.Scalars(tag)[-1].step == 4
         assert events.Scalars(tag)[-1].value == pytest.approx(summary[tag], abs=1e-6)
     assert "custom_scalars__config__" in events.Tags()["tensors"]

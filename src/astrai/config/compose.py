@@ -92,10 +92,15 @@ def compose_error_message(err: Exception, overrides: list[str]) -> str:
 def _new_key_message(override: str, key: str, known: list[str]) -> str:
     """``override`` sets ``key``, which its open map (``parent``) does not hold yet: Hydra adds
     it only with ``+``. A close sibling (a typo of a key the map has) is named too."""
+    from astrai.config.foreign_names import foreign_name, foreign_name_hint
+
     parent, _, name = key.rpartition(".")
     siblings = [k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == parent]
     close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.75)
+    foreign = foreign_name(name)  # a TRL or verl name (learning_rate): astrai's key
     typo = f"did you mean {parent}.{close[0]}? A" if close else "a"
+    if not close and foreign is not None:
+        typo = f"{foreign_name_hint(*foreign)}. A"
     return f"{override} adds the key {name} to {parent}: {typo} new key needs + (+{override})"
 
 

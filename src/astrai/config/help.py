@@ -11,8 +11,9 @@ from pathlib import Path
 
 from astrai.paths import CONFIG_DIR
 
-# groups chosen with ``group=option``, in the order of train.yaml's defaults
-GROUPS = ("train_type", "model", "task", "reward", "critic", "infra", "logger")
+# groups chosen with ``group=option`` (tests/config/test_help.py: with the two below, every folder
+# of conf/ that is a group)
+GROUPS = ("train_type", "model", "engine", "task", "reward", "critic", "infra", "logger")
 # groups composed into train_type (and the critic's optimizer): ``group@train_type.group=option``
 SHARED_BLOCKS = ("sampling", "optimizer", "scheduler")
 PRESETS = ("experiment", "debug")
@@ -31,6 +32,15 @@ COMMON_KEYS = (
     ("ckpt.every_steps", "train.yaml", "ckpt.every_steps"),
     ("ckpt.resume", "train.yaml", "ckpt.resume"),
     ("infra.device", "infra/local.yaml", "device"),
+)
+# what a real-model user sets first (docs/your-own-model.md), same format
+REAL_MODEL_KEYS = (
+    ("model.path", "model/hf.yaml", "path"),
+    ("model.lora.rank", "model/lora/default.yaml", "rank"),
+    ("task.train_path", "task/dataset.yaml", "train_path"),
+    ("train_type.sampling.max_new_tokens", "sampling/default.yaml", "max_new_tokens"),
+    ("infra.device", "infra/local.yaml", "device"),
+    ("infra.precision", "infra/local.yaml", "precision"),
 )
 KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_]\w*):(?P<rest>.*)$")
 DEFAULT_LINE = re.compile(r"^  - (?:override )?/?(?P<group>[\w/]+)(?:@\S+)?: (?P<option>\w+)")
@@ -68,6 +78,18 @@ def _defaults(path: Path) -> dict[str, str]:
     }
 
 
+def _key_lines(keys: tuple[tuple[str, str, str], ...], conf: Path) -> list[str]:
+    """``  key=default   meaning`` for each key, read from its YAML line. A comment that goes on
+    over the next lines (its first line ends in ``,``) is cut after its last complete clause."""
+    lines = []
+    for key, file, dotted in keys:
+        value, comment = yaml_entry(conf / file, dotted)
+        if comment.endswith(",") and ";" in comment:
+            comment = comment.rpartition(";")[0]
+        lines.append(f"  {f'{key}={value}':<40}{comment}")
+    return lines
+
+
 def _option_list(group: str, default: str | None, conf: Path) -> str:
     return ", ".join(f"{o}*" if o == default else o for o in group_options(group, conf))
 
@@ -90,11 +112,15 @@ def help_text(conf: Path | None = None) -> str:
         *(f"  {g:<12}{_option_list(g, blocks.get(g), conf)}" for g in SHARED_BLOCKS),
         "",
         "Keys people change most (key=value; default, then meaning):",
-    ]
-    for key, file, dotted in COMMON_KEYS:
-        value, comment = yaml_entry(conf / file, dotted)
-        lines.append(f"  {f'{key}={value}':<40}{comment}")
-    lines += [
+        *_key_lines(COMMON_KEYS, conf),
+        "",
+        "Real model (model=hf, task=dataset; docs/your-own-model.md), the keys set first:",
+        *_key_lines(REAL_MODEL_KEYS, conf),
+        "  e.g. python train.py model=hf model.path=models/smollm2 model.lora.rank=16 \\",
+        "           task=dataset task.train_path=data/train.jsonl reward=math",
+        "",
+        "TRL or verl names (num_generations, beta, data.train_batch_size, ...) are refused with",
+        "astrai's key named: docs/configuration.md lists them.",
         "",
         "Presets (after everything else, command-line values still win):",
         f"  experiment=NAME   {', '.join(group_options('experiment', conf))}",

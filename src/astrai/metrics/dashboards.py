@@ -5,12 +5,23 @@ Both are written through the run's own writer (``<run dir>/tb``), never through
 ``tensorboard --logdir <sweep dir>`` every job of a sweep is then exactly one run, and the HParams
 tab compares the jobs.
 
+**Only the session start** (this run's values) and, at the end, the session end are written, no
+experiment record (the HParams ``experiment`` summary, which lists the columns). TensorBoard's
+HParams plugin reads one experiment per board: when any run carries an experiment record it takes
+the first it finds as the columns of every run (``backend_context._find_experiment_tag``: "we
+expect only one run to have an EXPERIMENT_TAG ... arbitrarily pick the first one"). In
+``make tensorboard``'s combined board (``outputs/`` and every sweep under ``multirun/``) that
+was one run's keys, so the other sweeps' swept keys had no column. Without one, the plugin builds
+the columns from every run's session start (``_compute_experiment_from_runs``): the union of the
+keys, each typed by its values and marked ``differs`` where the runs' values differ (its HParams
+tab sorts the columns by ``differs``, then by name, and ticks the first five), and one metric
+column per scalar tag of the runs (docs/sweeps.md).
+
 **Which hyperparameters** a job records (``run_hparams``), in this order:
 
 1. the keys the sweep varies (``swept_keys``: those given a sweep — ``a=1,2``, ``range(...)``,
    ``interval(...)`` — on the sweep's command line, in ``<sweep dir>/multirun.yaml``, or in
-   ``hydra.sweeper.params``), marked ``differs`` so that TensorBoard ticks them first: its
-   HParams tab sorts the columns by ``differs``, then by name, and shows the first five;
+   ``hydra.sweeper.params``); they also name the job's run;
 2. every other task override of the job (Hydra's ``hydra.overrides.task``, also in
    ``.hydra/overrides.yaml``), keyed by its dotted key without ``+``/``++``; deletions (``~key``),
    ``hydra.*`` keys and path-like keys (``infra.mounts.*``, ``*_dir``, ``*_path``, ...) are left
@@ -26,9 +37,8 @@ its swept overrides with the shortest unambiguous end of each key,
 Values are typed as the HParams plugin requires: bools stay bools, ints and floats become numbers,
 strings stay strings, ``None`` becomes ``"null"`` and lists or mappings their YAML-ish ``str``.
 
-**Which metrics** (``HPARAM_METRICS``): the HParams plugin shows the last logged value of each
-metric's scalar tag in the job's run, so the final metrics are the run's own scalars; no copies
-are written.
+**Metrics**: the HParams plugin shows the last logged value of each scalar tag in the job's run,
+so the final metrics are the run's own scalars; no copies are written.
 """
 
 from __future__ import annotations
@@ -41,18 +51,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from tensorboard.compat.proto.summary_pb2 import Summary
-from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+from tensorboard.plugins.hparams import plugin_data_pb2
 from torch.utils.tensorboard import summary as tb_summary
 
 HParamValue = bool | float | str
-
-# final metrics compared in the HParams tab (those a run emits; value/* is PPO only)
-HPARAM_METRICS: tuple[str, ...] = (
-    "eval/accuracy",
-    "rollout/reward_mean",
-    "value/explained_variance",
-    "time/elapsed_s",
-)
 
 # config-group choices and leaf knobs recorded for every run (when the run's config has them);
 # few, so that they do not crowd out the swept keys
@@ -176,8 +178,8 @@ def run_hparams(
         cfg: the run's composed config.
         overrides: the job's task overrides (``hydra.overrides.task``).
         choices: Hydra's ``runtime.choices`` (group -> chosen option), when known.
-        swept: the keys the sweep varies (``swept_keys``); recorded first, marked ``differs``
-            (default: ``overrides.swept`` of a ``JobOverrides``).
+        swept: the keys the sweep varies (``swept_keys``); recorded first (default:
+            ``overrides.swept`` of a ``JobOverrides``).
 
     Returns:
         name -> value, the swept keys first, then the other overrides, then the core knobs.
@@ -290,32 +292,23 @@ def _plugin_data(summary: Summary) -> Iterator[plugin_data_pb2.HParamsPluginData
     plugin_data.content = data.SerializeToString()
 
 
-def hparams_start_summaries(
-    hparams: Mapping[str, HParamValue], metrics: Iterable[str], start_time_s: float | None = None
-) -> list[Summary]:
-    """The HParams experiment (the columns: hparams and metrics) and the session start (this
-    run's values), as summaries to write into the run's own event files.
+def hparams_start_summary(
+    hparams: Mapping[str, HParamValue], start_time_s: float | None = None
+) -> Summary:
+    """The HParams session start (this run's values), as a summary to write into the run's own
+    event files; no experiment record (the module docstring says why).
 
     Built by ``torch.utils.tensorboard.summary.hparams``, plus what it leaves out: bools (it
-    tests ``int`` first, so it records them as numbers), the start time and ``differs`` on the
-    swept keys (``hparams.swept`` of a ``RunHParams``), which TensorBoard shows first. The
-    columns keep the order of ``hparams``.
+    tests ``int`` first, so it records them as numbers) and the start time.
     """
     start = time.time() if start_time_s is None else start_time_s
-    swept = set(getattr(hparams, "swept", ()))
-    experiment, session_start, _ = tb_summary.hparams(dict(hparams), dict.fromkeys(metrics))
     bools = {name: value for name, value in hparams.items() if isinstance(value, bool)}
-    with _plugin_data(experiment) as data:
-        data.experiment.time_created_secs = start
-        for info in data.experiment.hparam_infos:
-            if info.name in bools:
-                info.type = api_pb2.DATA_TYPE_BOOL
-            info.differs = info.name in swept
+    _, session_start, _ = tb_summary.hparams(dict(hparams), {})
     with _plugin_data(session_start) as data:
         data.session_start_info.start_time_secs = start
         for name, value in bools.items():
             data.session_start_info.hparams[name].bool_value = value
-    return [experiment, session_start]
+    return session_start
 
 
 def hparams_end_summary() -> Summary:

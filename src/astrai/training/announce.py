@@ -18,8 +18,7 @@ from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan
 from astrai.config.validate import plan_here
 from astrai.distributed import DistContext
 from astrai.metrics.dashboards import (
-    HPARAM_METRICS,
-    hparams_start_summaries,
+    hparams_start_summary,
     layout_summary,
     run_hparams,
 )
@@ -70,8 +69,7 @@ def write_dashboards(trainer: StartingRun) -> None:
         trainer.strategy.metric_names, trainer.cfg.train_type, trainer.cfg.get("engine")
     )
     hparams = run_hparams(trainer.cfg, trainer.job_overrides, trainer.job_choices)
-    metrics = [name for name in HPARAM_METRICS if name in emitted]
-    summaries = [layout_summary(emitted), *hparams_start_summaries(hparams, metrics)]
+    summaries = [layout_summary(emitted), hparams_start_summary(hparams)]
     trainer.logger.log_summaries(trainer.state.step, summaries)
 
 
