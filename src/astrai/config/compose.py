@@ -10,6 +10,7 @@ import re
 from omegaconf import DictConfig, OmegaConf
 
 from astrai.config.errors import ConfigError, first_line
+from astrai.config.logger_checks import unselected_logger_message
 
 
 def compose_train_config(overrides: list[str] | None = None, validate: bool = True) -> DictConfig:
@@ -130,6 +131,11 @@ def check_overrides(overrides: list[str]) -> DictConfig:
         cfg = compose_train_config(overrides, validate=False)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(compose_error_message(err, overrides)) from err
+    except AssertionError as err:  # OmegaConf's, for a key set under a null node
+        message = unselected_logger_message(overrides)
+        if message is None:
+            raise
+        raise ConfigError(message) from err
     check_known_keys(cfg)
     return cfg
 

@@ -273,12 +273,39 @@ class InfraConfig:
 
 
 @dataclass
+class WandbConfig:
+    """``logger=wandb`` (conf/logger/wandb.yaml)."""
+
+    project: str = MISSING
+    entity: str | None = MISSING
+    name: str | None = MISSING
+    tags: list[str] = MISSING
+    group: str | None = MISSING
+    mode: str | None = MISSING  # online | offline | disabled | null (W&B's own: WANDB_MODE)
+    dir: str | None = MISSING
+
+
+@dataclass
+class MlflowConfig:
+    """``logger=mlflow`` (conf/logger/mlflow.yaml)."""
+
+    tracking_uri: str | None = MISSING
+    experiment: str = MISSING
+    run_name: str | None = MISSING
+
+
+@dataclass
 class LoggerConfig:
+    """conf/logger_base.yaml, then the options of ``logger`` (several at once:
+    ``logger=[tensorboard,wandb,mlflow]``); each option sets only its own keys."""
+
     tensorboard: bool = MISSING
     samples_every: int = MISSING
     num_samples: int = MISSING
     flush_secs: int = MISSING
     kl_every: int = MISSING
+    wandb: WandbConfig | None = MISSING  # null: not selected
+    mlflow: MlflowConfig | None = MISSING  # null: not selected
 
 
 @dataclass

@@ -18,6 +18,7 @@ from astrai.config.environment import reserved_reason
 from astrai.config.errors import ConfigError, require
 from astrai.config.keys import check_known_keys
 from astrai.config.lag_checks import validate_policy_lag
+from astrai.config.logger_checks import validate_logger_backends
 from astrai.config.lora_checks import validate_lora
 from astrai.config.ranges import (
     LARGE_KEY,
@@ -387,6 +388,8 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
     _validate_trainer(cfg.trainer)
     _validate_ckpt(cfg.ckpt)
     _validate_logger(cfg.logger, allow_large)
+    if where != "container":  # the image's packages cannot be looked up from the host
+        validate_logger_backends(cfg.logger)
     validate_train_type(cfg.train_type, cfg.critic, allow_large)
     _validate_overlong(cfg)
     if where == "container":  # its files, as the container will read them

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import cast
+from typing import Protocol, cast
 
 from tensorboard.compat.proto.summary_pb2 import Summary
 from torch.utils.tensorboard import SummaryWriter
@@ -113,6 +114,19 @@ def _rewrite_rows(path: Path, rows: list[dict[str, float]]) -> None:
     write_file_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
+class MetricSink(Protocol):
+    """A tracker beside TensorBoard (``metrics.wandb_sink``, ``metrics.mlflow_sink``)."""
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        """Scalars at ``step`` (also a second time for one step: an amended evaluation)."""
+
+    def log_samples(self, step: int, tag: str, rows: list[tuple[str, str, float]]) -> None:
+        """(prompt, response, reward) rows at ``step``."""
+
+    def close(self) -> None:
+        """The run is over (or stopped, to be resumed)."""
+
+
 class RunLogger:
     """Writes one JSON object per logged step and the same scalars to TensorBoard.
 
@@ -129,6 +143,8 @@ class RunLogger:
             None: the Hydra job's ``tensorboard_run_name`` — a sweep job's swept overrides
             (``ppo_gamma=0.95,ppo_gae_lambda=0.9``), so ``tensorboard --logdir <sweep dir>``
             names its runs by them; ``tb/`` for a single run.
+        sinks: further trackers (W&B, MLflow: ``metrics.loggers``) that get every scalar and
+            sample panel; closed with this logger.
     """
 
     def __init__(
@@ -139,9 +155,11 @@ class RunLogger:
         resume_step: int | None = None,
         enabled: bool = True,
         tb_run: str | None = None,
+        sinks: Sequence[MetricSink] = (),
     ) -> None:
         self.run_dir = Path(run_dir)
         self.enabled = enabled
+        self.sinks = list(sinks)
         self.latest: dict[str, float] = {}
         self.tb_dir: Path | None = None  # where the event files go
         self._jsonl = None
@@ -180,6 +198,8 @@ class RunLogger:
         if self._tb is not None:
             for name, value in values.items():
                 self._tb.add_scalar(name, value, step)
+        for sink in self.sinks:
+            sink.log(step, values)
         return values
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -209,6 +229,13 @@ class RunLogger:
         if self._tb is not None:
             self._tb.add_text(tag, markdown, step)
 
+    def log_samples(self, step: int, tag: str, rows: list[tuple[str, str, float]]) -> None:
+        """(prompt, response, reward) rows: a Markdown table in TensorBoard, and each sink's
+        own form (a W&B table)."""
+        self.log_text(step, tag, samples_markdown(rows))
+        for sink in self.sinks:
+            sink.log_samples(step, tag, rows)
+
     def log_summaries(self, step: int, summaries: list[Summary]) -> None:
         """Write prepared summaries (HParams, custom-scalars layout) into the run's own event
         files; ``SummaryWriter.add_hparams`` would put them into a timestamped sub-run."""
@@ -236,6 +263,9 @@ class RunLogger:
             self._jsonl.close()
         if self._tb is not None:
             self._tb.close()
+        for sink in self.sinks:
+            sink.close()
+        self.sinks = []  # closed once, also when close is called again
 
 
 def samples_markdown(rows: list[tuple[str, str, float]]) -> str:

@@ -35,8 +35,9 @@ from astrai.distributed import (
 from astrai.files import naming_write_errors
 from astrai.metrics.aggregate import MetricMeans
 from astrai.metrics.dashboards import hydra_job_context
+from astrai.metrics.loggers import open_run_logger
 from astrai.metrics.names import kl_logged_at
-from astrai.metrics.writers import METRICS_FILE, RunLogger, samples_markdown
+from astrai.metrics.writers import METRICS_FILE
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.precision import autocast
 from astrai.models.pretrained import tokenizer_for
@@ -208,13 +209,8 @@ class Trainer(RolloutStage):
         # train_type.max_policy_lag > 0: the next steps' rollouts are sampled on a thread of
         # their own while this one updates (a checkpoint's in-flight rollouts first)
         self.start_sampling()
-        self.logger = RunLogger(
-            self.run_dir,
-            cfg.logger.tensorboard,
-            cfg.logger.flush_secs,
-            resume_step=self.logged_up_to(),
-            enabled=self.dist.is_main,
-        )
+        # metrics.jsonl, TensorBoard, W&B, MLflow: as cfg.logger selects (metrics.loggers)
+        self.logger = open_run_logger(cfg, self.run_dir, self.logged_up_to(), self.dist.is_main)
         # data parallel: gradients averaged over ranks (the critic too, so critics never drift);
         # a sharded policy averages its own
         replicate = self.dist.world_size > 1
@@ -467,9 +463,7 @@ class Trainer(RolloutStage):
         return {**result.metrics(), "time/eval_s": time.perf_counter() - t0}
 
     def _log_samples(self, tag: str, rows: list[tuple[str, str, float]]) -> None:
-        self.logger.log_text(
-            self.state.step, tag, samples_markdown(rows[: self.cfg.logger.num_samples])
-        )
+        self.logger.log_samples(self.state.step, tag, rows[: self.cfg.logger.num_samples])
 
     def fit(self, until: int | None = None) -> dict[str, object]:
         """Train up to ``trainer.total_steps`` (or ``until``, if smaller), checkpointing on

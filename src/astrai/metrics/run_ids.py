@@ -1,0 +1,45 @@
+"""What names and identifies a run in W&B and MLflow: its display name, its sweep group, and
+the backend's run id kept in the run dir, so a resumed run continues the same record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from astrai.files import write_file_atomic
+from astrai.metrics.dashboards import tensorboard_run_name
+
+
+def display_name(run_dir: Path) -> str:
+    """A sweep job's swept overrides (``ppo_gamma=0.95,ppo_gae_lambda=0.9``, as TensorBoard
+    names the job's run), else the run dir's name (``12-00-00``)."""
+    return tensorboard_run_name() or run_dir.resolve().name
+
+
+def sweep_group() -> str | None:
+    """The sweep dir's name for a job of a Hydra multirun (its jobs group together); None for
+    a single run."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return None
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return None
+    return Path(str(hydra_cfg.sweep.dir)).resolve().name
+
+
+def read_run_id(path: Path) -> str | None:
+    """The id stored at ``path`` (``<run dir>/wandb_run_id``...); None when absent or empty."""
+    if not path.is_file():
+        return None
+    return path.read_text(encoding="utf-8").strip() or None
+
+
+def write_run_id(path: Path, run_id: str) -> None:
+    """Store ``run_id`` at ``path`` (atomically: a resume never reads half an id)."""
+
+    def write(tmp: Path) -> None:
+        tmp.write_text(run_id + "\n", encoding="utf-8")
+
+    write_file_atomic(path, write)
