@@ -20,6 +20,7 @@ from astrai.run_lock import RunDirBusy, lock_run_dir, release_run_dir
 JOB = ["debug=quick", "logger.tensorboard=false", "ckpt.every_steps=0"]
 
 
+@pytest.mark.slow  # ~4 s: two in-process runs (the fast suite is at its budget)
 def test_fit_returns_the_summary_it_writes_and_resumes_from_its_run_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

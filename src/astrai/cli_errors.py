@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -19,6 +20,27 @@ import yaml
 
 EXIT_USAGE = 2  # what argparse exits with for a bad command line; the CLIs' bad input too
 EXPECTED_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, yaml.YAMLError)
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a tool the pipe killed
+
+
+def silence_stdout() -> int:
+    """The reader of stdout went away (``... | head``): point stdout at /dev/null, so the
+    interpreter's own flush at exit does not fail again with a traceback; returns the exit
+    status Unix tools give then (``BROKEN_PIPE_EXIT``)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return BROKEN_PIPE_EXIT
+
+
+def print_page(text: str) -> int:
+    """Print ``text`` (a help page) and flush; 0, or ``BROKEN_PIPE_EXIT`` quietly when the
+    reader left early (``python train.py --help | head``)."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return silence_stdout()
+    return 0
 
 
 def error_line(err: BaseException) -> str:

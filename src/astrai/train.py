@@ -17,7 +17,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from astrai.checkpoints.layout import CheckpointError
-from astrai.cli_errors import error_line
+from astrai.cli_errors import error_line, print_page
 from astrai.config.compose import check_overrides, check_preset_syntax, check_sweep_overrides
 from astrai.config.help import help_text
 from astrai.config.store import register_configs
@@ -361,8 +361,7 @@ def _main() -> None:
             "(each rank would otherwise pick its own timestamped run dir)"
         )
     if any(arg in ("--help", "-h") for arg in argv[1:]):
-        print(help_text())
-        sys.exit(0)
+        sys.exit(print_page(help_text()))  # quiet under `| head`
     sys.argv = argv
     register_configs()
     try:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from tests.train_runs import TRAIN
 
 from astrai.config.help import help_text, yaml_entry
 from astrai.paths import CONFIG_DIR
@@ -63,3 +66,14 @@ def test_help_has_a_real_model_section_with_defaults_and_meanings_from_the_yaml(
     assert section[0].startswith("  model.path=???") and "model directory" in section[0]
     # a comment that goes on over the next lines is cut after its last complete clause
     assert section[5].endswith("fp32 | bf16: bf16 autocast for forward passes and sampling")
+
+
+def test_help_into_a_closed_pipe_exits_141_without_a_traceback() -> None:
+    """``python train.py --help | head -1``: the reader gone before the page is written."""
+    child = subprocess.Popen(
+        [sys.executable, TRAIN, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # before the child has started: its write finds no reader
+    stderr = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 141 and stderr == "", stderr

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -35,11 +34,9 @@ from astrai.checkpoints.layout import (
     stale_temporaries,
 )
 from astrai.checkpoints.verify import verify_checkpoint
-from astrai.cli_errors import EXPECTED_ERRORS, report_error
+from astrai.cli_errors import EXPECTED_ERRORS, report_error, silence_stdout
 
 PROG = "astrai.checkpoints"
-
-BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE
 
 
 def _size_mb(path: Path) -> float:
@@ -229,10 +226,7 @@ def run(argv: list[str] | None = None) -> int:
         code = main(argv)
         sys.stdout.flush()  # a closed pipe shows here for output still buffered
     except BrokenPipeError:
-        # the interpreter's own flush at exit would fail again and print a traceback
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return BROKEN_PIPE_EXIT
+        return silence_stdout()
     return code
 
 
