@@ -230,7 +230,8 @@ def test_a_closed_pipe_ends_list_quietly(tmp_path: Path, monkeypatch: pytest.Mon
     traceback (in-process: stdout is a pipe whose reading end is closed)."""
     import os
 
-    from astrai.checkpoints.__main__ import BROKEN_PIPE_EXIT, run
+    from astrai.checkpoints.__main__ import run
+    from astrai.cli_errors import BROKEN_PIPE_EXIT
 
     root, _ = _run_with_a_linked_step(tmp_path)
     read_end, write_end = os.pipe()
