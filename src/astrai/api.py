@@ -82,7 +82,6 @@ def fit(
         ``StaleRolloutError``: the run stopped (the run dir keeps what it did);
         ``RunDirBusy``: another process runs in ``run_dir``.
     """
-    from astrai.config.keys import check_known_keys
     from astrai.config.validate import ConfigError, validate_config
     from astrai.files import discard_fresh_dir
     from astrai.run_lock import LOCK_NAME, lock_run_dir, release_run_dir
@@ -90,8 +89,7 @@ def fit(
 
     if isinstance(job, DictConfig):
         cfg = job
-        check_known_keys(cfg)
-        validate_config(cfg)
+        validate_config(cfg)  # unknown keys first, as the command line checks them
     else:
         cfg = compose(job)
     if cfg.infra.name in ("docker", "slurm"):
