@@ -227,7 +227,9 @@ def bad(**node: Any) -> dict[str, Any]:
         (bad(_target_="mymod.Scaled", factor=1, offset=2), r"reward \(mymod\.Scaled\): .*'offset'"),
         (
             bad(_target_="mymod.brevity_reward"),  # max_words not given
-            r"reward\._target_: mymod\.brevity_reward .*missing a required argument: 'max_words'",
+            # Python 3.12 says "keyword-only argument" where 3.11 says "argument"
+            r"reward\._target_: mymod\.brevity_reward .*missing a required (keyword-only )?"
+            r"argument: 'max_words'",
         ),
         (
             {"_target_": "mymod.Scaled", "factor": 1, "accuracy_threshold": "high"},

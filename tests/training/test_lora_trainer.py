@@ -65,7 +65,7 @@ def test_only_the_adapters_train_and_the_reference_is_the_base(
     trained = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
     assert trained == {id(p) for _, p in adapter_parameters(trainer.policy)}
     base_before = _base_state(trainer)
-    ids = torch.tensor([[1, 5, 9, 12, 3]])
+    ids = torch.tensor([[1, 5, 9, 12, 3]], device=trainer.device)
     with torch.no_grad():
         base_logits = trainer.policy(ids).logits  # B = 0: the adapters add nothing yet
     trainer.fit()
@@ -156,13 +156,15 @@ def test_a_lora_checkpoint_holds_what_changed(straight_and_resumed) -> None:  # 
     # the merged policy a user loads (generate, export) computes the adapter model's logits
     loaded = load_checkpoint_policy(straight_dir)
     assert not has_adapters(loaded.policy)
-    ids = torch.tensor([[1, 5, 9, 12, 3]])
+    ids = torch.tensor([[1, 5, 9, 12, 3]])  # loaded on the CPU; the run's on its own device
+    on_run = ids.to(straight.device)
     with torch.no_grad():
-        expected = straight.policy(ids).logits
+        expected = straight.policy(on_run).logits.cpu()
         torch.testing.assert_close(loaded.policy(ids).logits, expected, rtol=0, atol=1e-5)
         if straight.critic is not None:
             assert loaded.critic is not None
-            torch.testing.assert_close(loaded.critic(ids), straight.critic(ids), rtol=0, atol=1e-5)
+            values = straight.critic(on_run).cpu()
+            torch.testing.assert_close(loaded.critic(ids), values, rtol=0, atol=1e-5)
     # the loader rebuilt the same base: its fingerprint is the recorded one
     assert base_fingerprint(straight.reference.policy) != base["sha256"]  # adapters now inside
     if straight.critic is not None:  # the critic file is its adapters and head, not a trunk
