@@ -1,13 +1,13 @@
 """Sampled tokens/s: astrai's torch sampler vs vLLM's CPU build, side by side in one run.
 
-Both engines serve the same random-init weights (float32) through astrai's ``Engine``
-interface (``rollout.engine.TorchEngine`` and ``SeededVLLM`` over ``rollout.vllm_engine``, as
-the trainer calls them): the same left-padded prompts, G samples per prompt, temperature 1 and
-an empty stop set, so every response runs to ``--new-tokens`` (vLLM refuses a stop id outside
-the vocabulary). Each repetition draws fresh prompts, the same for both engines, so vLLM's
-prefix cache cannot reuse an earlier repetition's prompts. Timed interleaved after one warm-up,
-tokens/s = prompts x G x new tokens over the best of ``--repeats``. vLLM's engine start (policy
-export + ``vllm.LLM``) and one ``sync_weights`` are timed on their own. Two shapes:
+Both engines serve the same random-init weights (float32) through astrai's ``Engine`` interface
+(``rollout.engine.TorchEngine`` and ``rollout.seeded_vllm.SeededVLLM`` over ``rollout.vllm_engine``,
+as the trainer calls them): the same left-padded prompts, G samples per prompt, temperature 1 and an
+empty stop set, so every response runs to ``--new-tokens`` (vLLM refuses a stop id outside the
+vocabulary). Each repetition draws fresh prompts, the same for both engines, so vLLM's prefix cache
+cannot reuse an earlier repetition's prompts. Timed interleaved after one warm-up, tokens/s =
+prompts x G x new tokens over the best of ``--repeats``. vLLM's engine start (policy export +
+``vllm.LLM``) and one ``sync_weights`` are timed on their own. Two shapes:
 
 - ``tiny``: ``model=tiny`` with 2 attention heads of 32 and 1 KV head (vLLM's CPU attention has
   no kernel for ``tiny``'s head size 16).
@@ -37,8 +37,10 @@ import torch
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.presets import load_model_preset
 from astrai.models.tokenizer import CharTokenizer
-from astrai.rollout.engine import VLLM_INSTALL, Engine, SeededVLLM, TorchEngine
+from astrai.models.weights import named_weights
+from astrai.rollout.engine import Engine, torch_engine
 from astrai.rollout.sampler import Generation, SamplingConfig
+from astrai.rollout.seeded_vllm import VLLM_INSTALL, SeededVLLM
 
 PAD_ID = 0
 NO_STOP: tuple[int, ...] = ()  # every response runs to max_new_tokens
@@ -120,9 +122,8 @@ def engine_runner(
     def run(seed: int) -> Generation:
         ids, mask = make_prompts(work, vocab, seed)
         return engine.sample(
-            policy, ids, mask, work.group, sampling, NO_STOP, PAD_ID,
-            generator=torch.Generator().manual_seed(seed),
-        )  # fmt: skip
+            ids, mask, work.group, sampling, NO_STOP, generator=torch.Generator().manual_seed(seed)
+        )
 
     return run
 
@@ -146,7 +147,7 @@ def best_tokens_per_second(
 
 
 def bench_shape(name: str, work: Workload, repeats: int, kv_cache_gib: int) -> Result:
-    from astrai.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+    from astrai.rollout.vllm_engine import VLLMEngineConfig
 
     config = shape_config(name)
     torch.manual_seed(0)
@@ -154,17 +155,15 @@ def bench_shape(name: str, work: Workload, repeats: int, kv_cache_gib: int) -> R
     sampling = SamplingConfig(max_new_tokens=work.new_tokens, temperature=1.0)
     print(f"\n== {name}: {policy.num_parameters():,} parameters, workload {work}", flush=True)
     start = time.perf_counter()
-    vllm = SeededVLLM(
-        VLLMEngine(policy, CharTokenizer(), VLLMEngineConfig(kv_cache_space_gib=kv_cache_gib))
-    )
+    vllm = SeededVLLM(VLLMEngineConfig(kv_cache_space_gib=kv_cache_gib), policy, CharTokenizer())
     start_s = time.perf_counter() - start
     threads = torch.get_num_threads()  # vLLM's CPU worker has bound the OpenMP threads
     try:
         with torch.no_grad():  # a changed policy, so the sync moves new values
             policy.model.norm.weight.mul_(1.01)
-        sync_s = vllm.sync_weights(policy) or 0.0
+        sync_s = vllm.sync_weights(named_weights(policy))
         runners = {
-            "torch": engine_runner(TorchEngine(), policy, work, sampling),
+            "torch": engine_runner(torch_engine(policy, CharTokenizer()), policy, work, sampling),
             "vllm": engine_runner(vllm, policy, work, sampling),
         }
         tps = best_tokens_per_second(runners, work, repeats)

@@ -26,12 +26,9 @@ TRAIN = str(REPO / "train.py")
 QUICK = [
     "debug=quick",  # conf/debug/quick.yaml
 ]
-# rollouts one update behind the policy, with the correction they require (docs/async.md)
-LAG_1 = [
-    "train_type.max_policy_lag=1",
-    "engine.old_logprobs=recompute",
-    "engine.correction=token_truncate",
-]
+# rollouts one update behind the policy; engine=torch's auto choices then recompute π_old and
+# truncate the token weights, the correction lag requires (astrai.policy_lag, docs/async.md)
+LAG_1 = ["train_type.max_policy_lag=1"]
 
 
 def run_train(

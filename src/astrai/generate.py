@@ -33,6 +33,7 @@ from astrai.checkpoints.layout import RUN_CONFIG_FILE, CheckpointError
 from astrai.checkpoints.policy import LoadedPolicy, load_policy
 from astrai.cli_errors import ArgumentParser, one_line_errors
 from astrai.generation_engine import (
+    ENGINE_NAMES,
     check_engine,
     check_length,
     device_error,
@@ -48,7 +49,7 @@ from astrai.rewards.base import Reward, RewardConfigError, RewardError
 from astrai.rewards.build import build_reward
 from astrai.rewards.config import reward_node
 from astrai.rollout.collect import decode_responses, left_pad, prompt_context
-from astrai.rollout.engine import ENGINES
+from astrai.rollout.engine import engine_class
 from astrai.rollout.sampler import SamplingConfig
 from astrai.tasks.base import Problem, ProblemSource, Task
 
@@ -302,7 +303,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument(
         "--engine",
-        choices=ENGINES,
+        choices=ENGINE_NAMES,
         default="torch",
         help="what samples: astrai's KV-cache sampler (torch) or vLLM's CPU build (vllm)",
     )
@@ -379,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"astrai.generate: {prompt_error(tokenizer, err)}", file=sys.stderr)
         return 2
     check_length(policy, ids.shape[1], max_new_tokens)
-    check_engine(engine_cfg, policy, ids.shape[1], max_new_tokens)
+    check_engine(engine_cfg, policy, ids.shape[1], max_new_tokens, args.device)
     out = sample_groups(
         engine_cfg, policy, tokenizer, ids, mask, samples, sampling, args.seed, precision
     )
@@ -387,8 +388,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {loaded.source}")
     decoding = "greedy" if args.temperature == 0 else f"temperature {args.temperature}"
     task_part = f"task {scoring.label}, " if scoring is not None else ""
-    # vLLM computes in its engine.dtype, not in astrai's precision
-    numbers = precision if engine_cfg is None else f"vllm {engine_cfg.dtype}"
+    # an engine with its own weights computes in its engine.dtype, not in astrai's precision
+    engine = engine_class(engine_cfg)
+    numbers = (
+        precision
+        if engine.samples_live_policy
+        else f"{engine.name} {engine_cfg.get('dtype', precision)}"
+    )
     print(f"# {task_part}max_new_tokens {max_new_tokens}, {decoding}, {numbers}")
     if scoring is None:
         for prompt, completion in zip(rows, completions, strict=True):

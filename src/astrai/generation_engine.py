@@ -1,32 +1,39 @@
 """Where ``python -m astrai.generate`` samples (``--device``, ``--engine``), and whether its
 requests fit there.
 
-``--engine torch`` (the default) is astrai's KV-cache sampler on the loaded policy;
-``--engine vllm`` is vLLM's CPU build (``rollout.vllm_engine``) started from the loaded policy
-and tokenizer. Both go through the trainer's ``Engine`` interface (``rollout.engine``), so a
-prompt's group is sampled as the run's rollouts sample it. vLLM's knobs are those of the run
-that wrote the checkpoint when it sampled with vLLM, else ``conf/engine/vllm.yaml``'s defaults;
-``--seed`` seeds the engine and, through the sampling stream, each request. What can refuse a
-request (the device, vLLM missing, a head size the engine lacks, a prompt + ``--max-new-tokens``
-past the model's positions or the engine's ``max_model_len``) is one line, checked before the
-engine starts; the engine is closed when sampling ends, also on an error.
+``--engine NAME`` is the engine ``conf/engine/NAME.yaml`` names (``_target_``): ``torch`` (the
+default) is astrai's KV-cache sampler on the loaded policy, ``vllm`` vLLM's CPU build started
+from the loaded policy and tokenizer. Both go through the trainer's ``Engine`` interface
+(``rollout.engine``), so a prompt's group is sampled as the run's rollouts sample it. An
+engine's knobs are those of the run that wrote the checkpoint when it sampled with the same
+engine, else the YAML's defaults; ``--seed`` seeds the engine (where it has a ``seed`` knob)
+and, through the sampling stream, each request. What can refuse a request is the engine's own
+``check`` (the one config validation calls: the device, vLLM missing, a head size the engine
+lacks, a prompt + ``--max-new-tokens`` past the engine's ``max_model_len``), run before the
+model loads and again with it, before the engine starts; the engine is closed when sampling
+ends, also on an error.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import os
+from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from astrai.config.ranges import MAX_SEED
-from astrai.rollout.engine import VLLM_INSTALL, VLLM_KNOBS, build_engine
+from astrai.paths import CONFIG_DIR
+from astrai.rollout.engine import Engine, EngineJob, build_engine, engine_class
 from astrai.rollout.sampler import Generation, SamplingConfig
 
 # --precision -> engine.dtype: a precision given on the command line wins over the engine's
 ENGINE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+# the engines --engine offers: the options of conf/engine
+ENGINE_NAMES = tuple(sorted(path.stem for path in (Path(CONFIG_DIR) / "engine").glob("*.yaml")))
 
 
 def device_error(name: str) -> str | None:
@@ -48,56 +55,69 @@ def device_error(name: str) -> str | None:
 
 def engine_error(name: str, device: str, seed: int) -> str | None:
     """Why ``--engine name`` cannot sample on ``--device device`` with ``--seed seed`` (one
-    line), or None. Reads only the flags and the installed packages: run before the model
-    loads."""
-    if name != "vllm":
-        return None
-    # on a GPU vLLM would take its default 90% of the memory, and astrai has not built or
-    # tested its CUDA path (memory fraction, sleep mode, pins: issue 34)
-    if device.split(":")[0] != "cpu":
-        return (
-            f"--engine vllm runs on the CPU only for now (issue 34: vLLM on CUDA is not built "
-            f"yet in astrai); use --device cpu, or --engine torch on {device}"
-        )
-    if not 0 <= seed < MAX_SEED:  # vLLM's own seed, as engine.seed is checked for a run
-        return f"--engine vllm: --seed must be in [0, 2**62) (got {seed})"
-    if importlib.util.find_spec("vllm") is None:
-        return f"--engine vllm needs vLLM, which is not installed: {VLLM_INSTALL}"
+    line), or None. Reads only the flags, the engine's YAML and the installed packages: run
+    before the model loads."""
+    node = default_node(name)
+    cls = engine_class(node)
+    if "seed" in _knobs(cls) and not 0 <= seed < MAX_SEED:  # as engine.seed is for a run
+        return f"--engine {name}: --seed must be in [0, 2**62) (got {seed})"
+    try:
+        cls.check(node, EngineJob(device=device, command_line=True))
+    except ValueError as err:
+        return str(err)
     return None
+
+
+@functools.cache
+def _composed(name: str) -> dict[str, Any]:
+    from astrai.config.compose import compose_train_config
+
+    composed = compose_train_config([f"engine={name}"], validate=False).engine
+    return OmegaConf.to_container(composed, resolve=True)  # type: ignore[return-value]
+
+
+def default_node(name: str) -> DictConfig:
+    """The ``engine`` node of ``conf/engine/<name>.yaml`` (a fresh copy: callers edit it)."""
+    return OmegaConf.create(_composed(name))
+
+
+def _knobs(cls: type[Engine]) -> set[str]:
+    return {f.name for f in fields(cls.Config)}
 
 
 def engine_config(
     name: str, run: DictConfig | None, seed: int, precision: str | None
-) -> DictConfig | None:
+) -> DictConfig:
     """The ``engine`` node ``--engine name`` builds (``rollout.engine.build_engine``).
 
     Args:
-        name: ``torch`` or ``vllm``.
+        name: an option of ``conf/engine`` (``torch``, ``vllm``).
         run: the resolved config of the run that wrote the checkpoint (None: a model directory).
             Its engine's knobs are kept when it sampled with the same engine, so the checkpoint
             is sampled as its run sampled it.
-        seed: ``--seed``: the engine's own seed.
-        precision: ``--precision`` when given: the engine's dtype (``fp32`` -> float32).
+        seed: ``--seed``: the engine's own seed, where it has one.
+        precision: ``--precision`` when given: the engine's dtype (``fp32`` -> float32), where
+            it has one.
 
     Returns:
-        None for ``torch`` (astrai's sampler takes no knobs); else the node with every key of
-        ``VLLM_KNOBS``, the defaults composed from ``conf/engine/<name>.yaml``.
+        The node: ``_target_`` and every knob of the engine's ``Config``, the defaults composed
+        from ``conf/engine/<name>.yaml``.
     """
-    if name == "torch":
-        return None
-    from astrai.config.compose import compose_train_config
-
-    composed = compose_train_config([f"engine={name}"], validate=False).engine
-    node = OmegaConf.create(OmegaConf.to_container(composed, resolve=True))
+    node = default_node(name)
+    cls = engine_class(node)
+    knobs = _knobs(cls)
     ran = OmegaConf.select(run, "engine") if run is not None else None
-    if isinstance(ran, DictConfig) and ran.get("name") == name:
-        # only the knobs the engine takes: a key an older run wrote and vLLMEngineConfig no
+    # a run written before engines were named by _target_ names its engine by name
+    if isinstance(ran, DictConfig) and (
+        ran.get("_target_") == node._target_ or ran.get("name") == cls.name
+    ):
+        # only the knobs the engine takes: a key an older run wrote and the engine's Config no
         # longer has would fail build_engine
-        for key in VLLM_KNOBS:
-            if key in ran:
-                node[key] = ran[key]
-    node.seed = seed
-    if precision is not None:
+        for key in knobs & set(ran):
+            node[key] = ran[key]
+    if "seed" in knobs:
+        node.seed = seed
+    if precision is not None and "dtype" in knobs:
         node.dtype = ENGINE_DTYPES[precision]
     return node
 
@@ -119,31 +139,26 @@ def check_length(policy: torch.nn.Module, prompt_width: int, max_new_tokens: int
 
 
 def check_engine(
-    engine_cfg: DictConfig | None, policy: Any, prompt_width: int, max_new_tokens: int
+    engine_cfg: DictConfig,
+    policy: Any,
+    prompt_width: int,
+    max_new_tokens: int,
+    device: str = "cpu",
 ) -> None:
-    """ValueError (one line) when the engine cannot serve ``policy`` or these lengths: a
-    ``max_model_len`` below the longest prompt + ``max_new_tokens`` (``prompt_width``: tokens,
-    BOS included), or a head size vLLM's CPU kernel lacks. Imports vLLM for ``vllm`` (seconds);
-    starts nothing."""
-    if engine_cfg is None:
-        return
-    limit = engine_cfg.max_model_len
-    if limit is not None and prompt_width + max_new_tokens > limit:
-        raise ValueError(
-            f"--engine vllm: the longest prompt ({prompt_width} tokens) + --max-new-tokens "
-            f"{max_new_tokens} pass the engine's max_model_len ({limit}, the run's "
-            f"engine.max_model_len); use at most {max(limit - prompt_width, 0)} new tokens"
-        )
+    """ValueError (one line) when the engine cannot serve ``policy`` or these lengths
+    (``prompt_width``: the longest prompt in tokens, BOS included): the engine's own ``check``,
+    with the model known. Imports vLLM for ``vllm`` (seconds); starts nothing."""
     # generate's stdout is its answers: vLLM's log lines (stdout by default) go to stderr. Read
-    # when vLLM is first imported, which is here
+    # when vLLM is first imported, which may be here
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    from astrai.rollout.vllm_engine import check_head_dim
-
-    try:
-        check_head_dim(policy.config.head_dim)
-    except ValueError as err:
-        # a checkpoint's heads are fixed: the way out here is the other engine, not an override
-        raise ValueError(f"--engine vllm: {err}; sample this model with --engine torch") from err
+    job = EngineJob(
+        device=device,
+        model=getattr(policy, "config", None),
+        longest_prompt=prompt_width,
+        max_new_tokens=max_new_tokens,
+        command_line=True,
+    )
+    engine_class(engine_cfg).check(engine_cfg, job)
 
 
 def sample_groups(
@@ -166,7 +181,8 @@ def sample_groups(
         prompt_mask: ``[B, P]`` bool, True on real prompt tokens.
         seed: seeds the sampling stream: astrai's sampler draws its tokens from it, vLLM one
             seed per request, so either engine repeats itself for the same ``seed``.
-        precision: ``fp32`` or ``bf16`` for astrai's sampler (vLLM computes in its ``dtype``).
+        precision: ``infra.precision``'s ``fp32`` or ``bf16``: astrai's sampler computes in it
+            (vLLM in its ``dtype``, and says so where the two differ).
 
     Returns:
         A ``Generation`` of ``B * group_size`` rows, prompt-major (prompt b's rows are
@@ -174,18 +190,10 @@ def sample_groups(
         ``[B*G, R]``.
     """
     generator = torch.Generator(device=prompt_ids.device).manual_seed(seed)
-    engine = build_engine(engine_cfg, policy, tokenizer)
+    engine = build_engine(engine_cfg, policy, tokenizer, precision)
     try:
         return engine.sample(
-            policy,
-            prompt_ids,
-            prompt_mask,
-            group_size,
-            sampling,
-            tokenizer.stop_ids,
-            tokenizer.pad_id,
-            generator,
-            precision=precision,
+            prompt_ids, prompt_mask, group_size, sampling, tokenizer.stop_ids, generator
         )
     finally:
         engine.close()  # vLLM's memory and its export directory

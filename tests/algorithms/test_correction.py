@@ -101,6 +101,12 @@ def test_truncation_masks_nothing_and_none_leaves_the_weights_out() -> None:
 
 def test_the_engine_node_decides_whether_pi_old_is_recomputed() -> None:
     assert correction_from_config(None) is None  # a config without an engine node: torch
+    auto = {"old_logprobs": "auto", "correction": "auto", "correction_low": None}
+    auto |= {"correction_high": None}
+    assert correction_from_config(auto) is None  # in step with the policy: the sampler's
+    # rollouts behind it: π_old recomputed, token weights truncated to the published [0, 2]
+    assert correction_from_config(auto, max_policy_lag=2) == Correction("token_truncate", 0.0, 2.0)
+    assert correction_from_config(None, max_policy_lag=1) == Correction("token_truncate", 0.0, 2.0)
     node = {"old_logprobs": "bypass", "correction": "none"}
     assert correction_from_config(node) is None
     node = {"old_logprobs": "recompute", "correction": "icepop"}

@@ -6,6 +6,7 @@ when sampling fails. What vLLM itself answers: ``tests/engine/test_vllm_generate
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,8 @@ from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.pretrained import save_policy_dir
 from astrai.models.tokenizer import CharTokenizer
 from astrai.rollout.collect import decode_responses, left_pad
-from astrai.rollout.engine import VLLM_INSTALL, VLLM_KNOBS
 from astrai.rollout.sampler import SamplingConfig, generate
+from astrai.rollout.seeded_vllm import VLLM_INSTALL, SeededVLLM
 
 PROMPTS = ["1+2=", "12+34=", "7+0="]  # different lengths: left padding differs per row
 
@@ -118,6 +119,9 @@ def test_an_unknown_engine_is_refused_by_name(tmp_path: Path) -> None:
     _assert_refused(args, "argument --engine: invalid choice: 'sglang'")
 
 
+VLLM_KNOBS = [f.name for f in fields(SeededVLLM.Config)]
+
+
 def test_vllm_knobs_are_the_defaults_or_the_runs_own() -> None:
     defaults = compose_config(["engine=vllm"], validate=False).engine
     node = engine_config("vllm", None, seed=11, precision=None)
@@ -139,11 +143,15 @@ def test_vllm_knobs_are_the_defaults_or_the_runs_own() -> None:
     assert engine_config("vllm", run, seed=11, precision="fp32").dtype == "float32"  # flag wins
     torch_run = OmegaConf.create({"engine": {"name": "torch"}})
     assert engine_config("vllm", torch_run, seed=0, precision=None).dtype == defaults.dtype
-    assert engine_config("torch", run, seed=0, precision=None) is None  # astrai's sampler
+    assert dict(engine_config("torch", run, seed=0, precision="bf16")) == {  # no knobs
+        k: v for k, v in compose_config([], validate=False).engine.items()
+    }
 
 
 def test_a_length_past_the_engines_max_model_len_is_one_line() -> None:
-    node = OmegaConf.create({"max_model_len": 12})
+    node = OmegaConf.create(
+        {"_target_": "astrai.rollout.seeded_vllm.SeededVLLM", "max_model_len": 12}
+    )
     with pytest.raises(
         ValueError, match=r"\+ --max-new-tokens 5 pass the engine's max_model_len \(12"
     ):

@@ -21,6 +21,7 @@ from tests.hf_models import TINY, save_with_char_tokenizer
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.pretrained import load_pretrained_policy
 from astrai.models.tokenizer import CharTokenizer
+from astrai.models.weights import named_weights
 from astrai.rollout.collect import left_pad
 from astrai.rollout.sampler import Generation, SamplingConfig, generate
 from astrai.rollout.scoring import response_logprobs
@@ -140,13 +141,13 @@ def test_greedy_continuations_equal_the_torch_sampler_after_three_synced_updates
             # before the sync the engine still serves the previous weights: the comparison
             # below can fail
             assert not _same_tokens(_engine_greedy(served, stop_ids), expected), step
-            seconds = served.engine.sync_weights(policy)
+            seconds = served.engine.sync_weights(named_weights(policy))
             assert 0 < seconds < 30
             synced = _engine_greedy(served, stop_ids)
             torch.testing.assert_close(synced.response_ids, expected.response_ids, rtol=0, atol=0)
             torch.testing.assert_close(synced.response_mask, expected.response_mask)
     finally:
-        served.engine.sync_weights(served.policy)
+        served.engine.sync_weights(named_weights(served.policy))
     assert _same_tokens(
         _engine_greedy(served, stop_ids), _torch_greedy(served, served.policy, stop_ids)
     )

@@ -3,16 +3,27 @@ through whatever engine its config names."""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import fields
+from types import SimpleNamespace
+
 import pytest
 import torch
 from tests.helpers import compose_config
 
+from astrai.config.schema import TorchEngineSchema, VLLMEngineSchema
 from astrai.config.validate import ConfigError
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.tokenizer import CharTokenizer
+from astrai.rollout import seeded_vllm
 from astrai.rollout.collect import left_pad
-from astrai.rollout.engine import TorchEngine, build_engine
+from astrai.rollout.engine import TorchEngine, build_engine, torch_engine
 from astrai.rollout.sampler import SamplingConfig, generate
+from astrai.rollout.seeded_vllm import SeededVLLM, precision_notice
+from astrai.rollout.vllm_engine import VLLMEngineConfig
+
+# the keys of every engine node (config.schema.EngineConfig)
+ENGINE_KEYS = ["_target_", "old_logprobs", "correction", "correction_low", "correction_high"]
 
 
 def test_the_torch_engine_is_the_sampler_with_each_prompt_repeated_group_size_times() -> None:
@@ -21,10 +32,10 @@ def test_the_torch_engine_is_the_sampler_with_each_prompt_repeated_group_size_ti
     tokenizer = CharTokenizer()
     ids, mask = left_pad(tokenizer, ["1+2=", "13+4=", "7+7="])
     sampling = SamplingConfig(max_new_tokens=6, temperature=1.0)
-    ours = TorchEngine().sample(
-        policy, ids, mask, 4, sampling, tokenizer.stop_ids, tokenizer.pad_id,
-        generator=torch.Generator().manual_seed(3),
-    )  # fmt: skip
+    engine = torch_engine(policy, tokenizer)
+    ours = engine.sample(
+        ids, mask, 4, sampling, tokenizer.stop_ids, generator=torch.Generator().manual_seed(3)
+    )
     reference = generate(
         policy, ids.repeat_interleave(4, 0), mask.repeat_interleave(4, 0), sampling,
         tokenizer.stop_ids, tokenizer.pad_id, generator=torch.Generator().manual_seed(3),
@@ -32,14 +43,22 @@ def test_the_torch_engine_is_the_sampler_with_each_prompt_repeated_group_size_ti
     assert ours.response_ids.shape[0] == 12  # prompt-major: rows 0-3 answer prompt 0
     for name in ("response_ids", "response_mask", "logprobs"):
         assert torch.equal(getattr(ours, name), getattr(reference, name)), name
-    assert TorchEngine().sync_weights(policy) is None  # it samples the live policy
+    assert engine.samples_live_policy and engine.on(policy) is engine
 
 
-def test_the_config_names_the_engine() -> None:
+def test_the_config_names_the_engine_class() -> None:
     cfg = compose_config(["debug=quick"])
-    assert cfg.engine.name == "torch" and isinstance(build_engine(cfg.engine), TorchEngine)
-    with pytest.raises(ConfigError, match="engine.name='sglang' is not an engine"):
-        compose_config(["debug=quick", "engine.name=sglang"])
+    assert cfg.engine._target_ == "astrai.rollout.engine.TorchEngine"
+    policy = LlamaForCausalLM(LlamaConfig())
+    engine = build_engine(cfg.engine, policy, CharTokenizer(), "bf16")
+    assert isinstance(engine, TorchEngine) and engine.policy is policy
+    assert (engine.precision, engine.lockstep) == ("bf16", False)
+    with pytest.raises(
+        ConfigError, match=r"engine._target_='astrai.rollout.sglang.SGLang' cannot be imported"
+    ):
+        compose_config(["debug=quick", "engine._target_=astrai.rollout.sglang.SGLang"])
+    with pytest.raises(ConfigError, match=r"engine._target_='torch.nn.Linear' is not an engine"):
+        compose_config(["debug=quick", "engine._target_=torch.nn.Linear"])
 
 
 @pytest.mark.parametrize(
@@ -80,3 +99,29 @@ def test_engine_vllm_on_cuda_is_refused_until_its_memory_is_managed(
         compose_config(["debug=quick", "engine=vllm", "infra.device=cuda"])
     with pytest.raises(ConfigError, match="engine=vllm runs on the CPU only for now"):
         compose_config(["debug=quick", "engine=vllm"])  # infra.device=auto picks the GPU
+
+
+def test_the_engines_facts_are_class_attributes() -> None:
+    facts = ("samples_live_policy", "supports_seeds", "supports_prefix_continuation")
+    assert [getattr(TorchEngine, fact) for fact in facts] == [True, False, True]
+    assert [getattr(SeededVLLM, fact) for fact in facts] == [False, True, True]
+    # vLLM's knobs are written once, on its class: the schema is derived from them
+    knobs = [f.name for f in fields(SeededVLLM.Config)]
+    assert [f.name for f in fields(VLLMEngineSchema)] == [*ENGINE_KEYS, *knobs]
+    assert [f.name for f in fields(TorchEngineSchema)] == ENGINE_KEYS
+
+
+def test_vllm_sampling_in_another_precision_than_the_trainer_says_so_at_start(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert precision_notice("float32", "fp32") is None
+    assert precision_notice("bfloat16", "bf16") is None
+    line = precision_notice("float32", "bf16")
+    assert line is not None and line.startswith("engine=vllm samples in engine.dtype=float32")
+    assert line.endswith("set engine.dtype=bfloat16 to sample in the trainer's precision")
+    monkeypatch.setattr(seeded_vllm, "VLLMEngine", lambda *args: SimpleNamespace(close=dict))
+    policy = LlamaForCausalLM(LlamaConfig())
+    with caplog.at_level(logging.WARNING, logger=seeded_vllm.__name__):
+        SeededVLLM(VLLMEngineConfig(), policy, CharTokenizer(), "bf16")
+        SeededVLLM(VLLMEngineConfig(dtype="bfloat16"), policy, CharTokenizer(), "bf16")
+    assert caplog.messages == [line]

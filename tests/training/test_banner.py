@@ -4,6 +4,7 @@ facts, then through a real ``python train.py`` (console and ``train.log``)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from pathlib import Path
 
@@ -276,3 +277,33 @@ def test_default_run_logs_no_warning(caplog: pytest.LogCaptureFixture, tmp_path:
         f"  tensorboard --logdir {tmp_path}/tb",
     ]
     assert [m.split(":")[0] for m in messages[6:]] == ["step 0/1", "step 1/1"]
+
+
+def test_banner_says_what_a_lagging_run_trains_with() -> None:
+    lagging = dataclasses.replace(CPU_RUN, policy_lag=(2, "recompute", "token_truncate"))
+    lines = format_banner(lagging)
+    assert lines[5] == (
+        "  rollouts up to 2 updates behind the policy: π_old recomputed, token_truncate correction"
+    )
+    assert lines[6].startswith("  tensorboard") and len(lines) == 7
+
+
+@pytest.mark.slow  # ~3 s: a lag-1 run through train.py's main
+def test_max_policy_lag_alone_runs_and_announces_the_correction_it_chose(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = [*QUICK, "train_type.max_policy_lag=1", f"hydra.run.dir={run_dir}"]
+    result = run_train_in_process(args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    messages = _messages((run_dir / "train.log").read_text())
+    line = (
+        "  rollouts up to 1 update behind the policy: π_old recomputed, token_truncate correction"
+    )
+    assert messages[5] == line
+    rows = [json.loads(r) for r in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 2 and rows[-1]["rollout/policy_lag"] == 1  # it did lag
+    assert "rollout/is_ratio_max" in rows[-1]  # and recomputed π_old
+    refused = run_train_in_process(
+        [*QUICK, "train_type.max_policy_lag=1", "engine.old_logprobs=bypass"], cwd=tmp_path
+    )
+    [error] = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and "engine.old_logprobs=bypass" in error, error

@@ -122,34 +122,25 @@ class OwnWeightsEngine:
     touches the policy it is handed."""
 
     name = "own-weights"
+    samples_live_policy = False
 
     def __init__(self) -> None:
         self.calls = 0
 
     def sample(
         self,
-        policy: LlamaForCausalLM,
         prompt_ids: torch.Tensor,
         prompt_mask: torch.Tensor,
         group_size: int,
         sampling: SamplingConfig,
         stop_ids: Sequence[int],
-        pad_id: int,
         generator: torch.Generator | None = None,
-        lockstep: bool = False,
-        precision: str = "fp32",
     ) -> Generation:
-        del policy, prompt_mask, sampling, pad_id, generator, lockstep, precision
+        del prompt_mask, sampling, generator
         self.calls += 1
         rows = prompt_ids.shape[0] * group_size
         ids = torch.tensor([[ord("8") % 64, stop_ids[0]]] * rows)
         return Generation(ids, torch.ones_like(ids, dtype=torch.bool), torch.zeros(ids.shape))
-
-    def sync_weights(self, policy: LlamaForCausalLM) -> float | None:
-        return 0.0
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.mark.parametrize("training", [True, False])

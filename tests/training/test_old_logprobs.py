@@ -14,6 +14,7 @@ from tests.helpers import compose_config
 
 from astrai.config.errors import ConfigError
 from astrai.metrics.names import MISMATCH_METRICS, emitted_metrics, reward_term_names
+from astrai.policy_lag import engine_choices
 from astrai.rollout.engine import TorchEngine
 from astrai.rollout.sampler import Generation
 from astrai.training.trainer import Trainer
@@ -53,7 +54,8 @@ def test_the_torch_sampler_shows_no_mismatch_on_any_step(tmp_path: Path, train_t
 
 def test_the_default_torch_job_trusts_its_sampler_and_logs_no_mismatch(tmp_path: Path) -> None:
     cfg = compose_config(JOB)
-    assert (cfg.engine.old_logprobs, cfg.engine.correction) == ("bypass", "none")
+    assert (cfg.engine.old_logprobs, cfg.engine.correction) == ("auto", "auto")
+    assert engine_choices(cfg.engine, cfg.train_type.max_policy_lag) == ("bypass", "none")
     assert not MISMATCH_METRICS & emitted_metrics(frozenset(), cfg.train_type, cfg.engine)
 
 
@@ -72,7 +74,7 @@ def _first_step(tmp_path: Path, overrides: list[str]) -> dict[str, float]:
     # loss of 0 is the correction's doing, not that of a batch of all-zero rewards
     cfg = compose_config([*JOB, "trainer.total_steps=1", *ALTERNATING, *overrides])
     trainer = Trainer(cfg, tmp_path)
-    trainer.engine = _OffByOneNat()
+    trainer.engine = _OffByOneNat(None, trainer.policy, trainer.tokenizer)
     trainer.fit()
     return _rows(tmp_path)[0]
 

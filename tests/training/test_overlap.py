@@ -58,10 +58,13 @@ def test_a_batch_older_than_the_bound_is_refused_naming_the_key() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["train_type.max_policy_lag=1"], "it needs the correction, engine.old_logprobs=recompute"),
         (
-            ["train_type.max_policy_lag=1", "engine.old_logprobs=recompute"],
-            "got engine.old_logprobs=recompute, engine.correction=none",
+            ["train_type.max_policy_lag=1", "engine.old_logprobs=bypass"],
+            "it needs the correction, engine.old_logprobs=recompute",
+        ),
+        (
+            ["train_type.max_policy_lag=1", "engine.correction=none"],
+            "got engine.old_logprobs=auto, engine.correction=none",
         ),
         (["train_type.max_policy_lag=9", *CORRECTED], r"max_policy_lag must be in \[0, 8\]"),
         (

@@ -34,6 +34,7 @@ from torch import Tensor
 
 from astrai.algorithms.kl import kl_estimate
 from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean
+from astrai.policy_lag import engine_choices
 
 OLD_LOGPROBS = ("recompute", "bypass")
 CORRECTIONS = (
@@ -96,14 +97,19 @@ class Correction:
         return self.mode in ("token_mask", "sequence_mask", "icepop")
 
 
-def correction_from_config(engine: Mapping[str, Any] | None) -> Correction | None:
+def correction_from_config(
+    engine: Mapping[str, Any] | None, max_policy_lag: int = 0
+) -> Correction | None:
     """The ``engine`` node's correction where the trainer recomputes π_old
-    (``old_logprobs: recompute``; ``none`` then still logs the mismatch), else None (bypass, and
-    a config without an engine node: ``engine=torch``'s default)."""
-    if engine is None or engine.get("old_logprobs", "bypass") == "bypass":
+    (``old_logprobs: recompute``; ``none`` then still logs the mismatch), else None (bypass).
+    ``auto`` choices (and a config without an engine node) are resolved for ``max_policy_lag``
+    (``astrai.policy_lag.engine_choices``)."""
+    old_logprobs, correction = engine_choices(engine, max_policy_lag)
+    if old_logprobs == "bypass":
         return None
+    node = engine or {}
     return Correction.from_config(
-        engine["correction"], engine["correction_low"], engine["correction_high"]
+        correction, node.get("correction_low"), node.get("correction_high")
     )
 
 

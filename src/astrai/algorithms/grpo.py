@@ -36,18 +36,21 @@ class GRPOStrategy(Strategy):
 
     name = "online_grpo"
     ADVANTAGES = ("grpo", "dr_grpo", "rloo", "reinforce_pp")
+    # the group baselines (grpo, dr_grpo, rloo) compare a response with the rest of its group
+    min_group_size = 2
     metric_names = CORE_METRICS | {"loss/kl"}  # PPO puts the KL into the reward instead
 
     def __init__(self, *, adv_eps: float, scale_rewards: str, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         if scale_rewards not in ADVANTAGE_SCALES:
             raise ValueError(
-                f"train_type.scale_rewards must be one of {', '.join(ADVANTAGE_SCALES)}"
+                f"train_type.scale_rewards must be one of {', '.join(ADVANTAGE_SCALES)} "
+                f"(got {scale_rewards!r})"
             )
         if scale_rewards != "group" and self.advantage != "grpo":
             raise ValueError(
                 f"train_type.scale_rewards={scale_rewards} applies to advantage=grpo only "
-                f"(advantage={self.advantage} has its own scale)"
+                f"(got advantage={self.advantage}, which has its own scale)"
             )
         self.adv_eps = adv_eps
         self.scale_rewards = scale_rewards

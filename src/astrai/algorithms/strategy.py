@@ -51,6 +51,8 @@ class Strategy(ABC):
     name: ClassVar[str] = "strategy"  # the ``train_type`` option and its checkpoints' label
     requires_critic: ClassVar[bool] = False  # ``critic=value_model`` must be composed with it
     ADVANTAGES: ClassVar[tuple[str, ...]] = ()
+    # the smallest ``group_size`` it accepts (a group baseline needs two responses to compare)
+    min_group_size: ClassVar[int] = 1
     # the step metrics every run of it emits (``metrics.names.METRICS`` keys; the options'
     # own come on top, ``metrics.names.emitted_metrics``)
     metric_names: ClassVar[frozenset[str]] = frozenset()
@@ -82,17 +84,17 @@ class Strategy(ABC):
         max_resample_rounds: int,
         max_policy_lag: int = 0,
     ) -> None:
-        if kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"train_type.kl_estimator must be one of {KL_ESTIMATORS}")
-        if advantage not in self.ADVANTAGES:
+        # its knobs' names and facts, checked here only: config validation builds the strategy
+        # and turns this ValueError into the one-line config error (config.train_type_checks)
+        _one_of("kl_estimator", kl_estimator, KL_ESTIMATORS)
+        _one_of("advantage", advantage, self.ADVANTAGES, f" for train_type={self.name}")
+        _one_of("loss_agg", loss_agg, LOSS_AGG_MODES)
+        _one_of("ratio_level", ratio_level, RATIO_LEVELS)
+        if group_size < self.min_group_size:
             raise ValueError(
-                f"train_type.advantage must be one of {', '.join(self.ADVANTAGES)} for "
-                f"{self.name} (got {advantage!r})"
+                f"train_type.group_size must be >= {self.min_group_size} for {self.name} "
+                f"(got {group_size})"
             )
-        if loss_agg not in LOSS_AGG_MODES:
-            raise ValueError(f"train_type.loss_agg must be one of {', '.join(LOSS_AGG_MODES)}")
-        if ratio_level not in RATIO_LEVELS:
-            raise ValueError(f"train_type.ratio_level must be one of {', '.join(RATIO_LEVELS)}")
         self.group_size = group_size
         self.prompts_per_step = prompts_per_step
         self.clip_eps = clip_eps
@@ -290,3 +292,11 @@ class Strategy(ABC):
         )
         assert entropy is not None
         return logprobs, entropy
+
+
+def _one_of(key: str, value: object, choices: tuple[str, ...], where: str = "") -> None:
+    """``train_type.<key> must be one of a, b, c[ for ...] (got 'x')``, a ``ValueError``."""
+    if value not in choices:
+        raise ValueError(
+            f"train_type.{key} must be one of {', '.join(choices)}{where} (got {value!r})"
+        )

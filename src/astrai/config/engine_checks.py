@@ -1,20 +1,26 @@
-"""Checks of the ``engine`` node (``astrai.rollout.engine``): a known engine and, for
-``engine=vllm``, its options and what the engine needs of the run, before anything starts."""
+"""Checks of the ``engine`` node (``astrai.rollout.engine``): an engine class (``_target_``),
+its π_old and correction, its own knobs' values (declared on its ``Config``) and its own
+``check`` of what it needs of the run, before anything starts."""
 
 from __future__ import annotations
 
-import importlib.util
+import typing
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from astrai.algorithms.correction import CORRECTIONS, OLD_LOGPROBS
 from astrai.config.errors import ConfigError, require
-from astrai.config.ranges import MAX_SEED, check_number
+from astrai.config.ranges import check_number
+from astrai.config.schema import EngineConfig, engine_schema
 from astrai.models.llama import LlamaConfig
-from astrai.rollout.engine import ENGINES, VLLM_INSTALL
+from astrai.policy_lag import AUTO, engine_choices
+from astrai.rollout.engine import Engine, EngineJob, engine_class
 from astrai.tasks.base import ProblemSource
 
-VLLM_DTYPES = ("float32", "bfloat16", "float16")
 # ``engine.correction_high``'s ceiling: published bands stop at 5 (TIS and TRL's cap 2, IcePop
 # 5); a weight of 1e4 already lets one token outweigh ten thousand others, and a larger float
 # overflows the float32 weights (1e300: an overflow traceback mid-step)
@@ -24,91 +30,92 @@ MAX_CORRECTION_HIGH = 10_000.0
 def validate_engine(
     cfg: DictConfig, model: LlamaConfig, task: ProblemSource, device: str | None
 ) -> None:
-    """``engine``: a known engine and its π_old and correction (``validate_correction``); for
-    ``vllm`` its options, the CPU (``device``: the planned device, None where a container
-    decides), replicas under torchrun (not FSDP shards), and vLLM installed (checked last: a
-    bad option is named even where vLLM is missing). Nothing starts here."""
+    """``engine``: an engine class (``_target_``), its π_old and correction
+    (``validate_correction``), its knobs (``check_knobs``) and the engine's own ``check`` of
+    the run: ``device`` (the planned device, None where a container decides), the model, the
+    longest request, the processes. Nothing starts here."""
     engine = cfg.engine
-    require(
-        engine.name in ENGINES,
-        f"engine.name={engine.name!r} is not an engine (choose from {', '.join(ENGINES)}; "
-        "select one with engine=<name>)",
-    )
-    validate_correction(engine)
-    if engine.name != "vllm":
-        return
-    require(
-        engine.dtype in VLLM_DTYPES,
-        f"engine.dtype={engine.dtype!r} is not one of {', '.join(VLLM_DTYPES)}",
-    )
-    check_number(engine.kv_cache_space_gib, "engine.kv_cache_space_gib", 1, 4096, integer=True)
-    check_number(
-        engine.gpu_memory_utilization, "engine.gpu_memory_utilization", 0, 1, low_open=True
-    )
-    check_number(engine.seed, "engine.seed", 0, MAX_SEED, high_open=True, integer=True)
-    for key in ("enforce_eager", "enable_prefix_caching"):
-        require(isinstance(engine[key], bool), f"engine.{key} must be true or false")
-    positions = model.max_position_embeddings
-    check_number(
-        engine.max_model_len, "engine.max_model_len", 1, positions, integer=True, optional=True
-    )
-    max_new_tokens = int(cfg.train_type.sampling.max_new_tokens)
-    # the longest request: an embedded task's longest prompt (BOS included), or any prompt a
-    # dataset may hold (every prompt fits max_position_embeddings - max_new_tokens)
-    prompt = 1 + task.max_prompt_len() if hasattr(task, "max_prompt_len") else None
-    needed = positions if prompt is None else prompt + max_new_tokens
-    require(
-        engine.max_model_len is None or engine.max_model_len >= needed,
-        f"engine.max_model_len ({engine.max_model_len}) is below the longest prompt + "
-        f"train_type.sampling.max_new_tokens ({needed})",
-    )
-    # colocated on a GPU, vLLM would take its default 90% of the memory the update needs:
-    # refused until the engine's memory fraction and sleep mode are built
-    require(
-        device == "cpu",
-        "engine=vllm runs on the CPU only for now (issue 34: on CUDA its memory fraction and "
-        "sleep mode are not built yet); set infra.device=cpu, or use engine=torch",
-    )
+    cls = configured_engine(engine)
+    validate_correction(engine, cfg.train_type.get("max_policy_lag", 0))
+    check_knobs(cls, engine)
     world = (
         cfg.infra.nproc_per_node * cfg.infra.nnodes
         if isinstance(cfg.infra.nproc_per_node, int)
         else None
     )
-    # one engine per rank takes each update's full weights from the rank's own replica; a
-    # sharded policy would first have to gather them (not built)
-    require(
-        world in (None, 1) or cfg.infra.parallel != "fsdp",
-        "engine=vllm takes its weights from each rank's full replica: infra.parallel=fsdp "
-        f"shards them over the {world} processes (use infra.parallel=ddp, or engine=torch)",
+    job = EngineJob(
+        device=device,
+        model=model,
+        # an embedded task's longest prompt (BOS included); a dataset's: any that fits
+        longest_prompt=1 + task.max_prompt_len() if hasattr(task, "max_prompt_len") else None,
+        max_new_tokens=int(cfg.train_type.sampling.max_new_tokens),
+        world_size=world,
+        parallel=cfg.infra.parallel,
     )
-    require(
-        importlib.util.find_spec("vllm") is not None,
-        f"engine=vllm needs vLLM, which is not installed: {VLLM_INSTALL}",
-    )
-    from astrai.rollout.vllm_engine import check_head_dim
-
-    try:  # imports vLLM (seconds): only for engine=vllm jobs
-        check_head_dim(model.head_dim)
+    try:
+        cls.check(engine, job)
     except ValueError as err:
-        raise ConfigError(
-            f"engine=vllm: {err} (e.g. model.num_attention_heads=2 model.num_key_value_heads=1)"
-        ) from err
+        raise ConfigError(str(err)) from err
 
 
-def validate_correction(engine: DictConfig) -> None:
+def configured_engine(node: Mapping[str, Any] | None) -> type[Engine]:
+    """The engine class ``engine._target_`` names; a ``ConfigError`` naming the key when it
+    cannot be imported or is not an ``Engine``."""
+    try:
+        return engine_class(node)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+
+
+def check_knobs(cls: type[Engine], node: Mapping[str, Any]) -> None:
+    """The engine's own keys (``cls.Config``'s fields) against what each takes (``knob``: its
+    choices or bounds; a bool true or false), and no key the engine does not have (a YAML
+    outside ``conf/`` has no schema to catch it at compose time)."""
+    own = fields(cls.Config)
+    known = {f.name for f in (*fields(EngineConfig), *own)}
+    unknown = sorted(str(key) for key in node if key not in known)
+    require(
+        not unknown,
+        f"engine.{unknown[0] if unknown else ''} is not a key of engine={cls.name} (its keys: "
+        f"{', '.join(sorted(known))})",
+    )
+    try:  # the types (a YAML outside conf/ was composed untyped)
+        plain = OmegaConf.to_container(node) if isinstance(node, DictConfig) else dict(node)
+        OmegaConf.merge(OmegaConf.structured(engine_schema(cls)), plain)
+    except OmegaConfBaseException as err:
+        reason = str(err).splitlines()[0]
+        raise ConfigError(f"engine.{err.full_key or ''}: {reason}") from None
+    hints = typing.get_type_hints(cls.Config)
+    for knob in own:
+        if knob.name not in node:
+            continue  # the class's default
+        key, value = f"engine.{knob.name}", node[knob.name]
+        if "choices" in knob.metadata:
+            choices = knob.metadata["choices"]
+            require(value in choices, f"{key}={value!r} is not one of {', '.join(choices)}")
+        elif "bounds" in knob.metadata:
+            check_number(value, key, **knob.metadata["bounds"])
+        elif hints[knob.name] is bool:
+            require(isinstance(value, bool), f"{key} must be true or false")
+
+
+def validate_correction(engine: DictConfig, max_policy_lag: object = 0) -> None:
     """``engine.old_logprobs``, ``engine.correction`` and its band (``algorithms.correction``):
+    each a known choice or ``auto`` (``astrai.policy_lag``: resolved for ``max_policy_lag``);
     a correction needs the trainer's own π_old, and its band is a floor in [0, 1) and a
     ceiling above 1 (so the weight 1 of no mismatch is always inside), set only where a
     correction reads it."""
     require(
-        engine.old_logprobs in OLD_LOGPROBS,
-        f"engine.old_logprobs={engine.old_logprobs!r} is not one of {', '.join(OLD_LOGPROBS)}",
+        engine.old_logprobs in (*OLD_LOGPROBS, AUTO),
+        f"engine.old_logprobs={engine.old_logprobs!r} is not one of "
+        f"{', '.join((*OLD_LOGPROBS, AUTO))}",
     )
     require(
-        engine.correction in CORRECTIONS,
-        f"engine.correction={engine.correction!r} is not one of {', '.join(CORRECTIONS)}",
+        engine.correction in (*CORRECTIONS, AUTO),
+        f"engine.correction={engine.correction!r} is not one of {', '.join((*CORRECTIONS, AUTO))}",
     )
-    if engine.correction == "none":
+    old_logprobs, correction = engine_choices(engine, max_policy_lag)
+    if correction == "none":
         for key in ("correction_low", "correction_high"):
             require(
                 engine[key] is None,
@@ -116,8 +123,8 @@ def validate_correction(engine: DictConfig) -> None:
             )
         return
     require(
-        engine.old_logprobs == "recompute",
-        f"engine.correction={engine.correction} needs engine.old_logprobs=recompute (with "
+        old_logprobs == "recompute",
+        f"engine.correction={correction} needs engine.old_logprobs=recompute (with "
         "bypass, π_old is the engine's own logprobs: there is no mismatch to correct)",
     )
     check_number(

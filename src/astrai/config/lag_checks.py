@@ -8,6 +8,7 @@ from omegaconf import DictConfig
 
 from astrai.config.errors import require
 from astrai.config.ranges import check_number
+from astrai.policy_lag import engine_choices
 
 LAG_KEY = "train_type.max_policy_lag"
 # each step of lag is one more copy of the policy's weights held for sampling: a typo (100)
@@ -20,18 +21,20 @@ def validate_policy_lag(cfg: DictConfig) -> None:
     """``train_type.max_policy_lag``: an integer in [0, 8] (1000 with trainer.allow_large);
     above 0, the trainer's own π_old (``engine.old_logprobs=recompute``) and an importance
     correction (``engine.correction``) that weights each token by π_old / π_behav, as in
-    decoupled PPO."""
+    decoupled PPO: what ``auto`` chooses (``astrai.policy_lag``); an explicit choice that
+    contradicts it (``bypass``, ``none``) is refused."""
     tt, engine = cfg.train_type, cfg.engine
     high = MAX_LAG_LARGE if cfg.trainer.allow_large else MAX_LAG
     check_number(tt.max_policy_lag, LAG_KEY, 0, high, integer=True)
     lag = tt.max_policy_lag
     if lag == 0:
         return
+    old_logprobs, correction = engine_choices(engine, lag)  # auto: recompute, token_truncate
     require(
-        engine.old_logprobs == "recompute" and engine.correction != "none",
+        old_logprobs == "recompute" and correction != "none",
         f"{LAG_KEY}={lag} trains samples an older policy drew: it needs the correction, "
-        "engine.old_logprobs=recompute and an engine.correction (e.g. token_truncate); got "
-        f"engine.old_logprobs={engine.old_logprobs}, engine.correction={engine.correction} "
+        "engine.old_logprobs=recompute and an engine.correction (auto chooses token_truncate); "
+        f"got engine.old_logprobs={engine.old_logprobs}, engine.correction={engine.correction} "
         "(docs/async.md)",
     )
     if isinstance(cfg.infra.nproc_per_node, int):  # auto: the trainer checks the real count

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from astrai.config.engine_checks import configured_engine
 from astrai.config.errors import ConfigError, require
 from astrai.config.ranges import MAX_PARAMETERS, check_large
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
@@ -103,9 +104,10 @@ def validate_lora(cfg: DictConfig, model: LlamaConfig) -> None:
         "critic.warm_start=false with model.lora: the critic's trunk is the policy's frozen base "
         "(it trains adapters and its value head only), so it cannot start from random weights",
     )
+    engine = configured_engine(cfg.engine)
     require(
-        cfg.engine.name == "torch",
-        f"engine={cfg.engine.name} with model.lora is not built yet (the engine would need the "
+        engine.samples_live_policy,
+        f"engine={engine.name} with model.lora is not built yet (the engine would need the "
         "merged weights every step); use engine=torch",
     )
     try:

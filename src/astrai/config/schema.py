@@ -9,13 +9,16 @@ cannot type (``"all"`` or a list of ints) are ``Any`` and checked in ``validate.
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any
 
 from omegaconf import MISSING
 
 from astrai.models.llama import LlamaConfig
+from astrai.rollout.engine import Engine, TorchEngine
 from astrai.rollout.sampler import SamplingConfig
+from astrai.rollout.seeded_vllm import SeededVLLM
 
 
 def types_only(cls: type, name: str, **extra: type) -> type:
@@ -115,27 +118,31 @@ class HFModelConfig:
 
 @dataclass
 class EngineConfig:
-    """``engine=torch``: what generates rollouts and evaluations (``rollout.engine``), and
-    where π_old comes from with the mismatch correction (``algorithms.correction``)."""
+    """The keys of every ``engine`` node: the class that samples (``_target_``, an
+    ``rollout.engine.Engine``), where π_old comes from and the mismatch correction
+    (``algorithms.correction``). An engine's own knobs come on top (``engine_schema``)."""
 
-    name: str = MISSING
+    _target_: str = MISSING
     old_logprobs: str = MISSING
     correction: str = MISSING
     correction_low: float | None = MISSING
     correction_high: float | None = MISSING
 
 
-@dataclass
-class VLLMEngineSchema(EngineConfig):
-    """``engine=vllm``: an in-process vLLM engine (``rollout.vllm_engine``)."""
+def engine_schema(cls: type[Engine]) -> type:
+    """``schema/engine/base_<name>``: ``EngineConfig``'s keys plus the engine's own knobs
+    (``cls.Config``'s fields, typed by their annotations), every value ``MISSING`` (the YAML
+    holds them): an engine's knobs have one home, its ``Config``."""
+    hints = typing.get_type_hints(cls.Config)
+    own = [(f.name, hints[f.name], field(default=MISSING)) for f in fields(cls.Config)]
+    derived = make_dataclass(f"{cls.__name__}Schema", own, bases=(EngineConfig,))
+    derived.__module__ = __name__
+    derived.__doc__ = f"``engine={cls.name}`` ({cls.__module__}.{cls.__qualname__})."
+    return derived
 
-    dtype: str = MISSING
-    max_model_len: int | None = MISSING
-    kv_cache_space_gib: int = MISSING
-    gpu_memory_utilization: float = MISSING
-    enforce_eager: bool = MISSING
-    enable_prefix_caching: bool = MISSING
-    seed: int = MISSING
+
+TorchEngineSchema = engine_schema(TorchEngine)
+VLLMEngineSchema = engine_schema(SeededVLLM)
 
 
 @dataclass

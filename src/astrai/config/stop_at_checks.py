@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from astrai.config.engine_checks import configured_engine
 from astrai.config.errors import ConfigError
 from astrai.config.train_type_checks import strategy_class_of
 from astrai.metrics.names import REWARD_TERM_PREFIX, emitted_metrics
@@ -25,7 +26,10 @@ def validate_stop_at(cfg: DictConfig, reward_terms: list[str]) -> None:
     if not targets:
         return
     strategy = strategy_class_of(cfg.train_type)
-    emitted = set(emitted_metrics(strategy.metric_names, cfg.train_type, cfg.get("engine")))
+    own_weights = not configured_engine(cfg.get("engine")).samples_live_policy
+    emitted = set(
+        emitted_metrics(strategy.metric_names, cfg.train_type, cfg.get("engine"), own_weights)
+    )
     emitted |= {REWARD_TERM_PREFIX + term for term in reward_terms}
     for target in targets:
         if target.metric not in emitted:

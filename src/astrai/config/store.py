@@ -53,7 +53,7 @@ GROUP_SCHEMAS: dict[str, dict[str, type]] = {
         "base_hf": schema.HFModelConfig,
         "base_lora": schema.LoraSchema,
     },
-    "engine": {"base_engine": schema.EngineConfig, "base_vllm": schema.VLLMEngineSchema},
+    "engine": {"base_engine": schema.TorchEngineSchema, "base_vllm": schema.VLLMEngineSchema},
     "critic": {"base_critic": schema.CriticConfig, "base_value_model": schema.ValueModelConfig},
     "task": {
         "base_addition": schema.AdditionTaskConfig,

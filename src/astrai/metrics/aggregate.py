@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
@@ -31,7 +32,7 @@ class MetricMeans:
         # names of an update -> float32 [n, 3]: (Σ value·weight, Σ weight, NaN values) per name
         self._sums: dict[tuple[str, ...], torch.Tensor] = {}
 
-    def update(self, metrics: dict[str, torch.Tensor | float], weight: float = 1.0) -> None:
+    def update(self, metrics: Mapping[str, torch.Tensor | float], weight: float = 1.0) -> None:
         if math.isnan(weight):
             warnings.warn("a NaN weight: these metrics were left out of their means", stacklevel=2)
             return

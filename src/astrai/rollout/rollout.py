@@ -149,6 +149,8 @@ def cat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
     def right(x: Tensor, value: float | bool) -> Tensor:
         return F.pad(x, (0, length - x.shape[-1]), value=value)
 
+    # joined only where every part has them
+    versions = [p.sample_versions for p in parts if p.sample_versions is not None]
     return Rollout(
         prompt_ids=torch.cat([left(p.prompt_ids, pad_id) for p in parts]),
         prompt_mask=torch.cat([left(p.prompt_mask, False) for p in parts]),
@@ -157,11 +159,7 @@ def cat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
         logprobs=torch.cat([right(p.logprobs, 0.0) for p in parts]),
         rewards=torch.cat([p.rewards for p in parts]),
         policy_version=parts[0].policy_version,
-        sample_versions=(
-            torch.cat([p.sample_versions for p in parts])
-            if all(p.sample_versions is not None for p in parts)
-            else None
-        ),
+        sample_versions=torch.cat(versions) if len(versions) == len(parts) else None,
         prompts=[text for p in parts for text in p.prompts],
         responses=[group for p in parts for group in p.responses],
         reward_terms={

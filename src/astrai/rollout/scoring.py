@@ -6,11 +6,13 @@ logprobs are computed one way.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from astrai.models.shared_prefix import response_outputs
+from astrai.models.shared_prefix import CachedModel, response_outputs
 from astrai.rollout.sampler import scaled_logits
 
 
@@ -52,8 +54,11 @@ def response_logprobs(
         ``entropy_grad`` is False, where it is computed from detached logits (a metric only;
         the same values without its autograd graph and backward pass).
     """
-    # the logit at position i predicts token i + 1
-    logits = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask)
+    # the logit at position i predicts token i + 1; a DDP wrapper has no new_cache, which
+    # response_outputs calls only where supports_sharing found it (so the cast)
+    logits = response_outputs(
+        cast(CachedModel, model), prompt_ids, prompt_mask, response_ids, response_mask
+    )
     logits = scaled_logits(logits.float(), temperature)
     logprobs = logits.log_softmax(-1).gather(-1, response_ids[..., None]).squeeze(-1)
     logprobs = logprobs.masked_fill(~response_mask.bool(), 0.0)
@@ -79,7 +84,10 @@ def response_values(
     Returns:
         ``values [N, R]``, 0 at padding.
     """
-    values = response_outputs(critic, prompt_ids, prompt_mask, response_ids, response_mask)
+    # as in response_logprobs: new_cache only where supports_sharing found it
+    values = response_outputs(
+        cast(CachedModel, critic), prompt_ids, prompt_mask, response_ids, response_mask
+    )
     return values.float().masked_fill(~response_mask.bool(), 0.0)
 
 

@@ -53,7 +53,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -65,15 +65,19 @@ from torch import Tensor
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.pretrained import save_policy_dir
 from astrai.models.tokenizer import Tokenizer
-from astrai.models.weights import stored_names
+from astrai.rollout.engine import NamedTensors, knob, named_tensors
 from astrai.rollout.sampler import Generation, SamplingConfig
 
 log = logging.getLogger(__name__)
 
+VLLM_DTYPES = ("float32", "bfloat16", "float16")
+MAX_ENGINE_SEED = 2**62  # config.ranges.MAX_SEED: the run's seed, which engine.seed defaults to
+
 
 @dataclass
 class VLLMEngineConfig:
-    """The engine's knobs.
+    """The engine's knobs: ``engine=vllm``'s own keys, written once (``SeededVLLM.Config``:
+    the config schema and the checks of their values derive from these fields).
 
     Attributes:
         dtype: the engine's weights and activations ("float32", "bfloat16", "float16"); the
@@ -88,13 +92,14 @@ class VLLMEngineConfig:
         seed: the engine's global seed (draws of requests that carry no seed of their own).
     """
 
-    dtype: str = "float32"
-    max_model_len: int | None = None
-    kv_cache_space_gib: int = 1
-    gpu_memory_utilization: float = 0.3
+    dtype: str = knob("float32", choices=VLLM_DTYPES)
+    # at most the model's positions (``seeded_vllm.SeededVLLM.check``)
+    max_model_len: int | None = knob(None, low=1, integer=True, optional=True)
+    kv_cache_space_gib: int = knob(1, low=1, high=4096, integer=True)
+    gpu_memory_utilization: float = knob(0.3, low=0, high=1, low_open=True)
     enforce_eager: bool = True
     enable_prefix_caching: bool = True
-    seed: int = 0
+    seed: int = knob(0, low=0, high=MAX_ENGINE_SEED, high_open=True, integer=True)
 
 
 class VLLMEngine:
@@ -116,6 +121,8 @@ class VLLMEngine:
         self.config = config
         self._dir = Path(tempfile.mkdtemp(prefix="astrai-vllm-"))
         self.llm: Any = None
+        # a tied lm_head is not among the synced tensors: its packed copy is rebuilt
+        self._tied = bool(policy.config.tie_word_embeddings)
         check_head_dim(policy.config.head_dim)
         # a trainer's process group (torchrun): the engine joins it, and must not destroy it
         ranks = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
@@ -202,20 +209,24 @@ class VLLMEngine:
 
     # --- weights -------------------------------------------------------------------------
 
-    def sync_weights(self, policy: LlamaForCausalLM) -> float:
-        """Load ``policy``'s current parameters into the running engine, in place.
+    def sync_weights(self, weights: NamedTensors) -> float:
+        """Load the policy's current weights into the running engine, in place.
 
-        Every stored tensor under its Hugging Face name (astrai's state-dict names are HF's; a
-        tied ``lm_head`` is not a tensor of its own: ``stored_names``), straight from memory;
-        then the prefix cache is emptied, since its KV entries were computed by the old weights.
+        ``weights``: every stored tensor under its Hugging Face name (astrai's state-dict names
+        are HF's; a tied ``lm_head`` is not a tensor of its own: ``models.weights.
+        named_weights``), straight from memory where they lie: vLLM's weight loaders ``copy_``
+        into the engine's parameters, casting dtype and device, so no second copy of the whole
+        model exists at once. Then the prefix cache is emptied, since its KV entries were
+        computed by the old weights.
 
         Returns:
             The seconds it took.
         """
         start = time.perf_counter()
         runner = self._model_runner()
-        runner.reload_weights(weights_iterator=_named_tensors(policy), is_checkpoint_format=True)
-        if policy.config.tie_word_embeddings:
+        pairs = iter(named_tensors(weights))
+        runner.reload_weights(weights_iterator=pairs, is_checkpoint_format=True)
+        if self._tied:
             _repack_tied_lm_head(runner.get_model())
         self.llm.reset_prefix_cache()
         return time.perf_counter() - start
@@ -431,14 +442,3 @@ def _repack_tied_lm_head(model: Any) -> None:
     """
     head = model.lm_head
     head.quant_method.process_weights_after_loading(head)
-
-
-def _named_tensors(policy: LlamaForCausalLM) -> Iterator[tuple[str, Tensor]]:
-    """``(HF name, tensor)`` for every stored tensor of ``policy``, detached, where it lies.
-
-    vLLM's weight loaders ``copy_`` into the engine's parameters, casting dtype and device, so
-    nothing is converted here and no second copy of the whole model exists at once.
-    """
-    state = policy.state_dict()
-    for name in stored_names(policy):
-        yield name, state[name].detach()

@@ -24,7 +24,9 @@ from astrai.metrics.dashboards import (
 )
 from astrai.metrics.names import emitted_metrics
 from astrai.metrics.writers import RunLogger
+from astrai.policy_lag import engine_choices
 from astrai.rewards.base import Reward
+from astrai.rollout.engine import engine_class
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.banner import (
     RunFacts,
@@ -65,8 +67,10 @@ class StartingRun(Protocol):
 def write_dashboards(trainer: StartingRun) -> None:
     """Custom-scalars layout and HParams record (the job's overrides and key knobs) into the
     run's own event files; written at every start, TensorBoard keeps the first."""
+    engine = trainer.cfg.get("engine")
+    own_weights = not engine_class(engine).samples_live_policy
     emitted = emitted_metrics(
-        trainer.strategy.metric_names, trainer.cfg.train_type, trainer.cfg.get("engine")
+        trainer.strategy.metric_names, trainer.cfg.train_type, engine, own_weights
     )
     hparams = run_hparams(trainer.cfg, trainer.job_overrides, trainer.job_choices)
     summaries = [layout_summary(emitted), hparams_start_summary(hparams)]
@@ -125,7 +129,14 @@ def run_facts(trainer: StartingRun, plan: DevicePlan) -> RunFacts:
         max_new_tokens=int(trainer.strategy.sampling.max_new_tokens),
         prompt_counts=task_prompt_counts(trainer.task),
         evaluated_prompts=len(trainer.eval_problems),
+        policy_lag=policy_lag_facts(cfg),
     )
+
+
+def policy_lag_facts(cfg: DictConfig) -> tuple[int, str, str] | None:
+    """``(lag, old_logprobs, correction)`` for the banner when rollouts lag the policy."""
+    lag = int(cfg.train_type.max_policy_lag)
+    return (lag, *engine_choices(cfg.get("engine"), lag)) if lag > 0 else None
 
 
 def task_prompt_counts(task: ProblemSource) -> tuple[int, int, bool] | None:

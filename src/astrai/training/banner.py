@@ -53,6 +53,9 @@ class RunFacts:
             (``split_sizes``); None for a task that does not say.
         evaluated_prompts: held-out prompts each evaluation decodes (``trainer.eval_prompts``,
             capped by the pool); said when fewer than the held-out ones.
+        policy_lag: ``train_type.max_policy_lag`` and the ``(old_logprobs, correction)`` the run
+            uses (``astrai.policy_lag.engine_choices``: ``auto`` resolved); a line of its own
+            when the lag is above 0, None otherwise.
     """
 
     run_dir: str
@@ -82,6 +85,7 @@ class RunFacts:
     max_new_tokens: int | None = None
     prompt_counts: tuple[int, int, bool] | None = None
     evaluated_prompts: int | None = None
+    policy_lag: tuple[int, str, str] | None = None
 
 
 def format_banner(facts: RunFacts) -> list[str]:
@@ -122,14 +126,24 @@ def format_banner(facts: RunFacts) -> list[str]:
         if facts.tensorboard
         else "tensorboard: off (logger.tensorboard=false)"
     )
+    lag = [] if facts.policy_lag is None else [f"  {format_policy_lag(*facts.policy_lag)}"]
     return [
         f"astrai: {facts.train_type} on {facts.task}, run dir {facts.run_dir}",
         f"  device: {format_device(facts)}",
         f"  {model}",
         f"  task: {task}; reward: {reward}; {steps}",
         f"  {format_learning_rates(facts)}",
+        *lag,
         f"  {tensorboard}",
     ]
+
+
+def format_policy_lag(lag: int, old_logprobs: str, correction: str) -> str:
+    """``rollouts up to 1 update behind the policy: π_old recomputed, token_truncate
+    correction``: what a run with ``train_type.max_policy_lag`` > 0 trains with."""
+    behind = f"{lag} update{'s' if lag != 1 else ''}"
+    source = "recomputed" if old_logprobs == "recompute" else "the engine's"
+    return f"rollouts up to {behind} behind the policy: π_old {source}, {correction} correction"
 
 
 def format_prompt_counts(

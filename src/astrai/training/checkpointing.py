@@ -56,6 +56,7 @@ from astrai.checkpoints.layout import (
 from astrai.checkpoints.reissue import REISSUE_FILE, REISSUE_KEY, check_reissue_file
 from astrai.distributed import DistContext, all_reduce_max, gather_objects
 from astrai.files import FileWriter, write_file_atomic
+from astrai.models.llama import LlamaForCausalLM
 from astrai.models.lora import (
     adapter_config,
     adapter_module_names,
@@ -103,7 +104,7 @@ class CheckpointParts:
     strategy_name: str
     checkpoint_files: Sequence[str]
     samples_per_step: int  # prompts_per_step × group_size
-    policy: nn.Module
+    policy: LlamaForCausalLM
     reference: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: Stateful

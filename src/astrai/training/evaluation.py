@@ -17,7 +17,7 @@ from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
 from astrai.rollout.collect import decode_responses, left_pad, prompt_context, sampling_mode
-from astrai.rollout.engine import Engine, TorchEngine
+from astrai.rollout.engine import Engine, torch_engine
 from astrai.rollout.sampler import SamplingConfig
 from astrai.tasks.base import Problem
 
@@ -67,25 +67,15 @@ def evaluate(
     problems, weights = rank_share(problems) if shard else (problems, [1.0] * len(problems))
     device = policy.lm_head.weight.device
     greedy = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.0)
-    sharded = is_fsdp(policy)
+    # a sharded policy gathers its weights in every decoding step: ranks stop together
+    engine = engine or torch_engine(policy, tokenizer, precision, lockstep=is_fsdp(policy))
     responses: list[str] = []
     lengths: list[int] = []
     with sampling_mode(policy, engine):  # eval mode, where the torch sampler decodes it
         for start in range(0, len(problems), batch_size):
             chunk = [p.prompt for p in problems[start : start + batch_size]]
             ids, mask = left_pad(tokenizer, chunk, device)
-            # a sharded policy gathers its weights in every decoding step: ranks stop together
-            gen = (engine or TorchEngine()).sample(
-                policy,
-                ids,
-                mask,
-                1,
-                greedy,
-                tokenizer.stop_ids,
-                tokenizer.pad_id,
-                lockstep=sharded,
-                precision=precision,
-            )
+            gen = engine.sample(ids, mask, 1, greedy, tokenizer.stop_ids)
             responses += decode_responses(tokenizer, gen.response_ids, gen.response_mask)
             lengths += gen.response_mask.sum(-1).tolist()
     texts = [p.text for p in problems]

@@ -10,12 +10,13 @@ position under DDP, so a run resumes with the ``infra.parallel`` it was saved wi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
+    ValueType,
     get_model_state_dict,
     get_optimizer_state_dict,
     set_model_state_dict,
@@ -52,7 +53,9 @@ def full_model_state(module: nn.Module, sharded: bool) -> dict[str, torch.Tensor
     the tensors, the others an empty dict."""
     if not sharded:
         return {k: v.detach().cpu() for k, v in module.state_dict().items()}
-    return get_model_state_dict(module, options=FULL)
+    # torch types the result for every option; a full state dict holds plain tensors only
+    # (each DTensor gathered whole)
+    return cast(dict[str, torch.Tensor], get_model_state_dict(module, options=FULL))
 
 
 def full_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, sharded: bool) -> Any:
@@ -67,8 +70,12 @@ def load_model_state(module: nn.Module, state: dict[str, torch.Tensor], sharded:
     if not sharded:
         module.load_state_dict(state, strict=False)
         return
+    # torch types the dict by what it may write into it (each rank's shard in place of a full
+    # tensor, a DTensor): `state` is handed over, no caller reads it after this call
     set_model_state_dict(
-        module, state, options=StateDictOptions(full_state_dict=True, strict=False)
+        module,
+        cast(dict[str, ValueType], state),
+        options=StateDictOptions(full_state_dict=True, strict=False),
     )
 
 

@@ -47,7 +47,6 @@ class RolloutStage:
     reward: Reward
     overlong: OverlongPenalty | None
     engine: Engine
-    sharded: bool
     state: TrainState
     sampling_metrics: dict[str, float]
     pipeline: RolloutPipeline | None
@@ -78,7 +77,8 @@ class RolloutStage:
             self.policy,
             self.strategy.max_policy_lag,
             int(self.cfg.trainer.total_steps),
-            snapshots=self.engine.name == "torch",  # vLLM samples its own weights
+            # an engine with its own weights (vLLM) is its own snapshot
+            snapshots=self.engine.samples_live_policy,
             stream=self.state.generators["sample"],  # rewound when a stop abandons a job
             abandonable=self.dist.world_size == 1,
         )
@@ -143,10 +143,8 @@ class RolloutStage:
             self.reward,
             version,
             self.state.generators["sample"],
-            lockstep=self.sharded,
             overlong=self.overlong,
-            precision=self.cfg.infra.precision,
-            engine=self.engine,
+            engine=self.engine.on(model),  # the torch sampler samples the module it is given
         )
 
     def next_batch(self) -> SampledBatch:

@@ -43,6 +43,7 @@ from astrai.models.precision import autocast
 from astrai.models.pretrained import tokenizer_for
 from astrai.models.tokenizer import Tokenizer
 from astrai.models.value_model import ValueModel
+from astrai.models.weights import named_weights
 from astrai.rewards.build import build_reward
 from astrai.rewards.config import overlong_from_config, reward_node
 from astrai.rollout.engine import Engine, build_engine
@@ -203,9 +204,11 @@ class Trainer(RolloutStage):
                 log.warning("%s", span.notice)
         # what samples the rollouts and the evaluations (engine=torch: the live policy); built
         # after the restore, so an engine with its own copy starts from the resumed weights
-        self.engine: Engine = build_engine(cfg.get("engine"), self.policy, self.tokenizer)
+        self.engine: Engine = build_engine(
+            cfg.get("engine"), self.policy, self.tokenizer, cfg.infra.precision
+        )
         # where π_old comes from: None = the engine's logprobs (bypass)
-        self.correction = correction_from_config(cfg.get("engine"))
+        self.correction = correction_from_config(cfg.get("engine"), cfg.train_type.max_policy_lag)
         # train_type.max_policy_lag > 0: the next steps' rollouts are sampled on a thread of
         # their own while this one updates (a checkpoint's in-flight rollouts first)
         self.start_sampling()
@@ -339,7 +342,10 @@ class Trainer(RolloutStage):
         result = means.compute()
         result["policy/lr"] = self.scheduler.get_last_lr()[0]
         if self.critic_scheduler is not None:
-            result["value/lr"] = self.critic_scheduler.get_last_lr()[0]
+            critic_lr = self.critic_scheduler.get_last_lr()[0]
+            # a Tensor only for a Tensor lr, which no config gives (critic.optimizer.lr is a number)
+            assert not isinstance(critic_lr, torch.Tensor)
+            result["value/lr"] = critic_lr
         result["policy/version"] = float(self.state.policy_version)
         self.set_train_mode(False)
         return result
@@ -411,14 +417,14 @@ class Trainer(RolloutStage):
         )
         metrics = {**batch.metrics, **lag, **self.prepare(rollout)}
         t1 = time.perf_counter()
+        self.engine.before_update()  # an engine beside the update may release its memory
         metrics.update(self.update(rollout))
+        self.engine.after_update()
         t2 = time.perf_counter()
-        if self.pipeline is not None:  # vLLM: its jobs on the old weights finish first
-            self.pipeline.before_weight_sync()
-        # an engine with its own copy of the weights takes the updated ones (engine=torch: None)
-        sync_s = self.engine.sync_weights(self.policy)
-        if sync_s is not None:
-            metrics["perf/weight_sync_s"] = sync_s
+        if not self.engine.samples_live_policy:  # it takes the updated weights (HF names)
+            if self.pipeline is not None:  # its jobs on the old weights finish first
+                self.pipeline.before_weight_sync()
+            metrics["perf/weight_sync_s"] = self.engine.sync_weights(named_weights(self.policy))
         threshold = self.reward.accuracy_threshold
         timeouts = batch.metrics.get("rollout/reward_timeouts", 0.0)  # this rank's (sample_rollout)
         metrics.update(rollout_metrics(rollout, self.tokenizer.stop_ids, threshold, timeouts))
