@@ -12,8 +12,9 @@ import pytest
 import torch
 from tests.helpers import compose_config
 
-import astrai.training.rollout_stage as rollout_stage  # where the trainer samples
+import astrai.training.rollout_source as rollout_source  # where the trainer samples
 from astrai.rollout.rollout import Rollout
+from astrai.training.rollout_source import RolloutSource
 from astrai.training.trainer import Trainer
 
 FILTERED = [
@@ -33,8 +34,8 @@ def _record_rounds(monkeypatch: pytest.MonkeyPatch) -> list[list[list[str]]]:
     """Every group all-equal (so each step samples all the rounds it can); returns, per step,
     each round's prompts in sampling order."""
     steps: list[list[list[str]]] = []
-    collect = rollout_stage.collect_rollout
-    rollout = Trainer.rollout
+    collect = rollout_source.collect_rollout
+    rollout = RolloutSource.rollout
 
     def collect_equal(*args: Any, **kwargs: Any) -> Rollout:
         problems = args[2]  # collect_rollout(policy, tokenizer, problems, ...)
@@ -43,12 +44,12 @@ def _record_rounds(monkeypatch: pytest.MonkeyPatch) -> list[list[list[str]]]:
         sampled.rewards = torch.zeros_like(sampled.rewards)
         return sampled
 
-    def step_rollout(self: Trainer) -> Rollout:
+    def step_rollout(self: RolloutSource) -> Rollout:
         steps.append([])
         return rollout(self)
 
-    monkeypatch.setattr(rollout_stage, "collect_rollout", collect_equal)
-    monkeypatch.setattr(Trainer, "rollout", step_rollout)
+    monkeypatch.setattr(rollout_source, "collect_rollout", collect_equal)
+    monkeypatch.setattr(RolloutSource, "rollout", step_rollout)
     return steps
 
 

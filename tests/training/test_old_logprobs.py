@@ -74,7 +74,8 @@ def _first_step(tmp_path: Path, overrides: list[str]) -> dict[str, float]:
     # loss of 0 is the correction's doing, not that of a batch of all-zero rewards
     cfg = compose_config([*JOB, "trainer.total_steps=1", *ALTERNATING, *overrides])
     trainer = Trainer(cfg, tmp_path)
-    trainer.engine = _OffByOneNat(None, trainer.policy, trainer.tokenizer)
+    engine = _OffByOneNat(None, trainer.policy, trainer.tokenizer)
+    trainer.engine = trainer.rollouts.engine = engine  # the step's and the sampler's
     trainer.fit()
     return _rows(tmp_path)[0]
 

@@ -14,6 +14,7 @@ from tests.helpers import compose_config
 import astrai.algorithms.ppo as ppo_module
 from astrai.algorithms.ppo import PPOStrategy
 from astrai.metrics.names import reward_term_names
+from astrai.training.loop import take_step
 from astrai.training.trainer import Trainer
 
 PPO_QUICK = [
@@ -49,39 +50,38 @@ def test_targets_are_computed_once_and_pinned(
     trainer.prepare(rollout)
     pinned = {name: getattr(rollout, name) for name in ("values", "advantages", "returns")}
     copies = {name: t.clone() for name, t in pinned.items()}
-    trainer.update(rollout)  # 2 epochs × 2 minibatches = 4 replayed gradient steps
+    metrics = trainer.update(rollout)  # 2 epochs × 2 minibatches = 4 replayed gradient steps
     assert len(calls) == 1
-    assert trainer.state.policy_version == 4
+    assert metrics["policy/version"] == 4
     for name, tensor in pinned.items():
         assert getattr(rollout, name) is tensor
         assert torch.equal(tensor, copies[name])
 
 
 @pytest.mark.filterwarnings("ignore:Seems like `optimizer.step")
-def test_critic_steps_after_the_policy_and_outside_the_version_guard(tmp_path: Path) -> None:
+def test_critic_steps_after_the_policy_and_outside_the_version_count(tmp_path: Path) -> None:
     trainer = Trainer(_cfg(PPO_QUICK), tmp_path)
-    events: list[tuple[str, int]] = []
+    events: list[str] = []
     policy_step, critic_step = trainer.optimizer.step, trainer.critic_optimizer.step
 
     def record_policy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        events.append(("policy", trainer.state.policy_version))
+        events.append("policy")
         return policy_step(*args, **kwargs)
 
     def record_critic(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        events.append(("critic", trainer.state.policy_version))
+        events.append("critic")
         return critic_step(*args, **kwargs)
 
     trainer.optimizer.step = record_policy
     trainer.critic_optimizer.step = record_critic
     rollout = trainer.rollout()
     trainer.prepare(rollout)
-    trainer.update(rollout)
-    # the policy step bumps the version; the critic step that follows sees it and leaves it
-    assert events == [
-        ("policy", 0), ("critic", 1), ("policy", 1), ("critic", 2),
-        ("policy", 2), ("critic", 3), ("policy", 3), ("critic", 4),
-    ]  # fmt: skip
-    assert trainer.state.policy_version == 4
+    metrics = trainer.update(rollout)
+    assert events == ["policy", "critic"] * 4  # each minibatch: the policy, then the critic
+    assert metrics["policy/version"] == 4  # policy steps only: a critic step is no version
+    assert trainer.state.policy_version == 0  # an update alone: nothing counted
+    take_step(trainer)  # a whole step: the loop writes the version it reached
+    assert trainer.state.policy_version == 4 and trainer.state.step == 1
     # gradients are cleared after every step: nothing stale leaks into the next minibatch
     assert all(p.grad is None for p in trainer.critic.parameters())
     assert all(p.grad is None for p in trainer.policy.parameters())

@@ -107,8 +107,8 @@ def test_update_counts_optimizer_steps_and_pins_targets(tmp_path: Path) -> None:
     pinned = rollout.advantages
     advantages = pinned.clone()
     metrics = trainer.update(rollout)
-    assert trainer.state.policy_version == 6  # 3 epochs × 2 minibatches
-    assert metrics["policy/version"] == 6.0
+    assert metrics["policy/version"] == 6.0  # 3 epochs × 2 minibatches
+    assert trainer.state.policy_version == 0  # the loop writes it (loop.take_step)
     assert rollout.advantages is pinned  # pinned, not recomputed
     assert torch.equal(rollout.advantages, advantages)
 

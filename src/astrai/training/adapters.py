@@ -16,7 +16,6 @@ Decisions (docs/lora.md):
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,16 +69,6 @@ def base_identity(model_node: Any, base: nn.Module) -> BaseIdentity:
     path = model_node.get("path")
     resolved = None if path is None else str(Path(path).resolve())
     return BaseIdentity(resolved, base_fingerprint(base))
-
-
-def adapter_record(
-    settings: LoraSettings | None, base: BaseIdentity | None
-) -> dict[str, Any] | None:
-    """What a LoRA run's checkpoints record of it (``checkpointing.CheckpointParts.adapters``):
-    its settings and its base; None for full fine-tuning."""
-    if settings is None or base is None:
-        return None
-    return {"lora": dataclasses.asdict(settings), "base": base.record()}
 
 
 def trainable_parameters(module: nn.Module) -> list[nn.Parameter]:

@@ -30,18 +30,12 @@ from astrai.checkpoints.identity import (
     saved_fingerprint,
 )
 from astrai.checkpoints.layout import (
-    ADAPTER_CONFIG_FILE,
-    ADAPTER_FILES,
-    ADAPTER_MODEL_FILE,
-    ADAPTERS_KEY,
     CHECKPOINTS_DIR,
     EXTRA_FILES_KEY,
     IN_FLIGHT_FILE,
     IN_FLIGHT_KEY,
     MODEL_CONFIG_FILE,
-    MODEL_FILE,
     OPTIMIZER_FILE,
-    REFERENCE_FILE,
     RUN_CONFIG_FILE,
     SCHEDULER_FILE,
     TOKENIZER_FILE,
@@ -55,28 +49,18 @@ from astrai.checkpoints.layout import (
 )
 from astrai.checkpoints.reissue import REISSUE_FILE, REISSUE_KEY, check_reissue_file
 from astrai.distributed import DistContext, all_reduce_max, gather_objects
-from astrai.files import FileWriter, write_file_atomic
+from astrai.files import FileWriter
 from astrai.models.llama import LlamaForCausalLM
-from astrai.models.lora import (
-    adapter_config,
-    adapter_module_names,
-    adapter_state_dict,
-    read_adapter_weights,
-    write_adapter_config,
-    write_adapter_weights,
-)
 from astrai.models.tokenizer import Tokenizer
-from astrai.models.weights import stored_names
 from astrai.training.in_flight import batch_record, load_in_flight, run_shape
 from astrai.training.overlap import Reissue, Settled
 from astrai.training.parallel import (
-    full_model_state,
     full_optimizer_state,
-    load_model_state,
     load_optimizer_state,
 )
 from astrai.training.setup import capture_rng_state, restore_rng_state
 from astrai.training.state import TrainState
+from astrai.training.weight_format import FullWeights, WeightFormat
 
 log = logging.getLogger(__name__)
 
@@ -113,9 +97,8 @@ class CheckpointParts:
     dist: DistContext
     device: torch.device
     sharded: bool
-    # a LoRA run (``model.lora``): {"lora": its settings, "base": {"path", "sha256"}}; None for
-    # full fine-tuning. Its checkpoints hold the adapters (PEFT's format), not model.safetensors
-    adapters: dict[str, Any] | None = None
+    # the policy's weights as saved: full, or a LoRA run's adapters (``weight_format``)
+    weights: WeightFormat = dataclasses.field(default_factory=FullWeights)
 
     def __post_init__(self) -> None:
         unsaved = set(self.checkpoint_files) - set(self.extra)
@@ -141,13 +124,7 @@ def run_fingerprint(parts: CheckpointParts) -> dict[str, Any]:
     """What must not change across a resume (``astrai.checkpoints.identity``): saved with
     every checkpoint and compared on resume. A LoRA run adds ``adapters``: its settings and
     the base model's SHA-256 (another base is refused; its path may change)."""
-    fingerprint = _setup_fingerprint(parts)
-    if parts.adapters is not None:
-        fingerprint["adapters"] = {
-            "lora": parts.adapters["lora"],
-            "base_sha256": parts.adapters["base"]["sha256"],
-        }
-    return fingerprint
+    return {**_setup_fingerprint(parts), **parts.weights.fingerprint()}
 
 
 def _setup_fingerprint(parts: CheckpointParts) -> dict[str, Any]:
@@ -200,16 +177,12 @@ def save_training_checkpoint(parts: CheckpointParts, state: TrainState) -> Path:
     optimizer_state: Any = None
     # collectives under FSDP, so every rank joins; replicas: only the writer needs them
     if parts.sharded or parts.dist.is_main:
-        policy_state = _policy_state(parts)
+        policy_state = parts.weights.policy_state(parts.policy, parts.sharded)
         optimizer_state = full_optimizer_state(parts.policy, parts.optimizer, parts.sharded)
     root = parts.run_dir / CHECKPOINTS_DIR
     path = root / step_dir_name(state.step)
     failure: BaseException | None = None
     if parts.dist.is_main:
-        if parts.adapters is None:
-            # tied parameters once, named as the (unsharded) reference names them
-            kept = set(stored_names(parts.reference))
-            policy_state = {k: v for k, v in policy_state.items() if k in kept}
         try:
             _write(
                 parts, state, root, rng_per_rank, policy_state, optimizer_state, in_flight_per_rank
@@ -223,18 +196,6 @@ def save_training_checkpoint(parts: CheckpointParts, state: TrainState) -> Path:
     return path
 
 
-def _policy_state(parts: CheckpointParts) -> dict[str, Any]:
-    """The policy's saved tensors: all of them, or a LoRA run's adapters under PEFT's names
-    (``adapter_state_dict``'s). Sharded: a collective every rank joins; rank 0 gets them."""
-    if parts.adapters is None:
-        return full_model_state(parts.policy, parts.sharded)
-    if not parts.sharded:
-        return {k: v.detach().cpu() for k, v in adapter_state_dict(parts.policy).items()}
-    names = adapter_module_names(parts.policy)
-    full = full_model_state(parts.policy, sharded=True)
-    return {peft: full[own] for peft, own in names.items() if own in full}
-
-
 def _write(
     parts: CheckpointParts,
     state: TrainState,
@@ -245,9 +206,7 @@ def _write(
     in_flight_per_rank: list[Any],
 ) -> Path:
     root.mkdir(parents=True, exist_ok=True)
-    reference = root / REFERENCE_FILE
-    if parts.adapters is None and not reference.is_file():  # LoRA: the base is the reference
-        write_file_atomic(reference, lambda p: io.save_module(parts.reference, p))
+    parts.weights.write_reference(parts.reference, root)
     fingerprint = run_fingerprint(parts)
     record = {
         "format_version": FORMAT_VERSION,
@@ -266,7 +225,7 @@ def _write(
         "parallel": fingerprint["parallel"],
         "rng": rng_per_rank[0],
         "rng_per_rank": rng_per_rank,
-        EXTRA_FILES_KEY: [*_adapter_files(parts), *parts.extra],
+        EXTRA_FILES_KEY: [*parts.weights.files, *parts.extra],
     }
     if state.in_flight:
         record[IN_FLIGHT_KEY] = len(state.in_flight)
@@ -276,20 +235,15 @@ def _write(
             {"step": job.step, "policy_version": job.version} for job in state.reissue
         ]
         record[EXTRA_FILES_KEY].append(REISSUE_FILE)
+    record.update(parts.weights.record())
     writers: dict[str, FileWriter] = {
-        MODEL_FILE: lambda p: io.save_tensors(policy_state, p),
+        **parts.weights.writers(parts.policy, parts.reference, policy_state),
         MODEL_CONFIG_FILE: lambda p: io.save_json(dataclasses.asdict(parts.policy.config), p),
         TOKENIZER_FILE: lambda p: _save_tokenizer(parts.tokenizer, p),
         OPTIMIZER_FILE: lambda p: io.save_torch(optimizer_state, p),
         SCHEDULER_FILE: lambda p: io.save_torch(parts.scheduler.state_dict(), p),
         RUN_CONFIG_FILE: lambda p: _save_run_config(parts.cfg, p),
     }
-    if parts.adapters is not None:  # the adapters in PEFT's format, not the whole policy
-        record[ADAPTERS_KEY] = parts.adapters
-        del writers[MODEL_FILE]
-        config = adapter_config(parts.policy, parts.adapters["base"]["path"])
-        writers[ADAPTER_CONFIG_FILE] = lambda p: write_adapter_config(config, p)
-        writers[ADAPTER_MODEL_FILE] = lambda p: write_adapter_weights(policy_state, p)
     for name, stateful in parts.extra.items():
         writers[name] = _torch_writer(stateful)
     if state.in_flight:
@@ -299,10 +253,6 @@ def _write(
     # trainer_state.json last: a reader that sees it knows every other file was written
     writers[TRAINER_STATE_FILE] = lambda p: io.save_json(record, p)
     return io.write_checkpoint(root, state.step, writers)
-
-
-def _adapter_files(parts: CheckpointParts) -> tuple[str, ...]:
-    return ADAPTER_FILES if parts.adapters is not None else ()
 
 
 def _torch_writer(stateful: Stateful) -> FileWriter:
@@ -343,21 +293,11 @@ def restore_training_checkpoint(
     if warning is not None:
         log.warning("%s", warning)
     check_state(record, path / TRAINER_STATE_FILE)
-    if parts.adapters is not None:
-        _restore_adapters(parts, path)
-    else:
-        reference = path.parent / REFERENCE_FILE
-        io.load_module(parts.reference, reference)
+    parts.weights.restore(parts.policy, parts.reference, path, parts.sharded)
     if parts.sharded:
-        if parts.adapters is None:
-            tensors = io.load_tensors(path / MODEL_FILE)
-            io.check_names(tensors, parts.reference, path / MODEL_FILE)
-            load_model_state(parts.policy, tensors, sharded=True)
         optimizer_state = io.load_torch(path / OPTIMIZER_FILE)
         load_optimizer_state(parts.policy, parts.optimizer, optimizer_state, sharded=True)
     else:
-        if parts.adapters is None:
-            io.load_module(parts.policy, path / MODEL_FILE)
         io.load_state_dict_into(parts.optimizer, path / OPTIMIZER_FILE)
     io.load_state_dict_into(parts.scheduler, path / SCHEDULER_FILE)
     _restore_extra(parts, path, record)
@@ -391,25 +331,6 @@ def _load_reissue(path: Path, record: dict[str, Any]) -> list[Reissue]:
         Reissue(int(job["step"]), int(job["policy_version"]), job["weights"])
         for job in check_reissue_file(path, record)
     ]
-
-
-def _restore_adapters(parts: CheckpointParts, path: Path) -> None:
-    """A LoRA run's adapter weights from ``adapter_model.safetensors`` (every adapter of the
-    policy, nothing else; sharded or whole)."""
-    file = path / ADAPTER_MODEL_FILE
-    tensors = read_adapter_weights(io.load_tensors(file))
-    names = adapter_module_names(parts.policy)
-    missing, unexpected = sorted(set(names) - set(tensors)), sorted(set(tensors) - set(names))
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{file}: adapters do not match this run's model.lora (missing {missing[:3]}, "
-            f"unexpected {unexpected[:3]})"
-        )
-    own = {names[peft]: tensor for peft, tensor in tensors.items()}
-    try:
-        load_model_state(parts.policy, own, sharded=parts.sharded)
-    except RuntimeError as err:
-        raise CheckpointError(f"{file}: adapters do not match the model ({err})") from err
 
 
 def _restore_extra(parts: CheckpointParts, path: Path, record: dict[str, Any]) -> None:

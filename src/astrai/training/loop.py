@@ -1,7 +1,12 @@
-"""The run's schedule around the steps: the step-0 evaluation, a step, an evaluation every
-``trainer.eval_every``, logging, checkpoints on schedule and when the run stops (a signal at
-any time, ``trainer.max_duration``, metrics reaching ``trainer.stop_at``), the summary. What
-one step does is ``Trainer``'s. How soon a stop takes effect (the bound) is
+"""The run on top of the steps, and the only writer of its ``TrainState``.
+
+``start_run``: resume or start (the ``TrainState``, restored from a checkpoint or fresh), the
+learning-rate schedules, the engine, the rollout source and the logger, for a run
+``build_run`` built. ``run_loop``: the schedule around the steps: the step-0 evaluation, a step
+(``take_step``: the step, ``Trainer.run_step``, reads the state and returns what it did; this
+module writes it), an evaluation every ``trainer.eval_every``, logging, checkpoints on schedule
+and when the run stops (a signal at any time, ``trainer.max_duration``, metrics reaching
+``trainer.stop_at``), the summary. How soon a stop takes effect (the bound) is
 ``training.stopping``'s; under ``python train.py`` the budget counts from start-up
 (``stopping.job_budget``), for a ``Trainer.fit`` called directly from the loop's start.
 """
@@ -11,22 +16,184 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import torch
+from hydra.utils import instantiate
 from omegaconf import DictConfig
+from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from astrai.algorithms.correction import Correction, correction_from_config
 from astrai.algorithms.strategy import Strategy
 from astrai.config.duration import parse_duration
 from astrai.metrics.dashboards import hparams_end_summary
+from astrai.metrics.loggers import open_run_logger
 from astrai.metrics.targets import parse_targets, targets_reached
-from astrai.metrics.writers import RunLogger
+from astrai.metrics.writers import METRICS_FILE, RunLogger
+from astrai.rollout.engine import Engine, build_engine
+from astrai.training.build import BuiltRun
+from astrai.training.checkpointing import read_trainer_state, restore_training_checkpoint
+from astrai.training.in_flight import check_in_flight
+from astrai.training.optim import constant
+from astrai.training.parallel import wrap_data_parallel
+from astrai.training.resume import resolve_resume
+from astrai.training.rollout_source import RolloutSource
+from astrai.training.schedule import resumed_schedule_steps
+from astrai.training.setup import make_generator
+from astrai.training.signal_watch import GROUP_BASELINES, SignalWatch
 from astrai.training.state import TrainState
 from astrai.training.stopping import StopInterrupt, StopRequest, agreed_stop_reason
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one RL step did, for the loop to write into the ``TrainState``: its ``metrics``,
+    the ``policy_version`` its optimizer steps reached, and the rollout's ``samples`` to log
+    (prompt, response, reward) when ``logger.samples_every`` falls on it (else None)."""
+
+    metrics: dict[str, float]
+    policy_version: int
+    samples: list[tuple[str, str, float]] | None = None
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What ``start_run`` started for a built run (``Trainer`` reads it as ``run``).
+
+    Attributes:
+        state: the run's ``TrainState``, fresh or restored; this module writes it.
+        scheduler, critic_scheduler: the learning-rate schedules (the span a resume chose).
+        engine: what samples the rollouts and the evaluations.
+        correction: where π_old comes from (None: the engine's logprobs, bypass).
+        rollouts: each step's rollout (the sampling thread started, at a lag).
+        logger: metrics.jsonl, TensorBoard, W&B, MLflow, as ``cfg.logger`` selects.
+        train_policy, train_critic: what the update's forward runs (DDP replicas when
+            replicated; the modules themselves otherwise).
+        signal_watch: says, after a few steps in a row, that the rewards carry no signal.
+    """
+
+    state: TrainState
+    scheduler: LRScheduler
+    critic_scheduler: LRScheduler | None
+    engine: Engine
+    correction: Correction | None
+    rollouts: RolloutSource
+    logger: RunLogger
+    train_policy: nn.Module
+    train_critic: nn.Module | None
+    signal_watch: SignalWatch
+
+
+def start_run(parts: BuiltRun) -> RunStart:
+    """Resume (``ckpt.resume``) or start the run ``parts`` holds. A bad checkpoint is refused
+    before anything is started or written; the engine is built after the restore, so an engine
+    with its own weights starts from the resumed ones."""
+    cfg, strategy = parts.cfg, parts.strategy
+    resume = resolve_resume(
+        cfg.ckpt.resume, parts.run_dir, strategy, adapters=parts.lora is not None
+    )
+    # read before the schedules are built: a resume with another total_steps may keep the
+    # curve the checkpoint's schedules were built for (``ckpt.resume_schedule``)
+    saved = read_trainer_state(resume) if resume is not None else None
+    span = resumed_schedule_steps(cfg, saved, updates_per_step(strategy), strategy.scheduler)
+    scheduler, critic_scheduler = build_schedulers(parts, span.steps)
+    # each rank samples its own responses: its own stream (rank 0's is the 1-process one)
+    generators = {
+        "sample": make_generator(cfg.seed + 1 + 7919 * parts.dist.rank, parts.device),
+        "shuffle": make_generator(cfg.seed + 2, torch.device("cpu")),
+    }
+    state = TrainState(generators, span.steps)
+    if resume is not None:  # before anything is written: a bad checkpoint leaves the dir alone
+        checkpoint_parts = parts.checkpoint_parts(scheduler, critic_scheduler)
+        state = restore_training_checkpoint(checkpoint_parts, resume, state)
+        check_resumed_in_flight(state, strategy)  # before anything is started or written
+        log.info("resumed from %s at step %d", resume, state.step)
+        if span.notice is not None:  # said once the checkpoint is accepted
+            log.warning("%s", span.notice)
+    engine = build_engine(cfg.get("engine"), parts.policy, parts.tokenizer, cfg.infra.precision)
+    rollouts = RolloutSource(parts, engine, state, updates_per_step(strategy))
+    rollouts.start()  # at a lag: the sampling thread, which takes over the in-flight rollouts
+    state.in_flight, state.reissue = [], []
+    train_policy, train_critic = replicas(parts)
+    return RunStart(
+        state=state,
+        scheduler=scheduler,
+        critic_scheduler=critic_scheduler,
+        engine=engine,
+        correction=correction_from_config(cfg.get("engine"), cfg.train_type.max_policy_lag),
+        rollouts=rollouts,
+        logger=open_run_logger(
+            cfg, parts.run_dir, logged_up_to(state, parts.run_dir), parts.dist.is_main
+        ),
+        train_policy=train_policy,
+        train_critic=train_critic,
+        # a run whose rewards carry no signal says so (rank 0), after a few such steps in a row
+        signal_watch=SignalWatch(
+            strategy.advantage in GROUP_BASELINES,
+            strategy.sampling.max_new_tokens,
+            enabled=parts.dist.is_main,
+        ),
+    )
+
+
+def updates_per_step(strategy: Strategy) -> int:
+    """Policy (and critic) optimizer steps per RL step: ``ppo_epochs × minibatches``."""
+    return strategy.ppo_epochs * strategy.minibatches
+
+
+def build_schedulers(parts: BuiltRun, steps: int) -> tuple[LRScheduler, LRScheduler | None]:
+    """The policy's schedule over ``steps`` optimizer steps, and the critic's: its own peak
+    learning rate (``critic.optimizer.lr``) and the policy's schedule shape
+    (``train_type.scheduler``: warmup, decay), as in verl and OpenRLHF."""
+    scheduler = parts.strategy.scheduler(parts.optimizer, total_steps=steps)
+    if parts.critic_optimizer is None:
+        return scheduler, None
+    node = parts.cfg.critic.scheduler
+    make_critic_scheduler = constant if node is None else instantiate(node)
+    return scheduler, make_critic_scheduler(parts.critic_optimizer, total_steps=steps)
+
+
+def check_resumed_in_flight(state: TrainState, strategy: Strategy) -> None:
+    """Refuse, at start and naming the checkpoint, the in-flight rollouts a resumed run would
+    refuse when it came to them (``train_type.max_policy_lag`` lowered)."""
+    if state.in_flight:
+        check_in_flight(
+            state.in_flight,
+            state.policy_version,
+            updates_per_step(strategy),
+            strategy.max_policy_lag,
+            state.resumed_from,
+        )
+
+
+def logged_up_to(state: TrainState, run_dir: Path) -> int | None:
+    """The last step whose logged rows a (re)start keeps: the checkpoint's step on resume; -1
+    (none) for a fresh start into a dir a crashed run logged into before its first checkpoint,
+    so its rows are not logged twice; None for a fresh dir."""
+    if state.resumed_from is not None:
+        return state.step
+    return -1 if (run_dir / METRICS_FILE).is_file() else None
+
+
+def replicas(parts: BuiltRun) -> tuple[nn.Module, nn.Module | None]:
+    """What the update's forward runs: under data parallelism DDP replicas, whose gradients
+    are averaged over the ranks (the critic's too, so critics never drift); a sharded policy
+    averages its own; in one process the modules themselves."""
+    replicate = parts.dist.world_size > 1
+    train_policy: nn.Module = parts.policy
+    if replicate and not parts.sharded:
+        train_policy = wrap_data_parallel(parts.policy, parts.device)
+    train_critic: nn.Module | None = parts.critic
+    if parts.critic is not None and replicate:
+        train_critic = wrap_data_parallel(parts.critic, parts.device)
+    return train_policy, train_critic
 
 
 class SteppedRun(Protocol):
@@ -41,8 +208,11 @@ class SteppedRun(Protocol):
     def announce(self) -> None:
         """The dashboards and the start banner."""
 
-    def train_step(self) -> dict[str, float]:
-        """One RL step (``state.step`` advances by one); its metrics."""
+    def run_step(self) -> StepResult:
+        """One RL step; reads ``state`` and returns what it did."""
+
+    def log_samples(self, tag: str, rows: list[tuple[str, str, float]]) -> None:
+        """Log ``rows`` (prompt, response, reward) at the current step."""
 
     def eval_metrics(self) -> dict[str, float]:
         """The evaluation's metrics; {} when a stop signal abandoned it."""
@@ -95,7 +265,7 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
             log.warning("stopped (%s) before step %d: nothing new to save", stopped, state.step + 1)
         while stopped is None and state.step < last_step:
             try:
-                metrics = trainer.train_step()
+                metrics = take_step(trainer)
             except StopInterrupt as interrupt:  # sampling abandoned (``abandonable``): a
                 stopped = interrupt.signal_name  # signal, or the time budget (``max_duration``)
                 if saved_step != state.step:
@@ -164,6 +334,19 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
     trainer.logger.write_summary(summary)
     trainer.logger.close()
     return {**trainer.logger.latest, **summary}
+
+
+def take_step(trainer: SteppedRun) -> dict[str, float]:
+    """One RL step and what it changes in the ``TrainState``: the step count and the policy
+    version its optimizer steps reached; then its samples, logged at the new step. Returns its
+    metrics."""
+    result = trainer.run_step()
+    state = trainer.state
+    state.step += 1
+    state.policy_version = result.policy_version
+    if result.samples is not None:
+        trainer.log_samples("samples/rollout", result.samples)
+    return result.metrics
 
 
 def evaluate_pending_step(trainer: SteppedRun) -> None:

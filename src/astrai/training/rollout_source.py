@@ -1,4 +1,4 @@
-"""Step 1 of the loop, sampling: where each step's rollout comes from (``Trainer``'s mixin).
+"""Step 1 of the loop, sampling: where each step's rollout comes from (``RolloutSource``).
 
 Sampled now on the live policy (the synchronous loop, ``max_policy_lag`` 0), or taken from the
 sampling thread that drew it while the previous update ran (``training.overlap``), or from a
@@ -26,6 +26,7 @@ from astrai.rollout.collect import collect_rollout
 from astrai.rollout.engine import Engine
 from astrai.rollout.rollout import Rollout
 from astrai.tasks.base import Problem, ProblemSource
+from astrai.training.build import BuiltRun
 from astrai.training.dynamic_sampling import RESAMPLE_SEED_STRIDE, sample_informative
 from astrai.training.in_flight import check_in_flight
 from astrai.training.overlap import RolloutPipeline, SampledBatch
@@ -34,25 +35,31 @@ from astrai.training.state import TrainState
 from astrai.training.stopping import StopInterrupt, interruptible
 
 
-class RolloutStage:
-    """The sampling half of ``Trainer``: it reads the trainer's run objects (declared below)
-    and ``state``, and owns ``pipeline`` (None in the synchronous loop)."""
+class RolloutSource:
+    """Each step's rollout and its sampling metrics, for the run ``parts`` built, sampled by
+    ``engine``. It reads ``state`` (the step, the policy version, the random streams) and
+    never writes it: the loop does. Owns ``pipeline``, the sampling thread (None in the
+    synchronous loop, ``train_type.max_policy_lag`` 0) once ``start`` ran.
 
-    cfg: DictConfig
-    dist: DistContext
-    task: ProblemSource
-    tokenizer: Tokenizer
-    policy: LlamaForCausalLM
-    strategy: Strategy
-    reward: Reward
-    overlong: OverlongPenalty | None
-    engine: Engine
-    state: TrainState
-    sampling_metrics: dict[str, float]
-    pipeline: RolloutPipeline | None
+    ``updates_per_step``: policy optimizer steps per RL step (``ppo_epochs × minibatches``).
+    """
 
-    def optimizer_steps_per_step(self) -> int:
-        raise NotImplementedError  # Trainer's
+    def __init__(
+        self, parts: BuiltRun, engine: Engine, state: TrainState, updates_per_step: int
+    ) -> None:
+        self.cfg: DictConfig = parts.cfg
+        self.dist: DistContext = parts.dist
+        self.task: ProblemSource = parts.task
+        self.tokenizer: Tokenizer = parts.tokenizer
+        self.policy: LlamaForCausalLM = parts.policy
+        self.strategy: Strategy = parts.strategy
+        self.reward: Reward = parts.reward
+        self.overlong: OverlongPenalty | None = parts.overlong
+        self.engine = engine
+        self.state = state
+        self.updates_per_step = updates_per_step
+        self.sampling_metrics: dict[str, float] = {}  # the last rollout's dynamic sampling
+        self.pipeline: RolloutPipeline | None = None
 
     def check_resumed_in_flight(self) -> None:
         """Refuse, at start and naming the checkpoint, the in-flight rollouts a resumed run
@@ -61,15 +68,15 @@ class RolloutStage:
             check_in_flight(
                 self.state.in_flight,
                 self.state.policy_version,
-                self.optimizer_steps_per_step(),
+                self.updates_per_step,
                 self.strategy.max_policy_lag,
                 self.state.resumed_from,
             )
 
-    def start_sampling(self) -> None:
+    def start(self) -> None:
         """With ``train_type.max_policy_lag`` > 0: start the sampling thread and hand it the
-        checkpoint's in-flight rollouts (after the engine is built: vLLM samples its own)."""
-        self.pipeline = None
+        checkpoint's in-flight rollouts (after the engine is built: vLLM samples its own);
+        the pipeline owns them from here (the loop empties ``state``'s lists)."""
         if self.strategy.max_policy_lag == 0:
             return
         self.pipeline = RolloutPipeline(
@@ -83,7 +90,6 @@ class RolloutStage:
             abandonable=self.dist.world_size == 1,
         )
         self.pipeline.restore(self.state.in_flight, self.state.step + 1, self.state.reissue)
-        self.state.in_flight, self.state.reissue = [], []
 
     def rollout(self) -> Rollout:
         """1. This step's rollout with the live policy (``sample_rollout``); the dynamic
@@ -160,6 +166,11 @@ class RolloutStage:
         return SampledBatch(
             self.state.step + 1, rollout, self.sampling_metrics, time.perf_counter() - start
         )
+
+    def close(self) -> None:
+        """Stop the sampling thread, if any (idempotent)."""
+        if self.pipeline is not None:
+            self.pipeline.close()
 
     @contextlib.contextmanager
     def abandonable(self) -> Iterator[None]:

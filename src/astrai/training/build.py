@@ -1,0 +1,198 @@
+"""What a run is built from its config: one frozen record (``BuiltRun``) made by one builder.
+
+The builder reads nothing from the run dir: resuming, the schedules (which a checkpoint may
+span differently), the ``TrainState``, the engine and the rollout source are the loop's
+(``training.loop.start_run``), after this. The order matters and is the one a run always had:
+the seed first, every model initialised before the reward (whose construction must not move
+the global random stream), the reference and critic before any sharding, the optimizer after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from astrai.algorithms.strategy import Strategy
+from astrai.config.lag_checks import check_lag_world
+from astrai.config.lora_checks import builder_node, lora_settings
+from astrai.config.run_task import build_task, max_prompt_tokens
+from astrai.config.train_type_checks import check_world_batch
+from astrai.distributed import DistContext, apply_slurm_environment, env_context, init_distributed
+from astrai.metrics.dashboards import hydra_job_context
+from astrai.models.llama import LlamaForCausalLM
+from astrai.models.lora import LoraSettings
+from astrai.models.pretrained import tokenizer_for
+from astrai.models.tokenizer import Tokenizer
+from astrai.models.value_model import ValueModel
+from astrai.rewards.base import Reward
+from astrai.rewards.build import build_reward
+from astrai.rewards.config import overlong_from_config, reward_node
+from astrai.rewards.overlong import OverlongPenalty
+from astrai.tasks.base import Problem, ProblemSource
+from astrai.training.adapters import (
+    BaseIdentity,
+    base_identity,
+    build_reference_and_critic,
+    trainable_counts,
+    trainable_parameters,
+)
+from astrai.training.announce import count_parameters
+from astrai.training.checkpointing import CheckpointParts, Stateful, critic_parts
+from astrai.training.parallel import shard_policy
+from astrai.training.setup import resolve_device, seed_everything
+from astrai.training.weight_format import WeightFormat, weight_format
+
+JobContext = tuple[list[str], dict[str, object]]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class BuiltRun:
+    """Everything a run trains with, as built from its config (before any resume).
+
+    Attributes:
+        job_overrides, job_choices: the Hydra job's command-line overrides and group choices.
+        lora: the adapters' settings (None: full fine-tuning); ``base``: what they sit on.
+        reference: the frozen initial policy (LoRA: the base with its adapters off).
+        critic, critic_optimizer: PPO's value model and its optimizer (None otherwise).
+        sharded: the policy is sharded over the ranks (``infra.parallel=fsdp``).
+        parameter_counts: ``(policy, critic)`` parameters, counted before any sharding.
+        adapter_counts: a LoRA run's trainable ``(policy, critic)`` counts.
+        overlong: the overlong-response penalty (training rollouts only).
+        eval_problems: the held-out prompts every evaluation answers.
+    """
+
+    cfg: DictConfig
+    run_dir: Path
+    job_overrides: list[str]
+    job_choices: dict[str, object]
+    dist: DistContext
+    device: torch.device
+    tokenizer: Tokenizer
+    task: ProblemSource
+    lora: LoraSettings | None
+    base: BaseIdentity | None
+    policy: LlamaForCausalLM
+    reference: torch.nn.Module
+    critic: ValueModel | None
+    critic_optimizer: torch.optim.Optimizer | None
+    strategy: Strategy
+    optimizer: torch.optim.Optimizer
+    sharded: bool
+    parameter_counts: tuple[int, int | None]
+    adapter_counts: tuple[int, int | None] | None
+    reward: Reward
+    overlong: OverlongPenalty | None
+    eval_problems: list[Problem]
+    weights: WeightFormat  # what its checkpoints hold of the policy: full, or adapters
+
+    def checkpoint_parts(
+        self, scheduler: Stateful, critic_scheduler: Stateful | None
+    ) -> CheckpointParts:
+        """What a checkpoint saves besides the ``TrainState``: the trained objects (loaded in
+        place on restore; ``scheduler``s: the started run's) and the facts its fingerprint
+        records."""
+        strategy = self.strategy
+        critic = None if self.critic is None else self.weights.critic_state(self.critic)
+        return CheckpointParts(
+            cfg=self.cfg,
+            run_dir=self.run_dir,
+            strategy_name=strategy.name,
+            checkpoint_files=strategy.checkpoint_files,
+            samples_per_step=strategy.prompts_per_step * strategy.group_size,
+            policy=self.policy,
+            reference=self.reference,
+            optimizer=self.optimizer,
+            scheduler=scheduler,
+            tokenizer=self.tokenizer,
+            extra=critic_parts(critic, self.critic_optimizer, critic_scheduler),
+            dist=self.dist,
+            device=self.device,
+            sharded=self.sharded,
+            weights=self.weights,
+        )
+
+
+def build_run(
+    cfg: DictConfig, run_dir: str | Path, job_context: JobContext | None = None
+) -> BuiltRun:
+    """Build ``cfg``'s run (``job_context``: the Hydra job's overrides and choices; default the
+    current job's, empty outside Hydra; an elastic worker gets its launcher's)."""
+    job_overrides, job_choices = job_context or hydra_job_context()
+    seed_everything(cfg.seed)
+    apply_slurm_environment(cfg.infra.name)  # train.py did; a run built directly
+    dist = env_context()
+    device = resolve_device(cfg.infra, dist)
+    init_distributed(device)
+    check_world_batch(cfg.train_type, dist.world_size)
+    check_lag_world(cfg.train_type, dist.world_size, cfg.infra.parallel)
+    tokenizer = tokenizer_for(cfg.model)
+    # task.filter_overlong_prompts drops the rows too long for this model and response limit
+    task = build_task(cfg.task, tokenizer, max_prompt_tokens(cfg))
+    lora = lora_settings(cfg.model)
+    policy: LlamaForCausalLM = instantiate(builder_node(cfg.model))
+    base = base_identity(cfg.model, policy) if lora is not None else None  # compared on resume
+    policy.to(device)
+    sharded = cfg.infra.parallel == "fsdp" and dist.world_size > 1
+    strategy: Strategy = instantiate(cfg.train_type)
+    # LoRA: the reference is the base with its adapters off, the critic its own adapters on the
+    # policy's trunk; both before any sharding
+    reference, critic = build_reference_and_critic(
+        policy, lora, cfg.critic, cfg.infra.offload_reference, sharded
+    )
+    critic_optimizer = (
+        None if critic is None else instantiate(cfg.critic.optimizer)(trainable_parameters(critic))
+    )
+    counts = (count_parameters(policy), None if critic is None else count_parameters(critic))
+    # after every model init: a reward model's construction must not move the global RNG
+    with torch.random.fork_rng(devices=[]):
+        reward = build_reward(reward_node(cfg.reward)).to(device)
+    if sharded:  # in place; the optimizer must then see the sharded parameters
+        shard_policy(policy, device)
+    return BuiltRun(
+        cfg=cfg,
+        run_dir=Path(run_dir),
+        job_overrides=job_overrides,
+        job_choices=job_choices,
+        dist=dist,
+        device=device,
+        tokenizer=tokenizer,
+        task=task,
+        lora=lora,
+        base=base,
+        policy=policy,
+        reference=reference,
+        critic=critic,
+        critic_optimizer=critic_optimizer,
+        strategy=strategy,
+        optimizer=strategy.optimizer(trainable_parameters(policy)),
+        sharded=sharded,
+        parameter_counts=counts,
+        adapter_counts=None if lora is None else trainable_counts(policy, critic),
+        reward=reward,
+        overlong=overlong_from_config(cfg),  # training rollouts only, never evaluation
+        eval_problems=task.eval_problems(cfg.trainer.eval_prompts),
+        weights=weight_format(lora, base),
+    )
+
+
+class Forward(Generic[T]):
+    """A ``Trainer`` attribute read off one of its records (``holder``: ``parts``, the built
+    run, ``run``, the started one, or ``rollouts``), so the step reads ``self.policy`` while
+    the records stay the one home of each object. Assigning the attribute shadows it on that
+    trainer."""
+
+    def __init__(self, holder: str) -> None:
+        self.holder = holder
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, trainer: Any, owner: type | None = None) -> T:
+        return getattr(getattr(trainer, self.holder), self.name)  # type: ignore[no-any-return]
