@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 # such failures, none of them a product bug. `make gpu-check` is the CUDA check; set
 # ASTRAI_TEST_CUDA=1 to run the suite with the GPUs visible anyway. Set at import, before
 # anything initialises CUDA (torch reads the variable then); subprocesses inherit it.
-if os.environ.get("ASTRAI_TEST_CUDA") != "1":
+# Only where an NVIDIA driver is (its control device; asking torch would initialise CUDA, after
+# which the variable is not read): elsewhere the environment stays the user's.
+if os.environ.get("ASTRAI_TEST_CUDA") != "1" and os.path.exists("/dev/nvidiactl"):
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 

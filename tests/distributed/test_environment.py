@@ -71,7 +71,8 @@ def test_a_slurm_task_gets_its_rank_only_under_infra_slurm() -> None:
     assert (environ["MASTER_ADDR"], environ["MASTER_PORT"]) == ("n7", "20042")
 
 
-def test_processes_per_node() -> None:
+def test_processes_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # the GPU counts below are all
     infra = compose_config(["infra.device=cpu"]).infra
     assert processes_per_node(infra, cuda_count=8) == 1  # CPU: one process unless asked
     gpu = compose_config(["infra.gpu.devices=[0,2]"], validate=False).infra

@@ -95,6 +95,7 @@ def test_engine_vllm_on_cuda_is_refused_until_its_memory_is_managed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # as on a GPU machine
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # (tests/conftest.py hides them)
     with pytest.raises(ConfigError, match="engine=vllm runs on the CPU only for now"):
         compose_config(["debug=quick", "engine=vllm", "infra.device=cuda"])
     with pytest.raises(ConfigError, match="engine=vllm runs on the CPU only for now"):

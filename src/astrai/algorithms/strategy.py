@@ -117,8 +117,9 @@ class Strategy(ABC):
         self.mask_truncated = mask_truncated
         self.filter_groups = filter_groups
         self.max_resample_rounds = max_resample_rounds
-        # rollouts overlap the update, at most this many updates behind (training.overlap)
-        self.max_policy_lag = max_policy_lag
+        # train_type's node holds it, no algorithm reads it: the run's plan does
+        # (training.plan), so it is accepted here and not kept
+        del max_policy_lag
 
     def score_reference(
         self,

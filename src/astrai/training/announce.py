@@ -24,7 +24,6 @@ from astrai.metrics.dashboards import (
 )
 from astrai.metrics.names import emitted_metrics
 from astrai.metrics.writers import RunLogger
-from astrai.policy_lag import engine_choices
 from astrai.rewards.base import Reward
 from astrai.rollout.engine import engine_class
 from astrai.tasks.base import Problem, ProblemSource
@@ -35,6 +34,7 @@ from astrai.training.banner import (
     format_banner,
     ignored_gpu_warning,
 )
+from astrai.training.plan import StepPlan
 from astrai.training.state import TrainState
 
 log = logging.getLogger("astrai.training.trainer")  # the trainer's lines, one logger name
@@ -62,6 +62,7 @@ class StartingRun(Protocol):
     adapter_counts: tuple[int, int | None] | None
     logger: RunLogger
     state: TrainState
+    plan: StepPlan
 
 
 def write_dashboards(trainer: StartingRun) -> None:
@@ -129,14 +130,8 @@ def run_facts(trainer: StartingRun, plan: DevicePlan) -> RunFacts:
         max_new_tokens=int(trainer.strategy.sampling.max_new_tokens),
         prompt_counts=task_prompt_counts(trainer.task),
         evaluated_prompts=len(trainer.eval_problems),
-        policy_lag=policy_lag_facts(cfg),
+        policy_lag=trainer.plan.lag_facts(),  # the lag and the correction it chose
     )
-
-
-def policy_lag_facts(cfg: DictConfig) -> tuple[int, str, str] | None:
-    """``(lag, old_logprobs, correction)`` for the banner when rollouts lag the policy."""
-    lag = int(cfg.train_type.max_policy_lag)
-    return (lag, *engine_choices(cfg.get("engine"), lag)) if lag > 0 else None
 
 
 def task_prompt_counts(task: ProblemSource) -> tuple[int, int, bool] | None:

@@ -21,14 +21,12 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from astrai.algorithms.correction import Correction, correction_from_config
 from astrai.algorithms.strategy import Strategy
 from astrai.config.duration import parse_duration
 from astrai.metrics.dashboards import hparams_end_summary
@@ -39,11 +37,11 @@ from astrai.rollout.engine import Engine, build_engine
 from astrai.training.build import BuiltRun
 from astrai.training.checkpointing import read_trainer_state, restore_training_checkpoint
 from astrai.training.in_flight import check_in_flight
-from astrai.training.optim import constant
-from astrai.training.parallel import wrap_data_parallel
+from astrai.training.parallel import replicas
+from astrai.training.plan import StepPlan, step_plan
 from astrai.training.resume import resolve_resume
 from astrai.training.rollout_source import RolloutSource
-from astrai.training.schedule import resumed_schedule_steps
+from astrai.training.schedule import build_schedulers, resumed_schedule_steps
 from astrai.training.setup import make_generator
 from astrai.training.signal_watch import GROUP_BASELINES, SignalWatch
 from astrai.training.state import TrainState
@@ -71,7 +69,7 @@ class RunStart:
         state: the run's ``TrainState``, fresh or restored; this module writes it.
         scheduler, critic_scheduler: the learning-rate schedules (the span a resume chose).
         engine: what samples the rollouts and the evaluations.
-        correction: where π_old comes from (None: the engine's logprobs, bypass).
+        plan: what the steps read off the algorithm and the engine (``training.plan``).
         rollouts: each step's rollout (the sampling thread started, at a lag).
         logger: metrics.jsonl, TensorBoard, W&B, MLflow, as ``cfg.logger`` selects.
         train_policy, train_critic: what the update's forward runs (DDP replicas when
@@ -83,7 +81,7 @@ class RunStart:
     scheduler: LRScheduler
     critic_scheduler: LRScheduler | None
     engine: Engine
-    correction: Correction | None
+    plan: StepPlan
     rollouts: RolloutSource
     logger: RunLogger
     train_policy: nn.Module
@@ -102,7 +100,8 @@ def start_run(parts: BuiltRun) -> RunStart:
     # read before the schedules are built: a resume with another total_steps may keep the
     # curve the checkpoint's schedules were built for (``ckpt.resume_schedule``)
     saved = read_trainer_state(resume) if resume is not None else None
-    span = resumed_schedule_steps(cfg, saved, updates_per_step(strategy), strategy.scheduler)
+    plan = step_plan(cfg, strategy)
+    span = resumed_schedule_steps(cfg, saved, plan.updates_per_step, strategy.scheduler)
     scheduler, critic_scheduler = build_schedulers(parts, span.steps)
     # each rank samples its own responses: its own stream (rank 0's is the 1-process one)
     generators = {
@@ -113,21 +112,23 @@ def start_run(parts: BuiltRun) -> RunStart:
     if resume is not None:  # before anything is written: a bad checkpoint leaves the dir alone
         checkpoint_parts = parts.checkpoint_parts(scheduler, critic_scheduler)
         state = restore_training_checkpoint(checkpoint_parts, resume, state)
-        check_resumed_in_flight(state, strategy)  # before anything is started or written
+        check_resumed_in_flight(state, plan)  # before anything is started or written
         log.info("resumed from %s at step %d", resume, state.step)
         if span.notice is not None:  # said once the checkpoint is accepted
             log.warning("%s", span.notice)
     engine = build_engine(cfg.get("engine"), parts.policy, parts.tokenizer, cfg.infra.precision)
-    rollouts = RolloutSource(parts, engine, state, updates_per_step(strategy))
+    rollouts = RolloutSource(parts, engine, state, plan)
     rollouts.start()  # at a lag: the sampling thread, which takes over the in-flight rollouts
     state.in_flight, state.reissue = [], []
-    train_policy, train_critic = replicas(parts)
+    train_policy, train_critic = replicas(
+        parts.policy, parts.critic, parts.device, parts.dist.world_size, parts.sharded
+    )
     return RunStart(
         state=state,
         scheduler=scheduler,
         critic_scheduler=critic_scheduler,
         engine=engine,
-        correction=correction_from_config(cfg.get("engine"), cfg.train_type.max_policy_lag),
+        plan=plan,
         rollouts=rollouts,
         logger=open_run_logger(
             cfg, parts.run_dir, logged_up_to(state, parts.run_dir), parts.dist.is_main
@@ -143,32 +144,15 @@ def start_run(parts: BuiltRun) -> RunStart:
     )
 
 
-def updates_per_step(strategy: Strategy) -> int:
-    """Policy (and critic) optimizer steps per RL step: ``ppo_epochs × minibatches``."""
-    return strategy.ppo_epochs * strategy.minibatches
-
-
-def build_schedulers(parts: BuiltRun, steps: int) -> tuple[LRScheduler, LRScheduler | None]:
-    """The policy's schedule over ``steps`` optimizer steps, and the critic's: its own peak
-    learning rate (``critic.optimizer.lr``) and the policy's schedule shape
-    (``train_type.scheduler``: warmup, decay), as in verl and OpenRLHF."""
-    scheduler = parts.strategy.scheduler(parts.optimizer, total_steps=steps)
-    if parts.critic_optimizer is None:
-        return scheduler, None
-    node = parts.cfg.critic.scheduler
-    make_critic_scheduler = constant if node is None else instantiate(node)
-    return scheduler, make_critic_scheduler(parts.critic_optimizer, total_steps=steps)
-
-
-def check_resumed_in_flight(state: TrainState, strategy: Strategy) -> None:
+def check_resumed_in_flight(state: TrainState, plan: StepPlan) -> None:
     """Refuse, at start and naming the checkpoint, the in-flight rollouts a resumed run would
     refuse when it came to them (``train_type.max_policy_lag`` lowered)."""
     if state.in_flight:
         check_in_flight(
             state.in_flight,
             state.policy_version,
-            updates_per_step(strategy),
-            strategy.max_policy_lag,
+            plan.updates_per_step,
+            plan.max_policy_lag,
             state.resumed_from,
         )
 
@@ -180,20 +164,6 @@ def logged_up_to(state: TrainState, run_dir: Path) -> int | None:
     if state.resumed_from is not None:
         return state.step
     return -1 if (run_dir / METRICS_FILE).is_file() else None
-
-
-def replicas(parts: BuiltRun) -> tuple[nn.Module, nn.Module | None]:
-    """What the update's forward runs: under data parallelism DDP replicas, whose gradients
-    are averaged over the ranks (the critic's too, so critics never drift); a sharded policy
-    averages its own; in one process the modules themselves."""
-    replicate = parts.dist.world_size > 1
-    train_policy: nn.Module = parts.policy
-    if replicate and not parts.sharded:
-        train_policy = wrap_data_parallel(parts.policy, parts.device)
-    train_critic: nn.Module | None = parts.critic
-    if parts.critic is not None and replicate:
-        train_critic = wrap_data_parallel(parts.critic, parts.device)
-    return train_policy, train_critic
 
 
 class SteppedRun(Protocol):
@@ -247,22 +217,7 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
     console = logging_redirect_tqdm() if show_bar else contextlib.nullcontext()
     budget_s = parse_duration(budget) if budget is not None else None
     with console, StopRequest(budget_s) as stop:
-        # the ranks agree before evaluating: under FSDP an evaluation is collectives (weight
-        # gathers) that a rank signalled during start-up would leave waiting
-        stopped = agreed_stop_reason(stop.signal_name)
-        if state.step == 0 and stopped is None:
-            state.initial_metrics = trainer.eval_metrics()
-            if state.initial_metrics:
-                trainer.logger.log(state.step, state.initial_metrics)
-                trainer.log_eval_line(state.initial_metrics)
-        if state.eval_pending and stopped is None:
-            evaluate_pending_step(trainer)
-        # a signal during start-up or an evaluation before the first step (or the time budget
-        # spent there): none was taken, so the state is the one the run started from (fresh,
-        # or the checkpoint resumed)
-        stopped = stopped or agreed_stop_reason(stop.reason)
-        if stopped is not None:
-            log.warning("stopped (%s) before step %d: nothing new to save", stopped, state.step + 1)
+        stopped = evaluate_before_the_steps(trainer, stop)
         while stopped is None and state.step < last_step:
             try:
                 metrics = take_step(trainer)
@@ -277,22 +232,8 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
                     checkpoint or "nothing to save",
                 )
                 break
-            evaluated = state.step % trainer.cfg.trainer.eval_every == 0 or state.step == total
-            if evaluated:
-                evaluation = trainer.eval_metrics()  # {}: a stop signal abandoned it
-                metrics.update(evaluation)
-                evaluated = bool(evaluation)
-                state.eval_pending = not evaluated  # the checkpoint the stop writes says so
-            metrics["time/elapsed_s"] = elapsed_before + time.perf_counter() - start
-            trainer.logger.log(state.step, metrics)
-            if evaluated:
-                trainer.log_eval_line(metrics)
-            bar.update(1)
-            bar.set_postfix(
-                reward=f"{metrics['rollout/reward_mean']:.3f}",
-                eval_acc=f"{trainer.logger.latest.get('eval/accuracy', float('nan')):.2f}",
-                step_s=f"{metrics['perf/step_s']:.2f}",
-            )
+            elapsed = elapsed_before + time.perf_counter() - start
+            evaluate_and_log(trainer, metrics, elapsed, bar)
             if state.step < total:  # the last step ends the run anyway
                 reached = targets_reached(targets, metrics, trainer.logger.latest)
             stopped = agreed_stop_reason(stop.reason or ("stop_at" if reached else None))
@@ -317,9 +258,68 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
         if saved_step != state.step and state.step > 0:  # the end of the run (or ``until``)
             checkpoint = trainer.save_checkpoint()
     bar.close()
+    return close_run(trainer, time.perf_counter() - start, stopped, checkpoint, reached)
+
+
+def evaluate_before_the_steps(trainer: SteppedRun, stop: StopRequest) -> str | None:
+    """The step-0 evaluation (a fresh run) and a resumed step's abandoned one, unless a stop
+    came first; returns the agreed reason to stop before any step (None: go on)."""
+    state = trainer.state
+    # the ranks agree before evaluating: under FSDP an evaluation is collectives (weight
+    # gathers) that a rank signalled during start-up would leave waiting
+    stopped = agreed_stop_reason(stop.signal_name)
+    if state.step == 0 and stopped is None:
+        state.initial_metrics = trainer.eval_metrics()
+        if state.initial_metrics:
+            trainer.logger.log(state.step, state.initial_metrics)
+            trainer.log_eval_line(state.initial_metrics)
+    if state.eval_pending and stopped is None:
+        evaluate_pending_step(trainer)
+    # a signal during start-up or an evaluation before the first step (or the time budget
+    # spent there): none was taken, so the state is the one the run started from (fresh, or
+    # the checkpoint resumed)
+    stopped = stopped or agreed_stop_reason(stop.reason)
+    if stopped is not None:
+        log.warning("stopped (%s) before step %d: nothing new to save", stopped, state.step + 1)
+    return stopped
+
+
+def evaluate_and_log(
+    trainer: SteppedRun, metrics: dict[str, float], elapsed: float, bar: tqdm
+) -> None:
+    """The evaluation when ``trainer.eval_every`` (or the last step) falls on this step, then
+    its row, logged with ``elapsed`` (the run's seconds so far), and the progress bar."""
+    state, total = trainer.state, trainer.cfg.trainer.total_steps
+    evaluated = state.step % trainer.cfg.trainer.eval_every == 0 or state.step == total
+    if evaluated:
+        evaluation = trainer.eval_metrics()  # {}: a stop signal abandoned it
+        metrics.update(evaluation)
+        evaluated = bool(evaluation)
+        state.eval_pending = not evaluated  # the checkpoint the stop writes says so
+    metrics["time/elapsed_s"] = elapsed
+    trainer.logger.log(state.step, metrics)
+    if evaluated:
+        trainer.log_eval_line(metrics)
+    bar.update(1)
+    bar.set_postfix(
+        reward=f"{metrics['rollout/reward_mean']:.3f}",
+        eval_acc=f"{trainer.logger.latest.get('eval/accuracy', float('nan')):.2f}",
+        step_s=f"{metrics['perf/step_s']:.2f}",
+    )
+
+
+def close_run(
+    trainer: SteppedRun,
+    wall_time_s: float,
+    stopped: str | None,
+    checkpoint: Path | None,
+    reached: dict[str, float] | None,
+) -> dict[str, object]:
+    """Write ``summary.json`` and close the logger; returns the summary and the last metrics."""
+    state, total = trainer.state, trainer.cfg.trainer.total_steps
     summary: dict[str, object] = {
         "step": state.step,
-        "wall_time_s": time.perf_counter() - start,
+        "wall_time_s": wall_time_s,
         "initial/eval/accuracy": state.initial_metrics.get("eval/accuracy"),
         "train_type": trainer.strategy.name,
         "run_dir": str(trainer.run_dir),

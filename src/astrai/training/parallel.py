@@ -88,3 +88,17 @@ def load_optimizer_state(
     set_optimizer_state_dict(
         module, optimizer, state, options=StateDictOptions(full_state_dict=True)
     )
+
+
+def replicas(
+    policy: nn.Module, critic: nn.Module | None, device: torch.device, ranks: int, sharded: bool
+) -> tuple[nn.Module, nn.Module | None]:
+    """What the update's forward runs: over ``ranks`` > 1 DDP replicas, whose gradients are
+    averaged over the ranks (the critic's too, so critics never drift); a ``sharded`` policy
+    averages its own; in one process the modules themselves."""
+    train_policy, train_critic = policy, critic
+    if ranks > 1 and not sharded:
+        train_policy = wrap_data_parallel(policy, device)
+    if critic is not None and ranks > 1:
+        train_critic = wrap_data_parallel(critic, device)
+    return train_policy, train_critic

@@ -28,8 +28,8 @@ from astrai.rollout.rollout import Rollout
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.build import BuiltRun
 from astrai.training.dynamic_sampling import RESAMPLE_SEED_STRIDE, sample_informative
-from astrai.training.in_flight import check_in_flight
 from astrai.training.overlap import RolloutPipeline, SampledBatch
+from astrai.training.plan import StepPlan
 from astrai.training.setup import capture_rng_state, restore_rng_state
 from astrai.training.state import TrainState
 from astrai.training.stopping import StopInterrupt, interruptible
@@ -41,12 +41,10 @@ class RolloutSource:
     never writes it: the loop does. Owns ``pipeline``, the sampling thread (None in the
     synchronous loop, ``train_type.max_policy_lag`` 0) once ``start`` ran.
 
-    ``updates_per_step``: policy optimizer steps per RL step (``ppo_epochs × minibatches``).
+    ``plan``: the run's lag and the policy versions a step adds (``training.plan``).
     """
 
-    def __init__(
-        self, parts: BuiltRun, engine: Engine, state: TrainState, updates_per_step: int
-    ) -> None:
+    def __init__(self, parts: BuiltRun, engine: Engine, state: TrainState, plan: StepPlan) -> None:
         self.cfg: DictConfig = parts.cfg
         self.dist: DistContext = parts.dist
         self.task: ProblemSource = parts.task
@@ -57,32 +55,20 @@ class RolloutSource:
         self.overlong: OverlongPenalty | None = parts.overlong
         self.engine = engine
         self.state = state
-        self.updates_per_step = updates_per_step
+        self.plan = plan
         self.sampling_metrics: dict[str, float] = {}  # the last rollout's dynamic sampling
         self.pipeline: RolloutPipeline | None = None
-
-    def check_resumed_in_flight(self) -> None:
-        """Refuse, at start and naming the checkpoint, the in-flight rollouts a resumed run
-        would refuse when it came to them (``train_type.max_policy_lag`` lowered)."""
-        if self.state.in_flight:
-            check_in_flight(
-                self.state.in_flight,
-                self.state.policy_version,
-                self.updates_per_step,
-                self.strategy.max_policy_lag,
-                self.state.resumed_from,
-            )
 
     def start(self) -> None:
         """With ``train_type.max_policy_lag`` > 0: start the sampling thread and hand it the
         checkpoint's in-flight rollouts (after the engine is built: vLLM samples its own);
         the pipeline owns them from here (the loop empties ``state``'s lists)."""
-        if self.strategy.max_policy_lag == 0:
+        if self.plan.max_policy_lag == 0:
             return
         self.pipeline = RolloutPipeline(
             self.sample_rollout,
             self.policy,
-            self.strategy.max_policy_lag,
+            self.plan.max_policy_lag,
             int(self.cfg.trainer.total_steps),
             # an engine with its own weights (vLLM) is its own snapshot
             snapshots=self.engine.samples_live_policy,

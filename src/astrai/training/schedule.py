@@ -16,11 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+from hydra.utils import instantiate
 from omegaconf import DictConfig
-from torch.optim.lr_scheduler import LambdaLR
+from torch.optim.lr_scheduler import LambdaLR, LRScheduler
+
+from astrai.training.optim import constant
+
+if TYPE_CHECKING:
+    from astrai.training.build import BuiltRun
 
 SchedulerFactory = Callable[..., Any]  # (optimizer, total_steps=...) -> an LR scheduler
 
@@ -84,3 +90,15 @@ def _lr_factor(make_scheduler: SchedulerFactory, total: int, position: int) -> f
     if not isinstance(scheduler, LambdaLR):
         return None
     return float(scheduler.lr_lambdas[0](position))
+
+
+def build_schedulers(parts: BuiltRun, steps: int) -> tuple[LRScheduler, LRScheduler | None]:
+    """The policy's schedule over ``steps`` optimizer steps, and the critic's: its own peak
+    learning rate (``critic.optimizer.lr``) and the policy's schedule shape
+    (``train_type.scheduler``: warmup, decay), as in verl and OpenRLHF."""
+    scheduler = parts.strategy.scheduler(parts.optimizer, total_steps=steps)
+    if parts.critic_optimizer is None:
+        return scheduler, None
+    node = parts.cfg.critic.scheduler
+    make_critic_scheduler = constant if node is None else instantiate(node)
+    return scheduler, make_critic_scheduler(parts.critic_optimizer, total_steps=steps)

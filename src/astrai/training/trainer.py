@@ -16,7 +16,6 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
 from astrai.algorithms.aggregation import Divisors, whole_minibatch_divisors
-from astrai.algorithms.correction import Correction
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints.io import prune_checkpoints
 from astrai.distributed import DistContext, all_reduce_max, all_reduce_sum, no_grad_for
@@ -47,10 +46,10 @@ from astrai.training.loop import (
     run_loop,
     start_run,
     take_step,
-    updates_per_step,
 )
 from astrai.training.optim import clip_and_step
 from astrai.training.overlap import RolloutPipeline
+from astrai.training.plan import StepPlan
 from astrai.training.rollout_source import RolloutSource
 from astrai.training.rollout_stats import rollout_metrics, rollout_samples
 from astrai.training.setup import on_device_while
@@ -106,7 +105,7 @@ class Trainer:
     scheduler: Forward[LRScheduler] = Forward("run")
     critic_scheduler: Forward[LRScheduler | None] = Forward("run")
     engine: Forward[Engine] = Forward("run")
-    correction: Forward[Correction | None] = Forward("run")
+    plan: Forward[StepPlan] = Forward("run")
     rollouts: Forward[RolloutSource] = Forward("run")
     logger: Forward[RunLogger] = Forward("run")
     train_policy: Forward[nn.Module] = Forward("run")
@@ -124,7 +123,7 @@ class Trainer:
 
     def optimizer_steps_per_step(self) -> int:
         """Policy (and critic) optimizer steps per RL step: ``ppo_epochs × minibatches``."""
-        return updates_per_step(self.strategy)
+        return self.plan.updates_per_step
 
     def rollout(self) -> Rollout:
         """1. This step's rollout sampled now with the live policy (``RolloutSource``)."""
@@ -144,12 +143,12 @@ class Trainer:
         ``logger.kl_every``)."""
         metrics = {}
         self.set_train_mode(False)  # π_old, the reference and the critic score without dropout
-        if self.correction is not None:  # engine.old_logprobs: recompute
+        if self.plan.correction is not None:  # engine.old_logprobs: recompute
             with self.autocast():
                 metrics = self.strategy.recompute_old_logprobs(
                     rollout,
                     self.policy,
-                    self.correction,
+                    self.plan.correction,
                     all_reduce_sum,
                     all_reduce_max,
                     no_grad_for(self.policy),
@@ -280,7 +279,7 @@ class Trainer:
             rollout.sample_versions,
             self.state.policy_version,
             self.optimizer_steps_per_step(),
-            self.strategy.max_policy_lag,
+            self.plan.max_policy_lag,
             self.state.step + 1,
         )
         metrics = {**batch.metrics, **lag, **self.prepare(rollout)}
