@@ -29,9 +29,15 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from astrai.checkpoints.layout import RUN_CONFIG_FILE, CheckpointError
+from astrai.checkpoints.layout import CheckpointError
 from astrai.checkpoints.policy import LoadedPolicy, load_policy
 from astrai.cli_errors import ArgumentParser, one_line_errors
+from astrai.config.checkpoint_run import (
+    read_run_config,
+    run_precision,
+    run_sampling_default,
+    run_task_config,
+)
 from astrai.generation_engine import (
     ENGINE_NAMES,
     check_engine,
@@ -43,7 +49,7 @@ from astrai.generation_engine import (
 )
 from astrai.models.hf_tokenizer import TokenizerFileError
 from astrai.models.precision import PRECISIONS
-from astrai.models.pretrained import ModelDirError, is_hf_model_dir
+from astrai.models.pretrained import ModelDirError
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward, RewardConfigError, RewardError
 from astrai.rewards.build import build_reward
@@ -56,7 +62,6 @@ from astrai.tasks.base import Problem, ProblemSource, Task
 RUN_TASK = "run"  # `--task` without a name, or `--task run`: the run's own task
 DEFAULT_MAX_NEW_TOKENS = 32  # a model directory records no response length
 DEFAULT_TASK_PROMPTS = 8
-DATASET_PATH_KEYS = ("train_path", "eval_path")  # task=dataset: read relative to the run's cwd
 MAX_N = 4096  # task prompts / samples per prompt: more is a benchmark, not a look at a model
 
 
@@ -104,61 +109,6 @@ def compose_task(name: str) -> Task:
     return instantiate(compose_task_config(name))
 
 
-def read_run_config(loaded: LoadedPolicy, source: Path) -> DictConfig | None:
-    """The resolved config of the run that wrote ``loaded``; None for a model directory."""
-    if is_hf_model_dir(source):
-        return None
-    path = loaded.source / RUN_CONFIG_FILE
-    try:
-        cfg = OmegaConf.load(path)
-    except Exception as err:  # OmegaConf raises yaml's and its own errors
-        raise CheckpointError(f"{path}: unreadable run config ({err})") from err
-    if not isinstance(cfg, DictConfig):
-        raise CheckpointError(f"{path}: not a mapping")
-    return cfg
-
-
-def run_precision(run: DictConfig | None) -> str:
-    """The run's ``infra.precision`` (``fp32`` without a run config: a model directory)."""
-    if run is None:
-        return "fp32"
-    precision = OmegaConf.select(run, "infra.precision", default="fp32")
-    if precision not in PRECISIONS:
-        raise ValueError(f"the run's infra.precision is {precision!r}, not one of {PRECISIONS}")
-    return str(precision)
-
-
-def run_sampling_default(run: DictConfig | None, key: str, fallback: Any) -> Any:
-    """``train_type.sampling.<key>`` of the run, else ``fallback``."""
-    if run is None:
-        return fallback
-    return OmegaConf.select(run, f"train_type.sampling.{key}", default=fallback)
-
-
-def _run_cwd(checkpoint: Path) -> Path | None:
-    """The working directory the run was launched from (Hydra's ``.hydra/hydra.yaml``)."""
-    hydra_file = checkpoint.parent.parent / ".hydra" / "hydra.yaml"
-    try:
-        cwd = OmegaConf.select(OmegaConf.load(hydra_file), "hydra.runtime.cwd")
-    except Exception:  # no record: paths stay relative to this working directory
-        return None
-    return Path(cwd) if isinstance(cwd, str) else None
-
-
-def _run_task_config(run: DictConfig, checkpoint: Path) -> DictConfig:
-    """The run's ``task`` node; relative data files read from where the run read them, when
-    they are still there."""
-    task = OmegaConf.create(OmegaConf.to_container(run.task, resolve=True))
-    cwd = _run_cwd(checkpoint)
-    for key in DATASET_PATH_KEYS:
-        value = task.get(key)
-        if cwd is None or not isinstance(value, str) or Path(value).is_absolute():
-            continue
-        if (cwd / value).exists():
-            task[key] = str(cwd / value)
-    return task
-
-
 def task_scoring(name: str, run: DictConfig | None, loaded: LoadedPolicy, n: int) -> Scoring:
     """What ``--task name`` answers: the run's task (scored by its reward) or an embedded one.
     The run's task is built as its trainer built it (``build_task``: a dataset's over-long rows
@@ -184,7 +134,7 @@ def task_scoring(name: str, run: DictConfig | None, loaded: LoadedPolicy, n: int
     assert run is not None
     positions = loaded.policy.config.max_position_embeddings
     source: ProblemSource = build_task(
-        _run_task_config(run, checkpoint), loaded.tokenizer, max_prompt_tokens(run, positions)
+        run_task_config(run, checkpoint), loaded.tokenizer, max_prompt_tokens(run, positions)
     )
     reward = build_reward(reward_node(run.reward))
     return Scoring(source.eval_problems(n), f"{source.name} (the run's)", reward=reward)
@@ -326,6 +276,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def decoding_numbers(engine_cfg: DictConfig, precision: str) -> str:
+    """The number format the completions were decoded in, for the header line."""
+    # an engine with its own weights computes in its engine.dtype, not in astrai's precision
+    engine = engine_class(engine_cfg)
+    if engine.samples_live_policy:
+        return precision
+    return f"{engine.name} {engine_cfg.get('dtype', precision)}"
+
+
 @one_line_errors("astrai.generate")
 def main(argv: list[str] | None = None) -> int:
     """Exit status 0; a bad source, option, prompt or device: one line, 2."""
@@ -388,13 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {loaded.source}")
     decoding = "greedy" if args.temperature == 0 else f"temperature {args.temperature}"
     task_part = f"task {scoring.label}, " if scoring is not None else ""
-    # an engine with its own weights computes in its engine.dtype, not in astrai's precision
-    engine = engine_class(engine_cfg)
-    numbers = (
-        precision
-        if engine.samples_live_policy
-        else f"{engine.name} {engine_cfg.get('dtype', precision)}"
-    )
+    numbers = decoding_numbers(engine_cfg, precision)
     print(f"# {task_part}max_new_tokens {max_new_tokens}, {decoding}, {numbers}")
     if scoring is None:
         for prompt, completion in zip(rows, completions, strict=True):

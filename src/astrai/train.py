@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from astrai.checkpoints.layout import CheckpointError
 from astrai.cli_errors import error_line, print_page
+from astrai.config.command_line import explicit_run_dir, single_run_overrides, torchrun_arguments
 from astrai.config.compose import check_overrides, check_preset_syntax, check_sweep_overrides
 from astrai.config.help import help_text
 from astrai.config.store import register_configs
@@ -307,54 +308,13 @@ def stop_sweep_after_a_signal(stopped: object) -> None:
     sys.exit(0)
 
 
-def _torchrun_arguments(argv: list[str], environ: dict[str, str]) -> list[str] | None:
-    """Under torchrun every rank runs this script and composes its own config: they must share
-    one run dir (``${now:...}`` differs between ranks), and only rank 0 writes ``.hydra/`` and
-    ``train.log``. Returns the argv to use, or None when the run dir is missing."""
-    if int(environ.get("WORLD_SIZE", "1")) <= 1:
-        return argv
-    if not any(arg.startswith("hydra.run.dir=") for arg in argv[1:]):
-        return None
-    if environ.get("RANK", "0") != "0":
-        return [*argv, "hydra.output_subdir=null", "hydra/job_logging=stdout"]
-    return argv
-
-
 def _config_error(message: str) -> NoReturn:
     print(f"astrai: config error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
-def _single_run_overrides(argv: list[str], multirun: bool = False) -> list[str] | None:
-    """The overrides of a plain single run (with ``multirun``: of a plain ``-m`` sweep), which
-    ``main`` checks before Hydra starts the job; None for anything else Hydra handles on its
-    own (the other mode, ``--cfg``, ``--info``, another config, shell completion, ...) or a
-    command line Hydra's parser rejects."""
-    from hydra._internal.utils import get_args_parser
-
-    try:
-        args, unknown = get_args_parser().parse_known_args(argv[1:])
-    except SystemExit:  # argparse's usage error: Hydra reports it
-        return None
-    other_modes = (
-        args.multirun != multirun,
-        args.help,
-        args.hydra_help,
-        args.cfg,
-        args.info,
-        args.shell_completion,
-        args.config_path,
-        args.config_name,
-        args.config_dir,
-        args.experimental_rerun,
-    )
-    if unknown or any(other_modes):
-        return None
-    return list(args.overrides)
-
-
 def _main() -> None:
-    argv = _torchrun_arguments(sys.argv, dict(os.environ))
+    argv = torchrun_arguments(sys.argv, dict(os.environ))
     if argv is None:
         _config_error(
             "under torchrun pass one hydra.run.dir=<dir> to every rank "
@@ -366,15 +326,15 @@ def _main() -> None:
     register_configs()
     try:
         check_preset_syntax(argv[1:])  # in every mode: -m experiment=ppo_sweep is the common one
-        overrides = _single_run_overrides(argv)
+        overrides = single_run_overrides(argv)
         if overrides is not None:  # Hydra's own compose errors span lines and exit 1
             check_overrides(overrides)
-        sweep = _single_run_overrides(argv, multirun=True)
+        sweep = single_run_overrides(argv, multirun=True)
         if sweep is not None:  # every swept value, before the first job starts
             check_sweep_overrides(sweep)
     except ConfigError as err:
         _config_error(str(err))
-    explicit_dir = _explicit_run_dir(overrides or [])
+    explicit_dir = explicit_run_dir(overrides or [])
     start = StartUp()
     # the config is not composed yet: a Slurm task's rank is its SLURM_PROCID (``infra=slurm``
     # turns it into RANK; without it every task is a run of its own, and the lock says so)
@@ -408,15 +368,6 @@ def main() -> None:
         sys.exit(0)
     finally:
         end_start_up()  # (in-process callers: the next main starts its own)
-
-
-def _explicit_run_dir(overrides: list[str]) -> Path | None:
-    """A single run's ``hydra.run.dir=DIR`` given literally (no interpolation), else None."""
-    for override in overrides:
-        key, _, value = override.partition("=")
-        if key == "hydra.run.dir" and value and "${" not in value:
-            return Path(value)
-    return None
 
 
 if __name__ == "__main__":  # python -m astrai.train: run the importable module's main, so

@@ -82,7 +82,7 @@ def collectives_under(rank: int, world: int, backend: str, resolved: str, out: s
     torch.distributed.init_process_group(
         backend, init_method=f"file://{Path(out) / 'rendezvous'}", rank=rank, world_size=world
     )
-    from astrai.training.stopping import agreed_stop_reason
+    from astrai.training.stop_agreement import agreed_stop_reason
     from astrai.training.trainer import Trainer
 
     trainer = Trainer(OmegaConf.create(resolved), Path(out) / "run")

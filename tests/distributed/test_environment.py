@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from tests.helpers import compose_config
 
+from astrai.config.command_line import torchrun_arguments
 from astrai.distributed import (
     apply_slurm_environment,
     env_context,
     first_slurm_host,
     slurm_environment,
 )
-from astrai.train import _torchrun_arguments
 from astrai.training.launch import inside_worker, processes_per_node
 
 
@@ -88,11 +88,11 @@ def test_processes_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_torchrun_ranks_share_one_run_dir_and_only_rank_0_writes_hydra_files() -> None:
     argv = ["train.py", "seed=1"]
-    assert _torchrun_arguments(argv, {}) == argv
-    assert _torchrun_arguments(argv, {"WORLD_SIZE": "2", "RANK": "0"}) is None
+    assert torchrun_arguments(argv, {}) == argv
+    assert torchrun_arguments(argv, {"WORLD_SIZE": "2", "RANK": "0"}) is None
     fixed = [*argv, "hydra.run.dir=/runs/a"]
-    assert _torchrun_arguments(fixed, {"WORLD_SIZE": "2", "RANK": "0"}) == fixed
-    assert _torchrun_arguments(fixed, {"WORLD_SIZE": "2", "RANK": "1"}) == [
+    assert torchrun_arguments(fixed, {"WORLD_SIZE": "2", "RANK": "0"}) == fixed
+    assert torchrun_arguments(fixed, {"WORLD_SIZE": "2", "RANK": "1"}) == [
         *fixed,
         "hydra.output_subdir=null",
         "hydra/job_logging=stdout",

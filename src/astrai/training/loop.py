@@ -45,7 +45,8 @@ from astrai.training.schedule import build_schedulers, resumed_schedule_steps
 from astrai.training.setup import make_generator
 from astrai.training.signal_watch import GROUP_BASELINES, SignalWatch
 from astrai.training.state import TrainState
-from astrai.training.stopping import StopInterrupt, StopRequest, agreed_stop_reason
+from astrai.training.stop_agreement import agreed_stop_reason
+from astrai.training.stopping import StopInterrupt, StopRequest
 
 log = logging.getLogger(__name__)
 
