@@ -5,7 +5,7 @@ task, with the task's data files found where the run read them."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -63,7 +63,8 @@ def run_cwd(checkpoint: Path) -> Path | None:
 def run_task_config(run: DictConfig, checkpoint: Path) -> DictConfig:
     """The run's ``task`` node; relative data files read from where the run read them, when
     they are still there."""
-    task = OmegaConf.create(OmegaConf.to_container(run.task, resolve=True))
+    # a DictConfig's container is a dict (to_container's type also covers a list's)
+    task = OmegaConf.create(cast(dict[str, Any], OmegaConf.to_container(run.task, resolve=True)))
     cwd = run_cwd(checkpoint)
     for key in DATASET_PATH_KEYS:
         value = task.get(key)

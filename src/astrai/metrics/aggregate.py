@@ -62,8 +62,8 @@ class MetricMeans:
     def compute(self) -> dict[str, float]:
         """The weighted means, over every rank of a distributed run (one all-reduce)."""
         totals: dict[str, torch.Tensor] = {}
-        for names, sums in self._sums.items():
-            for name, row in zip(names, sums.cpu(), strict=True):
+        for row_names, rows in self._sums.items():
+            for name, row in zip(row_names, rows.cpu(), strict=True):
                 totals[name] = totals[name] + row if name in totals else row
         if not totals:
             return {}

@@ -48,11 +48,15 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.plugins.hparams import plugin_data_pb2
 from torch.utils.tensorboard import summary as tb_summary
+
+if TYPE_CHECKING:
+    from hydra.conf import HydraConf
 
 HParamValue = bool | float | str
 
@@ -245,7 +249,7 @@ def run_name(overrides: Sequence[str], swept: Sequence[str]) -> str | None:
     return text.lstrip(".") or None  # never ".", ".." or a hidden folder
 
 
-def _sweep_definition(hydra_cfg: DictConfig) -> list[str]:
+def _sweep_definition(hydra_cfg: HydraConf) -> list[str]:
     """The sweep's overrides: ``hydra.sweeper.params`` and the command line in
     ``<sweep dir>/multirun.yaml`` (the job's own config holds one value per key)."""
     params = hydra_cfg.sweeper.get("params") or {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, cast
 
@@ -104,6 +104,15 @@ def tensorboard_dir(run_dir: Path, tb_run: str | None = None, resuming: bool = F
     return wanted
 
 
+def _text_writer(text: str) -> Callable[[Path], None]:
+    """A ``write_file_atomic`` writer of ``text`` (UTF-8) into the file it is given."""
+
+    def write(tmp: Path) -> None:
+        tmp.write_text(text, encoding="utf-8")
+
+    return write
+
+
 def _rewrite_rows(path: Path, rows: list[dict[str, float]]) -> None:
     """Replace ``path`` (``metrics.jsonl``) by ``rows``, atomically."""
     lines = []
@@ -111,7 +120,7 @@ def _rewrite_rows(path: Path, rows: list[dict[str, float]]) -> None:
         values = {name: value for name, value in row.items() if name != "step"}
         lines.append(json.dumps({"step": int(row["step"]), **_json_record(values)}))
     text = "".join(line + "\n" for line in lines)
-    write_file_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    write_file_atomic(path, _text_writer(text))
 
 
 class MetricSink(Protocol):
@@ -255,7 +264,7 @@ class RunLogger:
         if not self.enabled:
             return path
         text = json.dumps(summary, indent=2) + "\n"
-        write_file_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        write_file_atomic(path, _text_writer(text))
         return path
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ compare every step with one full ``forward``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
@@ -58,7 +58,10 @@ class Decoder:
         self.key_bias[:, : cache.length].masked_fill_(filled, 0.0)
         self.attn_bias = self.key_bias[:, None, None]  # [N, 1, 1, max_length], the same memory
         trunk = model.model
-        self.layers = [LayerWeights.of(layer) for layer in trunk.layers]
+        # nn.ModuleList is not generic (its items are typed Module): LlamaModel builds it of
+        # LlamaDecoderLayer only
+        layers = [cast("LlamaDecoderLayer", layer) for layer in trunk.layers]
+        self.layers = [LayerWeights.of(layer) for layer in layers]
         self.embed_tokens, self.lm_head = trunk.embed_tokens.weight, model.lm_head.weight
         self.norm, self.norm_eps = trunk.norm.weight, trunk.norm.eps
 

@@ -15,23 +15,24 @@ from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from astrai.files import naming_write_errors
+from astrai.models.exported_tokenizer import (
+    generation_config_for,
+    save_tokenizer_files,
+    special_token_ids,
+)
 from astrai.models.hf_config import (
     UnsupportedModelError,
     hf_config_from_llama,
     llama_config_from_hf,
 )
-from astrai.models.hf_tokenizer import (
-    GENERATION_CONFIG_FILE,
-    HFTokenizer,
-    save_char_tokenizer_as_hf,
-)
+from astrai.models.hf_tokenizer import GENERATION_CONFIG_FILE, HFTokenizer
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM, set_gradient_checkpointing
 from astrai.models.tokenizer import TOKENIZER_FILE, CharTokenizer, Tokenizer
 from astrai.models.value_model import ValueModel
@@ -310,40 +311,12 @@ def template_kwargs_of(model_cfg: Any) -> dict[str, Any]:
 
     kwargs = model_cfg.get("chat_template_kwargs") if hasattr(model_cfg, "get") else None
     if isinstance(kwargs, DictConfig):
-        kwargs = OmegaConf.to_container(kwargs, resolve=True)
+        # a DictConfig's container is a dict (the declared return type also covers ListConfig's)
+        kwargs = cast(dict[str, Any], OmegaConf.to_container(kwargs, resolve=True))
     return dict(kwargs or {})
 
 
 # --- writing ----------------------------------------------------------------------------------
-
-
-def special_token_ids(tokenizer: Tokenizer) -> dict[str, int | None]:
-    """The ids an export declares: the tokenizer's own special tokens, None where it has none.
-    ``HFTokenizer.bos_id`` / ``pad_id`` fall back to EOS for internal use only: exported, a
-    Qwen2 model (no BOS) would claim ``<|im_end|>`` as its BOS."""
-    if isinstance(tokenizer, HFTokenizer):
-        return dict(tokenizer.special_token_ids)
-    return {
-        "bos_token_id": tokenizer.bos_id,
-        "eos_token_id": tokenizer.eos_id,
-        "pad_token_id": tokenizer.pad_id,
-    }
-
-
-def generation_config_for(tokenizer: Tokenizer) -> dict[str, Any]:
-    """``generation_config.json``: the source model's own when the tokenizer carries it (its
-    end-of-turn id list and sampling defaults win), else the special-token ids that exist."""
-    ids = {k: v for k, v in special_token_ids(tokenizer).items() if v is not None}
-    source = tokenizer.generation_config if isinstance(tokenizer, HFTokenizer) else None
-    return {**ids, **(source or {})}
-
-
-def save_tokenizer_files(tokenizer: Tokenizer, directory: Path) -> None:
-    """Hugging Face tokenizer files: the model's own, or the character tokenizer's HF form."""
-    if isinstance(tokenizer, CharTokenizer):
-        save_char_tokenizer_as_hf(tokenizer, directory)
-    else:
-        tokenizer.save(directory)
 
 
 def _cast(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Tensor]:

@@ -187,6 +187,8 @@ class RotaryEmbedding(nn.Module):
     bitwise the values computed directly (a test pins it).
     """
 
+    inv_freq: Tensor  # a non-persistent buffer (``register_buffer`` in ``__init__``)
+
     def __init__(
         self,
         head_dim: int,

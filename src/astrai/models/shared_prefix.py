@@ -61,12 +61,18 @@ def distinct_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> DistinctPrompts
     return DistinctPrompts(distinct[:, :p], distinct[:, p:].bool(), inverse)
 
 
-def supports_sharing(model: nn.Module) -> bool:
+def supports_sharing(model: CachedModel | nn.Module) -> bool:
     """Whether ``model`` may take the shared path: autograd is off, it makes KV caches (the causal
     LM and the value model do; a DDP wrapper does not) and it is not FSDP-sharded (whether a
     batch shares prompts varies by rank, and so would the number of forward calls, each of
-    which gathers the weights with every rank)."""
-    return not torch.is_grad_enabled() and hasattr(model, "new_cache") and not is_fsdp(model)
+    which gathers the weights with every rank). Every model the callers pass is an
+    ``nn.Module`` (typed ``CachedModel`` after the cast that ``rollout.scoring`` makes)."""
+    return (
+        not torch.is_grad_enabled()
+        and hasattr(model, "new_cache")
+        and isinstance(model, nn.Module)
+        and not is_fsdp(model)
+    )
 
 
 def outputs(model: CachedModel, ids: Tensor, mask: Tensor, cache: KVCache | None) -> Tensor:
