@@ -31,6 +31,7 @@ CPU_CHECKS = [
     "resume",
     "lora",
     "async",
+    "scale-memory",  # on the CPU: issue 48's spot check, the scoring pass's estimate vs RSS
     "2-process-ddp",
 ]
 
@@ -84,7 +85,7 @@ def test_checks_pass_on_the_cpu_and_fill_the_summary(tmp_path: Path) -> None:
     statuses = [line.split(":")[0] for line in result.stdout.splitlines()[1:-1]]
     expected = [f"PASS {name}" for name in CPU_CHECKS[:-1]] + ["SKIP 2-process-ddp"]
     assert statuses == expected, result.stdout
-    assert result.stdout.splitlines()[-1].startswith("gpu-check: 7 passed, 0 failed, 1 skipped")
+    assert result.stdout.splitlines()[-1].startswith("gpu-check: 8 passed, 0 failed, 1 skipped")
     summary = json.loads(summary_path.read_text())
     assert summary["passed"] is True and summary["quick"] is True
     checks = {c["name"]: c for c in summary["checks"]}
@@ -97,6 +98,8 @@ def test_checks_pass_on_the_cpu_and_fill_the_summary(tmp_path: Path) -> None:
     lora = checks["lora"]["numbers"]
     assert lora["online_grpo_max_diff"] == 0.0 and lora["online_ppo_max_diff"] == 0.0
     assert checks["async"]["numbers"]["resume_max_diff"] == 0.0  # a rollout in flight
+    score = checks["scale-memory"]["numbers"]["score"]  # fake tensors vs a real run
+    assert abs(score["ratio"] - 1) <= 0.10 and score["measured_bytes"] > 50 * 2**20
     resume = checks["resume"]["numbers"]
     assert resume["online_grpo_bitwise"] and resume["online_ppo_bitwise"]  # exact on the CPU
     table = summary_path.with_suffix(".md").read_text()
