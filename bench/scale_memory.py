@@ -36,7 +36,6 @@ import argparse
 import contextlib
 import gc
 import os
-import re
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from memory import status_kb  # bench/memory.py's reading of /proc/self/status
 from torch import Tensor
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -306,13 +306,6 @@ def cuda_peak(model_name: str, shape: Shape, phase_index: int) -> int:
     return peak
 
 
-def _status_kb(key: str) -> int:
-    """A ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``)."""
-    match = re.search(rf"^{key}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M)
-    assert match is not None, key
-    return int(match.group(1))
-
-
 def cpu_peak(model_name: str, shape: Shape, phase_index: int) -> int:
     """Bytes the phase adds at its peak for real on this CPU, in this process (``--measure``:
     a fresh one): the peak RSS above the RSS before it. Writing 5 to ``/proc/self/clear_refs``
@@ -326,10 +319,10 @@ def cpu_peak(model_name: str, shape: Shape, phase_index: int) -> int:
     phases(small, torch.device("cpu"))[phase_index].run(model)
     model.zero_grad(set_to_none=True)
     gc.collect()
-    before = _status_kb("VmRSS") * 1024
+    before = status_kb("VmRSS") * 1024
     Path("/proc/self/clear_refs").write_text("5")
     phases(shape, torch.device("cpu"))[phase_index].run(model)
-    return _status_kb("VmHWM") * 1024 - before
+    return status_kb("VmHWM") * 1024 - before
 
 
 def measured_on_cpu(model_name: str, shape: Shape, phase_index: int) -> int:
@@ -349,26 +342,30 @@ def measured_on_cpu(model_name: str, shape: Shape, phase_index: int) -> int:
     return int(done.stdout.split()[-1])
 
 
-def persistent_bytes(model_name: str, layers: int | None, grads: bool) -> int:
+def parameter_count(model_name: str, layers: int | None) -> int:
+    with FakeTensorMode():
+        return sum(p.numel() for p in build_model(model_name, layers).parameters())
+
+
+def persistent_bytes(parameters: int, grads: bool) -> int:
     """The run's state at every phase: float32 weights, AdamW's two moments and the float32
     reference; the gradients too in the update."""
-    with FakeTensorMode():
-        count = sum(p.numel() for p in build_model(model_name, layers).parameters())
     copies = 4 + (1 if grads else 0)  # weights, 2 moments, reference (+ gradients)
-    return count * 4 * copies
+    return parameters * 4 * copies
 
 
 def report(model_name: str, shape: Shape, device: str, only: list[str] | None = None) -> list[str]:
     lines = [f"{model_name} ({PRECISION}, GRPO full fine-tuning)"]
     header = f"  {'phase':<9}{'rows x tokens':>16}{'adds GiB':>11}{'peak GiB':>11}"
     measuring = device in ("cuda", "cpu-real")
+    parameters = parameter_count(model_name, shape.layers)
     lines.append(header + ("   measured adds GiB (fake/measured)" if measuring else ""))
     for index, phase in enumerate(phases(shape, torch.device("cpu"))):
         if only and phase.name not in only:
             continue
         start = time.perf_counter()
         adds = fake_peak(model_name, shape, index)
-        peak = adds + persistent_bytes(model_name, shape.layers, phase.grads)
+        peak = adds + persistent_bytes(parameters, phase.grads)
         row = f"  {phase.name:<9}{f'{phase.rows} x {phase.tokens}':>16}"
         row += f"{adds / GIB:>11.2f}{peak / GIB:>11.2f}"
         if measuring:
