@@ -57,6 +57,14 @@ import astrai.models.shared_prefix as shared_prefix
 from astrai.models.decode import Decoder
 from astrai.models.hf_config import llama_config_from_hf
 from astrai.models.llama import LlamaForCausalLM, set_gradient_checkpointing
+from astrai.models.pass_memory import (
+    AUTO,
+    kv_bytes_per_token,
+    rows_per_pass,
+    scoring_bytes_per_token,
+    token_budget,
+    update_bytes_per_token,
+)
 from astrai.models.precision import autocast, compute_dtype
 from astrai.rollout.scoring import response_logprobs
 
@@ -130,9 +138,11 @@ class Shape:
     prompt_len: int = 1024
     response_len: int = 1024
     eval_prompts: int = 200
-    score_rows: int | None = None  # None: every sequence at once (micro_batch_size: null)
-    micro_batch: int = 8
+    score_rows: int | None = None  # None: as train_type.score_tokens: auto allows
+    micro_batch: int | None = None  # None: as train_type.update_tokens: auto allows
+    checkpointing: bool = False  # model.gradient_checkpointing (off by default)
     layers: int | None = None  # fewer decoder layers than published (--quick)
+    device_gib: float = 80.0  # the device memory the auto budgets read (an 80 GB GPU)
 
     @property
     def rows(self) -> int:
@@ -180,11 +190,34 @@ def known_grouping(groups: int, group: int) -> Iterator[None]:
         shared_prefix.distinct_prompts = found  # type: ignore[assignment]
 
 
+def sampling_chunk_rows(model: LlamaForCausalLM, rows: int, group: int, shape: Shape) -> int:
+    """The rows of one sampling chunk at the default ``max_cache_tokens: auto`` on a device of
+    ``shape.device_gib`` (``TorchEngine.chunk_rows``' arithmetic)."""
+    dtype = compute_dtype(PRECISION, model.lm_head.weight.dtype)
+    per_token = kv_bytes_per_token(model.config, dtype)
+    budget = token_budget(AUTO, per_token, torch.device("cpu"), int(shape.device_gib * GIB))
+    return rows_per_pass(budget, shape.prompt_len + shape.response_len, rows, group)
+
+
+def scoring_part(model: LlamaForCausalLM, shape: Shape) -> int:
+    """The rows of one scoring pass: ``--score-rows``, else the default ``score_tokens: auto``
+    on a device of ``shape.device_gib`` (``rollout.scoring.scoring_part_rows``' arithmetic)."""
+    if shape.score_rows is not None:
+        return shape.score_rows
+    per_token = scoring_bytes_per_token(model.config, torch.bfloat16, with_logits=True)
+    budget = token_budget(AUTO, per_token, torch.device("cpu"), int(shape.device_gib * GIB))
+    return rows_per_pass(budget, shape.prompt_len + shape.response_len, shape.rows, shape.group)
+
+
 def _decode_first_step(
     model: LlamaForCausalLM, prompts: int, group: int, shape: Shape, device: torch.device
 ) -> None:
-    """The sampler's prompt pass into a cache of prompt + response, then its first step."""
+    """One sampling chunk (the rows ``max_cache_tokens: auto`` allows): its prompt pass into a
+    cache of prompt + response, then its first step."""
     vocab = model.config.vocab_size
+    rows = sampling_chunk_rows(model, prompts * group, group, shape)
+    prompts = max(rows // group, 1)
+    group = min(group, rows)
     ids, mask = _ids(prompts * group, shape.prompt_len, vocab, device)
     length = shape.prompt_len + shape.response_len
     dtype = compute_dtype(PRECISION, model.lm_head.weight.dtype)
@@ -202,7 +235,7 @@ def _decode_first_step(
 
 
 def _score(model: LlamaForCausalLM, shape: Shape, device: torch.device) -> None:
-    rows = shape.score_rows or shape.rows
+    rows = scoring_part(model, shape)
     groups = max(rows // shape.group, 1)
     vocab = model.config.vocab_size
     prompt_ids, prompt_mask = _ids(rows, shape.prompt_len, vocab, device)
@@ -211,11 +244,24 @@ def _score(model: LlamaForCausalLM, shape: Shape, device: torch.device) -> None:
         response_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask)
 
 
+def update_micro_batch(model: LlamaForCausalLM, shape: Shape) -> int:
+    """The rows of one update micro-batch: ``--micro-batch``, else the default
+    ``update_tokens: auto`` on a device of ``shape.device_gib``
+    (``rollout.scoring.update_part_rows``' arithmetic; GRPO: no critic)."""
+    if shape.micro_batch is not None:
+        return shape.micro_batch
+    per_token = update_bytes_per_token(model.config, torch.bfloat16, shape.checkpointing, False)
+    budget = token_budget(AUTO, per_token, torch.device("cpu"), int(shape.device_gib * GIB))
+    minibatch = shape.rows // 4  # train_type.minibatches: 4
+    return rows_per_pass(budget, shape.prompt_len + shape.response_len, minibatch)
+
+
 def _update(model: LlamaForCausalLM, shape: Shape, device: torch.device) -> None:
     vocab = model.config.vocab_size
-    prompt_ids, prompt_mask = _ids(shape.micro_batch, shape.prompt_len, vocab, device)
-    response_ids, response_mask = _ids(shape.micro_batch, shape.response_len, vocab, device)
-    set_gradient_checkpointing(model, True)
+    rows = update_micro_batch(model, shape)
+    prompt_ids, prompt_mask = _ids(rows, shape.prompt_len, vocab, device)
+    response_ids, response_mask = _ids(rows, shape.response_len, vocab, device)
+    set_gradient_checkpointing(model, shape.checkpointing)
     try:
         with autocast(device, PRECISION):
             logprobs, _ = response_logprobs(
@@ -243,7 +289,7 @@ def phases(shape: Shape, device: torch.device) -> list[Phase]:
             lambda m: _decode_first_step(m, shape.eval_prompts, 1, shape, device),
         ),
         Phase("score", shape.score_rows or shape.rows, tokens, lambda m: _score(m, shape, device)),
-        Phase("update", shape.micro_batch, tokens, lambda m: _update(m, shape, device), True),
+        Phase("update", shape.rows // 4, tokens, lambda m: _update(m, shape, device), True),
     ]
 
 
@@ -332,7 +378,9 @@ def measured_on_cpu(model_name: str, shape: Shape, phase_index: int) -> int:
         "--measure", str(phase_index), "--model", model_name, "--prompts", str(shape.prompts),
         "--group", str(shape.group), "--prompt-len", str(shape.prompt_len),
         "--response-len", str(shape.response_len), "--eval-prompts", str(shape.eval_prompts),
-        "--micro-batch", str(shape.micro_batch), "--layers", str(shape.layers or 0),
+        "--micro-batch", str(shape.micro_batch or 0), "--layers", str(shape.layers or 0),
+        *(["--checkpointing"] if shape.checkpointing else []),
+        "--device-gib", str(shape.device_gib),
         *(["--score-rows", str(shape.score_rows)] if shape.score_rows else []),
     ]  # fmt: skip
     done = subprocess.run(
@@ -354,11 +402,24 @@ def persistent_bytes(parameters: int, grads: bool) -> int:
     return parameters * 4 * copies
 
 
+def pass_rows(model_name: str, shape: Shape) -> dict[str, int]:
+    """The rows one pass of each phase holds at the default budgets."""
+    with FakeTensorMode():
+        model = build_model(model_name, shape.layers)
+        return {
+            "sample": sampling_chunk_rows(model, shape.rows, shape.group, shape),
+            "evaluate": sampling_chunk_rows(model, shape.eval_prompts, 1, shape),
+            "score": scoring_part(model, shape),
+            "update": update_micro_batch(model, shape),
+        }
+
+
 def report(model_name: str, shape: Shape, device: str, only: list[str] | None = None) -> list[str]:
     lines = [f"{model_name} ({PRECISION}, GRPO full fine-tuning)"]
-    header = f"  {'phase':<9}{'rows x tokens':>16}{'adds GiB':>11}{'peak GiB':>11}"
+    header = f"  {'phase':<9}{'pass rows of all':>18} x tokens{'adds GiB':>11}{'peak GiB':>11}"
     measuring = device in ("cuda", "cpu-real")
     parameters = parameter_count(model_name, shape.layers)
+    rows = pass_rows(model_name, shape)
     lines.append(header + ("   measured adds GiB (fake/measured)" if measuring else ""))
     for index, phase in enumerate(phases(shape, torch.device("cpu"))):
         if only and phase.name not in only:
@@ -366,7 +427,7 @@ def report(model_name: str, shape: Shape, device: str, only: list[str] | None = 
         start = time.perf_counter()
         adds = fake_peak(model_name, shape, index)
         peak = adds + persistent_bytes(parameters, phase.grads)
-        row = f"  {phase.name:<9}{f'{phase.rows} x {phase.tokens}':>16}"
+        row = f"  {phase.name:<9}{f'{rows[phase.name]} of {phase.rows}':>18} x {phase.tokens:<6}"
         row += f"{adds / GIB:>11.2f}{peak / GIB:>11.2f}"
         if measuring:
             measure = cuda_peak if device == "cuda" else measured_on_cpu
@@ -385,8 +446,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--response-len", type=int, default=1024)
     parser.add_argument("--eval-prompts", type=int, default=200)
     parser.add_argument("--score-rows", type=int, help="sequences per scoring pass (all)")
-    parser.add_argument("--micro-batch", type=int, default=8)
+    parser.add_argument(
+        "--micro-batch", type=int, default=0, help="update rows (0: as update_tokens: auto)"
+    )
+    parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing")
     parser.add_argument("--layers", type=int, default=0, help="decoder layers (0: published)")
+    parser.add_argument(
+        "--device-gib", type=float, default=80.0, help="the memory auto budgets read (GiB)"
+    )
     parser.add_argument("--phases", nargs="+", choices=PHASES, help="only these phases")
     parser.add_argument(
         "--device", choices=("cpu", "cuda", "cpu-real"), default="cpu",
@@ -397,14 +464,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     shape = Shape(
         args.prompts, args.group, args.prompt_len, args.response_len, args.eval_prompts,
-        args.score_rows, args.micro_batch, args.layers or None,
+        args.score_rows, args.micro_batch or None, layers=args.layers or None,
+        checkpointing=args.checkpointing, device_gib=args.device_gib,
     )  # fmt: skip
     if args.measure is not None:
         print(cpu_peak(args.model, shape, args.measure))
         return 0
     names = list(MODELS) if args.model == "all" else [args.model]
     if args.quick:  # published widths and vocabulary, 2 layers, a small job
-        shape = Shape(8, 4, 64, 64, 8, None, 4, layers=None if args.device == "cuda" else 2)
+        shape = Shape(
+            8, 4, 64, 64, 8, None, 4, layers=None if args.device == "cuda" else 2,
+            device_gib=args.device_gib,
+        )  # fmt: skip
         names = names[:1]
     if args.device == "cuda" and not torch.cuda.is_available():
         print("scale_memory: --device cuda needs a CUDA device", file=sys.stderr)
@@ -412,7 +483,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{shape.prompts} prompts x {shape.group} x ({shape.prompt_len} + {shape.response_len}) "
         f"tokens; evaluation {shape.eval_prompts} prompts; scoring "
-        f"{shape.score_rows or shape.rows} rows a pass; update micro-batch {shape.micro_batch}"
+        f"{shape.score_rows or 'score_tokens: auto'} rows a pass; update micro-batch "
+        f"{shape.micro_batch or 'update_tokens: auto'}"
+        f"{', gradient checkpointing' if shape.checkpointing else ''}; auto budgets for a "
+        f"{shape.device_gib:g} GiB device"
     )
     for name in names:
         print("\n".join(report(name, shape, args.device, args.phases)))

@@ -89,7 +89,7 @@ class PPOStrategy(Strategy):
         rewards = token_rewards(rollout.rewards, self.reward_kl(rollout), mask, self.kl_coef)
         prompt_ids, prompt_mask = rollout.flat_prompts()
         parts = split_rows(
-            self.micro_batch_size,
+            self.scoring_rows(critic, rollout),
             prompt_ids,
             prompt_mask,
             rollout.flat("response_ids"),

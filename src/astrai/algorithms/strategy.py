@@ -19,7 +19,12 @@ from astrai.algorithms.rewards import KL_REWARD_CLAMP
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig
-from astrai.rollout.scoring import response_logprobs, split_rows
+from astrai.rollout.scoring import (
+    response_logprobs,
+    scoring_part_rows,
+    split_rows,
+    update_part_rows,
+)
 
 # How scoring passes turn gradients off; the caller chooses: ``torch.inference_mode`` (the
 # fastest), or ``torch.no_grad`` for an FSDP-sharded model, whose unsharded weights must not be
@@ -83,6 +88,8 @@ class Strategy(ABC):
         filter_groups: bool,
         max_resample_rounds: int,
         max_policy_lag: int = 0,
+        score_tokens: Any = "auto",
+        update_tokens: Any = "auto",
     ) -> None:
         # its knobs' names and facts, checked here only: config validation builds the strategy
         # and turns this ValueError into the one-line config error (config.train_type_checks)
@@ -103,6 +110,8 @@ class Strategy(ABC):
         self.ppo_epochs = ppo_epochs
         self.minibatches = minibatches
         self.micro_batch_size = micro_batch_size  # the trainer's gradient accumulation
+        self.score_tokens = score_tokens  # a scoring pass's token budget (models.pass_memory)
+        self.update_tokens = update_tokens  # an update micro-batch's
         self.sampling = (
             sampling if isinstance(sampling, SamplingConfig) else SamplingConfig(**dict(sampling))
         )
@@ -156,7 +165,7 @@ class Strategy(ABC):
         of ``micro_batch_size`` sequences (the memory bound of the update holds here too)."""
         prompt_ids, prompt_mask = rollout.flat_prompts()
         parts = split_rows(
-            self.micro_batch_size,
+            self.scoring_rows(model, rollout),
             prompt_ids,
             prompt_mask,
             rollout.flat("response_ids"),
@@ -170,6 +179,26 @@ class Strategy(ABC):
             ]
         # concatenated outside inference mode: an ordinary tensor, which the losses may save
         return torch.cat(scored).view_as(rollout.logprobs)
+
+    def scoring_rows(self, model: nn.Module, rollout: Rollout) -> int | None:
+        """Sequences per scoring pass of ``model`` over ``rollout``: ``micro_batch_size`` where
+        set, else as many as ``score_tokens`` allows (``rollout.scoring.scoring_part_rows``),
+        a group's rows together where they fit (their prompt then runs once)."""
+        if self.micro_batch_size is not None:
+            return self.micro_batch_size
+        b, g, r = rollout.response_ids.shape
+        row_tokens = rollout.prompt_ids.shape[1] + r
+        return scoring_part_rows(model, self.score_tokens, b * g, row_tokens, g)
+
+    def update_rows(self, policy: nn.Module, minibatch: Minibatch) -> int | None:
+        """Sequences per update micro-batch: ``micro_batch_size`` where set, else as many as
+        ``update_tokens`` allows (``rollout.scoring.update_part_rows``; the critic's trunk
+        counted when the strategy trains one)."""
+        if self.micro_batch_size is not None:
+            return self.micro_batch_size
+        rows, r = minibatch.response_ids.shape
+        row_tokens = minibatch.prompt_ids.shape[1] + r
+        return update_part_rows(policy, self.requires_critic, self.update_tokens, rows, row_tokens)
 
     def recompute_old_logprobs(
         self,

@@ -98,3 +98,13 @@ def check_betas(betas: Any, key: str) -> None:
         raise ConfigError(f"{key} must be a list of two numbers in [0, 1) (got {betas!r})")
     for i, beta in enumerate(betas):
         check_number(beta, f"{key}[{i}]", 0, 1, high_open=True)
+
+
+def check_token_budget(value: Any, key: str) -> None:
+    """A pass's token budget (``models.pass_memory.token_budget``): ``auto``, null or a positive
+    integer."""
+    if value == "auto" or value is None:
+        return
+    if not (isinstance(value, int) and not isinstance(value, bool)):
+        raise ConfigError(f"{key} must be auto, null or a positive integer (got {value!r})")
+    check_number(value, key, 1, integer=True)

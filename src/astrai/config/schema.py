@@ -97,6 +97,8 @@ class StrategyConfig:
     filter_groups: bool = MISSING
     max_resample_rounds: int = MISSING
     max_policy_lag: int = MISSING
+    score_tokens: Any = MISSING  # auto, null or a count (models.pass_memory)
+    update_tokens: Any = MISSING  # auto, null or a count (models.pass_memory)
     sampling: SamplingConfigSchema = field(default_factory=SamplingConfigSchema)  # type: ignore[valid-type]
     optimizer: Any = MISSING
     scheduler: Any = MISSING

@@ -17,6 +17,7 @@ from astrai.config.ranges import (
     check_betas,
     check_large,
     check_number,
+    check_token_budget,
 )
 
 
@@ -123,6 +124,8 @@ def _check_shape(tt: DictConfig, allow_large: bool) -> None:
     check_number(tt.ppo_epochs, "train_type.ppo_epochs", 1, integer=True)
     check_number(tt.minibatches, "train_type.minibatches", 1, integer=True)
     check_number(tt.micro_batch_size, "train_type.micro_batch_size", 1, integer=True, optional=True)
+    check_token_budget(tt.score_tokens, "train_type.score_tokens")
+    check_token_budget(tt.update_tokens, "train_type.update_tokens")
     rollout_size = tt.prompts_per_step * tt.group_size
     check_large(
         rollout_size,
@@ -144,6 +147,7 @@ def _check_sampling(s: DictConfig) -> None:
     check_number(s.temperature, f"{key}.temperature", 0, low_open=True)
     check_number(s.top_k, f"{key}.top_k", 0, integer=True)
     check_number(s.top_p, f"{key}.top_p", 0, 1, low_open=True)
+    check_token_budget(s.max_cache_tokens, f"{key}.max_cache_tokens")
 
 
 def _check_option_ranges(tt: DictConfig) -> None:

@@ -16,14 +16,14 @@ have to flow back through the copied keys and values.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 from torch import Tensor, nn
 
 from astrai.distributed import is_fsdp
 from astrai.models.kv_cache import KVCache
-from astrai.models.llama import CausalLMOutput
+from astrai.models.llama import CausalLMOutput, LlamaForCausalLM
 
 
 class CachedModel(Protocol):
@@ -75,11 +75,24 @@ def supports_sharing(model: CachedModel | nn.Module) -> bool:
     )
 
 
-def outputs(model: CachedModel, ids: Tensor, mask: Tensor, cache: KVCache | None) -> Tensor:
-    """``model``'s per-position output ``[N, T, ...]``: logits of a causal LM, values of a
-    value model."""
+def outputs(
+    model: CachedModel, ids: Tensor, mask: Tensor, cache: KVCache | None, start: int = 0
+) -> Tensor:
+    """``model``'s output at positions ``start ..`` of ``ids [N, T]``, ``[N, T - start, ...]``:
+    logits of a causal LM (its LM head runs at those positions only), values of a value model
+    (a scalar head: it runs everywhere and is sliced)."""
+    if isinstance(model, LlamaForCausalLM) or _wraps_causal_lm(model):
+        lm = cast(LlamaForCausalLM, model)  # or its DDP/FSDP wrapper, which passes keywords on
+        return lm(ids, attention_mask=mask, cache=cache, logits_from=start or None).logits
     out = model(ids, attention_mask=mask, cache=cache)
-    return out.logits if isinstance(out, CausalLMOutput) else out
+    values = out.logits if isinstance(out, CausalLMOutput) else out
+    return values[:, start:] if start else values
+
+
+def _wraps_causal_lm(model: object) -> bool:
+    """A DDP or FSDP wrapper (``.module``) around the causal LM: it passes keywords through."""
+    inner = getattr(model, "module", None)
+    return isinstance(inner, LlamaForCausalLM)
 
 
 def prefill(
@@ -110,10 +123,28 @@ def _prefill(
 ) -> tuple[KVCache, Tensor]:
     if shared is None:
         cache = model.new_cache(prompt_ids.shape[0], max_length, cache_dtype)
-        return cache, outputs(model, prompt_ids, prompt_mask, cache)[:, -1]
+        start = _first_output_position(model, prompt_ids)
+        return cache, outputs(model, prompt_ids, prompt_mask, cache, start)[:, -1]
     cache = model.new_cache(shared.ids.shape[0], max_length, cache_dtype)
-    last = outputs(model, shared.ids, shared.mask, cache)[:, -1]
+    start = _first_output_position(model, shared.ids)
+    last = outputs(model, shared.ids, shared.mask, cache, start)[:, -1]
     return cache.select_rows(shared.inverse), last.index_select(0, shared.inverse)
+
+
+# Below this many prompt logits a prompt pass computes them all and keeps the last: what it
+# costs is small, and the LM head's matmul over many rows takes the BLAS kernel the recorded
+# default-job digests ran (a few rows take another, whose last bits differ). Above it only the
+# last position's logits are computed: at a 150k vocabulary a 1k-token prompt's are 300 MB.
+WHOLE_PROMPT_LOGITS = 2**24
+
+
+def _first_output_position(model: CachedModel, prompt_ids: Tensor) -> int:
+    """Where a prompt pass of ``prompt_ids [U, P]`` starts its outputs: 0 (every position) while
+    the logits are small (``WHOLE_PROMPT_LOGITS``), else ``P - 1`` (the one it uses)."""
+    config = getattr(model, "config", None)
+    vocab = getattr(config, "vocab_size", 1)
+    u, p = prompt_ids.shape
+    return 0 if u * p * vocab <= WHOLE_PROMPT_LOGITS else p - 1
 
 
 def response_outputs(
@@ -138,11 +169,22 @@ def response_outputs(
     if r > 0 and supports_sharing(model):
         shared = distinct_prompts(prompt_ids, prompt_mask)
     if shared is None:
+        # the last response token predicts nothing that is scored: it is not run
         ids = torch.cat([prompt_ids, response_ids], dim=1)
-        return outputs(model, ids, mask, None)[:, p - 1 : p + r - 1]
-    cache, first = _prefill(model, prompt_ids, prompt_mask, p + r - 1, shared)
+        return outputs(model, ids, mask, None, p - 1)[:, :r]
+    cache_dtype = _autocast_dtype(prompt_ids.device)
+    cache, first = _prefill(model, prompt_ids, prompt_mask, p + r - 1, shared, cache_dtype)
     if r == 1:
         return first[:, None]
     # the last response token predicts nothing that is scored: it is not run
     rest = outputs(model, response_ids[:, :-1], mask[:, : p + r - 1], cache)
     return torch.cat([first[:, None], rest], dim=1)
+
+
+def _autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The dtype a scoring pass's KV cache is kept in: the autocast's (bf16) where the caller
+    opened one, so the cache costs what the sampler's does (attention reads keys and values in
+    that dtype anyway: the same logits); None (the weights') otherwise."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return None

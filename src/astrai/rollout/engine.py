@@ -23,13 +23,15 @@ import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor, nn
 
-from astrai.distributed import is_fsdp
-from astrai.models.llama import LlamaConfig
+from astrai.distributed import all_reduce_max, is_fsdp
+from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+from astrai.models.pass_memory import kv_bytes_per_token, rows_per_pass, token_budget
+from astrai.models.precision import compute_dtype
 from astrai.models.tokenizer import Tokenizer
 from astrai.rollout.sampler import Generation, SamplingConfig, generate
 
@@ -222,17 +224,41 @@ class TorchEngine(Engine):
         stop_ids: Sequence[int],
         generator: torch.Generator | None = None,
     ) -> Generation:
-        return generate(
-            self.policy,  # type: ignore[arg-type]
-            prompt_ids.repeat_interleave(group_size, 0),
-            prompt_mask.repeat_interleave(group_size, 0),
-            sampling,
-            eos_id=stop_ids,
-            pad_id=self.pad_id,
-            generator=generator,
-            lockstep=self.lockstep,
-            precision=self.precision,
-        )
+        """The rows (each prompt ``group_size`` times) in chunks of ``chunk_rows``, one after
+        the other from the same stream; one chunk (the whole batch) where it fits."""
+        ids = prompt_ids.repeat_interleave(group_size, 0)
+        mask = prompt_mask.repeat_interleave(group_size, 0)
+        size = self.chunk_rows(ids.shape[0], ids.shape[1], group_size, sampling)
+        chunks = [
+            generate(
+                self.policy,  # type: ignore[arg-type]
+                chunk_ids,
+                chunk_mask,
+                sampling,
+                eos_id=stop_ids,
+                pad_id=self.pad_id,
+                generator=generator,
+                lockstep=self.lockstep,
+                precision=self.precision,
+            )
+            for chunk_ids, chunk_mask in zip(ids.split(size), mask.split(size), strict=True)
+        ]
+        return chunks[0] if len(chunks) == 1 else concat_generations(chunks, self.pad_id)
+
+    def chunk_rows(
+        self, rows: int, prompt_len: int, group_size: int, sampling: SamplingConfig
+    ) -> int:
+        """Rows one sampling chunk holds under ``sampling.max_cache_tokens`` (``auto``: from the
+        device's memory and the policy's KV bytes per token). In lockstep the ranks size their
+        chunks by the longest prompt of any rank, so every rank runs as many chunks."""
+        policy = cast(LlamaForCausalLM, self.policy)
+        weight = policy.lm_head.weight
+        dtype = compute_dtype(self.precision, weight.dtype)
+        per_token = kv_bytes_per_token(policy.config, dtype)
+        budget = token_budget(sampling.max_cache_tokens, per_token, weight.device)
+        if self.lockstep and budget is not None:
+            prompt_len = int(all_reduce_max(float(prompt_len)))
+        return rows_per_pass(budget, prompt_len + sampling.max_new_tokens, rows, group_size)
 
     def sync_weights(self, weights: NamedTensors) -> float:
         del weights  # it samples the live policy
@@ -244,6 +270,21 @@ class TorchEngine(Engine):
         other = copy.copy(self)
         other.policy = module
         return other
+
+
+def concat_generations(parts: Sequence[Generation], pad_id: int) -> Generation:
+    """The rows of ``parts`` in order, right-padded to the longest response (``pad_id``, mask
+    False, logprob 0)."""
+    width = max(part.response_ids.shape[1] for part in parts)
+
+    def padded(t: Tensor, value: float | int) -> Tensor:
+        return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
+
+    return Generation(
+        torch.cat([padded(part.response_ids, pad_id) for part in parts]),
+        torch.cat([padded(part.response_mask, False) for part in parts]),
+        torch.cat([padded(part.logprobs, 0.0) for part in parts]),
+    )
 
 
 def torch_engine(

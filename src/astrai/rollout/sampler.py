@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -28,13 +29,18 @@ class SamplingConfig:
     """How responses are drawn. ``temperature == 0`` means greedy.
 
     ``max_new_tokens`` has no default; the others default to "plain sampling", the values
-    ``conf/sampling/default.yaml`` sets (a test keeps them equal).
+    ``conf/sampling/default.yaml`` sets (a test keeps them equal). ``max_cache_tokens`` bounds
+    the torch engine's memory, not the distribution: an engine with its own KV pool (vLLM)
+    does not read it.
     """
 
     max_new_tokens: int
     temperature: float = 1.0
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
+    # the torch engine's KV-cache tokens per sampling chunk (``models.pass_memory``): a
+    # positive int, None (every row at once) or "auto" (from the device's memory)
+    max_cache_tokens: Any = "auto"
 
 
 @dataclass

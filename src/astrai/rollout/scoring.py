@@ -6,12 +6,21 @@ logprobs are computed one way.
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
+from astrai.distributed import is_fsdp
+from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+from astrai.models.pass_memory import (
+    rows_per_pass,
+    scoring_bytes_per_token,
+    token_budget,
+    update_bytes_per_token,
+)
 from astrai.models.shared_prefix import CachedModel, response_outputs
 from astrai.rollout.sampler import scaled_logits
 
@@ -59,12 +68,83 @@ def response_logprobs(
     logits = response_outputs(
         cast(CachedModel, model), prompt_ids, prompt_mask, response_ids, response_mask
     )
-    logits = scaled_logits(logits.float(), temperature)
-    logprobs = logits.log_softmax(-1).gather(-1, response_ids[..., None]).squeeze(-1)
+    logprobs, entropy = token_logprobs(
+        logits, response_ids, temperature, with_entropy, entropy_grad
+    )
     logprobs = logprobs.masked_fill(~response_mask.bool(), 0.0)
+    return logprobs, entropy
+
+
+# The positions one float32 log-softmax runs over at once hold at most this many logits (256
+# MiB): at a 150k vocabulary that is 441 positions, where a whole scoring pass or micro-batch
+# of 1k-token responses would make several float32 copies of gigabytes each.
+CHUNK_LOGITS = 2**26
+
+
+def token_logprobs(
+    logits: Tensor,
+    token_ids: Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    entropy_grad: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """Logprob of each token in ``token_ids [N, R]`` under ``logits [N, R, V]`` (any dtype)
+    at ``temperature``, and the entropies when asked (``response_logprobs``), in float32.
+
+    Positions are taken ``CHUNK_LOGITS // V`` at a time, so only one chunk's float32 logits and
+    log-softmax exist at once (TRL's ``selective_log_softmax``, verl's chunked entropy); each
+    position's arithmetic is the same as over all of them at once. Under autograd each chunk
+    is recomputed in backward (``torch.utils.checkpoint``) instead of keeping its float32
+    log-softmax for it: what stays is the logits tensor the model made."""
+    n, r, vocab = logits.shape
+    chunk = max(1, CHUNK_LOGITS // max(vocab, 1))
+    if n * r <= chunk:  # one chunk: no split, no recomputation
+        return _chunk_logprobs(logits, token_ids, temperature, with_entropy, entropy_grad)
+    flat, ids = logits.reshape(n * r, 1, vocab), token_ids.reshape(n * r, 1)
+    parts = [
+        _checkpointed(part, part_ids, temperature, with_entropy, entropy_grad)
+        for part, part_ids in zip(flat.split(chunk), ids.split(chunk), strict=True)
+    ]
+    logprobs = torch.cat([lp for lp, _ in parts]).view(n, r)
+    if not with_entropy:
+        return logprobs, None
+    return logprobs, torch.cat([e for _, e in parts if e is not None]).view(n, r)
+
+
+def _checkpointed(
+    logits: Tensor, ids: Tensor, temperature: float, with_entropy: bool, entropy_grad: bool
+) -> tuple[Tensor, Tensor | None]:
+    """``_chunk_logprobs`` of one chunk; where autograd records it, recomputed in backward
+    (the entropy too when it has a gradient; a metric-only entropy runs without autograd)."""
+    if not (torch.is_grad_enabled() and logits.requires_grad):
+        return _chunk_logprobs(logits, ids, temperature, with_entropy, entropy_grad)
+    if with_entropy and entropy_grad:  # one graph: both gradients meet in float32, as before
+        out = checkpoint(_chunk_logprobs, logits, ids, temperature, True, use_reentrant=False)
+        return cast(tuple[Tensor, Tensor | None], out)
+    logprobs = checkpoint(_chunk_logprobs, logits, ids, temperature, use_reentrant=False)[0]
+    if not with_entropy:
+        return logprobs, None
+    with torch.no_grad():
+        return logprobs, _chunk_entropy(logits, temperature)
+
+
+def _chunk_entropy(logits: Tensor, temperature: float) -> Tensor:
+    return entropy_from_logits(scaled_logits(logits.float(), temperature))
+
+
+def _chunk_logprobs(
+    logits: Tensor,
+    ids: Tensor,
+    temperature: float,
+    with_entropy: bool = False,
+    entropy_grad: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """``token_logprobs`` over ``logits [n, r, V]`` at once."""
+    scaled = scaled_logits(logits.float(), temperature)
+    logprobs = scaled.log_softmax(-1).gather(-1, ids[..., None]).squeeze(-1)
     entropy = None
     if with_entropy:
-        entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
+        entropy = entropy_from_logits(scaled if entropy_grad else scaled.detach())
     return logprobs, entropy
 
 
@@ -99,3 +179,51 @@ def split_rows(size: int | None, *tensors: Tensor) -> list[tuple[Tensor, ...]]:
     if size is None or size >= n:
         return [tensors]
     return list(zip(*(t.split(size) for t in tensors), strict=True))
+
+
+def scoring_part_rows(
+    model: nn.Module, setting: Any, rows: int, row_tokens: int, group: int
+) -> int | None:
+    """Rows per scoring pass of ``model`` (the policy, the reference or the critic) within the
+    token budget ``setting`` (``train_type.score_tokens``: ``models.pass_memory.token_budget``,
+    ``auto`` from the device's memory and the bytes a token costs: KV cache, logits in the
+    autocast's dtype, activations), for ``rows`` sequences of ``row_tokens`` tokens in groups of
+    ``group``. None (one pass) for a sharded (FSDP) model: every rank must run as many
+    forwards, and a rank's padded length is its own (``train_type.micro_batch_size`` bounds it
+    there)."""
+    found = _model_shape(model)
+    if found is None:
+        return None
+    config, device, dtype, causal_lm = found
+    per_token = scoring_bytes_per_token(config, dtype, causal_lm)
+    return rows_per_pass(token_budget(setting, per_token, device), row_tokens, rows, group)
+
+
+def update_part_rows(
+    policy: nn.Module, with_critic: bool, setting: Any, rows: int, row_tokens: int
+) -> int | None:
+    """Rows per update micro-batch within the token budget ``setting``
+    (``train_type.update_tokens``; ``auto``: ``models.pass_memory.update_bytes_per_token`` at
+    the policy's shapes, its gradient checkpointing and the autocast's dtype). None (the whole
+    minibatch) for a sharded (FSDP) policy, as ``scoring_part_rows``."""
+    found = _model_shape(policy)
+    if found is None:
+        return None
+    config, device, dtype, _ = found
+    checkpointing = any(getattr(m, "gradient_checkpointing", False) for m in policy.modules())
+    per_token = update_bytes_per_token(config, dtype, checkpointing, with_critic)
+    return rows_per_pass(token_budget(setting, per_token, device), row_tokens, rows)
+
+
+def _model_shape(model: nn.Module) -> tuple[LlamaConfig, torch.device, torch.dtype, bool] | None:
+    """``model``'s config, device, the dtype its passes compute in (the autocast's where one is
+    on) and whether it is a causal LM; None for a sharded (FSDP) or unknown model."""
+    inner = getattr(model, "module", model)  # a DDP wrapper's module
+    config = getattr(inner, "config", None)
+    if not isinstance(config, LlamaConfig) or is_fsdp(model):
+        return None
+    weight = next(inner.parameters())
+    dtype = weight.dtype
+    if torch.is_autocast_enabled(weight.device.type):
+        dtype = torch.get_autocast_dtype(weight.device.type)
+    return config, weight.device, dtype, isinstance(inner, LlamaForCausalLM)

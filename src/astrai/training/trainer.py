@@ -225,7 +225,8 @@ class Trainer:
 
     def backward(self, minibatch: Minibatch) -> dict[str, torch.Tensor]:
         """Gradients of the minibatch's token-mean loss, in micro-batches of
-        ``train_type.micro_batch_size`` sequences (``accumulation``); returns its metrics."""
+        ``train_type.micro_batch_size`` sequences, or as many as ``train_type.update_tokens``
+        allows (``accumulation``); returns its metrics."""
 
         def loss(part: Minibatch, divisors: Divisors | None) -> LossOutput:
             with self.autocast():
@@ -233,9 +234,11 @@ class Trainer:
                     self.train_policy, part, self.train_critic, divisors=divisors
                 )
 
+        with self.autocast():  # the budget counts bytes in the dtype the passes compute in
+            rows = self.strategy.update_rows(self.policy, minibatch)
         return accumulate_gradients(
             minibatch,
-            self.strategy.micro_batch_size,
+            rows,
             self.loss_divisors(minibatch),
             loss,
             replicas=(self.train_policy, self.train_critic),
