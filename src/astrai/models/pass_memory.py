@@ -34,7 +34,7 @@ def device_memory(device: torch.device) -> int:
 
 def kv_bytes_per_token(config: LlamaConfig, dtype: torch.dtype) -> int:
     """A KV cache's bytes per token: keys and values of every layer's KV heads."""
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     return (
         2 * config.num_hidden_layers * config.num_key_value_heads * config.dim_per_head * itemsize
     )
@@ -45,7 +45,7 @@ def scoring_bytes_per_token(config: LlamaConfig, dtype: torch.dtype, with_logits
     logits in the compute dtype (a response position's; the float32 log-softmax runs in chunks,
     ``rollout.scoring.token_logprobs``), plus the hidden states a layer makes (about 8 vectors
     of the hidden or intermediate size)."""
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     logits = config.vocab_size * itemsize if with_logits else 0
     activations = 8 * max(config.hidden_size, config.intermediate_size) * itemsize
     return kv_bytes_per_token(config, dtype) + logits + activations
@@ -59,7 +59,7 @@ def update_bytes_per_token(
     compute dtype, three float32 residual-stream vectors), or with gradient checkpointing each
     layer's float32 input plus one layer recomputed; the logits and their gradient; the
     critic's trunk again for PPO (``with_critic``)."""
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     hidden, layers = config.hidden_size, config.num_hidden_layers
     layer = (6 * hidden + 4 * config.intermediate_size) * itemsize + 3 * hidden * 4
     trunk = layers * 4 * hidden + layer if checkpointing else layers * layer
