@@ -35,3 +35,12 @@ def autocast(device: torch.device, precision: str) -> torch.autocast:
     return torch.autocast(
         device.type, dtype=torch.bfloat16, enabled=check_precision(precision) == "bf16"
     )
+
+
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The dtype of the autocast a caller opened on ``device`` (bf16 under ``autocast``'s
+    ``bf16``), None where none is on: what a pass's caches and logits are in, for the code
+    below a caller that chose the precision (scoring's KV caches, the token budgets)."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return None

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from astrai.distributed import is_fsdp
 from astrai.models.kv_cache import KVCache
 from astrai.models.llama import CausalLMOutput, LlamaForCausalLM
+from astrai.models.precision import autocast_dtype
 
 
 class CachedModel(Protocol):
@@ -172,19 +173,12 @@ def response_outputs(
         # the last response token predicts nothing that is scored: it is not run
         ids = torch.cat([prompt_ids, response_ids], dim=1)
         return outputs(model, ids, mask, None, p - 1)[:, :r]
-    cache_dtype = _autocast_dtype(prompt_ids.device)
+    # the autocast's dtype (bf16) where the caller opened one: the cache costs what the
+    # sampler's does, and attention reads keys and values in that dtype anyway (the same logits)
+    cache_dtype = autocast_dtype(prompt_ids.device)
     cache, first = _prefill(model, prompt_ids, prompt_mask, p + r - 1, shared, cache_dtype)
     if r == 1:
         return first[:, None]
     # the last response token predicts nothing that is scored: it is not run
     rest = outputs(model, response_ids[:, :-1], mask[:, : p + r - 1], cache)
     return torch.cat([first[:, None], rest], dim=1)
-
-
-def _autocast_dtype(device: torch.device) -> torch.dtype | None:
-    """The dtype a scoring pass's KV cache is kept in: the autocast's (bf16) where the caller
-    opened one, so the cache costs what the sampler's does (attention reads keys and values in
-    that dtype anyway: the same logits); None (the weights') otherwise."""
-    if torch.is_autocast_enabled(device.type):
-        return torch.get_autocast_dtype(device.type)
-    return None

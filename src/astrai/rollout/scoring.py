@@ -21,6 +21,7 @@ from astrai.models.pass_memory import (
     token_budget,
     update_bytes_per_token,
 )
+from astrai.models.precision import autocast_dtype
 from astrai.models.shared_prefix import CachedModel, response_outputs
 from astrai.rollout.sampler import scaled_logits
 
@@ -223,7 +224,5 @@ def _model_shape(model: nn.Module) -> tuple[LlamaConfig, torch.device, torch.dty
     if not isinstance(config, LlamaConfig) or is_fsdp(model):
         return None
     weight = next(inner.parameters())
-    dtype = weight.dtype
-    if torch.is_autocast_enabled(weight.device.type):
-        dtype = torch.get_autocast_dtype(weight.device.type)
+    dtype = autocast_dtype(weight.device) or weight.dtype
     return config, weight.device, dtype, isinstance(inner, LlamaForCausalLM)
