@@ -30,3 +30,26 @@ def test_auto_resolves_for_the_lag_and_explicit_choices_stay(
     node: dict | None, lag: object, chosen: tuple[str, str]
 ) -> None:
     assert engine_choices(node, lag) == chosen
+
+
+AUTO = {"old_logprobs": "auto", "correction": "auto"}
+
+
+@pytest.mark.parametrize(
+    ("node", "lag", "precision", "updates", "chosen"),
+    [
+        # bf16 and several updates a step: π_old through the update's forward, nothing to weight
+        (AUTO, 0, "bf16", 8, ("recompute", "none")),
+        (None, 0, "bf16", 2, ("recompute", "none")),
+        # one update: the update's own forward is π_old (StepPlan.old_from_update)
+        (AUTO, 0, "bf16", 1, ("bypass", "none")),
+        (AUTO, 0, "fp32", 8, ("bypass", "none")),  # fp32 rounds alike (< 1e-6 measured)
+        (AUTO, 1, "bf16", 8, ("recompute", "token_truncate")),  # the lag decides
+        ({"old_logprobs": "bypass", "correction": "auto"}, 0, "bf16", 8, ("bypass", "none")),
+        (AUTO, 0, "bf16", "x", ("bypass", "none")),  # validation refuses a bad count by name
+    ],
+)
+def test_auto_recomputes_pi_old_in_bf16_where_a_step_updates_more_than_once(
+    node: dict | None, lag: int, precision: str, updates: object, chosen: tuple[str, str]
+) -> None:
+    assert engine_choices(node, lag, precision, updates) == chosen

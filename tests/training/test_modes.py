@@ -72,8 +72,10 @@ def test_pi_old_and_critic_values_are_scored_without_dropout(tmp_path: Path) -> 
     trainer.prepare(rollout)
     policy, critic = trainer.policy, trainer.critic
     assert critic is not None and not policy.training and not critic.training
-    first = trainer.strategy.score_rollout(policy, rollout)
-    assert torch.equal(first, trainer.strategy.score_rollout(policy, rollout))  # deterministic
+    # π_old is scored by the update's forward (whole sequences, no shared prompt cache)
+    first = trainer.strategy.score_rollout(policy, rollout, share_prompts=False)
+    again = trainer.strategy.score_rollout(policy, rollout, share_prompts=False)
+    assert torch.equal(first, again)  # deterministic
     assert torch.equal(rollout.logprobs, first)  # π_old: the eval-mode forward
     assert rollout.values is not None
     assert torch.equal(rollout.values, _critic_values(trainer, rollout))

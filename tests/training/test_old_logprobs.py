@@ -90,9 +90,16 @@ def test_a_recomputed_pi_old_keeps_the_engines_error_out_of_the_ratio(tmp_path: 
     assert row["rollout/is_masked_frac"] == 1.0  # e^-1 is below IcePop's 0.5: all leave
     assert row["policy/approx_kl"] < 1e-10 and row["loss/policy"] == 0.0
     assert row["advantages/std"] > 0.5  # the masked tokens had advantages to follow
-    # bypass: the engine's logprobs are π_old, and its error is the ratio's: ½·1² per token
-    row = _first_step(tmp_path / "bypass", one_pass)
+    # bypass over two updates (lr 1e-12: the policy stays put): the engine's logprobs are π_old,
+    # and its error is the ratio's: ½·1² per token
+    two_updates = ["train_type.ppo_epochs=2", "train_type.minibatches=1"]
+    row = _first_step(tmp_path / "bypass", [*two_updates, "train_type.optimizer.lr=1e-12"])
     assert row["policy/approx_kl"] == pytest.approx(0.5, abs=1e-4)
+    assert "rollout/logprob_diff_mean" not in row
+    # bypass at one update on an engine that samples the live policy: the update's own
+    # forward is π_old (training.plan.StepPlan.old_from_update), as in TRL and verl
+    row = _first_step(tmp_path / "bypass_one", one_pass)
+    assert row["policy/approx_kl"] == 0.0 and row["policy/clipfrac"] == 0.0
     assert "rollout/logprob_diff_mean" not in row
 
 

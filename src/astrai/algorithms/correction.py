@@ -98,13 +98,16 @@ class Correction:
 
 
 def correction_from_config(
-    engine: Mapping[str, Any] | None, max_policy_lag: int = 0
+    engine: Mapping[str, Any] | None,
+    max_policy_lag: int = 0,
+    precision: str = "fp32",
+    updates_per_step: int = 1,
 ) -> Correction | None:
     """The ``engine`` node's correction where the trainer recomputes π_old
     (``old_logprobs: recompute``; ``none`` then still logs the mismatch), else None (bypass).
-    ``auto`` choices (and a config without an engine node) are resolved for ``max_policy_lag``
-    (``astrai.policy_lag.engine_choices``)."""
-    old_logprobs, correction = engine_choices(engine, max_policy_lag)
+    ``auto`` choices (and a config without an engine node) are resolved for ``max_policy_lag``,
+    the precision and the updates a step makes (``astrai.policy_lag.engine_choices``)."""
+    old_logprobs, correction = engine_choices(engine, max_policy_lag, precision, updates_per_step)
     if old_logprobs == "bypass":
         return None
     node = engine or {}

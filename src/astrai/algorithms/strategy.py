@@ -158,11 +158,16 @@ class Strategy(ABC):
         }
 
     def score_rollout(
-        self, model: nn.Module, rollout: Rollout, no_grad: NoGradMode = torch.inference_mode
+        self,
+        model: nn.Module,
+        rollout: Rollout,
+        no_grad: NoGradMode = torch.inference_mode,
+        share_prompts: bool = True,
     ) -> Tensor:
         """``[B, G, R]`` logprobs of the rollout's responses under ``model`` at the sampling
         temperature, under ``no_grad`` (the caller's choice: ``NoGradMode``), in micro-batches
-        of ``micro_batch_size`` sequences (the memory bound of the update holds here too)."""
+        of ``micro_batch_size`` sequences (the memory bound of the update holds here too);
+        ``share_prompts`` as ``rollout.scoring.response_logprobs``."""
         prompt_ids, prompt_mask = rollout.flat_prompts()
         parts = split_rows(
             self.scoring_rows(model, rollout),
@@ -174,7 +179,15 @@ class Strategy(ABC):
         temperature = self.sampling.temperature
         with no_grad():
             scored = [
-                response_logprobs(model, ids, mask, response_ids, response_mask, temperature)[0]
+                response_logprobs(
+                    model,
+                    ids,
+                    mask,
+                    response_ids,
+                    response_mask,
+                    temperature,
+                    share_prompts=share_prompts,
+                )[0]
                 for ids, mask, response_ids, response_mask in parts
             ]
         # concatenated outside inference mode: an ordinary tensor, which the losses may save
@@ -210,13 +223,14 @@ class Strategy(ABC):
         no_grad: NoGradMode = torch.inference_mode,
     ) -> dict[str, float]:
         """Decoupled π_old (``engine.old_logprobs: recompute``): the sampling policy's weights
-        score the sampled tokens with the trainer's own forward. The engine's logprobs move to
+        score the sampled tokens with the trainer's own forward, the update's (whole sequences,
+        no prompt cache: the first ratio rounds to 1 in bf16 too). The engine's logprobs move to
         ``rollout.behaviour_logprobs``, the trainer's become ``rollout.logprobs`` (π_old: the
         PPO ratio's denominator and the KL's behaviour side), and ``rollout.is_weights`` pins
         ``correction``'s loss weights (None for ``none``). Returns the ``rollout/*`` mismatch
         metrics (``correction.correct_mismatch``). Call before ``prepare``."""
         behaviour = rollout.logprobs
-        rollout.logprobs = self.score_rollout(policy, rollout, no_grad)
+        rollout.logprobs = self.score_rollout(policy, rollout, no_grad, share_prompts=False)
         rollout.behaviour_logprobs = behaviour
         rollout.is_weights, metrics = correct_mismatch(
             rollout.logprobs,
@@ -283,9 +297,12 @@ class Strategy(ABC):
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """The clipped surrogate of the minibatch with this strategy's clipping, ratio level and
         aggregation; stats as ``losses.clipped_policy_loss``."""
+        # π_old None: this step's only update, whose own forward (detached) is π_old, as TRL's
+        # and verl's on-policy steps: the ratio is exactly 1 in any precision
+        old_logprobs = logprobs.detach() if batch.old_logprobs is None else batch.old_logprobs
         return clipped_policy_loss(
             logprobs,
-            batch.old_logprobs,
+            old_logprobs,
             batch.advantages,
             batch.loss_mask,
             self.clip_eps_low,

@@ -36,7 +36,10 @@ def validate_engine(
     longest request, the processes. Nothing starts here."""
     engine = cfg.engine
     cls = configured_engine(engine)
-    validate_correction(engine, cfg.train_type.get("max_policy_lag", 0))
+    tt = cfg.train_type
+    counts = (tt.ppo_epochs, tt.minibatches)  # checked by the train_type checks, maybe not yet
+    updates = counts[0] * counts[1] if all(isinstance(n, int) for n in counts) else 1
+    validate_correction(engine, tt.get("max_policy_lag", 0), cfg.infra.precision, updates)
     check_knobs(cls, engine)
     world = (
         cfg.infra.nproc_per_node * cfg.infra.nnodes
@@ -99,7 +102,12 @@ def check_knobs(cls: type[Engine], node: Mapping[str, Any]) -> None:
             require(isinstance(value, bool), f"{key} must be true or false")
 
 
-def validate_correction(engine: DictConfig, max_policy_lag: object = 0) -> None:
+def validate_correction(
+    engine: DictConfig,
+    max_policy_lag: object = 0,
+    precision: object = "fp32",
+    updates_per_step: object = 1,
+) -> None:
     """``engine.old_logprobs``, ``engine.correction`` and its band (``algorithms.correction``):
     each a known choice or ``auto`` (``astrai.policy_lag``: resolved for ``max_policy_lag``);
     a correction needs the trainer's own π_old, and its band is a floor in [0, 1) and a
@@ -114,7 +122,7 @@ def validate_correction(engine: DictConfig, max_policy_lag: object = 0) -> None:
         engine.correction in (*CORRECTIONS, AUTO),
         f"engine.correction={engine.correction!r} is not one of {', '.join((*CORRECTIONS, AUTO))}",
     )
-    old_logprobs, correction = engine_choices(engine, max_policy_lag)
+    old_logprobs, correction = engine_choices(engine, max_policy_lag, precision, updates_per_step)
     if correction == "none":
         for key in ("correction_low", "correction_high"):
             require(

@@ -28,7 +28,13 @@ def validate_stop_at(cfg: DictConfig, reward_terms: list[str]) -> None:
     strategy = strategy_class_of(cfg.train_type)
     own_weights = not configured_engine(cfg.get("engine")).samples_live_policy
     emitted = set(
-        emitted_metrics(strategy.metric_names, cfg.train_type, cfg.get("engine"), own_weights)
+        emitted_metrics(
+            strategy.metric_names,
+            cfg.train_type,
+            cfg.get("engine"),
+            own_weights,
+            cfg.infra.precision,
+        )
     )
     emitted |= {REWARD_TERM_PREFIX + term for term in reward_terms}
     for target in targets:

@@ -138,6 +138,7 @@ def emitted_metrics(
     options: Mapping[str, object],
     engine: Mapping[str, object] | None = None,
     own_weights: bool = False,
+    precision: object = "fp32",
 ) -> frozenset[str]:
     """The metric names a run emits (reward terms aside): its algorithm's (``base``, the
     strategy's ``metric_names``), plus those of the options that are on (``options``: the
@@ -145,13 +146,16 @@ def emitted_metrics(
     engine's (``engine``: the ``engine`` node; None = ``engine=torch``'s defaults): the weight
     sync of an engine with its own weights (``own_weights``: the engine class does not sample
     the live policy, ``Engine.samples_live_policy``), the mismatch metrics where π_old is
-    recomputed."""
+    recomputed (``astrai.policy_lag.engine_choices``, for the run's ``precision``)."""
     extra = {
         name for name, (key, _) in OPTION_METRICS.items() if options.get(key) not in (None, False)
     }
     engine = engine or {}
     if own_weights:
         extra |= ENGINE_METRICS
-    if engine_choices(engine, options.get("max_policy_lag", 0))[0] == "recompute":
+    updates = options.get("ppo_epochs", 1), options.get("minibatches", 1)
+    per_step = updates[0] * updates[1] if all(isinstance(n, int) for n in updates) else 1
+    lag = options.get("max_policy_lag", 0)
+    if engine_choices(engine, lag, precision, per_step)[0] == "recompute":
         extra |= MISMATCH_METRICS
     return base | extra

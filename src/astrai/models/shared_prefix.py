@@ -154,11 +154,14 @@ def response_outputs(
     prompt_mask: Tensor,
     response_ids: Tensor,
     response_mask: Tensor,
+    share_prompts: bool = True,
 ) -> Tensor:
     """``model``'s output at each position that predicts a response token, ``[N, R, ...]``:
     ``outputs`` of the whole sequence at positions ``P - 1 .. P + R - 2``. Without autograd and
     where prompts repeat, a prompt pass (each distinct prompt once, ``prefill``) and then the
-    responses.
+    responses, unless ``share_prompts`` is False: then the one forward the update runs, whose
+    roundings a ratio against the update must share (π_old; the cached path rounds otherwise
+    in bf16).
 
     Args:
         prompt_ids, prompt_mask: ``[N, P]`` left-padded prompts.
@@ -167,7 +170,7 @@ def response_outputs(
     p, r = prompt_ids.shape[1], response_ids.shape[1]
     mask = torch.cat([prompt_mask.bool(), response_mask.bool()], dim=1)
     shared = None
-    if r > 0 and supports_sharing(model):
+    if r > 0 and share_prompts and supports_sharing(model):
         shared = distinct_prompts(prompt_ids, prompt_mask)
     if shared is None:
         # the last response token predicts nothing that is scored: it is not run

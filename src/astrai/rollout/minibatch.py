@@ -20,13 +20,15 @@ class Minibatch:
     ``logger.kl_every`` steps).
     ``loss_mask``: the tokens the losses count (default: ``response_mask``; without the
     responses cut at the length limit under ``train_type.mask_truncated``).
-    ``is_weights``: the engine mismatch correction's per-token loss weights; None = 1."""
+    ``is_weights``: the engine mismatch correction's per-token loss weights; None = 1.
+    ``old_logprobs``: π_old; None where the step's one update takes its own forward, detached
+    (``flatten_rollout``'s ``old_from_update``)."""
 
     prompt_ids: Tensor
     prompt_mask: Tensor
     response_ids: Tensor
     response_mask: Tensor
-    old_logprobs: Tensor
+    old_logprobs: Tensor | None
     ref_logprobs: Tensor | None
     advantages: Tensor
     values: Tensor | None = None
@@ -52,8 +54,9 @@ class Minibatch:
         return int(self.response_mask.sum().item())
 
 
-def flatten_rollout(rollout: Rollout) -> Minibatch:
-    """All ``B * G`` sequences of a prepared rollout (targets pinned) as one ``Minibatch``."""
+def flatten_rollout(rollout: Rollout, old_from_update: bool = False) -> Minibatch:
+    """All ``B * G`` sequences of a prepared rollout (targets pinned) as one ``Minibatch``;
+    ``old_from_update``: π_old is the update's own forward (``old_logprobs`` None)."""
     prompt_ids, prompt_mask = rollout.flat_prompts()
     response_mask = rollout.flat("response_mask")
     return Minibatch(
@@ -61,7 +64,7 @@ def flatten_rollout(rollout: Rollout) -> Minibatch:
         prompt_mask=prompt_mask,
         response_ids=rollout.flat("response_ids"),
         response_mask=response_mask,
-        old_logprobs=rollout.flat("logprobs"),
+        old_logprobs=None if old_from_update else rollout.flat("logprobs"),
         ref_logprobs=rollout.flat("ref_logprobs") if rollout.ref_logprobs is not None else None,
         advantages=rollout.flat("advantages"),
         values=rollout.flat("values") if rollout.values is not None else None,

@@ -51,12 +51,15 @@ def response_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     entropy_grad: bool = True,
+    share_prompts: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Logprobs of each response token under ``model`` at ``temperature``.
 
     Args:
         prompt_ids, prompt_mask: ``[N, P]`` left-padded prompts.
         response_ids, response_mask: ``[N, R]`` right-padded responses.
+        share_prompts: without autograd, run each distinct prompt once (a KV cache); False:
+            the update's own forward over whole sequences (π_old: ``response_outputs``).
 
     Returns:
         ``logprobs [N, R]`` (0 at padding) and, when asked, ``entropy [N, R]`` of the scaled
@@ -67,7 +70,12 @@ def response_logprobs(
     # the logit at position i predicts token i + 1; a DDP wrapper has no new_cache, which
     # response_outputs calls only where supports_sharing found it (so the cast)
     logits = response_outputs(
-        cast(CachedModel, model), prompt_ids, prompt_mask, response_ids, response_mask
+        cast(CachedModel, model),
+        prompt_ids,
+        prompt_mask,
+        response_ids,
+        response_mask,
+        share_prompts,
     )
     logprobs, entropy = token_logprobs(
         logits, response_ids, temperature, with_entropy, entropy_grad

@@ -71,7 +71,11 @@ def write_dashboards(trainer: StartingRun) -> None:
     engine = trainer.cfg.get("engine")
     own_weights = not engine_class(engine).samples_live_policy
     emitted = emitted_metrics(
-        trainer.strategy.metric_names, trainer.cfg.train_type, engine, own_weights
+        trainer.strategy.metric_names,
+        trainer.cfg.train_type,
+        engine,
+        own_weights,
+        trainer.cfg.infra.precision,
     )
     hparams = run_hparams(trainer.cfg, trainer.job_overrides, trainer.job_choices)
     summaries = [layout_summary(emitted), hparams_start_summary(hparams)]

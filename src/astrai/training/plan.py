@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 from astrai.algorithms.correction import Correction, correction_from_config
 from astrai.algorithms.strategy import Strategy
 from astrai.policy_lag import engine_choices
+from astrai.rollout.engine import engine_class
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,12 @@ class StepPlan:
     old_logprobs, correction_name: ``engine.old_logprobs`` and ``engine.correction`` as
         resolved for the lag (``auto`` chosen).
     correction: where π_old comes from: None for the engine's own logprobs (bypass).
+    old_from_update: π_old is the update's own forward, detached (``Minibatch.old_logprobs``
+        None), where a step makes one update (``ppo_epochs × minibatches`` = 1) and π_old is
+        the trainer's (recomputed) or the live policy's (an engine that samples it): the same
+        weights, so the first ratio is exactly 1 in any precision instead of 1 up to the
+        roundings of two forward paths (bf16: ~1e-3). Bypass on an engine with its own weights
+        keeps the engine's logprobs, the mismatch the user asked to clip against.
     """
 
     updates_per_step: int
@@ -34,6 +41,7 @@ class StepPlan:
     old_logprobs: str
     correction_name: str
     correction: Correction | None
+    old_from_update: bool
 
     def lag_facts(self) -> tuple[int, str, str] | None:
         """``(lag, old_logprobs, correction)`` for the start banner when rollouts lag."""
@@ -46,11 +54,15 @@ def step_plan(cfg: DictConfig, strategy: Strategy) -> StepPlan:
     """The plan of ``cfg``'s run, whose algorithm is ``strategy``."""
     lag = int(cfg.train_type.max_policy_lag)
     engine = cfg.get("engine")
-    old_logprobs, correction = engine_choices(engine, lag)
+    updates = strategy.ppo_epochs * strategy.minibatches
+    precision = cfg.infra.precision
+    old_logprobs, correction = engine_choices(engine, lag, precision, updates)
+    same_weights = old_logprobs == "recompute" or engine_class(engine).samples_live_policy
     return StepPlan(
-        updates_per_step=strategy.ppo_epochs * strategy.minibatches,
+        updates_per_step=updates,
         max_policy_lag=lag,
         old_logprobs=old_logprobs,
         correction_name=correction,
-        correction=correction_from_config(engine, lag),
+        correction=correction_from_config(engine, lag, precision, updates),
+        old_from_update=updates == 1 and same_weights,
     )

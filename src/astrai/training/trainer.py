@@ -192,7 +192,7 @@ class Trainer:
         ``state``)."""
         self.set_train_mode(True)
         means = MetricMeans()
-        batch = flatten_rollout(rollout)
+        batch = flatten_rollout(rollout, self.plan.old_from_update)
         policy_steps = 0  # the loop adds them to ``state.policy_version`` after the step
         for _ in range(self.strategy.ppo_epochs):
             for minibatch in iter_minibatches(
