@@ -91,3 +91,32 @@ def test_k3_is_nonnegative_and_finite(pairs):
     kl = kl_estimate(logprobs, ref_logprobs, "k3")
     assert torch.isfinite(kl).all()
     assert (kl >= 0).all()
+
+
+def _reward_gradient(kind: str, logits: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """The exact score-function gradient of ``E_{x~π}[k(x)]`` with ``k`` held constant (a reward,
+    as PPO pins it): ``Σ_x π(x) k(x) ∇log π(x)``, over a one-token vocabulary."""
+    logits = logits.clone().requires_grad_(True)
+    logprobs = torch.log_softmax(logits, dim=-1)
+    estimate = kl_estimate(logprobs.detach(), ref_logprobs, kind)
+    surrogate = (logprobs.detach().exp() * estimate * logprobs).sum()
+    (grad,) = torch.autograd.grad(surrogate, logits)
+    return grad
+
+
+def test_k1_as_a_reward_has_the_gradient_of_the_kl_and_k3_does_not():
+    """PPO's in-reward KL default (k1, issue 48): with the estimator as a pinned reward,
+    ``E_π[k1 ∇log π] = ∇KL(π‖π_ref)`` exactly (``E_π[∇log π] = 0``); k3 adds
+    ``−∇KL(π_ref‖π)`` (docs/ppo.md, "Why kl_coef is 0")."""
+    logits = torch.tensor([2.0, 0.5, -1.0, 0.0], dtype=torch.float64)
+    ref_logprobs = torch.log_softmax(torch.tensor([0.0, 1.0, 0.5, -0.5], dtype=torch.float64), -1)
+    theta = logits.clone().requires_grad_(True)
+    logprobs = torch.log_softmax(theta, dim=-1)
+    kl = (logprobs.exp() * (logprobs - ref_logprobs)).sum()  # KL(π‖π_ref), exact
+    (kl_grad,) = torch.autograd.grad(kl, theta)
+
+    k1 = _reward_gradient("k1", logits, ref_logprobs)
+    assert_close(k1, kl_grad)  # the same vector, not only the same direction
+    k3 = _reward_gradient("k3", logits, ref_logprobs)
+    cosine = torch.nn.functional.cosine_similarity(k3, kl_grad, dim=0).item()
+    assert cosine < 0.99  # a different direction: k3's extra −∇KL(π_ref‖π) term
