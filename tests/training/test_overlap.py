@@ -16,7 +16,7 @@ from astrai.checkpoints.layout import IN_FLIGHT_FILE, CheckpointError
 from astrai.config.compose import check_run_config
 from astrai.config.errors import ConfigError
 from astrai.rollout.staleness import StaleRolloutError, check_policy_lag, policy_lag
-from astrai.training.overlap import split_threads
+from astrai.training.overlap import RolloutPipeline, _load_weights, split_threads
 from astrai.training.trainer import Trainer
 
 QUICK = [
@@ -185,3 +185,51 @@ def test_a_resume_with_two_rollouts_in_flight_equals_the_straight_run(
         return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]
 
     assert exact(_rows(tmp_path)) == exact(_rows(runs[2]))
+
+
+def _held_bytes(snapshot: torch.nn.Module, policy: torch.nn.Module) -> int:
+    """Bytes of ``snapshot``'s parameters and buffers that are not the policy's own tensors."""
+    policy_tensors = {id(t) for t in policy.state_dict(keep_vars=True).values()}
+    return sum(
+        t.numel() * t.element_size()
+        for t in snapshot.state_dict(keep_vars=True).values()
+        if id(t) not in policy_tensors
+    )
+
+
+@pytest.mark.parametrize("lora", [True, False])
+def test_a_lora_snapshot_holds_the_adapters_and_shares_the_frozen_base(
+    tmp_path: Path, lora: bool
+) -> None:
+    """Issue 48: under ``model.lora`` and lag ≥ 1 each snapshot copied the whole frozen base
+    (34× the adapters at SmolLM2's shapes); now ≤ 2× the adapters' bytes (the rest is RoPE's
+    buffers), and a snapshot still samples the policy's weights after an update."""
+    adapters = ["model.lora.rank=4", "model.lora.alpha=8"] if lora else []
+    trainer = Trainer(compose_config([*QUICK, *adapters]), tmp_path)
+    policy = trainer.policy
+    flags = {name: p.requires_grad for name, p in policy.named_parameters()}
+    trainable = sum(p.numel() * p.element_size() for p in policy.parameters() if p.requires_grad)
+    total = sum(t.numel() * t.element_size() for t in policy.state_dict().values())
+    never = lambda *args: None  # noqa: E731  # nothing is submitted: the snapshots are built
+    pipeline = RolloutPipeline(never, policy, lag=2, total_steps=4)  # type: ignore[arg-type]
+    try:
+        assert len(pipeline.copies) == 2
+        for snapshot in pipeline.copies:
+            held = _held_bytes(snapshot, policy)
+            if lora:
+                assert held <= 2 * trainable < total / 4, (held, trainable, total)
+            else:
+                assert held == total  # full fine-tuning: every weight changes, all copied
+        with torch.no_grad():  # an update moves the trainable weights; a reload takes them
+            for parameter in policy.parameters():
+                if parameter.requires_grad:
+                    parameter.add_(0.5)
+        snapshot = pipeline.copies[0]
+        _load_weights(snapshot, policy)
+        for name, tensor in policy.state_dict().items():
+            assert torch.equal(snapshot.state_dict()[name], tensor), name
+        assert all(not p.requires_grad for p in snapshot.parameters())
+        # the policy's own flags untouched by the snapshots' freezing
+        assert {name: p.requires_grad for name, p in policy.named_parameters()} == flags
+    finally:
+        pipeline.close()

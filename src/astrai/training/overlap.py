@@ -351,8 +351,11 @@ def _done(entry: Future[SampledBatch] | SampledBatch) -> SampledBatch:
 
 
 def _frozen_copy(policy: nn.Module) -> nn.Module:
-    """A copy of ``policy`` that samples only: no gradients, evaluation mode."""
-    snapshot = copy.deepcopy(policy)
+    """A copy of ``policy`` that samples only: no gradients, evaluation mode. Its frozen
+    parameters are the policy's own (under ``model.lora`` the whole base: a snapshot then
+    holds the adapters, not 34× their size); what the update changes is copied."""
+    shared = {id(p): p for p in policy.parameters() if not p.requires_grad}
+    snapshot = copy.deepcopy(policy, memo=shared)
     snapshot.requires_grad_(False)
     return snapshot.eval()
 
@@ -367,7 +370,9 @@ def _load_tensors(snapshot: nn.Module, tensors: dict[str, torch.Tensor]) -> None
 
 @torch.no_grad()
 def _load_weights(snapshot: nn.Module, policy: nn.Module) -> None:
-    """Copy every parameter and buffer of ``policy`` into ``snapshot`` (same structure)."""
+    """Copy every parameter and buffer of ``policy`` into ``snapshot`` (same structure), but
+    those the two share (``_frozen_copy``: the frozen ones)."""
     source = dict(policy.state_dict(keep_vars=True))
     for name, tensor in snapshot.state_dict(keep_vars=True).items():
-        tensor.copy_(source[name])
+        if tensor is not source[name]:
+            tensor.copy_(source[name])
