@@ -49,6 +49,7 @@ from typing import Any
 
 import torch
 
+import astrai.algorithms.strategy as strategy_module
 from astrai.config.compose import compose_train_config as compose_config
 from astrai.paths import REPO_ROOT
 from astrai.training.trainer import Trainer
@@ -364,6 +365,55 @@ def check_smollm2_bf16(ctx: Context) -> Result:
     return smollm2_step(ctx, "bf16")
 
 
+def check_first_ratio_bf16(ctx: Context) -> Result:
+    """Issue 48, part 4 on the device: SmolLM2-135M in bf16, 1 epoch × 2 minibatches,
+    ``engine=torch``'s defaults (π_old recomputed through the update's forward): each step's
+    first minibatch has ``policy/approx_kl`` ≤ 1e-6 and ``policy/clipfrac`` 0. On the CPU both
+    read exactly 0 (tests/e2e/test_bf16_first_ratio.py); on a GPU the scoring parts and the
+    update's micro-batches may take other kernels, which this measures."""
+    name = "first-ratio-bf16"
+    if not (ctx.smollm2_dir / "config.json").exists():
+        return Result(name, "SKIP", f"{ctx.smollm2_dir} not found: run `make smollm2` first")
+    firsts: list[tuple[float, float]] = []
+    seen: list[tuple[float, float]] = []
+    original = strategy_module.clipped_policy_loss
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        loss, stats = original(*args, **kwargs)
+        seen.append((float(stats["approx_kl"]), float(stats["clipfrac"])))
+        return loss, stats
+
+    prompts = min(ctx.smollm2_prompts, 16) if ctx.device == "cuda" else 2
+    overrides = [*ctx.base(), "model=smollm2", f"model.path={ctx.smollm2_dir}"]
+    overrides += [
+        "infra.precision=bf16",
+        f"train_type.prompts_per_step={prompts}",
+        "train_type.group_size=4",
+        "train_type.ppo_epochs=1",
+        "train_type.minibatches=2",
+        "train_type.sampling.max_new_tokens=32",
+        "trainer.total_steps=2",
+    ]
+    trainer = Trainer(compose_config(overrides), ctx.run_dir(name))
+    strategy_module.clipped_policy_loss = recording  # type: ignore[assignment]
+    try:
+        for _ in range(2):
+            seen.clear()
+            trainer.train_step()
+            firsts.append(seen[0])
+    finally:
+        strategy_module.clipped_policy_loss = original  # type: ignore[assignment]
+    worst = max(kl for kl, _ in firsts)
+    clipped = max(clipfrac for _, clipfrac in firsts)
+    ok = worst <= 1e-6 and clipped == 0.0
+    numbers = {"first_approx_kl_max": worst, "first_clipfrac_max": clipped}
+    detail = (
+        f"{prompts} prompts × 4, 2 steps: the first minibatch's approx_kl at most {worst:.1e}, "
+        f"clipfrac {clipped} (π_old: {trainer.plan.old_logprobs})"
+    )
+    return Result(name, "PASS" if ok else "FAIL", detail, numbers)
+
+
 LORA = ("model.lora.rank=16", "model.lora.alpha=32", "train_type.optimizer.lr=5.0e-3")
 
 
@@ -493,6 +543,7 @@ CHECKS: list[tuple[str, Callable[[Context], Result]]] = [
     ("resume", check_resume),
     ("smollm2-fp32", check_smollm2_fp32),
     ("smollm2-bf16", check_smollm2_bf16),
+    ("first-ratio-bf16", check_first_ratio_bf16),
     ("lora", check_lora),
     ("async", check_async),
     ("scale-memory", check_scale_memory),
