@@ -153,8 +153,10 @@ def emitted_metrics(
     engine = engine or {}
     if own_weights:
         extra |= ENGINE_METRICS
-    updates = options.get("ppo_epochs", 1), options.get("minibatches", 1)
-    per_step = updates[0] * updates[1] if all(isinstance(n, int) for n in updates) else 1
+    epochs, minibatches = options.get("ppo_epochs", 1), options.get("minibatches", 1)
+    per_step = 1
+    if isinstance(epochs, int) and isinstance(minibatches, int):
+        per_step = epochs * minibatches
     lag = options.get("max_policy_lag", 0)
     if engine_choices(engine, lag, precision, per_step)[0] == "recompute":
         extra |= MISMATCH_METRICS
