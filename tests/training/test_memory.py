@@ -46,8 +46,14 @@ STEADY_ADAM = {
 }
 
 
+# micro-batches of 3 sequences, or by a token budget of 30 (rows of at most 5 + 4 tokens: 3 a
+# part, sorted by length and trimmed, rollout.length_parts)
+SPLITS = {"micro": "train_type.micro_batch_size=3", "tokens": "train_type.update_tokens=30"}
+
+
+@pytest.mark.parametrize("split", sorted(SPLITS))
 @pytest.mark.parametrize("train_type", ["online_grpo", "online_ppo"])
-def test_micro_batches_make_the_same_update(tmp_path: Path, train_type: str) -> None:
+def test_micro_batches_make_the_same_update(tmp_path: Path, train_type: str, split: str) -> None:
     # 16 sequences, 2 minibatches of 8, micro-batches of 3 (3 + 3 + 2: the token weighting must
     # hold for uneven parts); two RL steps = 8 optimizer steps
     states = {}
@@ -57,7 +63,7 @@ def test_micro_batches_make_the_same_update(tmp_path: Path, train_type: str) -> 
             *BASE,
             *SHAPE[train_type],
             *STEADY_ADAM[train_type],
-            f"train_type.micro_batch_size={micro}",
+            "train_type.micro_batch_size=null" if micro == "null" else SPLITS[split],
         ]
         trainer = Trainer(compose_config(overrides), tmp_path / micro)
         for _ in range(2):

@@ -28,7 +28,7 @@ from astrai.checkpoints.layout import CRITIC_FILES
 from astrai.metrics.names import CORE_METRICS, CRITIC_METRICS
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
-from astrai.rollout.scoring import response_values, split_rows
+from astrai.rollout.scoring import response_values, score_in_parts
 
 
 class PPOStrategy(Strategy):
@@ -88,16 +88,16 @@ class PPOStrategy(Strategy):
         mask = rollout.response_mask
         rewards = token_rewards(rollout.rewards, self.reward_kl(rollout), mask, self.kl_coef)
         prompt_ids, prompt_mask = rollout.flat_prompts()
-        parts = split_rows(
-            self.scoring_rows(critic, rollout),
-            prompt_ids,
-            prompt_mask,
-            rollout.flat("response_ids"),
-            rollout.flat("response_mask"),
-        )
-        with torch.inference_mode():  # targets only; cat below makes an ordinary tensor
-            value_parts = [response_values(critic, *part) for part in parts]
-        values = torch.cat(value_parts).view_as(rewards)  # [B, G, R]
+        with torch.inference_mode():  # targets only; the clone below makes an ordinary tensor
+            values = score_in_parts(
+                lambda *part: response_values(critic, *part),
+                self.scoring_rows(critic, rollout),
+                prompt_ids,
+                prompt_mask,
+                rollout.flat("response_ids"),
+                rollout.flat("response_mask"),
+            )
+        values = values.clone().view_as(rewards)  # [B, G, R]
         advantages, returns = compute_gae(
             rewards, values, mask, self.ppo_gamma, self.ppo_gae_lambda
         )

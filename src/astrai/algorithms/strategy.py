@@ -16,14 +16,15 @@ from astrai.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from astrai.algorithms.losses import RATIO_LEVELS, clipped_policy_loss
 from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean
 from astrai.algorithms.rewards import KL_REWARD_CLAMP
+from astrai.rollout.length_parts import consecutive_parts, length_parts
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig
 from astrai.rollout.scoring import (
     response_logprobs,
+    score_in_parts,
     scoring_part_rows,
-    split_rows,
-    update_part_rows,
+    update_token_budget,
 )
 
 # How scoring passes turn gradients off; the caller chooses: ``torch.inference_mode`` (the
@@ -169,29 +170,30 @@ class Strategy(ABC):
         of ``micro_batch_size`` sequences (the memory bound of the update holds here too);
         ``share_prompts`` as ``rollout.scoring.response_logprobs``."""
         prompt_ids, prompt_mask = rollout.flat_prompts()
-        parts = split_rows(
-            self.scoring_rows(model, rollout),
-            prompt_ids,
-            prompt_mask,
-            rollout.flat("response_ids"),
-            rollout.flat("response_mask"),
-        )
         temperature = self.sampling.temperature
+
+        def score(ids: Tensor, mask: Tensor, response_ids: Tensor, response_mask: Tensor) -> Tensor:
+            return response_logprobs(
+                model,
+                ids,
+                mask,
+                response_ids,
+                response_mask,
+                temperature,
+                share_prompts=share_prompts,
+            )[0]
+
         with no_grad():
-            scored = [
-                response_logprobs(
-                    model,
-                    ids,
-                    mask,
-                    response_ids,
-                    response_mask,
-                    temperature,
-                    share_prompts=share_prompts,
-                )[0]
-                for ids, mask, response_ids, response_mask in parts
-            ]
-        # concatenated outside inference mode: an ordinary tensor, which the losses may save
-        return torch.cat(scored).view_as(rollout.logprobs)
+            scored = score_in_parts(
+                score,
+                self.scoring_rows(model, rollout),
+                prompt_ids,
+                prompt_mask,
+                rollout.flat("response_ids"),
+                rollout.flat("response_mask"),
+            )
+        # cloned outside inference mode: an ordinary tensor, which the losses may save
+        return scored.clone().view_as(rollout.logprobs)
 
     def scoring_rows(self, model: nn.Module, rollout: Rollout) -> int | None:
         """Sequences per scoring pass of ``model`` over ``rollout``: ``micro_batch_size`` where
@@ -203,15 +205,17 @@ class Strategy(ABC):
         row_tokens = rollout.prompt_ids.shape[1] + r
         return scoring_part_rows(model, self.score_tokens, b * g, row_tokens, g)
 
-    def update_rows(self, policy: nn.Module, minibatch: Minibatch) -> int | None:
-        """Sequences per update micro-batch: ``micro_batch_size`` where set, else as many as
-        ``update_tokens`` allows (``rollout.scoring.update_part_rows``; the critic's trunk
-        counted when the strategy trains one)."""
+    def update_parts(self, policy: nn.Module, minibatch: Minibatch) -> list[Tensor]:
+        """Row indices of the minibatch's update micro-batches: consecutive ones of
+        ``micro_batch_size`` sequences where set, else rows sorted by length within
+        ``update_tokens`` (``rollout.length_parts``; the budget from
+        ``rollout.scoring.update_token_budget``, the critic's trunk counted when the strategy
+        trains one); one part where the whole minibatch fits."""
         if self.micro_batch_size is not None:
-            return self.micro_batch_size
-        rows, r = minibatch.response_ids.shape
-        row_tokens = minibatch.prompt_ids.shape[1] + r
-        return update_part_rows(policy, self.requires_critic, self.update_tokens, rows, row_tokens)
+            rows = minibatch.response_ids.shape[0]
+            return consecutive_parts(rows, self.micro_batch_size, minibatch.response_ids.device)
+        budget = update_token_budget(policy, self.requires_critic, self.update_tokens)
+        return length_parts(minibatch.prompt_mask, minibatch.response_mask, budget)
 
     def recompute_old_logprobs(
         self,

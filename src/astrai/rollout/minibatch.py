@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from astrai.rollout.length_parts import trim_columns
 from astrai.rollout.rollout import Rollout
 
 
@@ -47,6 +48,24 @@ class Minibatch:
             f.name: (getattr(self, f.name)[index] if getattr(self, f.name) is not None else None)
             for f in fields(self)
         }
+        return Minibatch(**picked)
+
+    def trimmed(self) -> Minibatch:
+        """The same rows without the columns none of them uses (``rollout.length_parts``):
+        prompts from their first used column, every ``[M, R]`` tensor to the last used one."""
+        first, end = trim_columns(self.prompt_mask, self.response_mask)
+        width = self.response_ids.shape[1]
+        if first == 0 and end == width:
+            return self
+        picked: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                picked[f.name] = None
+            elif f.name in ("prompt_ids", "prompt_mask"):
+                picked[f.name] = value[:, first:]
+            else:  # every other tensor is per response token, [M, R]
+                picked[f.name] = value[:, :end]
         return Minibatch(**picked)
 
     @property

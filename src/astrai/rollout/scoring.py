@@ -6,6 +6,7 @@ logprobs are computed one way.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
@@ -23,6 +24,7 @@ from astrai.models.pass_memory import (
 )
 from astrai.models.precision import autocast_dtype
 from astrai.models.shared_prefix import CachedModel, response_outputs
+from astrai.rollout.length_parts import pad_responses, trim_rows
 from astrai.rollout.sampler import scaled_logits
 
 
@@ -190,6 +192,25 @@ def split_rows(size: int | None, *tensors: Tensor) -> list[tuple[Tensor, ...]]:
     return list(zip(*(t.split(size) for t in tensors), strict=True))
 
 
+def score_in_parts(
+    score: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor],
+    size: int | None,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+) -> Tensor:
+    """``score(prompt_ids, prompt_mask, response_ids, response_mask) -> [n, r]`` over the rows in
+    consecutive parts of ``size`` (``split_rows``; rows sharing a prompt stay together, so a
+    cached pass runs it once), each part of several trimmed to the columns its rows use
+    (``rollout.length_parts``) and padded back with zeros: ``[N, R]``."""
+    parts = split_rows(size, prompt_ids, prompt_mask, response_ids, response_mask)
+    if len(parts) == 1:
+        return score(prompt_ids, prompt_mask, response_ids, response_mask)
+    width = response_ids.shape[1]
+    return torch.cat([pad_responses(score(*trim_rows(*part)), width) for part in parts])
+
+
 def scoring_part_rows(
     model: nn.Module, setting: Any, rows: int, row_tokens: int, group: int
 ) -> int | None:
@@ -208,20 +229,18 @@ def scoring_part_rows(
     return rows_per_pass(token_budget(setting, per_token, device), row_tokens, rows, group)
 
 
-def update_part_rows(
-    policy: nn.Module, with_critic: bool, setting: Any, rows: int, row_tokens: int
-) -> int | None:
-    """Rows per update micro-batch within the token budget ``setting``
-    (``train_type.update_tokens``; ``auto``: ``models.pass_memory.update_bytes_per_token`` at
-    the policy's shapes, its gradient checkpointing and the autocast's dtype). None (the whole
-    minibatch) for a sharded (FSDP) policy, as ``scoring_part_rows``."""
+def update_token_budget(policy: nn.Module, with_critic: bool, setting: Any) -> int | None:
+    """The tokens one update micro-batch may hold (``train_type.update_tokens``; ``auto``:
+    ``models.pass_memory.update_bytes_per_token`` at the policy's shapes, its gradient
+    checkpointing and the autocast's dtype); None (the whole minibatch) for a sharded (FSDP)
+    policy, as ``scoring_part_rows``."""
     found = _model_shape(policy)
     if found is None:
         return None
     config, device, dtype, _ = found
     checkpointing = any(getattr(m, "gradient_checkpointing", False) for m in policy.modules())
     per_token = update_bytes_per_token(config, dtype, checkpointing, with_critic)
-    return rows_per_pass(token_budget(setting, per_token, device), row_tokens, rows)
+    return token_budget(setting, per_token, device)
 
 
 def _model_shape(model: nn.Module) -> tuple[LlamaConfig, torch.device, torch.dtype, bool] | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 
-import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -24,34 +23,34 @@ LossFn = Callable[[Minibatch, Divisors | None], tuple[Tensor, dict[str, Tensor]]
 
 def accumulate_gradients(
     minibatch: Minibatch,
-    micro_batch_size: int | None,
+    parts: Sequence[Tensor],
     divisors: Divisors | None,
     loss_fn: LossFn,
     replicas: Sequence[nn.Module | None] = (),
 ) -> dict[str, Tensor]:
-    """Backward the minibatch's loss, in micro-batches of ``micro_batch_size`` sequences (None:
-    the whole minibatch at once); returns the summed metrics.
+    """Backward the minibatch's loss, one micro-batch per part of ``parts`` (one part: the
+    whole minibatch at once, as it is); returns the summed metrics.
 
     Args:
         minibatch: ``M`` sequences.
-        micro_batch_size: sequences per forward/backward; None or >= M: one pass.
+        parts: row indices of each micro-batch, covering every row once
+            (``rollout.length_parts``); each micro-batch of several is trimmed to the columns
+            its rows use (``Minibatch.trimmed``).
         divisors: the whole minibatch's counts over every rank (None: its own).
         loss_fn: the strategy's loss of one part, given the divisor.
         replicas: the DDP-wrapped models: their gradient all-reduce runs once, in the last
             micro-batch's backward (``no_sync`` before it).
     """
-    rows = minibatch.response_ids.shape[0]
-    if micro_batch_size is None or micro_batch_size >= rows:
+    if len(parts) == 1:
         loss, metrics = loss_fn(minibatch, divisors)
         loss.backward()
         return metrics
     if divisors is None:  # one process: the minibatch's own counts
         divisors = whole_minibatch_divisors(minibatch.loss_mask)
-    parts = torch.arange(rows, device=minibatch.response_ids.device).split(micro_batch_size)
     totals: dict[str, Tensor] = {}
     for i, part in enumerate(parts):
         with _sync_gradients(replicas, enabled=i == len(parts) - 1):
-            loss, metrics = loss_fn(minibatch.select(part), divisors)
+            loss, metrics = loss_fn(minibatch.select(part).trimmed(), divisors)
             loss.backward()
         for name, value in metrics.items():
             totals[name] = totals[name] + value if name in totals else value

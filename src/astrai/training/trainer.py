@@ -235,10 +235,10 @@ class Trainer:
                 )
 
         with self.autocast():  # the budget counts bytes in the dtype the passes compute in
-            rows = self.strategy.update_rows(self.policy, minibatch)
+            parts = self.strategy.update_parts(self.policy, minibatch)
         return accumulate_gradients(
             minibatch,
-            rows,
+            parts,
             self.loss_divisors(minibatch),
             loss,
             replicas=(self.train_policy, self.train_critic),

@@ -1,0 +1,111 @@
+"""``rollout.length_parts``: passes split by length under a token budget and trimmed, by hand."""
+
+from __future__ import annotations
+
+import torch
+
+from astrai.models.llama import LlamaForCausalLM
+from astrai.rollout.length_parts import (
+    consecutive_parts,
+    length_parts,
+    padding_share,
+    trim_columns,
+    trim_rows,
+)
+from astrai.rollout.minibatch import Minibatch
+from astrai.rollout.scoring import response_logprobs
+
+
+def _masks(prompt_lens: list[int], response_lens: list[int], p: int, r: int):
+    """Left-padded prompt masks ``[N, p]`` and right-padded response masks ``[N, r]``."""
+    prompt = torch.tensor([[j >= p - n for j in range(p)] for n in prompt_lens])
+    response = torch.tensor([[j < n for j in range(r)] for n in response_lens])
+    return prompt, response
+
+
+def test_trim_columns_keeps_the_columns_some_row_uses() -> None:
+    prompt, response = _masks([2, 3], [1, 4], p=6, r=9)
+    assert trim_columns(prompt, response) == (3, 4)  # prompts from column 6 - 3, responses to 4
+    prompt, response = _masks([6], [9], p=6, r=9)
+    assert trim_columns(prompt, response) == (0, 9)  # nothing to trim
+    prompt, response = _masks([1], [0], p=3, r=5)
+    assert trim_columns(prompt, response) == (2, 1)  # an empty response keeps one column
+
+
+def test_length_parts_sort_longest_first_and_fit_the_budget() -> None:
+    # totals (prompt + response): 3+2=5, 2+7=9, 3+1=4, 1+8=9, 2+2=4; P=3, R=8
+    prompt, response = _masks([3, 2, 3, 1, 2], [2, 7, 1, 8, 2], p=3, r=8)
+    # 5 rows × 11 columns = 55 tokens: within 55 one part, in order (the rectangle as it is)
+    assert [part.tolist() for part in length_parts(prompt, response, 55)] == [[0, 1, 2, 3, 4]]
+    assert [part.tolist() for part in length_parts(prompt, response, None)] == [[0, 1, 2, 3, 4]]
+    # budget 20, order by total, longest first, ties in row order: 1, 3, 0, 2, 4.
+    # [1]: 1 × (2+7) = 9; + row 3: 2 × (max(2,1) + max(7,8)) = 2 × 10 = 20 ≤ 20;
+    # + row 0: 3 × (3 + 8) = 33 > 20: new part [0]: 1 × 5; + row 2: 2 × (3 + 2) = 10;
+    # + row 4: 3 × (3 + 2) = 15 ≤ 20
+    parts = length_parts(prompt, response, 20)
+    assert [part.tolist() for part in parts] == [[1, 3], [0, 2, 4]]
+    # a row longer than the budget is a part of its own
+    parts = length_parts(prompt, response, 8)
+    assert sorted(sum((part.tolist() for part in parts), [])) == [0, 1, 2, 3, 4]
+    assert [part.tolist() for part in parts][:2] == [[1], [3]]
+
+
+def test_padding_share_counts_the_trimmed_rectangles() -> None:
+    prompt, response = _masks([3, 2, 3, 1, 2], [2, 7, 1, 8, 2], p=3, r=8)
+    used = 11 + 20  # prompt tokens + response tokens
+    # one part in order: 5 × (3 + 8) = 55 positions
+    assert padding_share(prompt, response, [torch.arange(5)]) == 1 - used / 55
+    # [1, 3]: prompts from column 1 (2 columns) + 8 = 2 × 10; [0, 2, 4]: 3 × (3 + 2)
+    parts = length_parts(prompt, response, 20)
+    assert padding_share(prompt, response, parts) == 1 - used / (20 + 15)
+    assert [p.tolist() for p in consecutive_parts(5, 2, torch.device("cpu"))] == [
+        [0, 1],
+        [2, 3],
+        [4],
+    ]
+    assert [p.tolist() for p in consecutive_parts(5, None, torch.device("cpu"))] == [
+        [0, 1, 2, 3, 4]
+    ]
+
+
+def test_a_trimmed_minibatch_keeps_every_token_tensor_aligned() -> None:
+    prompt, response = _masks([2, 1], [3, 1], p=4, r=6)
+    ids = torch.arange(12).view(2, 6)
+    batch = Minibatch(
+        prompt_ids=torch.arange(8).view(2, 4),
+        prompt_mask=prompt,
+        response_ids=ids,
+        response_mask=response,
+        old_logprobs=None,
+        ref_logprobs=ids.float(),
+        advantages=-ids.float(),
+    )
+    trimmed = batch.trimmed()
+    assert trimmed.prompt_ids.tolist() == [[2, 3], [6, 7]]
+    assert trimmed.response_ids.tolist() == [[0, 1, 2], [6, 7, 8]]
+    assert trimmed.ref_logprobs is not None and trimmed.ref_logprobs.tolist() == [
+        [0.0, 1.0, 2.0],
+        [6.0, 7.0, 8.0],
+    ]
+    assert trimmed.advantages.shape == trimmed.loss_mask.shape == (2, 3)
+    assert trimmed.old_logprobs is None and trimmed.values is None
+    full = _masks([4], [6], p=4, r=6)
+    whole = Minibatch(torch.zeros(1, 4), full[0], torch.zeros(1, 6), full[1], None, None, ids[:1])
+    assert whole.trimmed() is whole  # nothing to trim: the same object
+
+
+def test_trimmed_rows_score_what_the_padded_rows_score(tiny_model: LlamaForCausalLM) -> None:
+    """Padding columns change no logprob of a real token (to float rounding: a different
+    rectangle may take other kernels); the trimmed pass pads its scores back with zeros."""
+    torch.manual_seed(1)
+    prompt, response = _masks([3, 5], [2, 4], p=7, r=9)
+    prompt_ids = torch.randint(0, tiny_model.config.vocab_size, (2, 7))
+    response_ids = torch.randint(0, tiny_model.config.vocab_size, (2, 9))
+    with torch.no_grad():
+        padded, _ = response_logprobs(tiny_model, prompt_ids, prompt, response_ids, response)
+        trimmed, _ = response_logprobs(
+            tiny_model, *trim_rows(prompt_ids, prompt, response_ids, response)
+        )
+    assert trimmed.shape == (2, 4)
+    torch.testing.assert_close(trimmed, padded[:, :4], atol=1e-5, rtol=0)
+    assert torch.all(padded[:, 4:] == 0) and padded[0, 2:].eq(0).all()
