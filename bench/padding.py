@@ -6,10 +6,13 @@ and response lengths are drawn like math RL's (lognormal, median 300 tokens, σ 
 
 - update: 4 shuffled minibatches of 128 rows; *before* consecutive micro-batches of as many rows
   as fit the budget at the rollout's padded width (``models.pass_memory.rows_per_pass``), each
-  the full rectangle; *now* rows sorted by length into parts that fit the budget, each trimmed
-  (``length_parts``);
-- scoring: consecutive group-aligned parts (a group's prompt runs once in a cached pass), the
-  full rectangle before, each part trimmed now (``rollout.scoring.score_in_parts``).
+  the full rectangle; *now* rows sorted by length into parts that fit the budget, each row run
+  from column 0 without its prompt's left padding (``length_parts``,
+  ``models.shared_prefix.padding_free_rows``);
+- scoring: consecutive group-aligned parts of the full rectangle before; now π_old's pass (the
+  update's forward) as the update's micro-batches, and the reference's and the critic's cached
+  passes (a group's prompt runs once) consecutive, each part trimmed
+  (``rollout.scoring.score_in_parts``).
 
 It prints the share of token positions that are padding (the goal: ≤ 10%).
 
@@ -38,7 +41,12 @@ from astrai.config.compose import compose_train_config
 from astrai.config.train_type_checks import build_strategy
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.pass_memory import rows_per_pass
-from astrai.rollout.length_parts import consecutive_parts, length_parts, padding_share
+from astrai.rollout.length_parts import (
+    consecutive_parts,
+    length_parts,
+    padding_share,
+    trimmed_share,
+)
 from astrai.rollout.minibatch import Minibatch
 
 MEDIAN, SIGMA, CAP = 300, 0.6, 1024  # lognormal lengths, tokens
@@ -95,13 +103,15 @@ def padding_table(generator: torch.Generator) -> None:
     size = rows_per_pass(SCORE_TOKENS, width, rows, GROUP)
     score_parts = consecutive_parts(rows, size, torch.device("cpu"))
     before_s = full_width_share(prompt, response, score_parts)
-    now_s = padding_share(prompt, response, score_parts)
+    cached_s = trimmed_share(prompt, response, score_parts)
+    old_s = padding_share(prompt, response, length_parts(prompt, response, SCORE_TOKENS))
     print(f"update ({UPDATE_TOKENS:,} tokens a micro-batch, {MINIBATCHES} minibatches):")
     print(f"  before: padding {statistics.mean(before_u):.1%} in {parts_before} micro-batches")
     print(f"  now:    padding {statistics.mean(now_u):.1%} in {parts_now} micro-batches")
-    print(f"scoring ({SCORE_TOKENS:,} tokens a part, groups together, {len(score_parts)} parts):")
-    print(f"  before: padding {before_s:.1%}")
-    print(f"  now:    padding {now_s:.1%} (each part trimmed)")
+    print(f"scoring ({SCORE_TOKENS:,} tokens a part; before: {len(score_parts)} parts):")
+    print(f"  before: padding {before_s:.1%} (every pass)")
+    print(f"  now, π_old (the update's forward, by length): padding {old_s:.1%}")
+    print(f"  now, reference and critic (cached, groups together, trimmed): {cached_s:.1%}")
 
 
 def smollm2_shaped(layers: int, quick: bool) -> LlamaForCausalLM:

@@ -9,7 +9,12 @@ import torch
 from astrai.models import shared_prefix
 from astrai.models.kv_cache import KVCache
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
-from astrai.models.shared_prefix import distinct_prompts, prefill, response_outputs
+from astrai.models.shared_prefix import (
+    distinct_prompts,
+    padding_free_rows,
+    prefill,
+    response_outputs,
+)
 from astrai.models.tokenizer import CharTokenizer
 from astrai.models.value_model import ValueModel
 from astrai.rollout.collect import left_pad
@@ -185,4 +190,44 @@ def test_micro_batches_score_as_the_whole_batch_to_the_last_bits(
             response_outputs(tiny_model, *rows)
             for rows in zip(*(t.split(part) for t in batch), strict=True)
         ]
-    torch.testing.assert_close(torch.cat(parts), whole, **EXACT)
+    # at the response tokens (a part of one row with a left-padded prompt runs it without the
+    # gap, shared_prefix.padding_free_rows: its outputs after the response ends are padding's,
+    # which every caller masks)
+    response = batch[3].bool()
+    torch.testing.assert_close(torch.cat(parts)[response], whole[response], **EXACT)
+
+
+def test_padding_free_rows_start_each_sequence_at_column_zero() -> None:
+    # prompts [_, 5, 6] and [7, 8, 9] (left-padded), responses [1, 2, _] and [3, _, _]
+    prompt_ids = torch.tensor([[0, 5, 6], [7, 8, 9]])
+    prompt_mask = torch.tensor([[False, True, True], [True, True, True]])
+    response_ids = torch.tensor([[1, 2, 0], [3, 0, 0]])
+    response_mask = torch.tensor([[True, True, False], [True, False, False]])
+    mask = torch.cat([prompt_mask, response_mask], dim=1)
+    ids, aligned, at = padding_free_rows(prompt_ids, prompt_mask, response_ids, mask)
+    # lengths 2 + 2 = 4 and 3 + 1 = 4: four columns, no padding at all (the layout had 6)
+    assert ids.tolist() == [[5, 6, 1, 2], [7, 8, 9, 3]]
+    assert aligned.all()
+    # the output at column p_i - 1 + j predicts response token j (clamped after the response)
+    assert at.tolist() == [[1, 2, 3], [2, 3, 3]]
+
+
+def test_padding_free_rows_score_what_the_padded_layout_scores(
+    tiny_model: LlamaForCausalLM,
+) -> None:
+    torch.manual_seed(3)
+    vocab = tiny_model.config.vocab_size
+    prompt_mask = torch.tensor([[False, False, True, True], [True, True, True, True]])
+    response_mask = torch.tensor(
+        [[True, True, True, False, False], [True, False, False, False, False]]
+    )
+    prompt_ids = torch.randint(0, vocab, (2, 4))
+    response_ids = torch.randint(0, vocab, (2, 5))
+    mask = torch.cat([prompt_mask, response_mask], dim=1)
+    with torch.no_grad():
+        padded = tiny_model(torch.cat([prompt_ids, response_ids], 1), attention_mask=mask).logits
+        ids, aligned, at = padding_free_rows(prompt_ids, prompt_mask, response_ids, mask)
+        free = tiny_model(ids, attention_mask=aligned, logits_at=at).logits
+    expected = padded[:, 3:8]  # the outputs at P - 1 .. P + R - 2
+    torch.testing.assert_close(free[response_mask], expected[response_mask], **EXACT)
+    assert ids.shape == (2, 5)  # the longest row, 2 + 3 (the layout: 4 + 5)

@@ -11,6 +11,7 @@ from astrai.rollout.length_parts import (
     padding_share,
     trim_columns,
     trim_rows,
+    trimmed_share,
 )
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.scoring import response_logprobs
@@ -38,26 +39,28 @@ def test_length_parts_sort_longest_first_and_fit_the_budget() -> None:
     # 5 rows × 11 columns = 55 tokens: within 55 one part, in order (the rectangle as it is)
     assert [part.tolist() for part in length_parts(prompt, response, 55)] == [[0, 1, 2, 3, 4]]
     assert [part.tolist() for part in length_parts(prompt, response, None)] == [[0, 1, 2, 3, 4]]
-    # budget 20, order by total, longest first, ties in row order: 1, 3, 0, 2, 4.
-    # [1]: 1 × (2+7) = 9; + row 3: 2 × (max(2,1) + max(7,8)) = 2 × 10 = 20 ≤ 20;
-    # + row 0: 3 × (3 + 8) = 33 > 20: new part [0]: 1 × 5; + row 2: 2 × (3 + 2) = 10;
-    # + row 4: 3 × (3 + 2) = 15 ≤ 20
+    # budget 20, order by total, longest first, ties in row order: 1, 3, 0, 2, 4; a part costs
+    # its rows × its first (longest) row: [1, 3] 2 × 9 = 18, + row 0: 3 × 9 = 27 > 20;
+    # [0, 2, 4]: 3 × 5 = 15
     parts = length_parts(prompt, response, 20)
     assert [part.tolist() for part in parts] == [[1, 3], [0, 2, 4]]
-    # a row longer than the budget is a part of its own
+    # budget 8: rows 1 and 3 (9 tokens each) are parts of their own; [0] 5, + row 2: 2 × 5 = 10
+    # > 8; [2, 4]: 2 × 4 = 8
     parts = length_parts(prompt, response, 8)
-    assert sorted(sum((part.tolist() for part in parts), [])) == [0, 1, 2, 3, 4]
-    assert [part.tolist() for part in parts][:2] == [[1], [3]]
+    assert [part.tolist() for part in parts] == [[1], [3], [0], [2, 4]]
 
 
-def test_padding_share_counts_the_trimmed_rectangles() -> None:
+def test_padding_share_counts_what_each_layout_computes() -> None:
     prompt, response = _masks([3, 2, 3, 1, 2], [2, 7, 1, 8, 2], p=3, r=8)
     used = 11 + 20  # prompt tokens + response tokens
-    # one part in order: 5 × (3 + 8) = 55 positions
-    assert padding_share(prompt, response, [torch.arange(5)]) == 1 - used / 55
-    # [1, 3]: prompts from column 1 (2 columns) + 8 = 2 × 10; [0, 2, 4]: 3 × (3 + 2)
-    parts = length_parts(prompt, response, 20)
-    assert padding_share(prompt, response, parts) == 1 - used / (20 + 15)
+    whole = [torch.arange(5)]
+    # the whole-sequence forward without the prompts' gap: rows × the longest row (9)
+    assert padding_share(prompt, response, whole) == 1 - used / 45
+    parts = length_parts(prompt, response, 20)  # [1, 3]: 2 × 9, [0, 2, 4]: 3 × 5
+    assert padding_share(prompt, response, parts) == 1 - used / 33
+    # the prompt | response layout, trimmed: 5 × (3 + 8); [1, 3] 2 × (2 + 8), [0, 2, 4] 3 × 5
+    assert trimmed_share(prompt, response, whole) == 1 - used / 55
+    assert trimmed_share(prompt, response, parts) == 1 - used / 35
     assert [p.tolist() for p in consecutive_parts(5, 2, torch.device("cpu"))] == [
         [0, 1],
         [2, 3],

@@ -15,6 +15,7 @@ from astrai.models.tokenizer import CharTokenizer
 from astrai.rollout import scoring
 from astrai.rollout.collect import left_pad
 from astrai.rollout.engine import torch_engine
+from astrai.rollout.length_parts import consecutive_parts
 from astrai.rollout.sampler import SamplingConfig
 from astrai.rollout.scoring import response_logprobs, scoring_part_rows, token_logprobs
 
@@ -125,11 +126,15 @@ def test_scoring_in_parts_under_the_token_budget(tiny_model: LlamaForCausalLM) -
     masks = torch.ones(12, 4, dtype=torch.bool), torch.ones(12, 6, dtype=torch.bool)
     with torch.no_grad():
         whole = response_logprobs(tiny_model, prompt, masks[0], response, masks[1])[0]
-        parts = [
-            response_logprobs(tiny_model, *part)[0]
-            for part in scoring.split_rows(rows, prompt, masks[0], response, masks[1])
-        ]
-    torch.testing.assert_close(torch.cat(parts), whole, rtol=0, atol=1e-5)
+        parts = scoring.score_in_parts(
+            lambda *rows: response_logprobs(tiny_model, *rows)[0],
+            consecutive_parts(12, rows, prompt.device),
+            prompt,
+            masks[0],
+            response,
+            masks[1],
+        )
+    torch.testing.assert_close(parts, whole, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -338,14 +338,18 @@ class LlamaForCausalLM(nn.Module):
         position_ids: Tensor | None = None,
         cache: KVCache | None = None,
         logits_from: int | None = None,
+        logits_at: Tensor | None = None,
     ) -> CausalLMOutput:
         """``input_ids [N, T]``, ``attention_mask [N, past + T]`` bool (every token when
         omitted) -> logits ``[N, T, V]``, or ``[N, T - logits_from, V]`` of the positions from
-        ``logits_from`` on: the LM head runs only where its logits are used (a sampler's prompt
-        pass needs the last position, scoring the response positions; at a 150k vocabulary the
-        logits of a 1k-token prompt are 300 MB a row in bf16)."""
+        ``logits_from`` on, or ``[N, K, V]`` at the positions ``logits_at [N, K]`` of each row:
+        the LM head runs only where its logits are used (a sampler's prompt pass needs the last
+        position, scoring the response positions; at a 150k vocabulary the logits of a 1k-token
+        prompt are 300 MB a row in bf16)."""
         hidden = self.model(input_ids, attention_mask, position_ids, cache)
         kept = hidden if logits_from is None else hidden[:, logits_from:]
+        if logits_at is not None:
+            kept = hidden.gather(1, logits_at[..., None].expand(-1, -1, hidden.shape[-1]))
         return CausalLMOutput(logits=self.lm_head(kept), hidden_states=hidden, cache=cache)
 
     def new_cache(

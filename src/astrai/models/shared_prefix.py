@@ -90,6 +90,48 @@ def outputs(
     return values[:, start:] if start else values
 
 
+def padding_free_rows(
+    prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, mask: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Each row as one sequence from column 0: its prompt's tokens, then its response's,
+    right-padded to the longest row, so a left-padded prompt leaves no gap to compute over.
+
+    Args:
+        prompt_ids: ``[N, P]`` left-padded prompts; response_ids ``[N, R]`` right-padded.
+        mask: ``[N, P + R]`` bool, the prompt mask then the response mask.
+
+    Returns:
+        ``ids [N, T]``, ``mask [N, T]`` (``T``: the longest prompt + response) and ``at [N, R]``,
+        the column whose output predicts each response token (clamped into ``T`` after a row's
+        response ends: its value there is padding's, masked by every caller).
+    """
+    p, r = prompt_ids.shape[1], response_ids.shape[1]
+    prompt_len = mask[:, :p].sum(dim=1, keepdim=True)  # [N, 1]
+    length = prompt_len + mask[:, p:].sum(dim=1, keepdim=True)
+    t = max(int(length.max()), 1)
+    cols = torch.arange(t, device=prompt_ids.device)[None, :]
+    in_prompt = cols < prompt_len
+    prompt_col = (p - prompt_len + cols).clamp(0, p - 1)
+    response_col = (cols - prompt_len).clamp(0, r - 1)
+    ids = torch.where(
+        in_prompt, prompt_ids.gather(1, prompt_col), response_ids.gather(1, response_col)
+    )
+    aligned = cols < length
+    at = (prompt_len - 1 + torch.arange(r, device=prompt_ids.device)[None, :]).clamp(max=t - 1)
+    return ids, aligned, at
+
+
+def outputs_at(model: CachedModel, ids: Tensor, mask: Tensor, at: Tensor) -> Tensor:
+    """``model``'s output at the columns ``at [N, K]`` of each row of ``ids [N, T]``,
+    ``[N, K, ...]``: a causal LM's LM head runs at those columns only."""
+    if isinstance(model, LlamaForCausalLM) or _wraps_causal_lm(model):
+        lm = cast(LlamaForCausalLM, model)
+        return lm(ids, attention_mask=mask, logits_at=at).logits
+    out = model(ids, attention_mask=mask)
+    values = out.logits if isinstance(out, CausalLMOutput) else out
+    return values.gather(1, at)
+
+
 def _wraps_causal_lm(model: object) -> bool:
     """A DDP or FSDP wrapper (``.module``) around the causal LM: it passes keywords through."""
     inner = getattr(model, "module", None)
@@ -172,6 +214,11 @@ def response_outputs(
     shared = None
     if r > 0 and share_prompts and supports_sharing(model):
         shared = distinct_prompts(prompt_ids, prompt_mask)
+    if shared is None and r > 0 and not bool(prompt_mask.bool().all()):
+        # prompts of several lengths: each row's sequence from column 0, no gap between its
+        # prompt and its response, right-padded to the longest (padding_free_rows)
+        ids, aligned_mask, at = padding_free_rows(prompt_ids, prompt_mask, response_ids, mask)
+        return outputs_at(model, ids, aligned_mask, at)
     if shared is None:
         # the last response token predicts nothing that is scored: it is not run
         ids = torch.cat([prompt_ids, response_ids], dim=1)

@@ -51,10 +51,12 @@ def pad_responses(scores: Tensor, length: int) -> Tensor:
 
 
 def length_parts(prompt_mask: Tensor, response_mask: Tensor, budget: int | None) -> list[Tensor]:
-    """Row indices of each part of a pass within ``budget`` tokens (a part's rows × its longest
-    prompt + longest response), rows sorted by length, longest first; one part in the rows'
-    own order where the padded rectangle fits (``budget`` None: no bound). A row longer than
-    the budget is a part of its own.
+    """Row indices of each part of a pass within ``budget`` tokens, rows sorted by length
+    (prompt + response), longest first; one part in the rows' own order where the padded
+    rectangle fits (``budget`` None: no bound). A part costs its rows × its longest row: the
+    whole-sequence forward runs each row from column 0 without the prompt's left padding
+    (``models.shared_prefix.padding_free_rows``). A row longer than the budget is a part of
+    its own.
 
     Args:
         prompt_mask: ``[N, P]`` left-padded; response_mask: ``[N, R]`` right-padded.
@@ -66,21 +68,14 @@ def length_parts(prompt_mask: Tensor, response_mask: Tensor, budget: int | None)
     device = prompt_mask.device
     if budget is None or n * (prompt_mask.shape[1] + response_mask.shape[1]) <= budget:
         return [torch.arange(n, device=device)]
-    prompt_len = prompt_mask.bool().sum(dim=1).tolist()
-    response_len = response_mask.bool().sum(dim=1).tolist()
-    totals = [p + r for p, r in zip(prompt_len, response_len, strict=True)]
+    totals = (prompt_mask.bool().sum(dim=1) + response_mask.bool().sum(dim=1)).tolist()
     order = sorted(range(n), key=lambda row: -totals[row])  # stable: ties keep the rows' order
     parts: list[list[int]] = []
-    current: list[int] = []
-    longest_prompt = longest_response = 0
-    for row in order:
-        p, r = max(longest_prompt, prompt_len[row]), max(longest_response, response_len[row])
-        if current and (len(current) + 1) * (p + r) > budget:
-            parts.append(current)
-            current, p, r = [], prompt_len[row], response_len[row]
-        current.append(row)
-        longest_prompt, longest_response = p, r
-    parts.append(current)
+    for row in order:  # longest first: a part's first row is its longest
+        if parts and (len(parts[-1]) + 1) * totals[parts[-1][0]] <= budget:
+            parts[-1].append(row)
+        else:
+            parts.append([row])
     return [torch.tensor(part, device=device) for part in parts]
 
 
@@ -94,8 +89,16 @@ def consecutive_parts(rows: int, size: int | None, device: torch.device) -> list
 
 
 def padding_share(prompt_mask: Tensor, response_mask: Tensor, parts: list[Tensor]) -> float:
-    """The share of the token positions the parts' trimmed rectangles hold that are padding
-    (``bench/padding.py``)."""
+    """The share of the token positions the parts' whole-sequence forwards hold that are
+    padding: each part's rows × its longest prompt + response (``bench/padding.py``)."""
+    lengths = prompt_mask.bool().sum(dim=1) + response_mask.bool().sum(dim=1)
+    positions = sum(len(part) * int(lengths[part].max()) for part in parts)
+    return 1.0 - int(lengths.sum()) / max(positions, 1)
+
+
+def trimmed_share(prompt_mask: Tensor, response_mask: Tensor, parts: list[Tensor]) -> float:
+    """The same share for parts that keep the prompt | response layout, each trimmed to its
+    longest prompt and longest response (a cached pass: ``rollout.scoring.score_in_parts``)."""
     positions = used = 0
     for part in parts:
         pm, rm = prompt_mask[part], response_mask[part]

@@ -182,33 +182,41 @@ def response_values(
     return values.float().masked_fill(~response_mask.bool(), 0.0)
 
 
-def split_rows(size: int | None, *tensors: Tensor) -> list[tuple[Tensor, ...]]:
-    """The rows of ``tensors`` (all ``[N, ...]``) in consecutive parts of ``size`` rows (the
-    last may be shorter); one part holding everything when ``size`` is None. Scoring a rollout
-    part by part bounds the activations (and logits) alive at once."""
-    n = tensors[0].shape[0]
-    if size is None or size >= n:
-        return [tensors]
-    return list(zip(*(t.split(size) for t in tensors), strict=True))
-
-
 def score_in_parts(
     score: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor],
-    size: int | None,
+    parts: list[Tensor],
     prompt_ids: Tensor,
     prompt_mask: Tensor,
     response_ids: Tensor,
     response_mask: Tensor,
 ) -> Tensor:
-    """``score(prompt_ids, prompt_mask, response_ids, response_mask) -> [n, r]`` over the rows in
-    consecutive parts of ``size`` (``split_rows``; rows sharing a prompt stay together, so a
-    cached pass runs it once), each part of several trimmed to the columns its rows use
-    (``rollout.length_parts``) and padded back with zeros: ``[N, R]``."""
-    parts = split_rows(size, prompt_ids, prompt_mask, response_ids, response_mask)
+    """``score(prompt_ids, prompt_mask, response_ids, response_mask) -> [n, r]`` over the rows
+    part by part (``parts``: row indices covering every row once, ``rollout.length_parts``),
+    each part of several trimmed to the columns its rows use and its scores put back in the
+    rows' places, zeros after each part's columns: ``[N, R]``. One part: the rows as they are."""
     if len(parts) == 1:
         return score(prompt_ids, prompt_mask, response_ids, response_mask)
-    width = response_ids.shape[1]
-    return torch.cat([pad_responses(score(*trim_rows(*part)), width) for part in parts])
+    n, width = response_ids.shape
+    scored: Tensor | None = None
+    for part in parts:
+        rows = (prompt_ids[part], prompt_mask[part], response_ids[part], response_mask[part])
+        values = pad_responses(score(*trim_rows(*rows)), width)
+        if scored is None:
+            scored = values.new_zeros((n, width))
+        scored[part] = values
+    assert scored is not None
+    return scored
+
+
+def scoring_token_budget(model: nn.Module, setting: Any) -> int | None:
+    """The tokens one scoring pass of ``model`` may hold (``train_type.score_tokens``, as
+    ``scoring_part_rows``); None (one pass) for a sharded (FSDP) model."""
+    found = _model_shape(model)
+    if found is None:
+        return None
+    config, device, dtype, causal_lm = found
+    per_token = scoring_bytes_per_token(config, dtype, causal_lm)
+    return token_budget(setting, per_token, device)
 
 
 def scoring_part_rows(
@@ -221,12 +229,9 @@ def scoring_part_rows(
     ``group``. None (one pass) for a sharded (FSDP) model: every rank must run as many
     forwards, and a rank's padded length is its own (``train_type.micro_batch_size`` bounds it
     there)."""
-    found = _model_shape(model)
-    if found is None:
+    if _model_shape(model) is None:
         return None
-    config, device, dtype, causal_lm = found
-    per_token = scoring_bytes_per_token(config, dtype, causal_lm)
-    return rows_per_pass(token_budget(setting, per_token, device), row_tokens, rows, group)
+    return rows_per_pass(scoring_token_budget(model, setting), row_tokens, rows, group)
 
 
 def update_token_budget(policy: nn.Module, with_critic: bool, setting: Any) -> int | None:
