@@ -20,6 +20,7 @@ from typing import Protocol, cast
 
 import torch
 from torch import Tensor, nn
+from torch._subclasses.fake_tensor import FakeTensor
 
 from astrai.distributed import is_fsdp
 from astrai.models.kv_cache import KVCache
@@ -88,6 +89,15 @@ def outputs(
     out = model(ids, attention_mask=mask, cache=cache)
     values = out.logits if isinstance(out, CausalLMOutput) else out
     return values[:, start:] if start else values
+
+
+def _prompts_differ(prompt_mask: Tensor) -> bool:
+    """Whether some prompt of ``prompt_mask [N, P]`` is left-padded. Under fake tensors
+    (``bench/scale_memory.py`` measures memory without values) a mask has no values to read:
+    False, the layout of prompts of one length, which is all that bench makes."""
+    if isinstance(prompt_mask, FakeTensor):
+        return False
+    return not bool(prompt_mask.bool().all())
 
 
 def padding_free_rows(
@@ -214,7 +224,7 @@ def response_outputs(
     shared = None
     if r > 0 and share_prompts and supports_sharing(model):
         shared = distinct_prompts(prompt_ids, prompt_mask)
-    if shared is None and r > 0 and not bool(prompt_mask.bool().all()):
+    if shared is None and r > 0 and _prompts_differ(prompt_mask):
         # prompts of several lengths: each row's sequence from column 0, no gap between its
         # prompt and its response, right-padded to the longest (padding_free_rows)
         ids, aligned_mask, at = padding_free_rows(prompt_ids, prompt_mask, response_ids, mask)
