@@ -16,11 +16,11 @@ and response lengths are drawn like math RL's (lognormal, median 300 tokens, σ 
 
 It prints the share of token positions that are padding (the goal: ≤ 10%).
 
-Part 2, timed: one update minibatch of a SmolLM2-135M-shaped model (its widths and vocabulary,
-``--layers`` decoder layers, random weights) on this CPU, with such lengths scaled down to CPU
-size, the same micro-batch budget: before (consecutive, full width) and now (sorted, trimmed),
-alternating, ``--rounds`` times. The last line is ``ratio: <now ÷ before>``, the median of the
-rounds' update times (< 1: faster).
+Part 2, timed: one update minibatch of a SmolLM2-135M-shaped model (``bench/engine.py``'s
+shapes, ``--layers`` decoder layers, random weights) on this CPU, with such lengths scaled down
+to CPU size, the same micro-batch budget: before (consecutive, full width) and now (sorted,
+trimmed), alternating, ``--rounds`` times. The last line is ``ratio: <now ÷ before>``, the
+median of the rounds' update times (< 1: faster).
 
     python bench/padding.py [--rounds 3] [--layers 4] [--threads N]
     python bench/padding.py --quick     # small shapes, one round: checks the script (CI)
@@ -39,7 +39,7 @@ from astrai.algorithms.aggregation import whole_minibatch_divisors
 from astrai.algorithms.strategy import Strategy
 from astrai.config.compose import compose_train_config
 from astrai.config.train_type_checks import build_strategy
-from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+from astrai.models.llama import LlamaForCausalLM
 from astrai.models.pass_memory import rows_per_pass
 from astrai.rollout.length_parts import (
     consecutive_parts,
@@ -48,6 +48,7 @@ from astrai.rollout.length_parts import (
     trimmed_share,
 )
 from astrai.rollout.minibatch import Minibatch
+from engine import shape_config  # bench/engine.py's model shapes (SmolLM2-135M's)
 
 MEDIAN, SIGMA, CAP = 300, 0.6, 1024  # lognormal lengths, tokens
 PROMPTS, GROUP, MINIBATCHES = 64, 8, 4
@@ -115,19 +116,9 @@ def padding_table(generator: torch.Generator) -> None:
 
 
 def smollm2_shaped(layers: int, quick: bool) -> LlamaForCausalLM:
-    """SmolLM2-135M's widths and vocabulary (``quick``: a small model), random weights."""
-    if quick:
-        config = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128)
-    else:
-        config = LlamaConfig(
-            vocab_size=49_152,
-            hidden_size=576,
-            intermediate_size=1536,
-            num_attention_heads=9,
-            num_key_value_heads=3,
-            max_position_embeddings=2048,
-            tie_word_embeddings=True,
-        )
+    """SmolLM2-135M's shapes (``bench/engine.py``'s), ``layers`` decoder layers (``quick``: the
+    tiny model, one layer), random weights."""
+    config = shape_config("tiny" if quick else "smollm2")
     config.num_hidden_layers = 1 if quick else layers
     return LlamaForCausalLM(config)
 

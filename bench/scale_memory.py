@@ -190,6 +190,18 @@ def known_grouping(groups: int, group: int) -> Iterator[None]:
         shared_prefix.distinct_prompts = found  # type: ignore[assignment]
 
 
+@contextlib.contextmanager
+def prompts_of_one_length() -> Iterator[None]:
+    """``prompts_differ`` answers False (every prompt here is ``prompt_len`` tokens) instead of
+    reading the mask, which fake tensors do not hold."""
+    found = shared_prefix.prompts_differ
+    shared_prefix.prompts_differ = lambda prompt_mask: False  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        shared_prefix.prompts_differ = found  # type: ignore[assignment]
+
+
 def sampling_chunk_rows(model: LlamaForCausalLM, rows: int, group: int, shape: Shape) -> int:
     """The rows of one sampling chunk at the default ``max_cache_tokens: auto`` on a device of
     ``shape.device_gib`` (``TorchEngine.chunk_rows``' arithmetic)."""
@@ -247,7 +259,7 @@ def _score(model: LlamaForCausalLM, shape: Shape, device: torch.device) -> None:
 def update_micro_batch(model: LlamaForCausalLM, shape: Shape) -> int:
     """The rows of one update micro-batch: ``--micro-batch``, else the default
     ``update_tokens: auto`` on a device of ``shape.device_gib``
-    (``rollout.scoring.update_part_rows``' arithmetic; GRPO: no critic)."""
+    (``rollout.scoring.update_token_budget``'s arithmetic; GRPO: no critic)."""
     if shape.micro_batch is not None:
         return shape.micro_batch
     per_token = update_bytes_per_token(model.config, torch.bfloat16, shape.checkpointing, False)
@@ -263,7 +275,7 @@ def _update(model: LlamaForCausalLM, shape: Shape, device: torch.device) -> None
     response_ids, response_mask = _ids(rows, shape.response_len, vocab, device)
     set_gradient_checkpointing(model, shape.checkpointing)
     try:
-        with autocast(device, PRECISION):
+        with autocast(device, PRECISION), prompts_of_one_length():
             logprobs, _ = response_logprobs(
                 model, prompt_ids, prompt_mask, response_ids, response_mask,
                 with_entropy=True, entropy_grad=False,

@@ -26,6 +26,15 @@ LAGGING_CHOICES = ("recompute", "token_truncate")  # (old_logprobs, correction) 
 IN_STEP_CHOICES = ("bypass", "none")  # at lag 0
 
 
+def updates_per_step(train_type: Mapping[str, object]) -> object:
+    """``ppo_epochs × minibatches`` of a ``train_type`` node: the policy updates a step makes;
+    1 where either is not an integer yet (validation refuses it by name)."""
+    epochs, minibatches = train_type.get("ppo_epochs", 1), train_type.get("minibatches", 1)
+    if isinstance(epochs, int) and isinstance(minibatches, int):
+        return epochs * minibatches
+    return 1
+
+
 def engine_choices(
     engine: Mapping[str, object] | None,
     max_policy_lag: object,

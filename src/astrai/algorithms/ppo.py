@@ -91,7 +91,7 @@ class PPOStrategy(Strategy):
         with torch.inference_mode():  # targets only; the clone below makes an ordinary tensor
             values = score_in_parts(
                 lambda *part: response_values(critic, *part),
-                self.scoring_parts(critic, rollout, by_length=False),
+                self.scoring_parts(critic, rollout, prompt_mask, by_length=False),
                 prompt_ids,
                 prompt_mask,
                 rollout.flat("response_ids"),

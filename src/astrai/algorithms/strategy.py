@@ -187,7 +187,7 @@ class Strategy(ABC):
         with no_grad():
             scored = score_in_parts(
                 score,
-                self.scoring_parts(model, rollout, by_length=not share_prompts),
+                self.scoring_parts(model, rollout, prompt_mask, by_length=not share_prompts),
                 prompt_ids,
                 prompt_mask,
                 rollout.flat("response_ids"),
@@ -206,17 +206,18 @@ class Strategy(ABC):
         row_tokens = rollout.prompt_ids.shape[1] + r
         return scoring_part_rows(model, self.score_tokens, b * g, row_tokens, g)
 
-    def scoring_parts(self, model: nn.Module, rollout: Rollout, by_length: bool) -> list[Tensor]:
-        """Row indices of the scoring passes of ``model`` over ``rollout``'s ``B * G`` rows:
-        consecutive ones of ``micro_batch_size`` where set; else under ``score_tokens``, rows
-        sorted by length (``by_length``: a whole-sequence pass, π_old's, split as the update
-        splits) or consecutive group-aligned parts (``scoring_rows``: a cached pass runs a
-        group's prompt once)."""
-        rows = rollout.response_ids.shape[0] * rollout.response_ids.shape[1]
-        device = rollout.response_ids.device
+    def scoring_parts(
+        self, model: nn.Module, rollout: Rollout, prompt_mask: Tensor, by_length: bool
+    ) -> list[Tensor]:
+        """Row indices of the scoring passes of ``model`` over ``rollout``'s ``B * G`` rows
+        (``prompt_mask [B * G, P]``: ``rollout.flat_prompts``'): consecutive ones of
+        ``micro_batch_size`` where set; else under ``score_tokens``, rows sorted by length
+        (``by_length``: a whole-sequence pass, π_old's, split as the update splits) or
+        consecutive group-aligned parts (``scoring_rows``: a cached pass runs a group's prompt
+        once)."""
+        rows = prompt_mask.shape[0]
         if self.micro_batch_size is not None or not by_length:
-            return consecutive_parts(rows, self.scoring_rows(model, rollout), device)
-        _, prompt_mask = rollout.flat_prompts()
+            return consecutive_parts(rows, self.scoring_rows(model, rollout), prompt_mask.device)
         budget = scoring_token_budget(model, self.score_tokens)
         return length_parts(prompt_mask, rollout.flat("response_mask"), budget)
 

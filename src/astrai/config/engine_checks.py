@@ -17,7 +17,7 @@ from astrai.config.errors import ConfigError, require
 from astrai.config.ranges import check_number
 from astrai.config.schema import EngineConfig, engine_schema
 from astrai.models.llama import LlamaConfig
-from astrai.policy_lag import AUTO, engine_choices
+from astrai.policy_lag import AUTO, engine_choices, updates_per_step
 from astrai.rollout.engine import Engine, EngineJob, engine_class
 from astrai.tasks.base import ProblemSource
 
@@ -37,9 +37,8 @@ def validate_engine(
     engine = cfg.engine
     cls = configured_engine(engine)
     tt = cfg.train_type
-    counts = (tt.ppo_epochs, tt.minibatches)  # checked by the train_type checks, maybe not yet
-    updates = counts[0] * counts[1] if all(isinstance(n, int) for n in counts) else 1
-    validate_correction(engine, tt.get("max_policy_lag", 0), cfg.infra.precision, updates)
+    lag = tt.get("max_policy_lag", 0)
+    validate_correction(engine, lag, cfg.infra.precision, updates_per_step(tt))
     check_knobs(cls, engine)
     world = (
         cfg.infra.nproc_per_node * cfg.infra.nnodes

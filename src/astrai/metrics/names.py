@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from astrai.policy_lag import engine_choices
+from astrai.policy_lag import engine_choices, updates_per_step
 
 METRICS: dict[str, str] = {
     # rollout (sampled with the live policy)
@@ -153,11 +153,7 @@ def emitted_metrics(
     engine = engine or {}
     if own_weights:
         extra |= ENGINE_METRICS
-    epochs, minibatches = options.get("ppo_epochs", 1), options.get("minibatches", 1)
-    per_step = 1
-    if isinstance(epochs, int) and isinstance(minibatches, int):
-        per_step = epochs * minibatches
     lag = options.get("max_policy_lag", 0)
-    if engine_choices(engine, lag, precision, per_step)[0] == "recompute":
+    if engine_choices(engine, lag, precision, updates_per_step(options))[0] == "recompute":
         extra |= MISMATCH_METRICS
     return base | extra

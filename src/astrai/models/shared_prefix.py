@@ -20,7 +20,6 @@ from typing import Protocol, cast
 
 import torch
 from torch import Tensor, nn
-from torch._subclasses.fake_tensor import FakeTensor
 
 from astrai.distributed import is_fsdp
 from astrai.models.kv_cache import KVCache
@@ -78,25 +77,32 @@ def supports_sharing(model: CachedModel | nn.Module) -> bool:
 
 
 def outputs(
-    model: CachedModel, ids: Tensor, mask: Tensor, cache: KVCache | None, start: int = 0
+    model: CachedModel,
+    ids: Tensor,
+    mask: Tensor,
+    cache: KVCache | None,
+    start: int = 0,
+    at: Tensor | None = None,
 ) -> Tensor:
-    """``model``'s output at positions ``start ..`` of ``ids [N, T]``, ``[N, T - start, ...]``:
-    logits of a causal LM (its LM head runs at those positions only), values of a value model
-    (a scalar head: it runs everywhere and is sliced)."""
+    """``model``'s output at positions ``start ..`` of ``ids [N, T]``, ``[N, T - start, ...]``,
+    or at each row's columns ``at [N, K]``, ``[N, K, ...]``: logits of a causal LM (its LM head
+    runs at those positions only), values of a value model (a scalar head: it runs everywhere
+    and is sliced or gathered)."""
     if isinstance(model, LlamaForCausalLM) or _wraps_causal_lm(model):
         lm = cast(LlamaForCausalLM, model)  # or its DDP/FSDP wrapper, which passes keywords on
-        return lm(ids, attention_mask=mask, cache=cache, logits_from=start or None).logits
+        logits_from = start or None
+        lm_out = lm(ids, attention_mask=mask, cache=cache, logits_from=logits_from, logits_at=at)
+        return lm_out.logits
     out = model(ids, attention_mask=mask, cache=cache)
     values = out.logits if isinstance(out, CausalLMOutput) else out
+    if at is not None:
+        return values.gather(1, at)
     return values[:, start:] if start else values
 
 
-def _prompts_differ(prompt_mask: Tensor) -> bool:
-    """Whether some prompt of ``prompt_mask [N, P]`` is left-padded. Under fake tensors
-    (``bench/scale_memory.py`` measures memory without values) a mask has no values to read:
-    False, the layout of prompts of one length, which is all that bench makes."""
-    if isinstance(prompt_mask, FakeTensor):
-        return False
+def prompts_differ(prompt_mask: Tensor) -> bool:
+    """Whether some prompt of ``prompt_mask [N, P]`` is left-padded (a bench without values to
+    read, ``bench/scale_memory.py``, answers it itself)."""
     return not bool(prompt_mask.bool().all())
 
 
@@ -129,17 +135,6 @@ def padding_free_rows(
     aligned = cols < length
     at = (prompt_len - 1 + torch.arange(r, device=prompt_ids.device)[None, :]).clamp(max=t - 1)
     return ids, aligned, at
-
-
-def outputs_at(model: CachedModel, ids: Tensor, mask: Tensor, at: Tensor) -> Tensor:
-    """``model``'s output at the columns ``at [N, K]`` of each row of ``ids [N, T]``,
-    ``[N, K, ...]``: a causal LM's LM head runs at those columns only."""
-    if isinstance(model, LlamaForCausalLM) or _wraps_causal_lm(model):
-        lm = cast(LlamaForCausalLM, model)
-        return lm(ids, attention_mask=mask, logits_at=at).logits
-    out = model(ids, attention_mask=mask)
-    values = out.logits if isinstance(out, CausalLMOutput) else out
-    return values.gather(1, at)
 
 
 def _wraps_causal_lm(model: object) -> bool:
@@ -224,11 +219,11 @@ def response_outputs(
     shared = None
     if r > 0 and share_prompts and supports_sharing(model):
         shared = distinct_prompts(prompt_ids, prompt_mask)
-    if shared is None and r > 0 and _prompts_differ(prompt_mask):
+    if shared is None and r > 0 and prompts_differ(prompt_mask):
         # prompts of several lengths: each row's sequence from column 0, no gap between its
         # prompt and its response, right-padded to the longest (padding_free_rows)
         ids, aligned_mask, at = padding_free_rows(prompt_ids, prompt_mask, response_ids, mask)
-        return outputs_at(model, ids, aligned_mask, at)
+        return outputs(model, ids, aligned_mask, None, at=at)
     if shared is None:
         # the last response token predicts nothing that is scored: it is not run
         ids = torch.cat([prompt_ids, response_ids], dim=1)

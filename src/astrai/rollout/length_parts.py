@@ -29,10 +29,10 @@ def trim_columns(prompt_mask: Tensor, response_mask: Tensor) -> tuple[int, int]:
         prompt_mask: ``[N, P]`` bool, True = a prompt token.
         response_mask: ``[N, R]`` bool, True = a response token.
     """
-    used = prompt_mask.bool().any(dim=0)
-    first = int(used.nonzero()[0]) if bool(used.any()) else prompt_mask.shape[1]
-    used = response_mask.bool().any(dim=0)
-    end = int(used.nonzero()[-1]) + 1 if bool(used.any()) else 1
+    prompt_cols = prompt_mask.bool().any(dim=0).nonzero()
+    response_cols = response_mask.bool().any(dim=0).nonzero()
+    first = int(prompt_cols[0]) if len(prompt_cols) else prompt_mask.shape[1]
+    end = int(response_cols[-1]) + 1 if len(response_cols) else 1
     return first, end
 
 

@@ -221,16 +221,14 @@ def scoring_token_budget(model: nn.Module, setting: Any) -> int | None:
 
 def scoring_part_rows(
     model: nn.Module, setting: Any, rows: int, row_tokens: int, group: int
-) -> int | None:
+) -> int:
     """Rows per scoring pass of ``model`` (the policy, the reference or the critic) within the
     token budget ``setting`` (``train_type.score_tokens``: ``models.pass_memory.token_budget``,
     ``auto`` from the device's memory and the bytes a token costs: KV cache, logits in the
     autocast's dtype, activations), for ``rows`` sequences of ``row_tokens`` tokens in groups of
-    ``group``. None (one pass) for a sharded (FSDP) model: every rank must run as many
+    ``group``. Every row (one pass) for a sharded (FSDP) model: every rank must run as many
     forwards, and a rank's padded length is its own (``train_type.micro_batch_size`` bounds it
     there)."""
-    if _model_shape(model) is None:
-        return None
     return rows_per_pass(scoring_token_budget(model, setting), row_tokens, rows, group)
 
 
