@@ -3,8 +3,9 @@
 astrai's own code of each phase runs under PyTorch's ``FakeTensorMode`` (shapes and dtypes, no
 storage) at the published ``config.json`` shapes of Qwen3-0.6B, Llama-3.2-1B and Qwen2.5-1.5B
 (written here; nothing is downloaded), and every tensor storage made and still alive is
-counted at the phase's peak (``LiveMemory``). Phases (GRPO, full fine-tuning,
-``infra.precision=bf16``: float32 weights under bfloat16 autocast):
+counted at the phase's peak (``LiveMemory``). Jobs (``Job``): GRPO or PPO, full fine-tuning or
+LoRA, ``infra.precision=bf16`` (float32 weights under bfloat16 autocast), the models built by
+the trainer's own ``build_reference_and_critic``. Phases:
 
 - ``sample``: the rollout's prompt pass into the KV cache (``shared_prefix._prefill``, each
   distinct prompt once: the group's grouping is given, as ``distinct_prompts`` would find it)
@@ -13,15 +14,18 @@ counted at the phase's peak (``LiveMemory``). Phases (GRPO, full fine-tuning,
 - ``evaluate``: the same for ``trainer.eval_prompts`` held-out prompts, one response each.
 - ``score``: one scoring pass (reference, π_old) over ``--score-rows`` sequences
   (``train_type.micro_batch_size: null`` scores all of them at once): ``response_logprobs``.
-- ``update``: one micro-batch of ``--micro-batch`` sequences, forward (the logprobs and the
-  entropy metric, as the loss computes them) and backward, gradient checkpointing on.
+- ``critic`` (PPO): one scoring pass of the critic's values.
+- ``update``: one micro-batch, forward (the logprobs and the entropy metric, as the loss
+  computes them; PPO: the critic's values too) and backward.
 
-Each phase's peak is printed as what it adds (activations, caches, logits) and as the device's
-peak with the run's persistent state counted: the policy's float32 weights, their gradients
-(the update) and AdamW's two moments, and the frozen reference (a float32 copy).
+Each phase's peak is printed as what it adds (activations, caches, logits, the update's
+gradients) and as the device's peak with the run's persistent state counted
+(``persistent_bytes``: weights, AdamW's moments, the reference). The default run prints each
+model as GRPO full fine-tuning and as PPO under LoRA rank 16, and exits 1 if a job of
+``TARGET_GIB`` (issue 48's acceptance) misses its target.
 
     .venv/bin/python bench/scale_memory.py                  # the three models, default shape
-    .venv/bin/python bench/scale_memory.py --model qwen3-0.6b --score-rows 64
+    .venv/bin/python bench/scale_memory.py --model qwen3-0.6b --algo ppo --lora 0
     .venv/bin/python bench/scale_memory.py --quick          # seconds: checks the script (CI)
     python bench/scale_memory.py --device cuda --quick      # fake vs measured, on a GPU
 
@@ -39,15 +43,17 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 from memory import status_kb  # bench/memory.py's reading of /proc/self/status
-from torch import Tensor
+from torch import Tensor, nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
@@ -57,6 +63,7 @@ import astrai.models.shared_prefix as shared_prefix
 from astrai.models.decode import Decoder
 from astrai.models.hf_config import llama_config_from_hf
 from astrai.models.llama import LlamaForCausalLM, set_gradient_checkpointing
+from astrai.models.lora import LoraSettings
 from astrai.models.pass_memory import (
     AUTO,
     kv_bytes_per_token,
@@ -66,10 +73,12 @@ from astrai.models.pass_memory import (
     update_bytes_per_token,
 )
 from astrai.models.precision import autocast, compute_dtype
-from astrai.rollout.scoring import response_logprobs
+from astrai.models.value_model import ValueModel
+from astrai.rollout.scoring import response_logprobs, response_values
+from astrai.training.adapters import build_reference_and_critic
 
 GIB = 1024**3
-PHASES = ("sample", "evaluate", "score", "update")
+PHASES = ("sample", "evaluate", "score", "critic", "update")  # critic: PPO's alone
 PRECISION = "bf16"
 _COMMON = {"attention_dropout": 0.0, "hidden_act": "silu", "tie_word_embeddings": True}
 MODELS: dict[str, dict[str, Any]] = {  # the published config.json values astrai reads
@@ -150,12 +159,36 @@ class Shape:
 
 
 @dataclass(frozen=True)
+class Job:
+    """What is trained: ``algo`` ``grpo`` (no critic) or ``ppo`` (``critic=value_model``: its
+    scoring pass, its trunk beside the policy's in the update); ``lora``: the adapters' rank on
+    every linear layer (``model.lora.rank``; the reference is the base, the critic's trunk the
+    policy's), None for full fine-tuning."""
+
+    algo: str = "grpo"
+    lora: int | None = None
+
+    @property
+    def label(self) -> str:
+        tuning = "full fine-tuning" if self.lora is None else f"LoRA rank {self.lora}"
+        return f"{self.algo.upper()} {tuning}"
+
+
+@dataclass
+class Models:
+    """A job's trained models as ``training.adapters.build_reference_and_critic`` builds them:
+    the policy (with adapters under LoRA) and the PPO critic (None for GRPO)."""
+
+    policy: LlamaForCausalLM
+    critic: ValueModel | None
+
+
+@dataclass(frozen=True)
 class Phase:
     name: str
     rows: int
     tokens: int
-    run: Callable[[LlamaForCausalLM], None]
-    grads: bool = False  # the phase holds the weights' gradients
+    run: Callable[[Models], None]
 
 
 def build_model(name: str, layers: int | None) -> LlamaForCausalLM:
@@ -164,6 +197,38 @@ def build_model(name: str, layers: int | None) -> LlamaForCausalLM:
     if layers is not None:
         hf["num_hidden_layers"] = layers
     return LlamaForCausalLM(llama_config_from_hf(hf))
+
+
+@contextlib.contextmanager
+def modules_stay_put() -> Iterator[None]:
+    """``nn.Module.to`` returns the module as it is while the adapters and the critic are built:
+    under ``FakeTensorMode`` torch cannot swap a fake parameter for its moved copy (a weakref is
+    held), and PEFT moves every new adapter to its base layer's device and dtype, which every
+    module here already has (the CPU, float32)."""
+    moved = nn.Module.to
+    nn.Module.to = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.to = moved  # type: ignore[method-assign]
+
+
+def build_models(name: str, job: Job, layers: int | None) -> Models:
+    """The job's policy and critic at ``name``'s published shape (random init), through the
+    trainer's own ``build_reference_and_critic`` (the reference is not kept: its scoring pass
+    has the policy's shapes, and its bytes are counted in ``persistent_bytes``)."""
+    policy = build_model(name, layers)
+    if job.algo == "grpo" and job.lora is None:
+        return Models(policy, None)
+    critic_node = SimpleNamespace(name="value_model" if job.algo == "ppo" else "none",
+                                  warm_start=True)  # fmt: skip
+    lora = None if job.lora is None else LoraSettings(rank=job.lora)
+    fake = isinstance(policy.lm_head.weight, torch._subclasses.fake_tensor.FakeTensor)
+    with modules_stay_put() if fake else contextlib.nullcontext(), warnings.catch_warnings():
+        # deepcopy (a full run's reference) asks a fake tensor for its data pointer: a warning
+        warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor")
+        _, critic = build_reference_and_critic(policy, lora, critic_node, False, False)
+    return Models(policy, critic)
 
 
 def _ids(rows: int, length: int, vocab: int, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -211,12 +276,13 @@ def sampling_chunk_rows(model: LlamaForCausalLM, rows: int, group: int, shape: S
     return rows_per_pass(budget, shape.prompt_len + shape.response_len, rows, group)
 
 
-def scoring_part(model: LlamaForCausalLM, shape: Shape) -> int:
-    """The rows of one scoring pass: ``--score-rows``, else the default ``score_tokens: auto``
-    on a device of ``shape.device_gib`` (``rollout.scoring.scoring_part_rows``' arithmetic)."""
+def scoring_part(model: LlamaForCausalLM, shape: Shape, logits: bool = True) -> int:
+    """The rows of one scoring pass (``logits``: a causal LM's; False: the critic's values):
+    ``--score-rows``, else the default ``score_tokens: auto`` on a device of
+    ``shape.device_gib`` (``rollout.scoring.scoring_part_rows``' arithmetic)."""
     if shape.score_rows is not None:
         return shape.score_rows
-    per_token = scoring_bytes_per_token(model.config, torch.bfloat16, with_logits=True)
+    per_token = scoring_bytes_per_token(model.config, torch.bfloat16, with_logits=logits)
     budget = token_budget(AUTO, per_token, torch.device("cpu"), int(shape.device_gib * GIB))
     return rows_per_pass(budget, shape.prompt_len + shape.response_len, shape.rows, shape.group)
 
@@ -246,63 +312,86 @@ def _decode_first_step(
             model(token, attention_mask=attention[:, : shape.prompt_len + 1], cache=cache)
 
 
-def _score(model: LlamaForCausalLM, shape: Shape, device: torch.device) -> None:
+def _rows(rows: int, shape: Shape, vocab: int, device: torch.device) -> tuple[Tensor, ...]:
+    """``rows`` sequences: prompt ids and mask, response ids and mask."""
+    return (*_ids(rows, shape.prompt_len, vocab, device),
+            *_ids(rows, shape.response_len, vocab, device))  # fmt: skip
+
+
+def _score(models: Models, shape: Shape, device: torch.device) -> None:
+    """One scoring pass of the policy (π_old; the reference's has its shapes)."""
+    model = models.policy
     rows = scoring_part(model, shape)
     groups = max(rows // shape.group, 1)
-    vocab = model.config.vocab_size
-    prompt_ids, prompt_mask = _ids(rows, shape.prompt_len, vocab, device)
-    response_ids, response_mask = _ids(rows, shape.response_len, vocab, device)
     with torch.no_grad(), autocast(device, PRECISION), known_grouping(groups, shape.group):
-        response_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask)
+        response_logprobs(model, *_rows(rows, shape, model.config.vocab_size, device))
 
 
-def update_micro_batch(model: LlamaForCausalLM, shape: Shape) -> int:
+def _critic_score(models: Models, shape: Shape, device: torch.device) -> None:
+    """One scoring pass of the PPO critic (the values GAE reads)."""
+    assert models.critic is not None
+    rows = scoring_part(models.policy, shape, logits=False)
+    groups = max(rows // shape.group, 1)
+    vocab = models.policy.config.vocab_size
+    with torch.no_grad(), autocast(device, PRECISION), known_grouping(groups, shape.group):
+        response_values(models.critic, *_rows(rows, shape, vocab, device))
+
+
+def update_micro_batch(model: LlamaForCausalLM, shape: Shape, critic: bool = False) -> int:
     """The rows of one update micro-batch: ``--micro-batch``, else the default
     ``update_tokens: auto`` on a device of ``shape.device_gib``
-    (``rollout.scoring.update_token_budget``'s arithmetic; GRPO: no critic)."""
+    (``rollout.scoring.update_token_budget``'s arithmetic; ``critic``: PPO's trunk too)."""
     if shape.micro_batch is not None:
         return shape.micro_batch
-    per_token = update_bytes_per_token(model.config, torch.bfloat16, shape.checkpointing, False)
+    per_token = update_bytes_per_token(model.config, torch.bfloat16, shape.checkpointing, critic)
     budget = token_budget(AUTO, per_token, torch.device("cpu"), int(shape.device_gib * GIB))
     minibatch = shape.rows // 4  # train_type.minibatches: 4
     return rows_per_pass(budget, shape.prompt_len + shape.response_len, minibatch)
 
 
-def _update(model: LlamaForCausalLM, shape: Shape, device: torch.device) -> None:
-    vocab = model.config.vocab_size
-    rows = update_micro_batch(model, shape)
-    prompt_ids, prompt_mask = _ids(rows, shape.prompt_len, vocab, device)
-    response_ids, response_mask = _ids(rows, shape.response_len, vocab, device)
-    set_gradient_checkpointing(model, shape.checkpointing)
+def _update(models: Models, shape: Shape, device: torch.device) -> None:
+    """One update micro-batch: the policy's logprobs and entropy metric (as the loss computes
+    them), PPO's critic values, and the backward of both."""
+    policy, critic = models.policy, models.critic
+    rows = update_micro_batch(policy, shape, critic is not None)
+    batch = _rows(rows, shape, policy.config.vocab_size, device)
+    trained = [m for m in (policy, critic) if m is not None]
+    for model in trained:
+        set_gradient_checkpointing(model, shape.checkpointing)
     try:
         with autocast(device, PRECISION), prompts_of_one_length():
-            logprobs, _ = response_logprobs(
-                model, prompt_ids, prompt_mask, response_ids, response_mask,
-                with_entropy=True, entropy_grad=False,
-            )  # fmt: skip
-        logprobs.mean().backward()
+            logprobs, _ = response_logprobs(policy, *batch, with_entropy=True, entropy_grad=False)
+            loss = logprobs.mean()
+            if critic is not None:
+                loss = loss + response_values(critic, *batch).mean()
+        loss.backward()
     finally:
-        set_gradient_checkpointing(model, False)
+        for model in trained:
+            set_gradient_checkpointing(model, False)
 
 
-def phases(shape: Shape, device: torch.device) -> list[Phase]:
+def phases(shape: Shape, device: torch.device, job: Job = Job()) -> list[Phase]:
+    """The job's phases in ``PHASES``' order (``critic`` for PPO only)."""
     tokens = shape.prompt_len + shape.response_len
-    return [
+    score_rows = shape.score_rows or shape.rows
+    found = [
         Phase(
             "sample",
             shape.rows,
             tokens,
-            lambda m: _decode_first_step(m, shape.prompts, shape.group, shape, device),
+            lambda m: _decode_first_step(m.policy, shape.prompts, shape.group, shape, device),
         ),
         Phase(
             "evaluate",
             shape.eval_prompts,
             tokens,
-            lambda m: _decode_first_step(m, shape.eval_prompts, 1, shape, device),
+            lambda m: _decode_first_step(m.policy, shape.eval_prompts, 1, shape, device),
         ),
-        Phase("score", shape.score_rows or shape.rows, tokens, lambda m: _score(m, shape, device)),
-        Phase("update", shape.rows // 4, tokens, lambda m: _update(m, shape, device), True),
+        Phase("score", score_rows, tokens, lambda m: _score(m, shape, device)),
+        Phase("critic", score_rows, tokens, lambda m: _critic_score(m, shape, device)),
+        Phase("update", shape.rows // 4, tokens, lambda m: _update(m, shape, device)),
     ]
+    return [phase for phase in found if phase.name != "critic" or job.algo == "ppo"]
 
 
 class LiveMemory(TorchDispatchMode):
@@ -336,63 +425,72 @@ class LiveMemory(TorchDispatchMode):
         return out
 
 
-def fake_peak(model_name: str, shape: Shape, phase_index: int) -> int:
-    """Bytes the phase adds at its peak (everything but the weights), under fake tensors."""
+def _phase(shape: Shape, device: torch.device, job: Job, name: str) -> Phase:
+    (phase,) = [p for p in phases(shape, device, job) if p.name == name]
+    return phase
+
+
+def fake_peak(model_name: str, shape: Shape, phase: str, job: Job = Job()) -> int:
+    """Bytes ``phase`` adds at its peak (everything but the models), under fake tensors."""
     with FakeTensorMode():
-        model = build_model(model_name, shape.layers)
-        phase = phases(shape, torch.device("cpu"))[phase_index]
+        models = build_models(model_name, job, shape.layers)
+        run = _phase(shape, torch.device("cpu"), job, phase).run
         with LiveMemory() as memory:
-            phase.run(model)
+            run(models)
     return memory.peak
 
 
-def cuda_peak(model_name: str, shape: Shape, phase_index: int) -> int:
-    """Bytes the phase adds at its peak on the GPU: ``max_memory_allocated`` above the memory
-    held before it (the weights)."""
+def cuda_peak(model_name: str, shape: Shape, phase: str, job: Job = Job()) -> int:
+    """Bytes ``phase`` adds at its peak on the GPU: ``max_memory_allocated`` above the memory
+    held before it (the models)."""
     device = torch.device("cuda")
-    model = build_model(model_name, shape.layers).to(device)
-    phase = phases(shape, device)[phase_index]
+    with device:
+        models = build_models(model_name, job, shape.layers)
+    run = _phase(shape, device, job, phase).run
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    phase.run(model)
+    run(models)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - before
-    del model
+    del models, run
     gc.collect()
     torch.cuda.empty_cache()
     return peak
 
 
-def cpu_peak(model_name: str, shape: Shape, phase_index: int) -> int:
-    """Bytes the phase adds at its peak for real on this CPU, in this process (``--measure``:
+def cpu_peak(model_name: str, shape: Shape, phase: str, job: Job = Job()) -> int:
+    """Bytes ``phase`` adds at its peak for real on this CPU, in this process (``--measure``:
     a fresh one): the peak RSS above the RSS before it. Writing 5 to ``/proc/self/clear_refs``
     resets the high-water mark; the phase runs once first at one row (kernels and libraries
     loaded, not counted); ``MALLOC_MMAP_THRESHOLD_`` (set by the parent) makes RSS follow what
     is alive."""
     torch.manual_seed(0)
-    model = build_model(model_name, shape.layers)
+    models = build_models(model_name, job, shape.layers)
     small = replace(shape, prompts=1, group=min(shape.group, 2), eval_prompts=1, score_rows=None,
                     micro_batch=1)  # fmt: skip
-    phases(small, torch.device("cpu"))[phase_index].run(model)
-    model.zero_grad(set_to_none=True)
+    cpu = torch.device("cpu")
+    _phase(small, cpu, job, phase).run(models)
+    for model in (models.policy, models.critic):
+        if model is not None:
+            model.zero_grad(set_to_none=True)
     gc.collect()
     before = status_kb("VmRSS") * 1024
     Path("/proc/self/clear_refs").write_text("5")
-    phases(shape, torch.device("cpu"))[phase_index].run(model)
+    _phase(shape, cpu, job, phase).run(models)
     return status_kb("VmHWM") * 1024 - before
 
 
-def measured_on_cpu(model_name: str, shape: Shape, phase_index: int) -> int:
+def measured_on_cpu(model_name: str, shape: Shape, phase: str, job: Job = Job()) -> int:
     """``cpu_peak`` in a fresh process (nothing freed before it is reused inside the phase)."""
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     arguments = [
-        "--measure", str(phase_index), "--model", model_name, "--prompts", str(shape.prompts),
+        "--measure", phase, "--model", model_name, "--prompts", str(shape.prompts),
         "--group", str(shape.group), "--prompt-len", str(shape.prompt_len),
         "--response-len", str(shape.response_len), "--eval-prompts", str(shape.eval_prompts),
         "--micro-batch", str(shape.micro_batch or 0), "--layers", str(shape.layers or 0),
         *(["--checkpointing"] if shape.checkpointing else []),
-        "--device-gib", str(shape.device_gib),
+        "--device-gib", str(shape.device_gib), "--algo", job.algo, "--lora", str(job.lora or 0),
         *(["--score-rows", str(shape.score_rows)] if shape.score_rows else []),
     ]  # fmt: skip
     done = subprocess.run(
@@ -402,19 +500,26 @@ def measured_on_cpu(model_name: str, shape: Shape, phase_index: int) -> int:
     return int(done.stdout.split()[-1])
 
 
-def parameter_count(model_name: str, layers: int | None) -> int:
+def persistent_bytes(model_name: str, job: Job, layers: int | None) -> int:
+    """The run's state at every phase: the policy's and the critic's weights (a LoRA critic's
+    trunk is the policy's: counted once), AdamW's two moments of what is trained, and the
+    reference, a float32 copy of the policy under full fine-tuning (under LoRA the base with the
+    adapters off: nothing more). The gradients are made by the update's backward, so its
+    ``fake_peak`` counts them (float32, as ``.grad`` holds them)."""
     with FakeTensorMode():
-        return sum(p.numel() for p in build_model(model_name, layers).parameters())
+        models = build_models(model_name, job, layers)
+        trained = [m for m in (models.policy, models.critic) if m is not None]
+        unique = {id(p): p for model in trained for p in model.parameters()}
+        weights = sum(p.numel() * p.element_size() for p in unique.values())
+        trained_bytes = sum(
+            p.numel() * p.element_size() for p in unique.values() if p.requires_grad
+        )
+        policy = sum(p.numel() * p.element_size() for p in models.policy.parameters())
+    reference = policy if job.lora is None else 0
+    return weights + 2 * trained_bytes + reference
 
 
-def persistent_bytes(parameters: int, grads: bool) -> int:
-    """The run's state at every phase: float32 weights, AdamW's two moments and the float32
-    reference; the gradients too in the update."""
-    copies = 4 + (1 if grads else 0)  # weights, 2 moments, reference (+ gradients)
-    return parameters * 4 * copies
-
-
-def pass_rows(model_name: str, shape: Shape) -> dict[str, int]:
+def pass_rows(model_name: str, shape: Shape, job: Job) -> dict[str, int]:
     """The rows one pass of each phase holds at the default budgets."""
     with FakeTensorMode():
         model = build_model(model_name, shape.layers)
@@ -422,31 +527,49 @@ def pass_rows(model_name: str, shape: Shape) -> dict[str, int]:
             "sample": sampling_chunk_rows(model, shape.rows, shape.group, shape),
             "evaluate": sampling_chunk_rows(model, shape.eval_prompts, 1, shape),
             "score": scoring_part(model, shape),
-            "update": update_micro_batch(model, shape),
+            "critic": scoring_part(model, shape, logits=False),
+            "update": update_micro_batch(model, shape, job.algo == "ppo"),
         }
 
 
-def report(model_name: str, shape: Shape, device: str, only: list[str] | None = None) -> list[str]:
-    lines = [f"{model_name} ({PRECISION}, GRPO full fine-tuning)"]
+# the acceptance of issue 48: each job's peak with its state, on an 80 GB GPU
+TARGET_GIB = {
+    ("qwen3-0.6b", Job()): 40,
+    ("llama-3.2-1b", Job()): 60,
+    ("qwen2.5-1.5b", Job("ppo", 16)): 40,
+}
+
+
+def report(
+    model_name: str, shape: Shape, device: str, job: Job, only: list[str] | None = None
+) -> tuple[list[str], float]:
+    """The job's table, and its highest peak in GiB (the state counted)."""
+    lines = [f"{model_name} ({PRECISION}, {job.label})"]
     header = f"  {'phase':<9}{'pass rows of all':>18} x tokens{'adds GiB':>11}{'peak GiB':>11}"
     measuring = device in ("cuda", "cpu-real")
-    parameters = parameter_count(model_name, shape.layers)
-    rows = pass_rows(model_name, shape)
+    state = persistent_bytes(model_name, job, shape.layers)
+    rows = pass_rows(model_name, shape, job)
     lines.append(header + ("   measured adds GiB (fake/measured)" if measuring else ""))
-    for index, phase in enumerate(phases(shape, torch.device("cpu"))):
+    highest = 0.0
+    for phase in phases(shape, torch.device("cpu"), job):
         if only and phase.name not in only:
             continue
         start = time.perf_counter()
-        adds = fake_peak(model_name, shape, index)
-        peak = adds + persistent_bytes(parameters, phase.grads)
+        adds = fake_peak(model_name, shape, phase.name, job)
+        peak = adds + state
+        highest = max(highest, peak / GIB)
         row = f"  {phase.name:<9}{f'{rows[phase.name]} of {phase.rows}':>18} x {phase.tokens:<6}"
         row += f"{adds / GIB:>11.2f}{peak / GIB:>11.2f}"
         if measuring:
             measure = cuda_peak if device == "cuda" else measured_on_cpu
-            measured = measure(model_name, shape, index)
+            measured = measure(model_name, shape, phase.name, job)
             row += f"   {measured / GIB:.3f} ({adds / max(measured, 1):.3f})"
         lines.append(row + f"   [{time.perf_counter() - start:.1f} s]")
-    return lines
+    target = TARGET_GIB.get((model_name, job))
+    if target is not None and shape == Shape():
+        verdict = "within" if highest <= target else "OVER"
+        lines.append(f"  highest peak {highest:.2f} GiB: {verdict} the {target} GiB target")
+    return lines, highest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -471,8 +594,10 @@ def main(argv: list[str] | None = None) -> int:
         "--device", choices=("cpu", "cuda", "cpu-real"), default="cpu",
         help="cuda / cpu-real: each phase also for real, its measured peak beside the estimate",
     )  # fmt: skip
+    parser.add_argument("--algo", choices=("grpo", "ppo"), help="only this algorithm")
+    parser.add_argument("--lora", type=int, help="only this LoRA rank (0: full fine-tuning)")
     parser.add_argument("--quick", action="store_true", help="a small shape, one model (CI)")
-    parser.add_argument("--measure", type=int, help=argparse.SUPPRESS)  # cpu_peak's child
+    parser.add_argument("--measure", choices=PHASES, help=argparse.SUPPRESS)  # cpu_peak's child
     args = parser.parse_args(argv)
     shape = Shape(
         args.prompts, args.group, args.prompt_len, args.response_len, args.eval_prompts,
@@ -480,9 +605,13 @@ def main(argv: list[str] | None = None) -> int:
         checkpointing=args.checkpointing, device_gib=args.device_gib,
     )  # fmt: skip
     if args.measure is not None:
-        print(cpu_peak(args.model, shape, args.measure))
+        print(cpu_peak(args.model, shape, args.measure, Job(args.algo, args.lora or None)))
         return 0
     names = list(MODELS) if args.model == "all" else [args.model]
+    # default: each model as GRPO full fine-tuning and as PPO with its critic under LoRA rank 16
+    jobs = [Job(), Job("ppo", 16)]
+    if args.algo is not None or args.lora is not None:
+        jobs = [Job(args.algo or "grpo", args.lora or None)]
     if args.quick:  # published widths and vocabulary, 2 layers, a small job
         shape = Shape(
             8, 4, 64, 64, 8, None, 4, layers=None if args.device == "cuda" else 2,
@@ -500,9 +629,17 @@ def main(argv: list[str] | None = None) -> int:
         f"{', gradient checkpointing' if shape.checkpointing else ''}; auto budgets for a "
         f"{shape.device_gib:g} GiB device"
     )
+    over = []
     for name in names:
-        print("\n".join(report(name, shape, args.device, args.phases)))
-    return 0
+        for job in jobs:
+            lines, highest = report(name, shape, args.device, job, args.phases)
+            print("\n".join(lines), flush=True)
+            target = TARGET_GIB.get((name, job))
+            if target is not None and shape == Shape() and highest > target:
+                over.append(f"{name} {job.label}")
+    if over:
+        print(f"scale_memory: over the target: {', '.join(over)}", file=sys.stderr)
+    return 1 if over else 0
 
 
 if __name__ == "__main__":
