@@ -89,6 +89,11 @@ def test_select_rows_copies_rows_and_length() -> None:
     assert rows.values[1][:, 0, 0, 0].tolist() == [10.0] * 4
     rows.keys[0].zero_()  # a copy: the original is untouched
     assert cache.keys[0][2, 0, 0, 0].item() == 2.0
+    shorter = cache.select_rows(torch.tensor([1]), max_length=3)  # the filled 2 and 1 free
+    assert shorter.length == 2 and shorter.max_length == 3
+    assert shorter.keys[0].shape == (1, 1, 3, 2) and shorter.keys[0][0, 0, 1, 0].item() == 1.0
+    with pytest.raises(ValueError, match="max_length 1 outside"):
+        cache.select_rows(torch.tensor([1]), max_length=1)  # would drop a filled slot
 
 
 @pytest.mark.parametrize("response_length", [1, 2, 5])
@@ -118,6 +123,33 @@ def test_values_equal_the_whole_sequence_forward(tokenizer: CharTokenizer) -> No
     assert got.shape == (9, 4)
     torch.testing.assert_close(got, expected, **VALUES)
     assert rows == [3, 9]
+
+
+@pytest.mark.parametrize("kind", ["logits", "values"])
+def test_responses_by_length_equal_the_whole_sequence_forward(
+    tiny_model: LlamaForCausalLM, tokenizer: CharTokenizer, kind: str
+) -> None:
+    """``by_length``: after the prompt pass, the responses in passes of like length, each only
+    as wide as its longest response; zeros after a pass's columns."""
+    model: torch.nn.Module = tiny_model
+    if kind == "values":
+        torch.manual_seed(0)
+        model = ValueModel(LlamaConfig(num_hidden_layers=2, initializer_range=0.2)).eval()
+        torch.nn.init.normal_(model.value_head.weight)
+    batch = _batch(tokenizer, group=4, response_length=5)  # rows keep 1, 2, 3, 4, 5, 1, 2, ...
+    mask = batch[3]
+    with torch.inference_mode():
+        expected = _whole_sequence(model, *batch)
+        rows = _rows_through_first_layer(model)
+        got = response_outputs(model, *batch, by_length=True)
+    assert got.shape == expected.shape
+    kept = mask if kind == "values" else mask[..., None].expand_as(got)
+    torch.testing.assert_close(got[kept], expected[kept], **(VALUES if kind == "values" else EXACT))
+    # passes by length (5% padding at most): rows 4, 9 (5 tokens), 3, 8 (4), 2, 7 (3), 1, 6, 11
+    # (2), then 0, 5, 10 (1 token: the prompt pass's last position alone, no forward)
+    assert rows == [3, 2, 2, 2, 3]
+    widths = mask.sum(dim=1)
+    assert torch.all(got[torch.arange(5)[None, :].expand(12, 5) >= widths[:, None]] == 0)
 
 
 def test_with_autograd_every_row_runs_whole(

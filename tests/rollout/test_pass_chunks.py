@@ -127,7 +127,7 @@ def test_scoring_in_parts_under_the_token_budget(tiny_model: LlamaForCausalLM) -
     with torch.no_grad():
         whole = response_logprobs(tiny_model, prompt, masks[0], response, masks[1])[0]
         parts = scoring.score_in_parts(
-            lambda *rows: response_logprobs(tiny_model, *rows)[0],
+            lambda *rows: response_logprobs(tiny_model, *rows[:4], by_length=rows[4])[0],
             consecutive_parts(12, rows, prompt.device),
             prompt,
             masks[0],

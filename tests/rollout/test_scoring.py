@@ -34,15 +34,20 @@ def test_score_in_parts_puts_each_part_back_in_its_rows_places():
     response_ids = torch.arange(1, 17).view(4, 4)
     prompt_ids = torch.zeros(4, 3, dtype=torch.long)
 
-    def score(p_ids, p_mask, r_ids, r_mask):
+    splits = []  # each call's ``split``: a cached pass runs its responses by length when True
+
+    def score(p_ids, p_mask, r_ids, r_mask, split):
+        splits.append(split)
         return (r_ids + 100 * r_ids.shape[1]).float()
 
     whole = score_in_parts(
         score, [torch.arange(4)], prompt_ids, prompt_mask, response_ids, response_mask
     )
     assert torch.equal(whole, (response_ids + 400).float())  # one part: the rows as they are
+    assert splits == [False]
     parts = [torch.tensor([1, 2]), torch.tensor([3, 0])]
     scored = score_in_parts(score, parts, prompt_ids, prompt_mask, response_ids, response_mask)
+    assert splits == [False, True, True]
     # rows 1, 2 trimmed to 3 response columns, rows 3, 0 to 1; zeros after each part's columns
     assert scored.tolist() == [
         [101.0, 0.0, 0.0, 0.0],

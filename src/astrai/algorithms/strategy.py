@@ -16,14 +16,13 @@ from astrai.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from astrai.algorithms.losses import RATIO_LEVELS, clipped_policy_loss
 from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean
 from astrai.algorithms.rewards import KL_REWARD_CLAMP
-from astrai.rollout.length_parts import consecutive_parts, length_parts
+from astrai.rollout.length_parts import consecutive_parts, group_parts, length_parts
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig
 from astrai.rollout.scoring import (
     response_logprobs,
     score_in_parts,
-    scoring_part_rows,
     scoring_token_budget,
     update_token_budget,
 )
@@ -173,7 +172,9 @@ class Strategy(ABC):
         prompt_ids, prompt_mask = rollout.flat_prompts()
         temperature = self.sampling.temperature
 
-        def score(ids: Tensor, mask: Tensor, response_ids: Tensor, response_mask: Tensor) -> Tensor:
+        def score(
+            ids: Tensor, mask: Tensor, response_ids: Tensor, response_mask: Tensor, split: bool
+        ) -> Tensor:
             return response_logprobs(
                 model,
                 ids,
@@ -182,6 +183,7 @@ class Strategy(ABC):
                 response_mask,
                 temperature,
                 share_prompts=share_prompts,
+                by_length=split,
             )[0]
 
         with no_grad():
@@ -196,30 +198,23 @@ class Strategy(ABC):
         # cloned outside inference mode: an ordinary tensor, which the losses may save
         return scored.clone().view_as(rollout.logprobs)
 
-    def scoring_rows(self, model: nn.Module, rollout: Rollout) -> int | None:
-        """Sequences per scoring pass of ``model`` over ``rollout``: ``micro_batch_size`` where
-        set, else as many as ``score_tokens`` allows (``rollout.scoring.scoring_part_rows``),
-        a group's rows together where they fit (their prompt then runs once)."""
-        if self.micro_batch_size is not None:
-            return self.micro_batch_size
-        b, g, r = rollout.response_ids.shape
-        row_tokens = rollout.prompt_ids.shape[1] + r
-        return scoring_part_rows(model, self.score_tokens, b * g, row_tokens, g)
-
     def scoring_parts(
         self, model: nn.Module, rollout: Rollout, prompt_mask: Tensor, by_length: bool
     ) -> list[Tensor]:
         """Row indices of the scoring passes of ``model`` over ``rollout``'s ``B * G`` rows
         (``prompt_mask [B * G, P]``: ``rollout.flat_prompts``'): consecutive ones of
         ``micro_batch_size`` where set; else under ``score_tokens``, rows sorted by length
-        (``by_length``: a whole-sequence pass, π_old's, split as the update splits) or
-        consecutive group-aligned parts (``scoring_rows``: a cached pass runs a group's prompt
-        once)."""
+        (``by_length``: a whole-sequence pass, π_old's, split as the update splits) or groups
+        sorted by prompt length (``rollout.length_parts.group_parts``: a cached pass runs a
+        group's prompt once)."""
         rows = prompt_mask.shape[0]
-        if self.micro_batch_size is not None or not by_length:
-            return consecutive_parts(rows, self.scoring_rows(model, rollout), prompt_mask.device)
+        if self.micro_batch_size is not None:
+            return consecutive_parts(rows, self.micro_batch_size, prompt_mask.device)
         budget = scoring_token_budget(model, self.score_tokens)
-        return length_parts(prompt_mask, rollout.flat("response_mask"), budget)
+        response_mask = rollout.flat("response_mask")
+        if by_length:
+            return length_parts(prompt_mask, response_mask, budget)
+        return group_parts(prompt_mask, response_mask, rollout.response_ids.shape[1], budget)
 
     def update_parts(self, policy: nn.Module, minibatch: Minibatch) -> list[Tensor]:
         """Row indices of the minibatch's update micro-batches: consecutive ones of

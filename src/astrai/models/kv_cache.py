@@ -51,11 +51,17 @@ class KVCache:
     def advance(self, t: int) -> None:
         self.length += t
 
-    def select_rows(self, index: Tensor) -> KVCache:
+    def select_rows(self, index: Tensor, max_length: int | None = None) -> KVCache:
         """A new cache whose row ``i`` is a copy of this cache's row ``index[i]`` (same
-        ``length`` and ``max_length``); ``index [N']``."""
+        ``length``), of ``max_length`` tokens (None: this cache's; at least ``length``, at most
+        this cache's: a shorter copy holds the filled slots and fewer free ones); ``index
+        [N']``."""
+        end = self.max_length if max_length is None else max_length
+        if not self.length <= end <= self.max_length:
+            raise ValueError(f"select_rows: max_length {end} outside [{self.length}, "
+                             f"{self.max_length}]")  # fmt: skip
         rows = KVCache.__new__(KVCache)
-        rows.keys = [k.index_select(0, index) for k in self.keys]
-        rows.values = [v.index_select(0, index) for v in self.values]
-        rows.max_length, rows.length = self.max_length, self.length
+        rows.keys = [k[:, :, :end].index_select(0, index) for k in self.keys]
+        rows.values = [v[:, :, :end].index_select(0, index) for v in self.values]
+        rows.max_length, rows.length = end, self.length
         return rows

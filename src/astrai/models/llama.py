@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from astrai.models.attention_mask import attention_mask_for
 from astrai.models.families import FAMILIES, describe, family_with
 from astrai.models.kv_cache import KVCache
 from astrai.models.rope import RotaryEmbedding, apply_rotary, normalize_rope_scaling
@@ -180,10 +181,11 @@ class LlamaAttention(nn.Module):
         x: Tensor,
         cos: Tensor,
         sin: Tensor,
-        attn_mask: Tensor,
+        attn_mask: Tensor | None,
         cache: KVCache | None,
     ) -> Tensor:
-        """``x [N, T, H]``, ``attn_mask [N, 1, T, S]`` (True = may attend) -> ``[N, T, H]``."""
+        """``x [N, T, H]``, ``attn_mask [N, 1, T, S]`` (True = may attend; None: causal, no
+        cache) -> ``[N, T, H]``."""
         n, t, _ = x.shape
         q = self.q_proj(x).view(n, t, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(n, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
@@ -195,8 +197,9 @@ class LlamaAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, enable_gqa=self.num_heads != self.num_kv_heads
-        )
+            q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
+            enable_gqa=self.num_heads != self.num_kv_heads,
+        )  # fmt: skip
         return self.o_proj(out.transpose(1, 2).reshape(n, t, self.num_heads * self.head_dim))
 
 
@@ -222,9 +225,9 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(
-        self, x: Tensor, cos: Tensor, sin: Tensor, attn_mask: Tensor, cache: KVCache | None
+        self, x: Tensor, cos: Tensor, sin: Tensor, attn_mask: Tensor | None, cache: KVCache | None
     ) -> Tensor:
-        """``attn_mask``: bool ``[N, 1, T, S]``."""
+        """``attn_mask``: bool ``[N, 1, T, S]``, or None (causal)."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, attn_mask, cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -283,7 +286,7 @@ class LlamaModel(nn.Module):
             cos, sin = self.rotary_emb(position_ids, max_position=s)
         else:
             cos, sin = self.rotary_emb(position_ids)
-        attn_mask = _causal_padding_mask(attention_mask, t)
+        attn_mask = attention_mask_for(attention_mask, t)  # None: causal (models.attention_mask)
         x = self.embed_tokens(input_ids)
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for layer in self.layers:
@@ -294,19 +297,6 @@ class LlamaModel(nn.Module):
         if cache is not None:
             cache.advance(t)
         return self.norm(x)
-
-
-def _causal_padding_mask(attention_mask: Tensor, t: int) -> Tensor:
-    """``[N, S]`` key mask -> ``[N, 1, T, S]``: query i (at absolute ``S - T + i``) sees valid keys
-    at or before it. Every query also sees itself, so a pad query row is never all-masked (which
-    would give NaN); pad rows are garbage but finite and no valid row ever reads them."""
-    s = attention_mask.shape[1]
-    q_abs = torch.arange(s - t, s, device=attention_mask.device)
-    k_abs = torch.arange(s, device=attention_mask.device)
-    causal = k_abs[None, :] <= q_abs[:, None]  # [T, S]
-    allowed = causal[None] & attention_mask[:, None, :]  # [N, T, S]
-    allowed = allowed | (k_abs[None, :] == q_abs[:, None])[None]
-    return allowed[:, None]
 
 
 def init_weights(module: nn.Module, std: float) -> None:

@@ -25,6 +25,7 @@ from astrai.distributed import is_fsdp
 from astrai.models.kv_cache import KVCache
 from astrai.models.llama import CausalLMOutput, LlamaForCausalLM
 from astrai.models.precision import autocast_dtype
+from astrai.models.sorted_parts import sorted_parts
 
 
 class CachedModel(Protocol):
@@ -173,10 +174,18 @@ def _prefill(
         cache = model.new_cache(prompt_ids.shape[0], max_length, cache_dtype)
         start = _first_output_position(model, prompt_ids)
         return cache, outputs(model, prompt_ids, prompt_mask, cache, start)[:, -1]
+    cache, last = _prefill_distinct(model, shared, max_length, cache_dtype)
+    return cache.select_rows(shared.inverse), last.index_select(0, shared.inverse)
+
+
+def _prefill_distinct(
+    model: CachedModel, shared: DistinctPrompts, max_length: int, cache_dtype: torch.dtype | None
+) -> tuple[KVCache, Tensor]:
+    """Each distinct prompt once into a new cache of ``max_length`` tokens (``U`` rows); the
+    output at its last position ``[U, ...]``."""
     cache = model.new_cache(shared.ids.shape[0], max_length, cache_dtype)
     start = _first_output_position(model, shared.ids)
-    last = outputs(model, shared.ids, shared.mask, cache, start)[:, -1]
-    return cache.select_rows(shared.inverse), last.index_select(0, shared.inverse)
+    return cache, outputs(model, shared.ids, shared.mask, cache, start)[:, -1]
 
 
 # Below this many prompt logits a prompt pass computes them all and keeps the last: what it
@@ -202,13 +211,15 @@ def response_outputs(
     response_ids: Tensor,
     response_mask: Tensor,
     share_prompts: bool = True,
+    by_length: bool = False,
 ) -> Tensor:
     """``model``'s output at each position that predicts a response token, ``[N, R, ...]``:
     ``outputs`` of the whole sequence at positions ``P - 1 .. P + R - 2``. Without autograd and
     where prompts repeat, a prompt pass (each distinct prompt once, ``prefill``) and then the
-    responses, unless ``share_prompts`` is False: then the one forward the update runs, whose
-    roundings a ratio against the update must share (π_old; the cached path rounds otherwise
-    in bf16).
+    responses, all at once or, ``by_length``, in passes of like length (``response_passes``:
+    a pass of a split scoring pass, ``rollout.scoring.score_in_parts``), unless
+    ``share_prompts`` is False: then the one forward the update runs, whose roundings a ratio
+    against the update must share (π_old; the cached path rounds otherwise in bf16).
 
     Args:
         prompt_ids, prompt_mask: ``[N, P]`` left-padded prompts.
@@ -231,9 +242,50 @@ def response_outputs(
     # the autocast's dtype (bf16) where the caller opened one: the cache costs what the
     # sampler's does, and attention reads keys and values in that dtype anyway (the same logits)
     cache_dtype = autocast_dtype(prompt_ids.device)
+    if by_length:
+        return _responses_by_length(model, shared, response_ids, mask, cache_dtype)
     cache, first = _prefill(model, prompt_ids, prompt_mask, p + r - 1, shared, cache_dtype)
     if r == 1:
         return first[:, None]
     # the last response token predicts nothing that is scored: it is not run
     rest = outputs(model, response_ids[:, :-1], mask[:, : p + r - 1], cache)
     return torch.cat([first[:, None], rest], dim=1)
+
+
+def response_passes(response_mask: Tensor) -> list[Tensor]:
+    """Row indices of the response passes after a shared prompt pass: rows sorted by response
+    length (at least one token: the prompt's last position scores the first), each pass at most
+    ``MAX_PADDING`` padding (``models.sorted_parts``)."""
+    lengths = response_mask.bool().sum(dim=1).clamp_min(1).tolist()
+    device = response_mask.device
+    return [torch.tensor(rows, device=device) for rows in sorted_parts(lengths, None)]
+
+
+def _responses_by_length(
+    model: CachedModel,
+    shared: DistinctPrompts,
+    response_ids: Tensor,
+    mask: Tensor,
+    cache_dtype: torch.dtype | None,
+) -> Tensor:
+    """``response_outputs``' cached path with the responses run in ``response_passes``: each
+    pass copies its rows' prompt keys and values from the distinct prompts' cache up to its own
+    longest response, so no pass computes past it. ``mask [N, P + R]``; returns ``[N, R, ...]``,
+    zeros after each pass's columns."""
+    p, r = mask.shape[1] - response_ids.shape[1], response_ids.shape[1]
+    distinct, last = _prefill_distinct(model, shared, p + r - 1, cache_dtype)
+    result: Tensor | None = None
+    for rows in response_passes(mask[:, p:]):
+        width = max(int(mask[rows, p:].sum(dim=1).max()), 1)
+        inverse = shared.inverse.index_select(0, rows)
+        first = last.index_select(0, inverse)[:, None]
+        scored = first
+        if width > 1:  # the pass's last response token predicts nothing that is scored
+            cache = distinct.select_rows(inverse, p + width - 1)
+            ids = response_ids[rows, : width - 1]
+            scored = torch.cat([first, outputs(model, ids, mask[rows, : p + width - 1], cache)], 1)
+        if result is None:
+            result = scored.new_zeros((mask.shape[0], r, *scored.shape[2:]))
+        result[rows, :width] = scored
+    assert result is not None
+    return result

@@ -54,6 +54,7 @@ def response_logprobs(
     with_entropy: bool = False,
     entropy_grad: bool = True,
     share_prompts: bool = True,
+    by_length: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Logprobs of each response token under ``model`` at ``temperature``.
 
@@ -62,6 +63,8 @@ def response_logprobs(
         response_ids, response_mask: ``[N, R]`` right-padded responses.
         share_prompts: without autograd, run each distinct prompt once (a KV cache); False:
             the update's own forward over whole sequences (π_old: ``response_outputs``).
+        by_length: after a shared prompt pass, the responses in passes of like length
+            (``models.shared_prefix.response_outputs``).
 
     Returns:
         ``logprobs [N, R]`` (0 at padding) and, when asked, ``entropy [N, R]`` of the scaled
@@ -78,6 +81,7 @@ def response_logprobs(
         response_ids,
         response_mask,
         share_prompts,
+        by_length,
     )
     logprobs, entropy = token_logprobs(
         logits, response_ids, temperature, with_entropy, entropy_grad
@@ -165,42 +169,47 @@ def response_values(
     prompt_mask: Tensor,
     response_ids: Tensor,
     response_mask: Tensor,
+    by_length: bool = False,
 ) -> Tensor:
     """Critic value of the state *before* each response token (aligned with ``logprobs``).
 
     Args:
         prompt_ids, prompt_mask: ``[N, P]`` left-padded prompts.
         response_ids, response_mask: ``[N, R]`` right-padded responses.
+        by_length: as ``response_logprobs``'.
 
     Returns:
         ``values [N, R]``, 0 at padding.
     """
     # as in response_logprobs: new_cache only where supports_sharing found it
     values = response_outputs(
-        cast(CachedModel, critic), prompt_ids, prompt_mask, response_ids, response_mask
-    )
+        cast(CachedModel, critic), prompt_ids, prompt_mask, response_ids, response_mask,
+        by_length=by_length,
+    )  # fmt: skip
     return values.float().masked_fill(~response_mask.bool(), 0.0)
 
 
 def score_in_parts(
-    score: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor],
+    score: Callable[[Tensor, Tensor, Tensor, Tensor, bool], Tensor],
     parts: list[Tensor],
     prompt_ids: Tensor,
     prompt_mask: Tensor,
     response_ids: Tensor,
     response_mask: Tensor,
 ) -> Tensor:
-    """``score(prompt_ids, prompt_mask, response_ids, response_mask) -> [n, r]`` over the rows
-    part by part (``parts``: row indices covering every row once, ``rollout.length_parts``),
+    """``score(prompt_ids, prompt_mask, response_ids, response_mask, split) -> [n, r]`` over the
+    rows part by part (``parts``: row indices covering every row once, ``rollout.length_parts``),
     each part of several trimmed to the columns its rows use and its scores put back in the
-    rows' places, zeros after each part's columns: ``[N, R]``. One part: the rows as they are."""
+    rows' places, zeros after each part's columns: ``[N, R]``. One part: the rows as they are.
+    ``split`` (several parts) lets a cached pass run its responses by length (``by_length``):
+    a pass that fits whole runs as it always did."""
     if len(parts) == 1:
-        return score(prompt_ids, prompt_mask, response_ids, response_mask)
+        return score(prompt_ids, prompt_mask, response_ids, response_mask, False)
     n, width = response_ids.shape
     scored: Tensor | None = None
     for part in parts:
         rows = (prompt_ids[part], prompt_mask[part], response_ids[part], response_mask[part])
-        values = pad_responses(score(*trim_rows(*rows)), width)
+        values = pad_responses(score(*trim_rows(*rows), True), width)
         if scored is None:
             scored = values.new_zeros((n, width))
         scored[part] = values
