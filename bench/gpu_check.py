@@ -14,6 +14,7 @@ On a CUDA machine it runs, one PASS/FAIL/SKIP line each (what each checks: docs/
   SmolLM2-135M step with adapters (its peak memory beside ``smollm2-bf16``'s);
 - ``async``: ``train_type.max_policy_lag=1`` GRPO resume with a rollout in flight as ``resume``
   checks it, and ``bench/async.py``'s wall time per step of the default job, lag 1 vs 0;
+- ``first-ratio-bf16``, ``scale-memory``, ``causal-attention``: issue 48's checks (docs/gpu.md);
 - ``2-process-ddp``, ``2-process-fsdp``: ``python train.py`` on two GPUs, when two are visible.
 
 It exits 1 if any check fails and writes a JSON summary and its markdown table (``.md`` beside
@@ -542,6 +543,65 @@ def check_scale_memory(ctx: Context) -> Result:
     return Result("scale-memory", "PASS" if ok else "FAIL", detail, numbers)
 
 
+def check_causal_attention(ctx: Context) -> Result:
+    """Issue 48, part 3: on CUDA a forward without a cache over right-padded rows runs
+    ``is_causal`` with no mask (``models.attention_mask``: FlashAttention may run). Qwen3-0.6B's
+    widths at 2 layers, rows of varied lengths: the logits at every valid position as the dense
+    mask's (fp32 within 1e-3, bf16 within 0.1), and the forward's time with each, side by side.
+    On the CPU the mask is kept, so the check forces ``is_causal`` to compare the same."""
+    import scale_memory  # bench/, beside this script
+
+    import astrai.models.llama as llama
+    from astrai.models.attention_mask import attention_mask_for, causal_padding_mask
+    from astrai.models.precision import autocast
+
+    device = torch.device(ctx.device)
+    rows, width = (2, 16) if ctx.quick else (8, 2048)
+    torch.manual_seed(0)
+    with device:
+        model = scale_memory.build_model("qwen3-0.6b", 2).eval()
+        ids = torch.randint(0, model.config.vocab_size, (rows, width))
+        lengths = torch.linspace(width // 4, width, rows).long()
+        mask = torch.arange(width)[None, :] < lengths[:, None]
+    causal_taken = attention_mask_for(mask, width) is None  # True on CUDA
+
+    def forced_causal(attention_mask: torch.Tensor, t: int) -> torch.Tensor | None:
+        return None
+
+    numbers: dict[str, Any] = {"causal_taken": causal_taken}
+    found = llama.attention_mask_for
+    try:
+        for precision, bound in (("fp32", 1e-3), ("bf16", 0.1)):
+            outputs, seconds = {}, {}
+            for kind, choose in (("dense", causal_padding_mask), ("causal", forced_causal)):
+                llama.attention_mask_for = choose  # type: ignore[assignment]
+                with torch.no_grad(), autocast(device, precision):
+                    model(ids, attention_mask=mask)  # warm-up
+                    _synchronize(ctx)
+                    start = time.perf_counter()
+                    outputs[kind] = model(ids, attention_mask=mask).logits.float()
+                    _synchronize(ctx)
+                seconds[kind] = time.perf_counter() - start
+            diff = (outputs["causal"] - outputs["dense"])[mask].abs().max().item()
+            numbers[precision] = {"max_abs_diff": diff, "bound": bound, **seconds}
+    finally:
+        llama.attention_mask_for = found  # type: ignore[assignment]
+    ok = all(numbers[p]["max_abs_diff"] <= numbers[p]["bound"] for p in ("fp32", "bf16"))
+    ok = ok and causal_taken == (ctx.device == "cuda")
+    detail = ", ".join(
+        f"{p}: max |Δlogit| {numbers[p]['max_abs_diff']:.2e}, forward "
+        f"{numbers[p]['causal'] * 1e3:.1f} ms causal vs {numbers[p]['dense'] * 1e3:.1f} ms mask"
+        for p in ("fp32", "bf16")
+    )
+    detail += f"; {rows} rows × {width}; is_causal taken by default: {causal_taken}"
+    return Result("causal-attention", "PASS" if ok else "FAIL", detail, numbers)
+
+
+def _synchronize(ctx: Context) -> None:
+    if ctx.device == "cuda":
+        torch.cuda.synchronize()
+
+
 CHECKS: list[tuple[str, Callable[[Context], Result]]] = [
     ("grpo-learns", check_grpo),
     ("ppo-learns", check_ppo),
@@ -554,6 +614,7 @@ CHECKS: list[tuple[str, Callable[[Context], Result]]] = [
     ("lora", check_lora),
     ("async", check_async),
     ("scale-memory", check_scale_memory),
+    ("causal-attention", check_causal_attention),
     ("2-process-ddp", check_ddp),
     ("2-process-fsdp", check_fsdp),
 ]

@@ -32,6 +32,7 @@ CPU_CHECKS = [
     "lora",
     "async",
     "scale-memory",  # on the CPU: issue 48's spot check, the scoring pass's estimate vs RSS
+    "causal-attention",  # on the CPU the mask stays; is_causal forced to compare the logits
     "2-process-ddp",
 ]
 
@@ -85,7 +86,7 @@ def test_checks_pass_on_the_cpu_and_fill_the_summary(tmp_path: Path) -> None:
     statuses = [line.split(":")[0] for line in result.stdout.splitlines()[1:-1]]
     expected = [f"PASS {name}" for name in CPU_CHECKS[:-1]] + ["SKIP 2-process-ddp"]
     assert statuses == expected, result.stdout
-    assert result.stdout.splitlines()[-1].startswith("gpu-check: 8 passed, 0 failed, 1 skipped")
+    assert result.stdout.splitlines()[-1].startswith("gpu-check: 9 passed, 0 failed, 1 skipped")
     summary = json.loads(summary_path.read_text())
     assert summary["passed"] is True and summary["quick"] is True
     checks = {c["name"]: c for c in summary["checks"]}
@@ -102,6 +103,9 @@ def test_checks_pass_on_the_cpu_and_fill_the_summary(tmp_path: Path) -> None:
     assert list(spot) == ["grpo/score", "ppo-lora16/update"]
     for phase in spot.values():
         assert abs(phase["ratio"] - 1) <= 0.10 and phase["measured_bytes"] > 50 * 2**20
+    causal = checks["causal-attention"]["numbers"]
+    assert causal["causal_taken"] is False  # the CPU keeps the dense mask
+    assert causal["fp32"]["max_abs_diff"] <= 1e-3 and causal["bf16"]["max_abs_diff"] <= 0.1
     resume = checks["resume"]["numbers"]
     assert resume["online_grpo_bitwise"] and resume["online_ppo_bitwise"]  # exact on the CPU
     table = summary_path.with_suffix(".md").read_text()
