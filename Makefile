@@ -184,6 +184,7 @@ bench-quick: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## every bench script in it
 	$(BIN)/python bench/async.py --quick
 	$(BIN)/python bench/parallel_sweep.py --quick
 	$(BIN)/python bench/reward_boundary.py --quick
+	$(BIN)/python bench/checkpoint_save.py --quick
 	$(BIN)/python bench/scale_memory.py --quick
 	$(BIN)/python bench/padding.py --quick
 	$(BIN)/python bench/gpu_check.py

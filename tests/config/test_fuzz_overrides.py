@@ -40,6 +40,7 @@ COMMON_KEYS = [
     "trainer.allow_large",
     "ckpt.every_steps",
     "ckpt.keep_last",
+    "ckpt.background",
     "logger.samples_every",
     "logger.num_samples",
     "logger.flush_secs",

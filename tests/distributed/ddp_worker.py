@@ -149,3 +149,34 @@ def evaluate_then_stop(rank: int, world: int, resolved: str, out: str) -> None:
     del trainer
     gc.collect()
     _leave()
+
+
+def background_write_fails(rank: int, world: int, resolved: str, out: str) -> None:
+    """One step, then a background save whose write fails on rank 0 (a full disk): each rank
+    writes what the wait for it raised into ``out/rank<r>.txt``, then one more collective (a
+    rank left waiting would hang it)."""
+    import errno
+
+    from astrai.checkpoints import io
+    from astrai.cli_errors import error_line
+    from astrai.training.trainer import Trainer
+
+    def no_space(payload: object, path: Path) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    _join(rank, world, out)
+    trainer = Trainer(OmegaConf.create(resolved), Path(out) / "run")
+    trainer.train_step()
+    if rank == 0:
+        io.save_torch = no_space  # type: ignore[assignment]
+    trainer.save_checkpoint(background=True)  # returns on both ranks: the write is rank 0's
+    try:
+        trainer.wait_for_checkpoint()
+        raised = "nothing"
+    except Exception as err:
+        raised = f"{type(err).__name__}: {error_line(err)}"
+    (Path(out) / f"rank{rank}.txt").write_text(raised)
+    trainer.close()
+    del trainer
+    gc.collect()
+    _leave()

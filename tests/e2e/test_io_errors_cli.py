@@ -143,3 +143,30 @@ def test_a_full_disk_in_safetensors_mid_run_is_one_line_naming_the_file(
     assert line.endswith(".safetensors: No space left on device") or (
         ".safetensors.tmp-" in line and line.endswith(": No space left on device")
     ), line
+
+
+@pytest.mark.slow  # 2-12 s (a loaded machine): one in-process train.py run
+def test_a_full_disk_in_a_background_write_is_one_line_at_the_next_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Step 2's checkpoint, written in the background (``ckpt.background``), meets a full disk:
+    step 3's save raises it in the one line a save in the step gives, exit 2; step 1's
+    checkpoint is kept, nothing of step 2's is left and no summary claims a checkpoint."""
+    save_torch = io.save_torch
+
+    def full_at_step_2(payload: object, path: Path) -> None:
+        if path.parent.name.startswith(".step_2."):
+            _no_space_os()
+        save_torch(payload, path)
+
+    monkeypatch.setattr(io, "save_torch", full_at_step_2)
+    run_dir = tmp_path / "run"
+    args = ["debug=quick", "trainer.total_steps=4", "ckpt.every_steps=1", "ckpt.keep_last=5"]
+    result = run_train_in_process([*args, f"hydra.run.dir={run_dir}"], tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    [line] = result.stderr.strip().splitlines()
+    root = run_dir / "checkpoints"
+    assert line.startswith(f"astrai: I/O error: {root}/.step_2.tmp-"), line
+    assert line.endswith("/optimizer.pt: No space left on device"), line
+    assert sorted(p.name for p in root.iterdir()) == ["reference.safetensors", "step_1"]
+    assert not (run_dir / "summary.json").exists()

@@ -333,6 +333,7 @@ class TrainerConfig:
 class CheckpointConfig:
     every_steps: int = MISSING
     keep_last: int = MISSING
+    background: bool = MISSING  # write mid-run saves on a thread after a host copy
     resume: Any = MISSING  # "auto", a checkpoint path, or null
     # fingerprint keys allowed to differ from the resumed checkpoint's (checkpoints/identity.py)
     allow_changes: list[str] = MISSING

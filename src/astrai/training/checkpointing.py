@@ -1,8 +1,10 @@
 """Save a run's full state as one checkpoint and restore it exactly.
 
-What a checkpoint holds is listed in ``astrai.checkpoints.layout``; this module maps a run's
-``TrainState`` and the objects it trains (``CheckpointParts``) onto those files, and a restore
-returns the ``TrainState`` it read. The frozen reference (the initial policy) is written
+What a checkpoint holds is listed in ``astrai.checkpoints.layout``; this module names what a
+run saves (its ``TrainState`` and the objects it trains, ``CheckpointParts``) and its
+fingerprint, and restores them: a restore returns the ``TrainState`` it read. The files a save
+writes are ``training.checkpoint_files``'s (at once, or in the background:
+``training.background_save``). The frozen reference (the initial policy) is written
 once per run as ``checkpoints/reference.safetensors`` and read back on resume, so the KL anchor
 is the same before and after a restart.
 """
@@ -30,41 +32,29 @@ from astrai.checkpoints.identity import (
     saved_fingerprint,
 )
 from astrai.checkpoints.layout import (
-    CHECKPOINTS_DIR,
-    EXTRA_FILES_KEY,
-    IN_FLIGHT_FILE,
-    IN_FLIGHT_KEY,
-    MODEL_CONFIG_FILE,
     OPTIMIZER_FILE,
-    RUN_CONFIG_FILE,
     SCHEDULER_FILE,
-    TOKENIZER_FILE,
     TRAINER_STATE_FILE,
     VALUE_MODEL_FILE,
     VALUE_OPTIMIZER_FILE,
     VALUE_SCHEDULER_FILE,
     CheckpointError,
     recorded_extra_files,
-    step_dir_name,
 )
-from astrai.checkpoints.reissue import REISSUE_FILE, REISSUE_KEY, check_reissue_file
-from astrai.distributed import DistContext, all_reduce_max, gather_objects
-from astrai.files import FileWriter
+from astrai.checkpoints.reissue import check_reissue_file
+from astrai.distributed import DistContext
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
-from astrai.training.in_flight import batch_record, load_in_flight, run_shape
+from astrai.training.in_flight import load_in_flight, run_shape
 from astrai.training.overlap import Reissue, Settled
 from astrai.training.parallel import (
-    full_optimizer_state,
     load_optimizer_state,
 )
-from astrai.training.setup import capture_rng_state, restore_rng_state
+from astrai.training.setup import restore_rng_state
 from astrai.training.state import TrainState
 from astrai.training.weight_format import FullWeights, WeightFormat
 
 log = logging.getLogger(__name__)
-
-FORMAT_VERSION = 2  # 2: trainer_state.json lists the algorithm's files (``EXTRA_FILES_KEY``)
 
 
 class Stateful(Protocol):
@@ -159,116 +149,6 @@ def settled_state(
     )
 
 
-def save_training_checkpoint(parts: CheckpointParts, state: TrainState) -> Path:
-    """Write ``<run dir>/checkpoints/step_<state.step>/`` atomically; return its path.
-
-    Called on every rank: each rank's RNG streams are gathered, rank 0 alone writes, and all
-    ranks wait until the checkpoint is complete.
-    """
-    rng_per_rank = gather_objects(capture_rng_state(state.generators))
-    # each rank's rollouts for the next steps, sampled and not yet trained (as many on every
-    # rank: the ranks agree whether to gather)
-    in_flight_per_rank = (
-        gather_objects([batch_record(batch) for batch in state.in_flight])
-        if state.in_flight
-        else []
-    )
-    policy_state: dict[str, Any] = {}
-    optimizer_state: Any = None
-    # collectives under FSDP, so every rank joins; replicas: only the writer needs them
-    if parts.sharded or parts.dist.is_main:
-        policy_state = parts.weights.policy_state(parts.policy, parts.sharded)
-        optimizer_state = full_optimizer_state(parts.policy, parts.optimizer, parts.sharded)
-    root = parts.run_dir / CHECKPOINTS_DIR
-    path = root / step_dir_name(state.step)
-    failure: BaseException | None = None
-    if parts.dist.is_main:
-        try:
-            _write(
-                parts, state, root, rng_per_rank, policy_state, optimizer_state, in_flight_per_rank
-            )
-        except Exception as err:  # tell the other ranks before raising, so none waits forever
-            failure = err
-    if all_reduce_max(1.0 if failure is not None else 0.0) > 0:
-        if failure is not None:
-            raise failure
-        raise CheckpointError(f"rank 0 failed to write {path}")
-    return path
-
-
-def _write(
-    parts: CheckpointParts,
-    state: TrainState,
-    root: Path,
-    rng_per_rank: list[Any],
-    policy_state: dict[str, Any],
-    optimizer_state: Any,
-    in_flight_per_rank: list[Any],
-) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    parts.weights.write_reference(parts.reference, root)
-    fingerprint = run_fingerprint(parts)
-    record = {
-        "format_version": FORMAT_VERSION,
-        "train_type": parts.strategy_name,
-        "step": state.step,
-        "total_steps": int(parts.cfg.trainer.total_steps),
-        "schedule_steps": state.schedule_steps,
-        "fingerprint": fingerprint,
-        # the train prompt stream is indexed by (seed, step): the step is the data position
-        "data_position": state.step,
-        "samples_seen": state.step * parts.samples_per_step,
-        "policy_version": state.policy_version,
-        "initial_metrics": state.initial_metrics,
-        "eval_pending": state.eval_pending,
-        "world_size": len(rng_per_rank),
-        "parallel": fingerprint["parallel"],
-        "rng": rng_per_rank[0],
-        "rng_per_rank": rng_per_rank,
-        EXTRA_FILES_KEY: [*parts.weights.files, *parts.extra],
-    }
-    if state.in_flight:
-        record[IN_FLIGHT_KEY] = len(state.in_flight)
-        record[EXTRA_FILES_KEY].append(IN_FLIGHT_FILE)
-    if state.reissue:
-        record[REISSUE_KEY] = [
-            {"step": job.step, "policy_version": job.version} for job in state.reissue
-        ]
-        record[EXTRA_FILES_KEY].append(REISSUE_FILE)
-    record.update(parts.weights.record())
-    writers: dict[str, FileWriter] = {
-        **parts.weights.writers(parts.policy, parts.reference, policy_state),
-        MODEL_CONFIG_FILE: lambda p: io.save_json(dataclasses.asdict(parts.policy.config), p),
-        TOKENIZER_FILE: lambda p: _save_tokenizer(parts.tokenizer, p),
-        OPTIMIZER_FILE: lambda p: io.save_torch(optimizer_state, p),
-        SCHEDULER_FILE: lambda p: io.save_torch(parts.scheduler.state_dict(), p),
-        RUN_CONFIG_FILE: lambda p: _save_run_config(parts.cfg, p),
-    }
-    for name, stateful in parts.extra.items():
-        writers[name] = _torch_writer(stateful)
-    if state.in_flight:
-        writers[IN_FLIGHT_FILE] = lambda p: io.save_torch({"per_rank": in_flight_per_rank}, p)
-    if state.reissue:
-        writers[REISSUE_FILE] = lambda p: io.save_torch({"steps": _reissue_records(state)}, p)
-    # trainer_state.json last: a reader that sees it knows every other file was written
-    writers[TRAINER_STATE_FILE] = lambda p: io.save_json(record, p)
-    return io.write_checkpoint(root, state.step, writers)
-
-
-def _torch_writer(stateful: Stateful) -> FileWriter:
-    return lambda path: io.save_torch(stateful.state_dict(), path)
-
-
-def _save_run_config(cfg: DictConfig, path: Path) -> None:
-    path.write_text(OmegaConf.to_yaml(cfg, resolve=True))
-
-
-def _save_tokenizer(tokenizer: Tokenizer, path: Path) -> None:
-    written = tokenizer.save(path.parent)
-    if written.name != path.name:
-        written.rename(path)
-
-
 def read_trainer_state(path: Path) -> dict[str, Any]:
     """``path``'s parsed ``trainer_state.json``, checked (``completeness.check_state``)."""
     record = io.load_json(path / TRAINER_STATE_FILE)
@@ -316,13 +196,6 @@ def restore_training_checkpoint(
         in_flight=in_flight,
         reissue=_load_reissue(path, record),
     )
-
-
-def _reissue_records(state: TrainState) -> list[dict[str, Any]]:
-    return [
-        {"step": job.step, "policy_version": job.version, "weights": job.weights}
-        for job in state.reissue
-    ]
 
 
 def _load_reissue(path: Path, record: dict[str, Any]) -> list[Reissue]:

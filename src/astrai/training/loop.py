@@ -188,8 +188,12 @@ class SteppedRun(Protocol):
     def eval_metrics(self) -> dict[str, float]:
         """The evaluation's metrics; {} when a stop signal abandoned it."""
 
-    def save_checkpoint(self) -> Path:
-        """A checkpoint of ``state`` and the trained objects."""
+    def save_checkpoint(self, background: bool = False) -> Path:
+        """A checkpoint of ``state`` and the trained objects (``background``: written on a
+        thread after a host copy, when ``ckpt.background``)."""
+
+    def wait_for_checkpoint(self) -> None:
+        """The checkpoint written in the background, if any, complete (its failure raised)."""
 
     def log_eval_line(self, metrics: dict[str, float]) -> None:
         """One INFO line per evaluation (rank 0)."""
@@ -242,11 +246,15 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
                 log.info("trainer.stop_at reached at step %d: %s", state.step, _reached(reached))
             every = trainer.cfg.ckpt.every_steps
             if stopped is not None or (every > 0 and state.step % every == 0):
-                checkpoint, saved_step = trainer.save_checkpoint(), state.step
+                # in the background while the next steps run; a stop's or the last one's at
+                # once: nothing follows that the write could overlap
+                background = stopped is None and state.step < last_step
+                checkpoint, saved_step = trainer.save_checkpoint(background), state.step
                 # a stop asked for while it waited on the sampling thread: that checkpoint
                 # abandoned the unfinished rollouts (``overlap``), so this is the stop's
                 stopped = stopped or agreed_stop_reason(stop.reason)
             if stopped is not None:
+                trainer.wait_for_checkpoint()  # complete before it is named
                 pending = " (its evaluation, abandoned, runs first on resume)"
                 log.warning(
                     "stopped (%s) at step %d: %s%s",
@@ -258,6 +266,7 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
                 break
         if saved_step != state.step and state.step > 0:  # the end of the run (or ``until``)
             checkpoint = trainer.save_checkpoint()
+        trainer.wait_for_checkpoint()  # the summary names a complete checkpoint only
     bar.close()
     return close_run(trainer, time.perf_counter() - start, stopped, checkpoint, reached)
 

@@ -17,7 +17,6 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from astrai.algorithms.aggregation import Divisors, whole_minibatch_divisors
 from astrai.algorithms.strategy import Strategy
-from astrai.checkpoints.io import prune_checkpoints
 from astrai.distributed import DistContext, all_reduce_max, all_reduce_sum, no_grad_for
 from astrai.files import naming_write_errors
 from astrai.metrics.aggregate import MetricMeans
@@ -36,9 +35,10 @@ from astrai.rollout.staleness import check_policy_lag
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.accumulation import accumulate_gradients
 from astrai.training.announce import announce_run, prompt_count_summary, write_dashboards
+from astrai.training.background_save import CheckpointWrites
 from astrai.training.banner import format_eval_line
 from astrai.training.build import BuiltRun, Forward, JobContext, build_run
-from astrai.training.checkpointing import save_training_checkpoint, settled_state
+from astrai.training.checkpointing import settled_state
 from astrai.training.evaluation import EvalResult, evaluate
 from astrai.training.loop import (
     RunStart,
@@ -119,6 +119,7 @@ class Trainer:
     ) -> None:
         self.parts: BuiltRun = build_run(cfg, run_dir, job_context)
         self.run: RunStart = start_run(self.parts)
+        self.checkpoint_writes = CheckpointWrites()  # at most one written in the background
         self.set_train_mode(False)  # eval but in the update (set_train_mode)
 
     def optimizer_steps_per_step(self) -> int:
@@ -362,20 +363,29 @@ class Trainer:
         if self.dist.is_main:
             log.info(format_eval_line(self.state.step, self.cfg.trainer.total_steps, metrics))
 
-    def save_checkpoint(self) -> Path:
-        """Write ``checkpoints/step_<step>/`` atomically, then prune beyond ``ckpt.keep_last``."""
+    def save_checkpoint(self, background: bool = False) -> Path:
+        """Write ``checkpoints/step_<step>/`` atomically, then prune beyond ``ckpt.keep_last``;
+        returns its path. ``background`` (with ``ckpt.background``): returns once the state is
+        copied to host memory, and a thread writes it (``training.background_save``);
+        ``wait_for_checkpoint`` waits for that write and raises its failure."""
+        self.checkpoint_writes.wait()  # the previous write's failure before anything else
         state = self.state
         if self.pipeline is not None:  # the rollouts sampled for the next steps go with it
             state = settled_state(state, self.pipeline.settle(), self.pipeline.stream)
         parts = self.parts.checkpoint_parts(self.scheduler, self.critic_scheduler)
-        path = save_training_checkpoint(parts, state)
-        if self.dist.is_main:
-            prune_checkpoints(path.parent, self.cfg.ckpt.keep_last)
-        return path
+        background = background and bool(self.cfg.ckpt.get("background", False))
+        return self.checkpoint_writes.save(parts, state, background)
+
+    def wait_for_checkpoint(self) -> None:
+        """Every rank: the checkpoint written in the background, if any, complete on disk; a
+        failure of its write raised here, on every rank."""
+        self.checkpoint_writes.wait()
 
     def close(self) -> None:
         """Free what the run holds beyond its memory: the engine (vLLM's, and its export);
-        idempotent. ``train.py`` and each torchrun worker call it when ``fit`` returns."""
+        idempotent. ``train.py`` and each torchrun worker call it when ``fit`` returns. A
+        checkpoint still being written is finished first (a failure of it logged)."""
+        self.checkpoint_writes.close()
         self.rollouts.close()
         self.engine.close()
         self.reward.close()  # its worker processes (astrai.rewards.worker)
