@@ -136,8 +136,8 @@ def test_group_parts_keep_groups_whole_sorted_by_prompt_length() -> None:
     parts = group_parts(prompt, response, 2, 40)
     assert [p.tolist() for p in parts] == [[2, 3, 6, 7], [4, 5], [0, 1]]
     # one group's 2 × 10 tokens past the budget: consecutive parts of as many rows as fit
-    assert [p.tolist() for p in group_parts(prompt, response, 2, 19)] == [[0], [1], [2], [3],
-                                                                         [4], [5], [6], [7]]  # fmt: skip
+    singles = [p.tolist() for p in group_parts(prompt, response, 2, 19)]
+    assert singles == [[row] for row in range(8)]
     # cached share: part [2, 3, 6, 7]: prompts 2 × 6, responses by length (1, 1, 2, 1 → [2] 2,
     # [0, 1, 3] 3 × 1); [4, 5]: 5, responses 4 + 2 by length [4] and [2] (50% > 5%: apart);
     # [0, 1]: 2, responses [3], [1]
