@@ -47,6 +47,7 @@ from torch import nn
 from astrai.distributed import all_reduce_max
 from astrai.rewards.worker import abandon_reward_calls
 from astrai.rollout.rollout import Rollout
+from astrai.training.cuda_streams import hand_over
 from astrai.training.sampling_thread import SamplingThread
 from astrai.training.stopping import interruptible, stop_requested
 
@@ -329,9 +330,11 @@ def _wait_for(entry: Future[SampledBatch] | SampledBatch) -> SampledBatch:
         return entry
     while True:
         try:
-            return entry.result(timeout=WAIT_SLICE_S)
+            batch = entry.result(timeout=WAIT_SLICE_S)
         except FutureTimeout:
             continue
+        hand_over(batch)  # made on the sampling thread's stream, read on this one's
+        return batch
 
 
 def _wait_unless_stopped(entry: Future[SampledBatch] | SampledBatch) -> bool:
@@ -347,7 +350,11 @@ def _wait_unless_stopped(entry: Future[SampledBatch] | SampledBatch) -> bool:
 
 def _done(entry: Future[SampledBatch] | SampledBatch) -> SampledBatch:
     """A pending entry's batch, waiting for its job (its exception raised here)."""
-    return entry.result() if isinstance(entry, Future) else entry
+    if isinstance(entry, SampledBatch):
+        return entry
+    batch = entry.result()
+    hand_over(batch)  # made on the sampling thread's stream, read on this one's
+    return batch
 
 
 def _frozen_copy(policy: nn.Module) -> nn.Module:

@@ -5,13 +5,17 @@ lock, a job that never began from one that is running (``cancel``)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import Any
 
 import torch
+
+from astrai.training.cuda_streams import ready_event, side_stream
 
 log = logging.getLogger("astrai.training.overlap")
 
@@ -20,6 +24,10 @@ class SamplingThread:
     """One daemon thread that runs the submitted jobs in order (a one-worker executor whose
     thread the interpreter's exit does not wait for: a job abandoned by a stop may still be
     blocked when the run ends).
+
+    On CUDA its jobs run on a stream of their own (``training.cuda_streams``): each waits for
+    what the submitting thread queued before it, and the thread waits for a job's kernels
+    before its result is set.
 
     Args:
         threads: its torch intra-op threads.
@@ -31,7 +39,10 @@ class SamplingThread:
     def __init__(self, threads: int, device: torch.device, began: Callable[[int], None]) -> None:
         self.lock = threading.Lock()
         self._began = began
-        self._jobs: queue.SimpleQueue[tuple[Future, Callable, tuple] | None] = queue.SimpleQueue()
+        self._device = device
+        self._jobs: queue.SimpleQueue[tuple[Future, Callable, tuple, Any] | None] = (
+            queue.SimpleQueue()
+        )
         self._thread = threading.Thread(
             target=self._serve, args=(threads, device), name="astrai-sampler", daemon=True
         )
@@ -39,7 +50,8 @@ class SamplingThread:
 
     def submit(self, fn: Callable[..., object], step: int, *args: object) -> Future:
         future: Future[object] = Future()
-        self._jobs.put((future, fn, (step, *args)))
+        # the snapshot it samples was copied on this thread's stream: the job waits for it
+        self._jobs.put((future, fn, (step, *args), ready_event(self._device)))
         return future
 
     def close(self, timeout: float) -> None:
@@ -53,14 +65,20 @@ class SamplingThread:
 
     def _serve(self, threads: int, device: torch.device) -> None:
         _init_sampling_thread(threads, device)
+        stream = side_stream(device)
         while (job := self._jobs.get()) is not None:
-            future, fn, args = job
+            future, fn, args, ready = job
             with self.lock:
                 if not future.set_running_or_notify_cancel():
                     continue
                 self._began(args[0])
             try:
-                result = fn(*args)
+                with contextlib.nullcontext() if stream is None else torch.cuda.stream(stream):
+                    if stream is not None and ready is not None:
+                        stream.wait_event(ready)
+                    result = fn(*args)
+                    if stream is not None:
+                        stream.synchronize()  # its tensors hold their values when it is set
             except BaseException as err:  # noqa: BLE001 (the waiter raises it, whatever it is)
                 future.set_exception(err)
             else:
