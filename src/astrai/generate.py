@@ -57,6 +57,7 @@ from astrai.rewards.config import reward_node
 from astrai.rollout.collect import decode_responses, left_pad, prompt_context
 from astrai.rollout.engine import engine_class
 from astrai.rollout.sampler import SamplingConfig
+from astrai.rollout.vllm_settings import PRECISION_DTYPES
 from astrai.tasks.base import Problem, ProblemSource, Task
 
 RUN_TASK = "run"  # `--task` without a name, or `--task run`: the run's own task
@@ -282,7 +283,10 @@ def decoding_numbers(engine_cfg: DictConfig, precision: str) -> str:
     engine = engine_class(engine_cfg)
     if engine.samples_live_policy:
         return precision
-    return f"{engine.name} {engine_cfg.get('dtype', precision)}"
+    dtype = engine_cfg.get("dtype", precision)
+    if dtype == "auto":  # engine=vllm's default: the trainer's precision (rollout.vllm_settings)
+        dtype = PRECISION_DTYPES.get(precision, precision)
+    return f"{engine.name} {dtype}"
 
 
 @one_line_errors("astrai.generate")

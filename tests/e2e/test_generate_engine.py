@@ -91,8 +91,6 @@ def _assert_refused(args: list[str], needle: str) -> None:
 @pytest.mark.parametrize(
     ("flags", "needle"),
     [
-        (["--device", "cuda"], "--engine vllm runs on the CPU only for now"),
-        (["--device", "cuda:1"], "use --device cpu, or --engine torch on cuda:1"),
         (["--seed", "-1"], "--engine vllm: --seed must be in [0, 2**62) (got -1)"),
     ],
 )

@@ -3,8 +3,10 @@ through whatever engine its config names."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from dataclasses import fields
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,10 +19,10 @@ from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.tokenizer import CharTokenizer
 from astrai.rollout import seeded_vllm
 from astrai.rollout.collect import left_pad
-from astrai.rollout.engine import TorchEngine, build_engine, torch_engine
+from astrai.rollout.engine import EngineJob, TorchEngine, build_engine, torch_engine
 from astrai.rollout.sampler import SamplingConfig, generate
 from astrai.rollout.seeded_vllm import SeededVLLM, precision_notice
-from astrai.rollout.vllm_engine import VLLMEngineConfig
+from astrai.rollout.vllm_settings import VLLMEngineConfig, llm_kwargs, resolve
 
 # the keys of every engine node (config.schema.EngineConfig)
 ENGINE_KEYS = ["_target_", "old_logprobs", "correction", "correction_low", "correction_high"]
@@ -64,7 +66,8 @@ def test_the_config_names_the_engine_class() -> None:
 @pytest.mark.parametrize(
     ("override", "needle"),
     [
-        ("engine.dtype=fp8", "engine.dtype='fp8' is not one of float32, bfloat16, float16"),
+        ("engine.dtype=fp8", "engine.dtype='fp8' is not one of auto, float32, bfloat16, float16"),
+        ("engine.sleep_mode=true", "engine.sleep_mode=true on the CPU: vLLM's sleep mode exists"),
         ("engine.kv_cache_space_gib=0", "engine.kv_cache_space_gib"),
         ("engine.gpu_memory_utilization=0", r"engine.gpu_memory_utilization must be in \(0, 1\]"),
         ("engine.gpu_memory_utilization=1.5", "engine.gpu_memory_utilization must be in"),
@@ -91,15 +94,62 @@ def test_engine_vllm_without_vllm_names_the_install_command() -> None:
         compose_config(["debug=quick", "engine=vllm"])
 
 
-def test_engine_vllm_on_cuda_is_refused_until_its_memory_is_managed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # as on a GPU machine
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # (tests/conftest.py hides them)
-    with pytest.raises(ConfigError, match="engine=vllm runs on the CPU only for now"):
-        compose_config(["debug=quick", "engine=vllm", "infra.device=cuda"])
-    with pytest.raises(ConfigError, match="engine=vllm runs on the CPU only for now"):
-        compose_config(["debug=quick", "engine=vllm"])  # infra.device=auto picks the GPU
+def test_engine_vllm_on_cuda_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA device plan passes ``SeededVLLM.check`` (issue 49: the refusal is gone); vLLM
+    itself is pretended installed, as on a GPU machine with it."""
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        seeded_vllm.importlib.util,
+        "find_spec",
+        lambda name, *args: SimpleNamespace() if name == "vllm" else found(name, *args),
+    )
+    job = EngineJob(device="cuda", max_new_tokens=8, longest_prompt=8)
+    SeededVLLM.check({"sleep_mode": None, "max_model_len": None}, job)
+    SeededVLLM.check({"sleep_mode": True}, EngineJob(device="cuda:1"))
+    with pytest.raises(ValueError, match="sleep_mode=true on the CPU"):
+        SeededVLLM.check({"sleep_mode": True}, EngineJob(device="cpu"))
+    source = Path(seeded_vllm.__file__).read_text()
+    assert "runs on the CPU only" not in source
+
+
+def test_vllm_knobs_resolve_per_device_as_the_anchors_run_it() -> None:
+    cpu = resolve(VLLMEngineConfig(), cuda=False, precision="fp32")
+    assert (cpu.dtype, cpu.enforce_eager, cpu.sleep_mode, cpu.exact) == (
+        "float32",
+        True,
+        False,
+        True,
+    )
+    assert cpu.max_num_batched_tokens is None
+    gpu = resolve(VLLMEngineConfig(), cuda=True, precision="bf16")
+    assert (gpu.dtype, gpu.enforce_eager, gpu.sleep_mode, gpu.exact) == (
+        "bfloat16",
+        False,
+        True,
+        False,
+    )
+    assert gpu.max_num_batched_tokens == 4096
+    chosen = resolve(
+        VLLMEngineConfig(dtype="float16", enforce_eager=True, sleep_mode=False, exact=True,
+                         max_num_batched_tokens=2048),
+        cuda=True, precision="bf16",
+    )  # fmt: skip
+    assert (chosen.dtype, chosen.enforce_eager, chosen.sleep_mode, chosen.exact) == (
+        "float16",
+        True,
+        False,
+        True,
+    )
+    kwargs = llm_kwargs(gpu, "/m", 64)
+    assert kwargs["enable_sleep_mode"] is True and kwargs["max_num_batched_tokens"] == 4096
+    assert (kwargs["dtype"], kwargs["enforce_eager"], kwargs["max_model_len"]) == (
+        "bfloat16",
+        False,
+        64,
+    )
+    cpu_kwargs = llm_kwargs(cpu, "/m", 64, ranks=2)
+    assert "enable_sleep_mode" not in cpu_kwargs and "max_num_batched_tokens" not in cpu_kwargs
+    assert cpu_kwargs["distributed_executor_backend"] == "external_launcher"
 
 
 def test_the_engines_facts_are_class_attributes() -> None:
@@ -120,9 +170,14 @@ def test_vllm_sampling_in_another_precision_than_the_trainer_says_so_at_start(
     line = precision_notice("float32", "bf16")
     assert line is not None and line.startswith("engine=vllm samples in engine.dtype=float32")
     assert line.endswith("set engine.dtype=bfloat16 to sample in the trainer's precision")
-    monkeypatch.setattr(seeded_vllm, "VLLMEngine", lambda *args: SimpleNamespace(close=dict))
+    assert precision_notice("auto", "bf16") is None  # the default: the trainer's
+    fake = SimpleNamespace(close=dict, settings=SimpleNamespace(cuda=False))
+    monkeypatch.setattr(seeded_vllm, "VLLMEngine", lambda *args: fake)
     policy = LlamaForCausalLM(LlamaConfig())
     with caplog.at_level(logging.WARNING, logger=seeded_vllm.__name__):
-        SeededVLLM(VLLMEngineConfig(), policy, CharTokenizer(), "bf16")
+        SeededVLLM(VLLMEngineConfig(dtype="float32"), policy, CharTokenizer(), "bf16")
         SeededVLLM(VLLMEngineConfig(dtype="bfloat16"), policy, CharTokenizer(), "bf16")
-    assert caplog.messages == [line]
+        SeededVLLM(VLLMEngineConfig(), policy, CharTokenizer(), "bf16")
+        fake.settings.cuda = True  # on a GPU: said once at start, until gpu-check has run it
+        SeededVLLM(VLLMEngineConfig(), policy, CharTokenizer(), "bf16")
+    assert caplog.messages == [line, seeded_vllm.CUDA_NOTICE]

@@ -12,7 +12,6 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from astrai.config.engine_checks import configured_engine
 from astrai.config.errors import ConfigError, require
 from astrai.config.ranges import MAX_PARAMETERS, check_large
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
@@ -82,7 +81,7 @@ def _check_size(
 def validate_lora(cfg: DictConfig, model: LlamaConfig) -> None:
     """``model.lora``: its values, every target module against the model's decoder linears
     (on a meta-device model: no memory), what adapters cannot run with yet (the reference is
-    the base itself, so there is nothing to offload; engine=vllm syncs full weights), and
+    the base itself, so there is nothing to offload), and
     ``peft`` installed (last: a bad value is named even where peft is missing)."""
     settings = lora_settings(cfg.model)
     if settings is None:
@@ -103,12 +102,6 @@ def validate_lora(cfg: DictConfig, model: LlamaConfig) -> None:
         cfg.critic.name == "none" or bool(cfg.critic.get("warm_start", True)),
         "critic.warm_start=false with model.lora: the critic's trunk is the policy's frozen base "
         "(it trains adapters and its value head only), so it cannot start from random weights",
-    )
-    engine = configured_engine(cfg.engine)
-    require(
-        engine.samples_live_policy,
-        f"engine={engine.name} with model.lora is not built yet (the engine would need the "
-        "merged weights every step); use engine=torch",
     )
     try:
         import peft  # noqa: F401

@@ -312,6 +312,10 @@ def init_weights(module: nn.Module, std: float) -> None:
 class LlamaForCausalLM(nn.Module):
     """Trunk + LM head. ``forward`` returns logits and final hidden states."""
 
+    # the Hugging Face directory its weights were loaded from (``models.pretrained``), which an
+    # engine with its own weights may start from; None: built from a config
+    source_dir: str | None = None
+
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
         self.config = config

@@ -288,6 +288,7 @@ def load_pretrained_policy(
     model = LlamaForCausalLM(config)
     load_weights(model, read_tensors(files), files[0] if len(files) == 1 else directory)
     set_gradient_checkpointing(model, gradient_checkpointing)
+    model.source_dir = str(directory.resolve())
     return model
 
 

@@ -21,7 +21,8 @@ from torch import Tensor, nn
 from astrai.models.tokenizer import Tokenizer
 from astrai.rollout.engine import Engine, EngineJob, NamedTensors
 from astrai.rollout.sampler import Generation, SamplingConfig
-from astrai.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig, check_head_dim
+from astrai.rollout.vllm_engine import VLLMEngine, check_head_dim
+from astrai.rollout.vllm_settings import PRECISION_DTYPES, VLLMEngineConfig
 
 log = logging.getLogger(__name__)
 
@@ -29,18 +30,25 @@ VLLM_INSTALL = "make install-vllm (the CPU build, in .venv-vllm) or pip install 
 # a request's seed, drawn from the run's sampling stream; the engine spaces a group's seeds by
 # group_size (rollout.vllm_engine), so the draws stay well inside a 63-bit seed
 SEED_BOUND = 2**31
-# the engine.dtype that computes as infra.precision does (bf16: autocast over fp32 weights)
-PRECISION_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+# said once at start on a GPU, until docs/gpu.md records a make gpu-check run that passed it
+CUDA_NOTICE = (
+    "engine=vllm on CUDA has not yet passed make gpu-check on a GPU (docs/gpu.md): its sleep "
+    "mode, weight sync and sampling were checked against vLLM's CPU build and a recording "
+    "stand-in only"
+)
 
 
 class SeededVLLM(Engine):
     """An in-process vLLM engine started from the policy's weights, synced after each update.
 
-    Each prompt's request carries a seed drawn from the run's sampling stream (``generator``),
-    so the draws are a function of the run's random state: a resumed run, whose stream is
-    restored from its checkpoint, asks for what the straight run asked for (whether the
-    engine then draws the same tokens is the engine's determinism on the device). Greedy
-    requests (evaluation) take no generator and draw nothing."""
+    With ``exact`` (the CPU's default), each prompt's request carries a seed drawn from the
+    run's sampling stream (``generator``), so the draws are a function of the run's random
+    state: a resumed run, whose stream is restored from its checkpoint, asks for what the
+    straight run asked for (whether the engine then draws the same tokens is the engine's
+    determinism on the device). Without it (CUDA's default) requests carry no seed: vLLM's
+    batched sampler, its own stream. Greedy requests (evaluation) draw nothing. With
+    ``sleep_mode`` (CUDA's default) the engine releases its memory through each update
+    (``before_update``) and takes it back when the weights are synced."""
 
     name = "vllm"
     samples_live_policy = False  # its own copy, in its own dtype (engine.dtype)
@@ -59,29 +67,25 @@ class SeededVLLM(Engine):
         notice = precision_notice(config.dtype, precision)
         if notice is not None:
             log.warning("%s", notice)
-        self.engine = VLLMEngine(policy, tokenizer, config)  # type: ignore[arg-type]
+        self.engine = VLLMEngine(policy, tokenizer, config, precision)  # type: ignore[arg-type]
+        if self.engine.settings.cuda:
+            log.warning("%s", CUDA_NOTICE)
         # the engine's export directory and memory go when this object does, or at exit
         self._finalizer = weakref.finalize(self, self.engine.close)
 
     @classmethod
     def check(cls, node: Mapping[str, Any], job: EngineJob) -> None:
         """Refuse (ValueError, one line) a ``max_model_len`` past the model's positions or below
-        the longest request, a device other than the CPU, a sharded policy, vLLM missing, and a
-        head size vLLM's CPU kernel lacks (this imports vLLM: seconds). Each where ``job``
-        knows enough to tell; in this order, so a bad option is named even where vLLM is
-        missing."""
+        the longest request, sleep mode on the CPU, a sharded policy, vLLM missing, and a head
+        size vLLM's CPU kernel lacks (this imports vLLM: seconds). Each where ``job`` knows
+        enough to tell; in this order, so a bad option is named even where vLLM is missing."""
         engine = job.engine("vllm")
         _check_length(node.get("max_model_len"), job)
-        if (job.device or "").split(":")[0] != "cpu":
-            # on a GPU vLLM would take its default 90% of the memory the update needs
-            fix = (
-                f"use --device cpu, or --engine torch on {job.device}"
-                if job.command_line
-                else "set infra.device=cpu, or use engine=torch"
-            )
+        on_cpu = (job.device or "").split(":")[0] == "cpu"
+        if on_cpu and node.get("sleep_mode") is True:
             raise ValueError(
-                f"{engine} runs on the CPU only for now (issue 34: on CUDA its memory fraction "
-                f"and sleep mode are not built yet); {fix}"
+                f"{engine} with engine.sleep_mode=true on the CPU: vLLM's sleep mode exists on "
+                "CUDA only (set engine.sleep_mode=null)"
             )
         if job.world_size not in (None, 1) and job.parallel == "fsdp":
             # one engine per rank takes each update's full weights from the rank's own replica;
@@ -118,7 +122,7 @@ class SeededVLLM(Engine):
         # dtype (engine.dtype); under torchrun each rank has its own engine and samples its own
         # prompts, with no collective: no lockstep needed (a sharded policy is refused)
         seeds = None
-        if generator is not None:
+        if generator is not None and self.engine.settings.exact:
             draws = torch.randint(
                 0, SEED_BOUND, (prompt_ids.shape[0],), generator=generator, device=generator.device
             )
@@ -130,17 +134,21 @@ class SeededVLLM(Engine):
     def sync_weights(self, weights: NamedTensors) -> float:
         return float(self.engine.sync_weights(weights))
 
+    def before_update(self) -> None:
+        self.engine.release()  # sleep mode: its memory to the update; sync_weights takes it back
+
     def close(self) -> None:
         self._finalizer()
 
 
 def precision_notice(dtype: str, precision: str) -> str | None:
     """The line said at start when the engine samples in another precision than the trainer
-    trains in (``infra.precision=bf16`` with ``engine.dtype=float32``, the default); None when
-    they agree. Not refused: sampling more precisely than the update is a valid choice, whose
-    cost is a larger engine/trainer mismatch, which ``engine.correction`` weighs."""
+    trains in (``infra.precision=bf16`` with ``engine.dtype=float32``); None when they agree
+    (``auto``, the default, is the trainer's). Not refused: sampling more precisely than the
+    update is a valid choice, whose cost is a larger engine/trainer mismatch, which
+    ``engine.correction`` weighs."""
     expected = PRECISION_DTYPES.get(precision)
-    if expected is None or dtype == expected:
+    if expected is None or dtype in (expected, "auto"):
         return None
     return (
         f"engine=vllm samples in engine.dtype={dtype} while the trainer computes in "

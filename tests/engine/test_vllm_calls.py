@@ -1,0 +1,104 @@
+"""Every call ``engine=vllm`` makes, against the installed vLLM build's own signatures
+(``make test-vllm``): the recording stand-in's sequences (``tests/rollout/test_vllm_recorded.py``,
+CUDA and CPU) are replayed and each call bound to the real function's signature, and each
+``vllm.LLM`` keyword is an engine argument of this release (issue 49)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from typing import Any
+
+import pytest
+from tests import recording_vllm
+from tests.rollout import test_vllm_recorded as recorded
+
+pytestmark = pytest.mark.vllm
+
+
+def _real(name: str) -> Any:
+    module, path = recording_vllm.REAL[name]
+    value: Any = importlib.import_module(module)
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _recorded_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple, dict]]:
+    """Every call the recorded tests make (each test clears ``CALLS`` as it goes)."""
+    calls: list[tuple[str, tuple, dict]] = []
+    record = recording_vllm._record
+
+    def keep(name: str, *args: Any, **kwargs: Any) -> None:
+        calls.append((name, args, kwargs))
+        record(name, *args, **kwargs)
+
+    monkeypatch.setattr(recording_vllm, "_record", keep)
+    for test in (
+        recorded.test_on_cuda_the_engine_sleeps_through_the_update_and_wakes_in_trl_s_order,
+        recorded.test_on_the_cpu_no_sleep_and_a_seed_on_every_request,
+        recorded.test_exact_on_cuda_seeds_every_request,
+    ):
+        with monkeypatch.context() as patch:
+            test(patch)
+    return calls
+
+
+def test_every_call_binds_to_the_installed_builds_signature(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = _recorded_calls(monkeypatch)
+    seen = {name for name, _, _ in calls}
+    assert seen >= {"LLM", "LLM.generate", "LLM.sleep", "LLM.wake_up", "reload_weights"}
+    from vllm.engine.arg_utils import EngineArgs
+
+    engine_args = {f.name for f in dataclasses.fields(EngineArgs)}
+    for name, args, kwargs in calls:
+        if name == "repack_tied_lm_head":
+            continue  # the CPU build's quant method (the vLLM lane's CPU runs exercise it)
+        real = _real(name)
+        if name == "LLM":  # LLM(model, **kwargs) hands its keywords to EngineArgs
+            unknown = sorted(set(kwargs) - engine_args)
+            assert not unknown, f"vllm.LLM keywords this release lacks: {unknown}"
+            continue
+        if name == "TokensPrompt":  # a TypedDict
+            assert set(kwargs) <= set(real.__annotations__), kwargs
+            continue
+        if name == "SamplingParams":  # a msgspec struct: its fields are its keywords
+            assert set(kwargs) <= set(real.__struct_fields__), sorted(kwargs)
+            continue
+        if name == "reload_weights":
+            kwargs = {**kwargs, "weights_iterator": iter(())}
+        signature = inspect.signature(real)
+        self_first = next(iter(signature.parameters), None) == "self"
+        signature.bind(*((None,) if self_first else ()), *args, **kwargs)
+
+
+@pytest.mark.slow
+def test_gpu_check_engine_runs_what_the_cpu_can_and_skips_the_rest_by_name(tmp_path) -> None:
+    """``make gpu-check --only engine`` in CPU mode (vLLM's CPU build): the sync and LoRA checks
+    run and pass; the CUDA-only ones are skipped, each by name."""
+    import json
+    import subprocess
+    import sys
+
+    from astrai.paths import REPO_ROOT
+
+    summary = tmp_path / "summary.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "bench/gpu_check.py"), "--device", "cpu", "--quick",
+         "--only", "engine", "--summary", str(summary)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    statuses = {c["name"]: c["status"] for c in json.loads(summary.read_text())["checks"]}
+    assert statuses == {
+        "engine-vllm-speed": "SKIP",
+        "engine-vllm-sync": "PASS",
+        "engine-vllm-sleep": "SKIP",
+        "engine-vllm-learns": "SKIP",
+        "engine-vllm-lora": "PASS",
+        "engine-lag-stream": "SKIP",
+    }
+    assert done.stdout.count("CUDA only") == 4

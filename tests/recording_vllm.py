@@ -1,0 +1,131 @@
+"""A recording stand-in for the ``vllm`` package: every call ``rollout.vllm_engine`` makes is
+appended to ``CALLS`` as ``(name, args, kwargs)``, with answers shaped as vLLM's, so the engine's
+per-step call sequence on CUDA (sleep mode, sync, prefix-cache reset, generate) is checked
+without a GPU or vLLM. ``tests/engine/test_vllm_calls.py`` binds each recorded call to the
+signature of the installed vLLM build, so the stand-in cannot drift from the real API.
+
+``install(monkeypatch)`` puts the stand-in's modules into ``sys.modules``."""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+# the name of each recorded call -> where the real one is (module, attribute path)
+REAL = {
+    "LLM": ("vllm", "LLM.__init__"),
+    "LLM.generate": ("vllm", "LLM.generate"),
+    "LLM.sleep": ("vllm", "LLM.sleep"),
+    "LLM.wake_up": ("vllm", "LLM.wake_up"),
+    "LLM.reset_prefix_cache": ("vllm", "LLM.reset_prefix_cache"),
+    "SamplingParams": ("vllm", "SamplingParams"),
+    "TokensPrompt": ("vllm.inputs", "TokensPrompt"),
+    "reload_weights": ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.reload_weights"),
+    "shutdown": ("vllm.v1.engine.core_client", "InprocClient.shutdown"),
+}
+
+
+def _record(name: str, *args: Any, **kwargs: Any) -> None:
+    CALLS.append((name, args, kwargs))
+
+
+@dataclass
+class Logprob:
+    logprob: float
+
+
+@dataclass
+class Completion:
+    index: int
+    token_ids: list[int]
+    logprobs: list[dict[int, Logprob]] = field(default_factory=list)
+
+
+@dataclass
+class RequestOutput:
+    outputs: list[Completion]
+
+
+class SamplingParams:
+    def __init__(self, **kwargs: Any) -> None:
+        _record("SamplingParams", **kwargs)
+        self.n = kwargs.get("n", 1)
+        self.max_tokens = kwargs.get("max_tokens", 16)
+
+
+class _ModelRunner:
+    def reload_weights(self, **kwargs: Any) -> None:
+        names = [name for name, _ in kwargs["weights_iterator"]]
+        _record("reload_weights", weights_iterator=names, **{
+            k: v for k, v in kwargs.items() if k != "weights_iterator"
+        })  # fmt: skip
+
+    def get_model(self) -> Any:
+        method = types.SimpleNamespace(
+            process_weights_after_loading=lambda head: _record("repack_tied_lm_head")
+        )
+        return types.SimpleNamespace(lm_head=types.SimpleNamespace(quant_method=method))
+
+
+class _EngineCore:
+    def shutdown(self) -> None:
+        _record("shutdown")
+
+
+class LLM:
+    def __init__(self, **kwargs: Any) -> None:
+        _record("LLM", **kwargs)
+        runner = _ModelRunner()
+        worker = types.SimpleNamespace(worker=types.SimpleNamespace(model_runner=runner))
+        executor = types.SimpleNamespace(driver_worker=worker)
+        self.llm_engine = types.SimpleNamespace(model_executor=executor, engine_core=_EngineCore())
+
+    def generate(self, prompts: Any, sampling_params: Any, **kwargs: Any) -> list[RequestOutput]:
+        _record("LLM.generate", prompts, sampling_params, **kwargs)
+        answers = []
+        for params in sampling_params:
+            ids = [3] * params.max_tokens  # a response of max_tokens tokens, logprob -0.5 each
+            completions = [
+                Completion(i, ids, [{3: Logprob(-0.5)} for _ in ids]) for i in range(params.n)
+            ]
+            answers.append(RequestOutput(completions))
+        return answers
+
+    def sleep(self, level: int = 1) -> None:
+        _record("LLM.sleep", level=level)
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        _record("LLM.wake_up", tags=tags)
+
+    def reset_prefix_cache(self) -> bool:
+        _record("LLM.reset_prefix_cache")
+        return True
+
+
+def TokensPrompt(**kwargs: Any) -> dict[str, Any]:  # noqa: N802 (vLLM's name: a TypedDict)
+    _record("TokensPrompt", **kwargs)
+    return dict(kwargs)
+
+
+def install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-in as ``vllm``, ``vllm.inputs`` and ``vllm.platforms`` (a CUDA platform)."""
+    CALLS.clear()
+    root = types.ModuleType("vllm")
+    root.LLM = LLM  # type: ignore[attr-defined]
+    root.SamplingParams = SamplingParams  # type: ignore[attr-defined]
+    inputs = types.ModuleType("vllm.inputs")
+    inputs.TokensPrompt = TokensPrompt  # type: ignore[attr-defined]
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: False)  # type: ignore[attr-defined]
+    for name, module in (("vllm", root), ("vllm.inputs", inputs), ("vllm.platforms", platforms)):
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+def names() -> list[str]:
+    """The recorded calls' names, without the request objects each ``generate`` builds."""
+    return [name for name, _, _ in CALLS if name not in ("SamplingParams", "TokensPrompt")]
