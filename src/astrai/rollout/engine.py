@@ -166,13 +166,14 @@ class Engine(ABC):
         raise NotImplementedError(f"engine={self.name} samples the live policy: nothing to sync")
 
     def before_update(self) -> None:
-        """Called by the trainer before its update (this step's rollout is sampled): an engine
-        beside the update on one device releases its memory here (vLLM's sleep mode, later)."""
+        """Called by the trainer before its update (this step's rollout is sampled) when nothing
+        samples during the update: an engine beside the update on one device releases its
+        memory here (vLLM's sleep mode on CUDA; ``sync_weights`` takes it back)."""
         return None  # nothing to do by default
 
     def after_update(self) -> None:
-        """Called by the trainer after its update, before ``sync_weights``: re-take the memory
-        ``before_update`` released."""
+        """Called by the trainer after its update, before ``sync_weights`` (when it called
+        ``before_update``)."""
         return None  # nothing to do by default
 
     def on(self, module: nn.Module) -> Engine:
