@@ -88,6 +88,42 @@ def test_gae_padding_is_neither_read_nor_written():
     assert torch.all(advantages[~mask] == 0) and torch.all(returns[~mask] == 0)
 
 
+def test_gae_skips_masked_spans_between_valid_tokens():
+    """Issue 50: a multi-turn episode's observation tokens (masked) between two turns are not
+    time steps. The hand-computed sequence above with observation spans inserted: its valid
+    tokens get the same advantages and returns, whatever the spans hold."""
+    junk = 7e5  # values and rewards at masked positions: never read
+    rewards = torch.tensor([[0.0, junk, junk, 0.0, junk, 1.0]], dtype=torch.float64)
+    values = torch.tensor([[0.5, -junk, junk, 0.6, junk, 0.7]], dtype=torch.float64)
+    mask = torch.tensor([[True, False, False, True, False, True]])
+    advantages, returns = compute_gae(rewards, values, mask, gamma=0.9, lam=0.5)
+    assert_close(advantages, torch.tensor([[0.11425, 0, 0, 0.165, 0, 0.3]], dtype=torch.float64))
+    assert_close(returns, torch.tensor([[0.61425, 0, 0, 0.765, 0, 1.0]], dtype=torch.float64))
+
+
+def test_gae_of_valid_tokens_is_unchanged_by_any_masked_spans():
+    """Random spans of any length inserted between (and after) valid tokens: the valid tokens'
+    advantages and returns are bitwise those of the rows without the spans."""
+    generator = torch.Generator().manual_seed(0)
+    rewards = torch.randn(4, 6, generator=generator)
+    values = torch.randn(4, 6, generator=generator)
+    compact = torch.ones(4, 6, dtype=torch.bool)
+    expected = compute_gae(rewards, values, compact, gamma=0.97, lam=0.9)
+    for _ in range(5):
+        gaps = torch.randint(0, 4, (6,), generator=generator).tolist()
+        width = 6 + sum(gaps)
+        positions = torch.tensor([i + sum(gaps[:i]) for i in range(6)])  # spans after each
+        spread_r = torch.randn(4, width, generator=generator) * 1e3
+        spread_v = torch.randn(4, width, generator=generator) * 1e3
+        spread_r[:, positions], spread_v[:, positions] = rewards, values
+        mask = torch.zeros(4, width, dtype=torch.bool)
+        mask[:, positions] = True
+        advantages, returns = compute_gae(spread_r, spread_v, mask, gamma=0.97, lam=0.9)
+        assert torch.equal(advantages[:, positions], expected[0])
+        assert torch.equal(returns[:, positions], expected[1])
+        assert torch.all(advantages[~mask] == 0) and torch.all(returns[~mask] == 0)
+
+
 def test_gae_gamma_lambda_one_gives_reward_to_go():
     # With gamma = lam = 1 the deltas telescope: A_t = sum_{k>=t} r_k - V_t, so returns are the
     # reward-to-go whatever the values: row 0 [1+2+3, 2+3, 3], row 1 (2 valid) [1+2, 2, 0].

@@ -102,17 +102,21 @@ def reinforce_pp_advantages(
 def compute_gae(
     rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float
 ) -> tuple[Tensor, Tensor]:
-    """Generalised advantage estimation over right-padded token sequences.
+    """Generalised advantage estimation over the valid (trainable) tokens of each row.
 
-    ``delta_t = r_t + gamma * V_{t+1} - V_t`` and ``A_t = delta_t + gamma * lam * A_{t+1}``,
-    with ``V`` and ``A`` after the last valid token taken as 0 (the response ended: terminal
-    bootstrap 0). Padded positions are never read and are 0 in both outputs.
+    ``delta_t = r_t + gamma * V_{t'} - V_t`` and ``A_t = delta_t + gamma * lam * A_{t'}``, where
+    ``t'`` is the next valid token after ``t``: masked positions are not time steps (a
+    multi-turn episode's observation tokens between two turns neither decay nor reset the
+    credit), and ``V`` and ``A`` after the last valid token are taken as 0 (the episode ended:
+    terminal bootstrap 0). Masked positions are never read and are 0 in both outputs; a reward
+    there is lost (place it on a valid token). With a prefix mask (a single-turn response) this
+    is the textbook recursion, to the bit.
 
     Args:
         rewards: ``[..., R]`` per-token rewards.
         values: ``[..., R]`` critic values ``V_t``; pass them detached unless you want
             gradients through the targets.
-        mask: ``[..., R]`` bool, True = valid token; valid tokens are a prefix of each row.
+        mask: ``[..., R]`` bool, True = a valid (trainable) token.
         gamma: discount factor in [0, 1].
         lam: GAE lambda in [0, 1].
 
@@ -121,17 +125,18 @@ def compute_gae(
         positions, 0 elsewhere.
     """
     zero = torch.zeros((), dtype=values.dtype, device=values.device)
-    # Zeroed padding makes V_{t+1} = 0 after the last valid token; padded rewards only reach
-    # advantages that the torch.where below discards.
     values = torch.where(mask, values, zero)
     next_value = torch.zeros_like(values[..., 0])
     next_advantage = torch.zeros_like(values[..., 0])
     reversed_advantages = []
     for t in reversed(range(values.shape[-1])):
+        valid = mask[..., t]
         delta = rewards[..., t] + gamma * next_value - values[..., t]
-        advantage = torch.where(mask[..., t], delta + gamma * lam * next_advantage, zero)
+        advantage = torch.where(valid, delta + gamma * lam * next_advantage, zero)
         reversed_advantages.append(advantage)
-        next_value, next_advantage = values[..., t], advantage
+        # a masked position passes the next valid token's value and advantage on unchanged
+        next_value = torch.where(valid, values[..., t], next_value)
+        next_advantage = torch.where(valid, advantage, next_advantage)
     advantages = torch.stack(reversed_advantages[::-1], dim=-1)
-    # Both terms are already 0 at padded positions.
+    # Both terms are already 0 at masked positions.
     return advantages, advantages + values
