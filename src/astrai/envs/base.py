@@ -1,0 +1,70 @@
+"""What an environment is: built per episode from a task row, it opens the conversation and
+answers each assistant turn (issue 50, part 1). The episode runner (not built yet) owns the
+tokens; an environment sees and returns messages only.
+
+    class Guess(Environment):
+        def reset(self, row):                 # the opening messages
+            self.target = row["target"]
+            return [{"role": "user", "content": "Guess my number (1-100)."}]
+
+        def step(self, turn):                 # the assistant's turn -> observations, reward
+            guess = int(turn.content)
+            if guess == self.target:
+                return StepResult([], reward=1.0, done=True)
+            hint = "higher" if guess < self.target else "lower"
+            return StepResult([{"role": "user", "content": hint}])
+
+The episode runner, when built, is to call ``step`` within limits (``tool_limits.run_limited``:
+a hung or crashing step costs its episode); async steps are part of the issue, not built yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from astrai.envs.tool_calls import ParsedTurn
+
+Message = dict[str, Any]  # {"role": ..., "content": ...} as chat templates take them
+
+
+@dataclass
+class StepResult:
+    """An environment's answer to one assistant turn.
+
+    Attributes:
+        observations: the messages that follow the turn (tool replies, the user's next words);
+            rendered as observation tokens, never trained on.
+        reward: this turn's reward, placed on the turn's last sampled token.
+        done: the episode ended (solved, failed, or the environment says so).
+        truncated: the episode was cut by a limit (turns, tokens), not ended.
+        metrics: numbers to average over episodes (``env/<name>``).
+    """
+
+    observations: list[Message] = field(default_factory=list)
+    reward: float = 0.0
+    done: bool = False
+    truncated: bool = False
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Environment:
+    """One episode's environment. Subclasses implement ``reset`` and ``step``; ``final_reward``
+    (the episode's, on its last sampled token) and ``tools`` (OpenAI function schemas, see
+    ``envs.tools.ToolEnvironment``) are optional."""
+
+    def reset(self, row: dict[str, Any]) -> list[Message]:
+        """The opening messages of the episode built from the task ``row``."""
+        raise NotImplementedError
+
+    def step(self, turn: ParsedTurn) -> StepResult:
+        """Answer the assistant's ``turn`` (its content and parsed tool calls)."""
+        raise NotImplementedError
+
+    def final_reward(self) -> float:
+        """The episode's reward once it is over (on top of the turns'); 0 by default."""
+        return 0.0
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The tools offered, as OpenAI function schemas; none by default."""
+        return []
