@@ -1,0 +1,78 @@
+"""Credit in a multi-turn episode (issue 50, part 4): where its rewards land, and GAE with one
+time step per turn (``turn_level_gae``; AReaL PR #1600's option).
+
+Every tensor is ``[..., T]`` over an episode's tokens, ``mask`` True on its trainable (sampled)
+tokens and ``turns`` the turn each token belongs to (0: the prompt; observations carry their
+turn's number, masked).
+"""
+
+import torch
+from torch import Tensor
+
+
+def last_sampled_positions(mask: Tensor, turns: Tensor, turn_count: int) -> Tensor:
+    """``[..., K]``: the position of each turn's last trainable token (turns ``1 .. K``); -1
+    for a turn with none (cut before it sampled anything)."""
+    t = mask.shape[-1]
+    positions = torch.arange(t, device=mask.device).expand_as(mask)
+    found = []
+    for turn in range(1, turn_count + 1):
+        at = torch.where(mask & (turns == turn), positions, torch.full_like(positions, -1))
+        found.append(at.amax(dim=-1))
+    return torch.stack(found, dim=-1)
+
+
+def token_rewards_of_turns(
+    mask: Tensor, turns: Tensor, turn_rewards: Tensor, final_reward: Tensor
+) -> Tensor:
+    """Per-token rewards: each turn's reward (``turn_rewards [..., K]``) on its last sampled
+    token, the episode's (``final_reward [...]``) on the episode's last sampled token; 0
+    elsewhere. A turn that sampled nothing drops its reward (there is no action to credit)."""
+    rewards = torch.zeros(mask.shape, dtype=turn_rewards.dtype, device=mask.device)
+    last = last_sampled_positions(mask, turns, turn_rewards.shape[-1])
+    placed = turn_rewards.masked_fill(last < 0, 0.0)
+    rewards.scatter_add_(-1, last.clamp_min(0), placed)
+    episode_last = last.amax(dim=-1, keepdim=True)
+    rewards.scatter_add_(-1, episode_last.clamp_min(0), final_reward[..., None])
+    return rewards
+
+
+def turn_level_gae(
+    rewards: Tensor,
+    values: Tensor,
+    mask: Tensor,
+    turns: Tensor,
+    turn_count: int,
+    gamma: float,
+    lam: float,
+) -> tuple[Tensor, Tensor]:
+    """GAE with one time step per turn: turn ``k``'s reward is the sum of its tokens' rewards,
+    its value the critic's at its first sampled token (the state before the turn's action);
+    ``delta_k = r_k + gamma * V_{k+1} - V_k``, ``A_k = delta_k + gamma * lam * A_{k+1}``, and
+    every sampled token of turn ``k`` takes ``A_k`` (its return ``A_k + V_k``). Turns with no
+    sampled token are skipped; after the last, ``V`` and ``A`` are 0.
+
+    Returns:
+        ``(advantages, returns)`` ``[..., T]``, 0 where ``mask`` is False.
+    """
+    zero = torch.zeros((), dtype=values.dtype, device=values.device)
+    t = mask.shape[-1]
+    positions = torch.arange(t, device=mask.device).expand_as(mask)
+    next_value = torch.zeros_like(values[..., 0])
+    next_advantage = torch.zeros_like(values[..., 0])
+    advantages = torch.zeros_like(values)
+    returns = torch.zeros_like(values)
+    for turn in range(turn_count, 0, -1):
+        in_turn = mask & (turns == turn)
+        sampled = in_turn.any(dim=-1)
+        first = torch.where(in_turn, positions, torch.full_like(positions, t)).amin(dim=-1)
+        value = values.gather(-1, first.clamp_max(t - 1)[..., None]).squeeze(-1)
+        value = torch.where(sampled, value, zero)
+        reward = torch.where(in_turn, rewards, zero).sum(dim=-1)
+        advantage = reward + gamma * next_value - value + gamma * lam * next_advantage
+        advantage = torch.where(sampled, advantage, zero)
+        advantages = torch.where(in_turn, advantage[..., None], advantages)
+        returns = torch.where(in_turn, (advantage + value)[..., None], returns)
+        next_value = torch.where(sampled, value, next_value)
+        next_advantage = torch.where(sampled, advantage, next_advantage)
+    return advantages, returns
