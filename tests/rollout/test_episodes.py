@@ -1,0 +1,166 @@
+"""``rollout.episodes.run_episodes``: multi-turn episodes through an engine, token-in/token-out,
+with faults costing their episode only (issue 50, parts 2, 5 and 6; the trainer does not use
+it yet)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import torch
+
+from astrai.envs.base import Environment, Message, StepResult
+from astrai.envs.tool_calls import ParsedTurn
+from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+from astrai.models.tokenizer import CharTokenizer
+from astrai.rollout.engine import Engine, NoKnobs, torch_engine
+from astrai.rollout.episodes import (
+    EpisodeLimits,
+    EpisodeText,
+    cut_at_stop_string,
+    run_episodes,
+)
+from astrai.rollout.sampler import Generation, SamplingConfig
+
+TOKENIZER = CharTokenizer()
+GREEDY = SamplingConfig(max_new_tokens=6, temperature=0.0)
+
+
+def _lines(messages: Sequence[Message]) -> str:
+    return "".join(f"{m['role'][0]}:{m['content']}," for m in messages)
+
+
+TEXT = EpisodeText(
+    prompt_ids=lambda messages: TOKENIZER.encode(_lines(messages) + "a:"),
+    observation_ids=lambda messages: TOKENIZER.encode(_lines(messages) + "a:", add_bos=False),
+    decode=TOKENIZER.decode,
+    parse=lambda text: ParsedTurn(content=text),
+)
+
+
+class Scripted(Engine):
+    """Answers each call with the next texts of its script (one per live row), ending each
+    with the stop id; records the prompts it was given."""
+
+    name = "scripted"
+    supports_prefix_continuation = True
+    Config = NoKnobs
+
+    def __init__(self, script: list[list[str]]) -> None:
+        super().__init__(NoKnobs(), torch.nn.Module(), TOKENIZER)
+        self.script, self.prompts = script, []
+
+    def sample(self, prompt_ids, prompt_mask, group_size, sampling, stop_ids, generator=None):  # noqa: ANN001, ANN201
+        self.prompts.append(
+            [row[mask].tolist() for row, mask in zip(prompt_ids, prompt_mask, strict=False)]
+        )
+        texts = self.script.pop(0)
+        rows = [TOKENIZER.encode(t, add_bos=False) + [TOKENIZER.eos_id] for t in texts]
+        width = max(len(r) for r in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.bool)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), True
+        return Generation(ids, mask, torch.where(mask, -0.5, 0.0))
+
+
+class Product(Environment):
+    """Asks for a product; says "no" until the answer is right (reward 1), 0.25 a tool call."""
+
+    def reset(self, row: dict) -> list[Message]:
+        self.answer = str(row["a"] * row["b"])
+        return [{"role": "user", "content": f"{row['a']}*{row['b']}=?"}]
+
+    def step(self, turn: ParsedTurn) -> StepResult:
+        if turn.content == self.answer:
+            return StepResult(reward=1.0, done=True)
+        return StepResult([{"role": "tool", "content": "no"}])
+
+
+class Hangs(Product):
+    def step(self, turn: ParsedTurn) -> StepResult:
+        threading.Event().wait(60)
+        raise AssertionError
+
+
+class Raises(Product):
+    def step(self, turn: ParsedTurn) -> StepResult:
+        raise KeyError("missing")
+
+
+class Floods(Product):
+    def step(self, turn: ParsedTurn) -> StepResult:
+        return StepResult([{"role": "tool", "content": "9" * 1_000_000}])
+
+
+def test_turns_continue_from_the_episode_s_own_tokens() -> None:
+    engine = Scripted([["12", "7"], ["408", "21"]])
+    rows = [{"a": 12, "b": 34}, {"a": 3, "b": 7}]
+    episodes = run_episodes(engine, [Product(), Product()], rows, TEXT, GREEDY, [2])
+    first, second = episodes
+    assert first.done and second.done and first.turn_rewards == [0.0, 1.0]
+    # the second turn's prompt is the first's, the sampled tokens, then the observation
+    opening = TOKENIZER.encode("u:12*34=?,a:")
+    turn1 = TOKENIZER.encode("12", add_bos=False) + [2]
+    observation = TOKENIZER.encode("t:no,a:", add_bos=False)
+    assert engine.prompts[0][0] == opening
+    assert engine.prompts[1][0] == opening + turn1 + observation
+    assert first.tokens.ids == opening + turn1 + observation + TOKENIZER.encode(
+        "408", add_bos=False
+    ) + [2]
+    trained = [i for i, t in zip(first.tokens.ids, first.tokens.trainable, strict=False) if t]
+    assert trained == turn1 + TOKENIZER.encode("408", add_bos=False) + [2]
+    assert (
+        first.tokens.turns == [0] * len(opening) + [1] * (len(turn1) + len(observation)) + [2] * 4
+    )
+
+
+def test_a_hung_raising_or_flooding_environment_costs_its_episode_only() -> None:
+    engine = Scripted([["1", "1", "1", "1"], ["1", "21"]])
+    rows = [{"a": 3, "b": 7}] * 4
+    limits = EpisodeLimits(max_turns=2, max_observation_tokens=10, step_timeout_s=0.2)
+    hung, raised, flooded, fine = run_episodes(
+        engine, [Hangs(), Raises(), Floods(), Product()], rows, TEXT, GREEDY, [2], limits
+    )
+    assert hung.failed and hung.error == "timed out after 0.2 s"
+    assert raised.failed and raised.error == "KeyError: 'missing'"
+    # two turns, each answered with 1 MB of text cut to its last 10 tokens (the next turn's
+    # opening kept); then out of turns
+    opening = len(TOKENIZER.encode("u:3*7=?,a:"))
+    assert not flooded.failed and flooded.truncated
+    assert flooded.tokens.trainable.count(False) == opening + 2 * 10
+    assert fine.done and fine.turn_rewards == [0.0, 1.0]
+    assert engine.prompts[1] and len(engine.prompts[1]) == 2  # only the live ones sampled again
+
+
+def test_a_turn_ends_at_its_first_stop_string() -> None:
+    ids = TOKENIZER.encode("ab.cd.", add_bos=False)
+    assert cut_at_stop_string(ids, TOKENIZER.decode, ["."]) == 3
+    assert cut_at_stop_string(ids, TOKENIZER.decode, ["cd."]) == 6
+    assert cut_at_stop_string(ids, TOKENIZER.decode, []) == 6
+
+
+def test_the_torch_engine_continues_an_episode_as_it_samples_its_prefix() -> None:
+    torch.manual_seed(0)
+    policy = LlamaForCausalLM(LlamaConfig(initializer_range=0.2)).eval()
+    engine = torch_engine(policy, TOKENIZER)
+
+    class Never(Product):  # always another turn, whatever the random policy answers
+        def step(self, turn: ParsedTurn) -> StepResult:
+            return StepResult([{"role": "tool", "content": "no"}])
+
+    (episode,) = run_episodes(
+        engine, [Never()], [{"a": 2, "b": 2}], TEXT, GREEDY, [2], EpisodeLimits(max_turns=2)
+    )
+    turn2 = [
+        i
+        for i, (t, turn) in enumerate(
+            zip(episode.tokens.trainable, episode.tokens.turns, strict=False)
+        )
+        if t and turn == 2
+    ]
+    assert turn2 and episode.truncated
+    prefix = torch.tensor([episode.tokens.ids[: turn2[0]]])
+    again = engine.sample(prefix, torch.ones_like(prefix, dtype=torch.bool), 1, GREEDY, [2])
+    kept = again.response_ids[0][again.response_mask[0]].tolist()
+    assert kept == [episode.tokens.ids[i] for i in turn2]  # greedy: the same continuation
