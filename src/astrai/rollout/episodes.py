@@ -89,12 +89,15 @@ def cut_at_stop_string(
     return len(ids)
 
 
-def _left_padded(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _left_padded(
+    rows: list[list[int]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rows`` left-padded to the longest, on ``device``: ids and mask ``[N, W]``."""
     width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.bool)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros(len(rows), width, dtype=torch.bool, device=device)
     for i, row in enumerate(rows):
-        ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+        ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long, device=device)
         mask[i, width - len(row) :] = True
     return ids, mask
 
@@ -109,9 +112,12 @@ def run_episodes(
     limits: EpisodeLimits = EpisodeLimits(),
     generator: torch.Generator | None = None,
     version: int = 0,
+    device: torch.device | None = None,
 ) -> list[Episode]:
     """One episode per environment (built from its task row), all live ones sampled together
-    each turn; see the module docstring."""
+    each turn, their prompts on ``device`` (the policy's; default the CPU); see the module
+    docstring."""
+    device = device or torch.device("cpu")
     episodes = []
     for env, row in zip(envs, rows, strict=True):
         tokens = EpisodeTokens()
@@ -121,7 +127,7 @@ def run_episodes(
         live = [i for i, episode in enumerate(episodes) if episode.live]
         if not live:
             break
-        ids, mask = _left_padded([episodes[i].tokens.ids for i in live], engine.pad_id)
+        ids, mask = _left_padded([episodes[i].tokens.ids for i in live], engine.pad_id, device)
         out = engine.sample(ids, mask, 1, sampling, stop_ids, generator)
         for at, i in enumerate(live):
             kept = out.response_mask[at]
