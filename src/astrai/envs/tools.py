@@ -104,7 +104,7 @@ def function_schema(method: Callable[..., Any]) -> dict[str, Any]:
 class ToolEnvironment:
     """A base class whose ``@tool`` methods are its tools (``schemas``, ``call``)."""
 
-    def tools(self) -> dict[str, Callable[..., Any]]:
+    def tool_methods(self) -> dict[str, Callable[..., Any]]:
         """The bound ``@tool`` methods by name, in definition order."""
         found = {}
         for cls in reversed(type(self).__mro__):
@@ -115,14 +115,19 @@ class ToolEnvironment:
 
     def schemas(self) -> list[dict[str, Any]]:
         """Every tool's OpenAI function schema (a chat template's ``tools=``)."""
-        return [function_schema(method) for method in self.tools().values()]
+        return [function_schema(method) for method in self.tool_methods().values()]
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The tools offered (``envs.base.Environment.tools``): the schemas."""
+        return self.schemas()
 
     def call(self, call: ToolCall) -> Any:
         """Run one call; ``ToolError`` for an unknown tool or arguments its signature refuses
         (an exception inside the tool is the caller's to turn into an error reply)."""
-        method = self.tools().get(call.name)
+        methods = self.tool_methods()
+        method = methods.get(call.name)
         if method is None:
-            raise ToolError(f"unknown tool {call.name!r} (tools: {', '.join(self.tools())})")
+            raise ToolError(f"unknown tool {call.name!r} (tools: {', '.join(methods)})")
         try:
             inspect.signature(method).bind(**call.arguments)
         except TypeError as err:
