@@ -14,6 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import torch
+
+from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+from astrai.models.merged_weights import engine_weights
+from astrai.models.tokenizer import CharTokenizer
+from astrai.rollout import vllm_engine
+from astrai.rollout.collect import left_pad
+from astrai.rollout.sampler import SamplingConfig
+from astrai.rollout.seeded_vllm import SeededVLLM
+from astrai.rollout.vllm_settings import VLLMEngineConfig, resolve
 
 CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 # the name of each recorded call -> where the real one is (module, attribute path)
@@ -129,3 +139,36 @@ def install(monkeypatch: pytest.MonkeyPatch) -> None:
 def names() -> list[str]:
     """The recorded calls' names, without the request objects each ``generate`` builds."""
     return [name for name, _, _ in CALLS if name not in ("SamplingParams", "TokensPrompt")]
+
+
+SAMPLING = SamplingConfig(max_new_tokens=3, temperature=1.0)
+
+
+def small_policy() -> LlamaForCausalLM:
+    """A 1-layer model with 2 heads of 32 (a size vLLM's CPU kernel has)."""
+    return LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, num_attention_heads=2,
+                                        num_key_value_heads=1))  # fmt: skip
+
+
+def engine_on(monkeypatch: pytest.MonkeyPatch, cuda: bool, **knobs: Any) -> SeededVLLM:
+    """``engine=vllm`` on the stand-in, its knobs resolved as on CUDA (``cuda``: the policy's
+    device decides, so the CPU's policy stands for a GPU's) or on the CPU."""
+    install(monkeypatch)
+    if cuda:
+        monkeypatch.setattr(
+            vllm_engine,
+            "resolve",
+            lambda config, _cuda, precision: resolve(config, True, precision),
+        )
+    torch.manual_seed(0)
+    return SeededVLLM(VLLMEngineConfig(**knobs), small_policy(), CharTokenizer(), "bf16")
+
+
+def one_step(engine: SeededVLLM, policy: LlamaForCausalLM) -> None:
+    """One RL step's engine calls, in the trainer's order (``Trainer.run_step``)."""
+    tokenizer = CharTokenizer()
+    ids, mask = left_pad(tokenizer, ["1+2=", "3+4="])
+    engine.sample(ids, mask, 2, SAMPLING, tokenizer.stop_ids, torch.Generator().manual_seed(1))
+    engine.before_update()
+    engine.after_update()
+    engine.sync_weights(engine_weights(policy))

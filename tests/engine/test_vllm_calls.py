@@ -1,7 +1,8 @@
 """Every call ``engine=vllm`` makes, against the installed vLLM build's own signatures
-(``make test-vllm``): the recording stand-in's sequences (``tests/rollout/test_vllm_recorded.py``,
-CUDA and CPU) are replayed and each call bound to the real function's signature, and each
-``vllm.LLM`` keyword is an engine argument of this release (issue 49)."""
+(``make test-vllm``): the recording stand-in's sequences (``tests/rollout/test_vllm_recorded.py``'s,
+CUDA and CPU, driven through the same helpers) are replayed, each call bound to the real
+function's signature, and each ``vllm.LLM`` keyword is an engine argument of this release
+(issue 49)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from typing import Any
 
 import pytest
 from tests import recording_vllm
-from tests.rollout import test_vllm_recorded as recorded
 
 pytestmark = pytest.mark.vllm
 
@@ -35,13 +35,13 @@ def _recorded_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple, d
         record(name, *args, **kwargs)
 
     monkeypatch.setattr(recording_vllm, "_record", keep)
-    for test in (
-        recorded.test_on_cuda_the_engine_sleeps_through_the_update_and_wakes_in_trl_s_order,
-        recorded.test_on_the_cpu_no_sleep_and_a_seed_on_every_request,
-        recorded.test_exact_on_cuda_seeds_every_request,
-    ):
+    # the sequences of tests/rollout/test_vllm_recorded.py: CUDA (two steps), the CPU, exact
+    for cuda, knobs, steps in ((True, {}, 2), (False, {}, 1), (True, {"exact": True}, 1)):
         with monkeypatch.context() as patch:
-            test(patch)
+            engine = recording_vllm.engine_on(patch, cuda, **knobs)
+            for _ in range(steps):
+                recording_vllm.one_step(engine, recording_vllm.small_policy())
+            engine.close()
     return calls
 
 

@@ -3,7 +3,7 @@ episode runner (issue 50, part 7; the task and its learning runs are not built y
 
 from __future__ import annotations
 
-from tests.rollout.test_episodes import GREEDY, TEXT, TOKENIZER, Scripted
+from tests.scripted_engine import GREEDY, TEXT, TOKENIZER, Scripted
 
 from astrai.envs.calculator import Calculator, parse_calc_line
 from astrai.envs.tool_calls import ParseError, ToolCall

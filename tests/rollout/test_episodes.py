@@ -5,63 +5,15 @@ it yet)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 
 import torch
+from tests.scripted_engine import GREEDY, TEXT, TOKENIZER, Scripted
 
 from astrai.envs.base import Environment, Message, StepResult
 from astrai.envs.tool_calls import ParsedTurn
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
-from astrai.models.tokenizer import CharTokenizer
-from astrai.rollout.engine import Engine, NoKnobs, torch_engine
-from astrai.rollout.episodes import (
-    EpisodeLimits,
-    EpisodeText,
-    cut_at_stop_string,
-    run_episodes,
-)
-from astrai.rollout.sampler import Generation, SamplingConfig
-
-TOKENIZER = CharTokenizer()
-GREEDY = SamplingConfig(max_new_tokens=6, temperature=0.0)
-
-
-def _lines(messages: Sequence[Message]) -> str:
-    return "".join(f"{m['role'][0]}:{m['content']}," for m in messages)
-
-
-TEXT = EpisodeText(
-    prompt_ids=lambda messages: TOKENIZER.encode(_lines(messages) + "a:"),
-    observation_ids=lambda messages: TOKENIZER.encode(_lines(messages) + "a:", add_bos=False),
-    decode=TOKENIZER.decode,
-    parse=lambda text: ParsedTurn(content=text),
-)
-
-
-class Scripted(Engine):
-    """Answers each call with the next texts of its script (one per live row), ending each
-    with the stop id; records the prompts it was given."""
-
-    name = "scripted"
-    supports_prefix_continuation = True
-    Config = NoKnobs
-
-    def __init__(self, script: list[list[str]]) -> None:
-        super().__init__(NoKnobs(), torch.nn.Module(), TOKENIZER)
-        self.script, self.prompts = script, []
-
-    def sample(self, prompt_ids, prompt_mask, group_size, sampling, stop_ids, generator=None):  # noqa: ANN001, ANN201
-        self.prompts.append(
-            [row[mask].tolist() for row, mask in zip(prompt_ids, prompt_mask, strict=False)]
-        )
-        texts = self.script.pop(0)
-        rows = [TOKENIZER.encode(t, add_bos=False) + [TOKENIZER.eos_id] for t in texts]
-        width = max(len(r) for r in rows)
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        mask = torch.zeros(len(rows), width, dtype=torch.bool)
-        for i, r in enumerate(rows):
-            ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), True
-        return Generation(ids, mask, torch.where(mask, -0.5, 0.0))
+from astrai.rollout.engine import torch_engine
+from astrai.rollout.episodes import EpisodeLimits, cut_at_stop_string, run_episodes
 
 
 class Product(Environment):

@@ -5,54 +5,27 @@ bf16 from ``infra.precision``, no per-request seeds), on the CPU as before (issu
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
 from tests import recording_vllm
 
-from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.merged_weights import engine_weights
 from astrai.models.tokenizer import CharTokenizer
-from astrai.rollout import vllm_engine
 from astrai.rollout.collect import left_pad
-from astrai.rollout.sampler import SamplingConfig
-from astrai.rollout.seeded_vllm import SeededVLLM
-from astrai.rollout.vllm_settings import VLLMEngineConfig, resolve
 
-SAMPLING = SamplingConfig(max_new_tokens=3, temperature=1.0)
-
-
-def _engine(monkeypatch: pytest.MonkeyPatch, cuda: bool, **knobs: Any) -> SeededVLLM:
-    recording_vllm.install(monkeypatch)
-    if cuda:  # the device decides (the policy's): here the CPU's policy stands for a GPU's
-        monkeypatch.setattr(
-            vllm_engine,
-            "resolve",
-            lambda config, _cuda, precision: resolve(config, True, precision),
-        )
-    torch.manual_seed(0)
-    policy = LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, num_attention_heads=2,
-                                          num_key_value_heads=1))  # fmt: skip
-    return SeededVLLM(VLLMEngineConfig(**knobs), policy, CharTokenizer(), "bf16")
-
-
-def _step(engine: SeededVLLM, policy_like: LlamaForCausalLM) -> None:
-    """One RL step's engine calls, in the trainer's order (``Trainer.run_step``)."""
-    tokenizer = CharTokenizer()
-    ids, mask = left_pad(tokenizer, ["1+2=", "3+4="])
-    engine.sample(ids, mask, 2, SAMPLING, tokenizer.stop_ids, torch.Generator().manual_seed(1))
-    engine.before_update()
-    engine.after_update()
-    engine.sync_weights(engine_weights(policy_like))
+SAMPLING = recording_vllm.SAMPLING
+_engine, _step, _policy = (
+    recording_vllm.engine_on,
+    recording_vllm.one_step,
+    recording_vllm.small_policy,
+)
 
 
 def test_on_cuda_the_engine_sleeps_through_the_update_and_wakes_in_trl_s_order(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     engine = _engine(monkeypatch, cuda=True)
-    policy = LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, num_attention_heads=2,
-                                          num_key_value_heads=1))  # fmt: skip
+    policy = _policy()
     start = recording_vllm.names()
     assert start == ["LLM", "LLM.generate", "LLM.reset_prefix_cache"]  # start, warm-up
     (_, _, init), *_ = recording_vllm.CALLS
@@ -99,8 +72,7 @@ def test_on_the_cpu_no_sleep_and_a_seed_on_every_request(monkeypatch: pytest.Mon
     assert "enable_sleep_mode" not in init and init["enforce_eager"] is True
     assert "max_num_batched_tokens" not in init and init["dtype"] == "bfloat16"
     recording_vllm.CALLS.clear()
-    _step(engine, LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, num_attention_heads=2,
-                                                num_key_value_heads=1)))  # fmt: skip
+    _step(engine, _policy())
     # the tied lm_head's packed copy rebuilt after the reload (the CPU build's)
     assert recording_vllm.names() == [
         "LLM.generate", "reload_weights", "repack_tied_lm_head", "LLM.reset_prefix_cache"
