@@ -252,13 +252,17 @@ def response_outputs(
     return torch.cat([first[:, None], rest], dim=1)
 
 
-def response_passes(response_mask: Tensor) -> list[Tensor]:
-    """Row indices of the response passes after a shared prompt pass: rows sorted by response
-    length (at least one token: the prompt's last position scores the first), each pass at most
-    ``MAX_PADDING`` padding (``models.sorted_parts``)."""
+def response_passes(response_mask: Tensor) -> list[tuple[Tensor, int]]:
+    """The response passes after a shared prompt pass, each its row indices and its width (its
+    longest response): rows sorted by response length (at least one token: the prompt's last
+    position scores the first), each pass at most ``MAX_PADDING`` padding
+    (``models.sorted_parts``; a part's first row is its longest). The lengths are read once."""
     lengths = response_mask.bool().sum(dim=1).clamp_min(1).tolist()
     device = response_mask.device
-    return [torch.tensor(rows, device=device) for rows in sorted_parts(lengths, None)]
+    return [
+        (torch.tensor(rows, device=device), lengths[rows[0]])
+        for rows in sorted_parts(lengths, None)
+    ]
 
 
 def _responses_by_length(
@@ -275,8 +279,7 @@ def _responses_by_length(
     p, r = mask.shape[1] - response_ids.shape[1], response_ids.shape[1]
     distinct, last = _prefill_distinct(model, shared, p + r - 1, cache_dtype)
     result: Tensor | None = None
-    for rows in response_passes(mask[:, p:]):
-        width = max(int(mask[rows, p:].sum(dim=1).max()), 1)
+    for rows, width in response_passes(mask[:, p:]):
         inverse = shared.inverse.index_select(0, rows)
         first = last.index_select(0, inverse)[:, None]
         scored = first
