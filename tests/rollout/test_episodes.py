@@ -45,6 +45,16 @@ class Floods(Product):
         return StepResult([{"role": "tool", "content": "9" * 1_000_000}])
 
 
+class Talks(Product):
+    def step(self, turn: ParsedTurn) -> StepResult:
+        return StepResult([{"role": "tool", "content": "9" * 200}])
+
+
+class AsyncProduct(Product):
+    async def step(self, turn: ParsedTurn) -> StepResult:  # type: ignore[override]
+        return Product.step(self, turn)
+
+
 def test_turns_continue_from_the_episode_s_own_tokens() -> None:
     engine = Scripted([["12", "7"], ["408", "21"]])
     rows = [{"a": 12, "b": 34}, {"a": 3, "b": 7}]
@@ -68,21 +78,43 @@ def test_turns_continue_from_the_episode_s_own_tokens() -> None:
 
 
 def test_a_hung_raising_or_flooding_environment_costs_its_episode_only() -> None:
-    engine = Scripted([["1", "1", "1", "1"], ["1", "21"]])
-    rows = [{"a": 3, "b": 7}] * 4
+    engine = Scripted([["1", "1", "1", "1", "1"], ["1", "21"]])
+    rows = [{"a": 3, "b": 7}] * 5
     limits = EpisodeLimits(max_turns=2, max_observation_tokens=10, step_timeout_s=0.2)
-    hung, raised, flooded, fine = run_episodes(
-        engine, [Hangs(), Raises(), Floods(), Product()], rows, TEXT, GREEDY, [2], limits
+    envs = [Hangs(), Raises(), Floods(), Talks(), Product()]
+    hung, raised, flooded, talks, fine = run_episodes(engine, envs, rows, TEXT, GREEDY, [2], limits)
+    assert hung.failed and hung.error == "timed out after 0.2 s" and hung.timeouts == 1
+    assert raised.failed and raised.error == "KeyError: 'missing'" and raised.timeouts == 0
+    # 1 MB of text is a fault (max_observation_chars), not an observation
+    assert flooded.failed and flooded.error == (
+        "an observation of 1000000 characters (max_observation_chars 100000)"
     )
-    assert hung.failed and hung.error == "timed out after 0.2 s"
-    assert raised.failed and raised.error == "KeyError: 'missing'"
-    # two turns, each answered with 1 MB of text cut to its last 10 tokens (the next turn's
-    # opening kept); then out of turns
+    # two turns, each answered with 200 characters cut to their last 10 tokens (the next
+    # turn's opening kept); then out of turns
     opening = len(TOKENIZER.encode("u:3*7=?,a:"))
-    assert not flooded.failed and flooded.truncated
-    assert flooded.tokens.trainable.count(False) == opening + 2 * 10
+    assert not talks.failed and talks.truncated
+    assert talks.tokens.trainable.count(False) == opening + 2 * 10
     assert fine.done and fine.turn_rewards == [0.0, 1.0]
     assert engine.prompts[1] and len(engine.prompts[1]) == 2  # only the live ones sampled again
+
+
+def test_an_async_step_is_awaited_and_a_slow_episode_runs_out_of_its_time() -> None:
+    engine = Scripted([["1"], ["21"]])
+    (episode,) = run_episodes(
+        engine, [AsyncProduct()], [{"a": 3, "b": 7}], TEXT, GREEDY, [2], EpisodeLimits()
+    )
+    assert episode.done and episode.turn_rewards == [0.0, 1.0] and episode.steps == 2
+
+    class Slow(Product):
+        def step(self, turn: ParsedTurn) -> StepResult:
+            threading.Event().wait(0.15)
+            return StepResult([{"role": "tool", "content": "no"}])
+
+    limits = EpisodeLimits(max_turns=4, step_timeout_s=1.0, episode_timeout_s=0.25)
+    engine = Scripted([["1"], ["1"], ["1"]])
+    (slow,) = run_episodes(engine, [Slow()], [{"a": 3, "b": 7}], TEXT, GREEDY, [2], limits)
+    # 0.15 s, then what is left of 0.25 s: the second step times out
+    assert slow.failed and slow.timeouts == 1 and slow.steps == 2
 
 
 def test_a_turn_ends_at_its_first_stop_string() -> None:

@@ -15,6 +15,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tests.constructed_rewards import ALTERNATING, ALTERNATING_ON_ODD_PROMPTS
+from tests.episode_envs import TWO_TURNS
 from tests.helpers import compose_config
 from tests.train_runs import LAG_1
 
@@ -35,7 +36,7 @@ QUICK = [
     "logger.samples_every=1",
     "ckpt.every_steps=0",
 ]
-NOISY = ("time/", "perf/")
+NOISY = ("time/", "perf/", "env/step_s")
 # issue 19's options, several at once (docs/algorithms.md)
 OPTIONS = [
     "train_type.advantage=rloo",
@@ -93,6 +94,8 @@ def _addition_jsonl(directory: Path) -> list[str]:
         pytest.param("lag_ppo", marks=pytest.mark.slow),  # the fast suite's budget
         pytest.param("dataset", marks=pytest.mark.slow),
         pytest.param("options", marks=pytest.mark.slow),
+        "episodes",  # multi-turn episodes (env=...), GRPO at lag 0
+        pytest.param("episodes_lag_ppo", marks=pytest.mark.slow),  # PPO, episodes in flight
     ],
 )
 def straight_and_resumed(request, tmp_path_factory) -> tuple[Trainer, Trainer, Path, Path]:  # noqa: ANN001
@@ -107,6 +110,10 @@ def straight_and_resumed(request, tmp_path_factory) -> tuple[Trainer, Trainer, P
     if request.param == "options":  # dynamic sampling draws a varying number of rounds
         # groups of odd-digit prompts vary, the others are constant: some are dropped
         train_type, extra = "online_grpo", [*OPTIONS, *ALTERNATING_ON_ODD_PROMPTS]
+    if request.param == "episodes":
+        train_type, extra = "online_grpo", TWO_TURNS
+    if request.param == "episodes_lag_ppo":
+        train_type, extra = "online_ppo", [*TWO_TURNS, *LAG_1]
     if request.param.startswith("lag"):
         train_type = "online_ppo" if request.param == "lag_ppo" else "online_grpo"
         # the checkpoint at step 3 holds step 4's rollout, sampled in update 3

@@ -76,8 +76,9 @@ class GRPOStrategy(Strategy):
 
     @torch.no_grad()
     def advantages(self, rollout: Rollout, sum_over_ranks: SumFn = local_sum) -> Tensor:
-        """``[B, G, R]`` advantages of a rollout with pinned reference logprobs (0 at padding)."""
-        mask = rollout.response_mask
+        """``[B, G, R]`` advantages of a rollout with pinned reference logprobs (0 at padding,
+        and at an episode's observations: ``Rollout.action_mask``)."""
+        mask = rollout.action_mask()
         if self.advantage == "reinforce_pp":
             kl = self.reward_kl(rollout)
             rewards = token_rewards(rollout.rewards, kl, mask, self.kl_coef)  # [B, G, R]

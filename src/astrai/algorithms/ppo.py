@@ -21,14 +21,17 @@ from astrai.algorithms.masked import (
     masked_mean,
     masked_whiten,
 )
-from astrai.algorithms.rewards import token_rewards
+from astrai.algorithms.rewards import episode_token_rewards, token_rewards
 from astrai.algorithms.stats import explained_variance
-from astrai.algorithms.strategy import NoGradMode, Strategy
+from astrai.algorithms.strategy import NoGradMode, Strategy, _one_of
+from astrai.algorithms.turn_credit import turn_level_gae, turns_of_runs
 from astrai.checkpoints.layout import CRITIC_FILES
 from astrai.metrics.names import CORE_METRICS, CRITIC_METRICS
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.scoring import response_values, score_in_parts
+
+GAE_LEVELS = ("token", "turn")
 
 
 class PPOStrategy(Strategy):
@@ -46,6 +49,9 @@ class PPOStrategy(Strategy):
             reaches sampled tokens, so once the policy is nearly deterministic it no longer
             separates responses and stops holding exploration up; the bonus does (CleanRL's
             ``ent_coef``).
+        gae_level: ``token`` (one time step per sampled token) or ``turn`` (one per turn of a
+            multi-turn episode: ``algorithms.turn_credit.turn_level_gae``, AReaL's option;
+            for one-turn responses the whole response is one step).
     """
 
     name = "online_ppo"
@@ -63,9 +69,12 @@ class PPOStrategy(Strategy):
         value_clip: float | None,
         whiten_advantages: bool,
         entropy_coef: float,
+        gae_level: str = "token",
         **kwargs: object,
     ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
+        _one_of("gae_level", gae_level, GAE_LEVELS)
+        self.gae_level = gae_level
         self.ppo_gamma = ppo_gamma
         self.ppo_gae_lambda = ppo_gae_lambda
         self.ppo_vf_coef = ppo_vf_coef
@@ -85,8 +94,12 @@ class PPOStrategy(Strategy):
         if critic is None:
             raise ValueError("online_ppo needs a critic (critic=value_model)")
         metrics = self.score_reference(rollout, reference, sum_over_ranks, no_grad)
-        mask = rollout.response_mask
+        mask = rollout.action_mask()  # an episode's observations are not time steps
         rewards = token_rewards(rollout.rewards, self.reward_kl(rollout), mask, self.kl_coef)
+        if rollout.token_scores is not None:  # an episode's rewards on its turns' last tokens
+            rewards = episode_token_rewards(
+                rollout.token_scores, self.reward_kl(rollout), mask, self.kl_coef
+            )
         prompt_ids, prompt_mask = rollout.flat_prompts()
         with torch.inference_mode():  # targets only; the clone below makes an ordinary tensor
             values = score_in_parts(
@@ -98,9 +111,15 @@ class PPOStrategy(Strategy):
                 rollout.flat("response_mask"),
             )
         values = values.clone().view_as(rewards)  # [B, G, R]
-        advantages, returns = compute_gae(
-            rewards, values, mask, self.ppo_gamma, self.ppo_gae_lambda
-        )
+        if self.gae_level == "turn":
+            turns = turns_of_runs(mask)
+            advantages, returns = turn_level_gae(
+                rewards, values, mask, turns, int(turns.max()), self.ppo_gamma, self.ppo_gae_lambda
+            )
+        else:
+            advantages, returns = compute_gae(
+                rewards, values, mask, self.ppo_gamma, self.ppo_gae_lambda
+            )
         if self.whiten_advantages:  # over every rank's rollout, as one process would
             advantages = masked_whiten(advantages, mask, sum_over_ranks=sum_over_ranks)
         rollout.values, rollout.returns, rollout.advantages = values, returns, advantages

@@ -19,6 +19,7 @@ __all__ = [
     "OverlongPenalty",
     "last_token_index",
     "overlong_penalty",
+    "episode_token_rewards",
     "token_rewards",
 ]
 
@@ -53,3 +54,11 @@ def token_rewards(scores: Tensor, kl: Tensor, mask: Tensor, kl_coef: float) -> T
     index = last.clamp_min(0)[..., None]
     terminal = torch.where(has_token, scores.to(rewards.dtype), torch.zeros_like(scores))
     return rewards.scatter_add(-1, index, terminal[..., None].to(rewards.dtype))
+
+
+def episode_token_rewards(scores: Tensor, kl: Tensor, mask: Tensor, kl_coef: float) -> Tensor:
+    """``[..., R]`` token rewards of multi-turn episodes: the KL penalty on the sampled tokens
+    (``mask``) plus ``scores``, the environment's rewards already on their tokens (each turn's
+    on its last sampled token: ``algorithms.turn_credit.token_rewards_of_turns``)."""
+    penalty = torch.where(mask, -kl_coef * kl, torch.zeros_like(kl))
+    return penalty + scores.to(penalty.dtype)

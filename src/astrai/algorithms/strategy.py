@@ -150,7 +150,7 @@ class Strategy(ABC):
             rollout.ref_logprobs = None
             return {}
         rollout.ref_logprobs = self.score_rollout(reference, rollout, no_grad)
-        mask = rollout.response_mask
+        mask = rollout.action_mask()
         return {
             f"kl/{kind}": masked_global_mean(
                 kl_estimate(rollout.logprobs, rollout.ref_logprobs, kind), mask, sum_over_ranks

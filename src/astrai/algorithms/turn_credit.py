@@ -10,6 +10,15 @@ import torch
 from torch import Tensor
 
 
+def turns_of_runs(mask: Tensor) -> Tensor:
+    """``[..., T]`` long: each sampled token's turn, numbered from 1 along the runs of
+    ``mask`` (a turn's sampled tokens are contiguous, observations lie between turns); 0 where
+    ``mask`` is False."""
+    before = torch.nn.functional.pad(mask[..., :-1], (1, 0), value=False)
+    starts = mask & ~before
+    return torch.where(mask, starts.long().cumsum(-1), torch.zeros_like(mask, dtype=torch.long))
+
+
 def last_sampled_positions(mask: Tensor, turns: Tensor, turn_count: int) -> Tensor:
     """``[..., K]``: the position of each turn's last trainable token (turns ``1 .. K``); -1
     for a turn with none (cut before it sampled anything)."""

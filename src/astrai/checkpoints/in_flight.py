@@ -56,12 +56,17 @@ _OPTIONAL_TENSORS = {
         "loss_mask",
         "behaviour_logprobs",
         "is_weights",
+        "sampled_mask",
+        "token_scores",
     )
 }
-_OTHER_FIELDS = ("policy_version", "prompts", "responses", "reward_terms")
+_OTHER_FIELDS = ("policy_version", "prompts", "responses", "reward_terms", "episode_stats")
 ROLLOUT_FIELDS = frozenset({*_REQUIRED_TENSORS, *_OPTIONAL_TENSORS, *_OTHER_FIELDS})
+# fields a checkpoint written before multi-turn episodes (issue 50) does not hold: their
+# defaults (one-turn rollouts) stand in
+_ADDED_FIELDS = frozenset({"sampled_mask", "token_scores", "episode_stats"})
 RECORD_KEYS = frozenset({"step", "rollout", "metrics", "sample_s"})
-_BOOL_FIELDS = ("prompt_mask", "response_mask", "loss_mask")
+_BOOL_FIELDS = ("prompt_mask", "response_mask", "loss_mask", "sampled_mask")
 _INT_FIELDS = ("prompt_ids", "response_ids", "sample_versions")
 
 
@@ -177,13 +182,14 @@ def _rollout_problem(rollout: Any, state: Mapping[str, Any]) -> str | None:
     """What is wrong with one record's ``rollout`` dict (fields, shapes, dtypes, values)."""
     if not isinstance(rollout, dict):
         return f"'rollout' is a {type(rollout).__name__}, not a dict"
-    missing, extra = sorted(ROLLOUT_FIELDS - set(rollout)), sorted(set(rollout) - ROLLOUT_FIELDS)
+    missing = sorted(ROLLOUT_FIELDS - _ADDED_FIELDS - set(rollout))
+    extra = sorted(set(rollout) - ROLLOUT_FIELDS)
     if missing or extra:
         return f"'rollout' fields differ from a Rollout's (missing {missing}, unknown {extra})"
     dims: dict[str, int] = {}
     specs = {**_REQUIRED_TENSORS, **_OPTIONAL_TENSORS}
     for name, spec in specs.items():
-        value = rollout[name]
+        value = rollout.get(name)
         if value is None and name in _OPTIONAL_TENSORS:
             continue
         if not isinstance(value, torch.Tensor) or value.dim() != len(spec):
@@ -219,8 +225,12 @@ def _value_problem(
         return "'rewards' holds non-finite values"
     mask = rollout["response_mask"]
     for name in ("logprobs", *_OPTIONAL_TENSORS):
-        value = rollout[name]
-        if value is not None and name != "loss_mask" and not torch.isfinite(value[mask]).all():
+        value = rollout.get(name)
+        if (
+            value is not None
+            and name not in ("loss_mask", "sampled_mask")
+            and not torch.isfinite(value[mask]).all()
+        ):
             return f"{name!r} holds non-finite values on response tokens"
     version = rollout["policy_version"]
     trained = state.get("policy_version")
@@ -244,6 +254,11 @@ def _value_problem(
         isinstance(t, torch.Tensor) and tuple(t.shape) == (b, g) for t in terms.values()
     ):
         return f"'reward_terms' is not a dict of [{b}, {g}] tensors"
+    stats = rollout.get("episode_stats", {})
+    if not isinstance(stats, dict) or not all(
+        isinstance(t, torch.Tensor) and tuple(t.shape) == (b, g) for t in stats.values()
+    ):
+        return f"'episode_stats' is not a dict of [{b}, {g}] tensors"
     return None
 
 

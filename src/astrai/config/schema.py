@@ -185,6 +185,20 @@ class SortTaskConfig(ReverseTaskConfig):
 
 
 @dataclass
+class ProductTaskConfig:
+    _target_: str = MISSING
+    num_digits: int = MISSING
+    eval_fraction: float = MISSING
+
+
+@dataclass
+class HiddenNumberTaskConfig:
+    _target_: str = MISSING
+    max_number: int = MISSING
+    eval_fraction: float = MISSING
+
+
+@dataclass
 class DatasetTaskConfig:
     _target_: str = MISSING
     train_path: str = MISSING
@@ -350,6 +364,7 @@ class TrainConfig:
     critic: Any = MISSING
     task: Any = MISSING
     reward: Any = MISSING
+    env: Any = MISSING  # an environment (multi-turn episodes) or single_turn (its _target_ null)
     infra: Any = MISSING
     logger: Any = MISSING
     seed: int = MISSING

@@ -34,6 +34,7 @@ def validate_stop_at(cfg: DictConfig, reward_terms: list[str]) -> None:
             cfg.get("engine"),
             own_weights,
             cfg.infra.precision,
+            cfg.get("env"),
         )
     )
     emitted |= {REWARD_TERM_PREFIX + term for term in reward_terms}

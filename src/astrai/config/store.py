@@ -60,6 +60,8 @@ GROUP_SCHEMAS: dict[str, dict[str, type]] = {
         "base_reverse": schema.ReverseTaskConfig,
         "base_sort": schema.SortTaskConfig,
         "base_dataset": schema.DatasetTaskConfig,
+        "base_products": schema.ProductTaskConfig,
+        "base_hidden_number": schema.HiddenNumberTaskConfig,
     },
     "reward": {
         "base_reward": schema.RewardConfig,

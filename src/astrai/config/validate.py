@@ -11,7 +11,8 @@ from omegaconf import DictConfig, OmegaConf
 from astrai.config.container_paths import NotInContainer, container_view
 from astrai.config.devices import Where
 from astrai.config.duration import parse_duration
-from astrai.config.engine_checks import validate_engine
+from astrai.config.engine_checks import configured_engine, validate_engine
+from astrai.config.env_checks import validate_env
 from astrai.config.errors import ConfigError, require
 from astrai.config.infra_checks import plan_here, validate_infra
 from astrai.config.keys import check_known_keys
@@ -336,6 +337,7 @@ def validate_config(cfg: DictConfig, where: Where = "host") -> None:
     validate_stop_at(cfg, reward_terms + overlong)
     validate_infra(cfg.infra, where)
     validate_engine(cfg, model, task, plan_here(cfg.infra, where).device)
+    validate_env(cfg, tokenizer, task, configured_engine(cfg.engine))
     validate_lora(cfg, model)
     validate_policy_lag(cfg)
     if isinstance(cfg.infra.nproc_per_node, int):  # auto: the trainer checks the real count

@@ -68,6 +68,17 @@ METRICS: dict[str, str] = {
     "time/update_s": "seconds in the update epochs",
     "time/eval_s": "seconds in greedy evaluation",
     "time/elapsed_s": "wall seconds since the run started (step-0 eval in, summed over resumes)",
+    # multi-turn episodes (env=..., docs/environments.md): means over the step's episodes
+    "env/turns": "assistant turns per episode",
+    "env/tool_calls": "tool calls parsed from the sampled turns, per episode",
+    "env/tool_errors": "tool calls the environment answered with an error, per episode",
+    "env/parse_errors": "malformed tool calls (the turn's format parser), per episode",
+    "env/timeouts": "steps past env.step_timeout_s or env.episode_timeout_s, per episode",
+    "env/failed": "share of episodes failed (a step hung, raised, flooded): out of the update",
+    "env/step_s": "seconds per environment step",
+    "env/solved": "share of episodes solved (the environment's solved, else the threshold)",
+    "env/turns_solved": "mean turns of the solved episodes",
+    "rollout/observation_token_frac": "share of episode tokens after the prompt that are context",
 }
 
 # and one per reward term, named by the run's reward config (``reward/partial_credit``, ...)
@@ -102,8 +113,13 @@ ENGINE_METRICS: frozenset[str] = frozenset({"perf/weight_sync_s"})
 MISMATCH_METRICS: frozenset[str] = frozenset(
     name for name in METRICS if name.startswith(("rollout/logprob_diff", "rollout/is_"))
 ) | {"rollout/mismatch_kl"}
+# what an environment's episodes add (env=..., not env=single_turn), beside its own env/<name>
+ENV_METRICS: frozenset[str] = frozenset(name for name in METRICS if name.startswith("env/")) | {
+    "rollout/observation_token_frac"
+}
+ENV_METRIC_PREFIX = "env/"
 CORE_METRICS: frozenset[str] = (
-    frozenset(METRICS) - ALGORITHM_METRICS - ENGINE_METRICS - MISMATCH_METRICS
+    frozenset(METRICS) - ALGORITHM_METRICS - ENGINE_METRICS - MISMATCH_METRICS - ENV_METRICS
 )
 
 # Need the reference forward. Every step while ``train_type.kl_coef`` > 0 (the KL is then in
@@ -139,6 +155,7 @@ def emitted_metrics(
     engine: Mapping[str, object] | None = None,
     own_weights: bool = False,
     precision: object = "fp32",
+    env: Mapping[str, object] | None = None,
 ) -> frozenset[str]:
     """The metric names a run emits (reward terms aside): its algorithm's (``base``, the
     strategy's ``metric_names``), plus those of the options that are on (``options``: the
@@ -146,13 +163,16 @@ def emitted_metrics(
     engine's (``engine``: the ``engine`` node; None = ``engine=torch``'s defaults): the weight
     sync of an engine with its own weights (``own_weights``: the engine class does not sample
     the live policy, ``Engine.samples_live_policy``), the mismatch metrics where π_old is
-    recomputed (``astrai.policy_lag.engine_choices``, for the run's ``precision``)."""
+    recomputed (``astrai.policy_lag.engine_choices``, for the run's ``precision``), and the
+    episodes' of an environment (``env``: the ``env`` node, one with a ``_target_``)."""
     extra = {
         name for name, (key, _) in OPTION_METRICS.items() if options.get(key) not in (None, False)
     }
     engine = engine or {}
     if own_weights:
         extra |= ENGINE_METRICS
+    if env is not None and env.get("_target_") is not None:
+        extra |= ENV_METRICS
     lag = options.get("max_policy_lag", 0)
     if engine_choices(engine, lag, precision, updates_per_step(options))[0] == "recompute":
         extra |= MISMATCH_METRICS

@@ -237,10 +237,14 @@ class HFTokenizer:
         return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
 
     def render_messages(
-        self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
     ) -> str:
         """Chat turns (``{"role", "content"}``) through the chat template; the generation
-        prompt (the assistant's turn opening) appended unless ``add_generation_prompt=False``."""
+        prompt (the assistant's turn opening) appended unless ``add_generation_prompt=False``;
+        ``tools``: OpenAI function schemas, the template's ``tools`` (a multi-turn episode's)."""
         if self._template is None:
             raise ValueError("chat messages need a tokenizer with a chat template")
         from jinja2.exceptions import TemplateError
@@ -251,7 +255,7 @@ class HFTokenizer:
             return str(
                 self._template.render(
                     messages=[dict(m) for m in messages],
-                    tools=None,
+                    tools=tools,
                     documents=None,
                     add_generation_prompt=add_generation_prompt,
                     **self.special_tokens,
@@ -299,6 +303,11 @@ class HFTokenizer:
             rendered = "the chat template renders" if self.chat_template else "it encodes as"
             raise ValueError(f"the prompt is empty: {rendered} no tokens")
         return ids
+
+    def token_text(self, token_id: int) -> str | None:
+        """The text of one token of the vocabulary (a special token's too), None if none."""
+        text = self._tokenizer.id_to_token(token_id)
+        return None if text is None else str(text)
 
     def decode(self, ids: list[int]) -> str:
         """Special tokens dropped and surrounding whitespace stripped: a byte-level BPE answer

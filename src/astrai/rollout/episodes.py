@@ -1,13 +1,17 @@
-"""Multi-turn episodes through an engine (issue 50, part 6; not wired into the trainer yet).
+"""Multi-turn episodes through an engine (issue 50, part 6): what the trainer's rollouts and
+evaluations under ``env=...`` run (``rollout.episode_rollout``).
 
 ``run_episodes`` drives a batch of environments turn by turn: every live episode's tokens so far
 are the prompt of its next turn (the engine continues from the ids as given:
 ``Engine.supports_prefix_continuation``), the sampled ids are appended as trainable, the turn's
-text is read for tool calls (``envs.tool_calls``), the environment answers within a time limit
-(``envs.tool_limits.run_limited``), and its observation tokens are appended as context, cut to
-``max_observation_tokens``. An episode ends when its environment says so, at ``max_turns``, or
-when its tokens reach ``max_episode_tokens`` (truncated). A step that raises or times out ends
-its episode as ``failed``: the trainer is to mask it out (count it in ``env/*``), never to stop.
+text is read for tool calls (``envs.tool_calls``), the environments answer within time limits
+(``envs.tool_limits.run_limited``; at most ``max_concurrency`` steps at once, an ``async def
+step`` run to completion in its worker), and their observation tokens are appended as context,
+cut to ``max_observation_tokens``. An episode ends when its environment says so, at
+``max_turns``, or when its tokens reach ``max_episode_tokens`` (truncated). A step that raises,
+times out (``step_timeout_s``, or what is left of ``episode_timeout_s``), returns no
+``StepResult`` or answers with more than ``max_observation_chars`` characters ends its episode
+as ``failed``: the trainer masks it out of the update and counts it (``env/*``), never stops.
 
 Stop strings (Hermes' ``</tool_call>``) are not engine stop ids: a turn is cut after the first
 stop string its text holds, and the tokens sampled after it are dropped (never trained on, never
@@ -16,8 +20,13 @@ seen by the environment). The kept tokens are exactly what the engine sampled.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -33,18 +42,25 @@ from astrai.rollout.sampler import SamplingConfig
 class EpisodeLimits:
     """``max_turns``: assistant turns an episode may take; ``max_episode_tokens``: its tokens
     in all; ``max_observation_tokens``: one answer's tokens (the rest cut, its end kept: the
-    next turn's opening); ``step_timeout_s``: one environment step's seconds."""
+    next turn's opening); ``max_observation_chars``: one answer's characters before it is a
+    fault (a flooding tool); ``step_timeout_s``: one environment step's seconds;
+    ``episode_timeout_s``: an episode's environment seconds in all; ``max_concurrency``:
+    environment steps run at once."""
 
     max_turns: int = 4
     max_episode_tokens: int = 1024
     max_observation_tokens: int = 256
+    max_observation_chars: int = 100_000
     step_timeout_s: float = 10.0
+    episode_timeout_s: float = 60.0
+    max_concurrency: int = 16
 
 
 @dataclass
 class Episode:
     """One episode's outcome: its ``tokens``, rewards per turn, the final reward, and how it
-    ended (``done``, ``truncated``, or ``failed`` with the ``error``)."""
+    ended (``done``, ``truncated``, or ``failed`` with the ``error``); counts for ``env/*``
+    and the environment's own ``metrics`` summed over its steps."""
 
     tokens: EpisodeTokens
     turn_rewards: list[float] = field(default_factory=list)
@@ -55,6 +71,10 @@ class Episode:
     error: str | None = None
     tool_calls: int = 0
     parse_errors: int = 0
+    timeouts: int = 0
+    steps: int = 0
+    step_s: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def live(self) -> bool:
@@ -129,14 +149,20 @@ def run_episodes(
             break
         ids, mask = _left_padded([episodes[i].tokens.ids for i in live], engine.pad_id, device)
         out = engine.sample(ids, mask, 1, sampling, stop_ids, generator)
+        turns = []
         for at, i in enumerate(live):
             kept = out.response_mask[at]
             sampled = out.response_ids[at][kept].tolist()
             logprobs = out.logprobs[at][kept].tolist()
             keep = cut_at_stop_string(sampled, text.decode, text.stop_strings)
-            _take_turn(
-                episodes[i], envs[i], text, turn, sampled[:keep], logprobs[:keep], version, limits
+            episodes[i].tokens.add_sampled(sampled[:keep], logprobs[:keep], version, turn)
+            turns.append(_parsed(episodes[i], text))
+        with ThreadPoolExecutor(max_workers=max(1, min(limits.max_concurrency, len(live)))) as pool:
+            answers = list(
+                pool.map(lambda i, parsed: _step(episodes[i], envs[i], parsed, limits), live, turns)
             )
+        for i, answer in zip(live, answers, strict=True):
+            _answered(episodes[i], envs[i], text, turn, answer, limits)
     for episode, env in zip(episodes, envs, strict=True):
         if episode.live:  # out of turns
             episode.truncated = True
@@ -152,35 +178,79 @@ def _final_reward(episode: Episode, env: Environment) -> None:
         episode.failed, episode.error = True, f"final_reward: {type(err).__name__}: {err}"
 
 
-def _take_turn(
+def _parsed(episode: Episode, text: EpisodeText) -> ParsedTurn:
+    """The turn just sampled, read for tool calls (counted on the episode)."""
+    turn = episode.tokens.turns[-1]
+    ids = [i for i, t, n in zip(episode.tokens.ids, episode.tokens.trainable,
+                                episode.tokens.turns, strict=True) if t and n == turn]  # fmt: skip
+    parsed = text.parse(text.decode(ids))
+    episode.tool_calls += len(parsed.calls)
+    episode.parse_errors += len(parsed.errors)
+    return parsed
+
+
+def _run_step(env: Environment, turn: ParsedTurn) -> Any:
+    """``env.step(turn)``, an ``async def step``'s coroutine run to its end here."""
+    result = env.step(turn)
+    if inspect.isawaitable(result):
+        return asyncio.run(_awaited(result))
+    return result
+
+
+async def _awaited(result: Any) -> Any:
+    return await result
+
+
+def _step(episode: Episode, env: Environment, turn: ParsedTurn, limits: EpisodeLimits) -> Any:
+    """The environment's answer to the turn within its limits (a ``run_limited`` result)."""
+    left = limits.episode_timeout_s - episode.step_s
+    timeout = max(0.0, min(limits.step_timeout_s, left))
+    start = time.perf_counter()
+    answer = run_limited(_run_step, env, turn, timeout_s=timeout)
+    episode.step_s += time.perf_counter() - start
+    episode.steps += 1
+    return answer
+
+
+def _answered(
     episode: Episode,
     env: Environment,
     text: EpisodeText,
     turn: int,
-    sampled: list[int],
-    logprobs: list[float],
-    version: int,
+    answer: Any,
     limits: EpisodeLimits,
 ) -> None:
-    """Append the turn's sampled tokens, let the environment answer, append its observations."""
-    episode.tokens.add_sampled(sampled, logprobs, version, turn)
-    parsed = text.parse(text.decode(sampled))
-    episode.tool_calls += len(parsed.calls)
-    episode.parse_errors += len(parsed.errors)
-    answer = run_limited(env.step, parsed, timeout_s=limits.step_timeout_s)
+    """The environment's answer to the turn: its reward, the episode's end or the observation
+    tokens of the next turn; a fault fails the episode."""
     if answer.error is not None or not isinstance(answer.value, StepResult):
+        episode.timeouts += int(answer.timed_out)
         episode.failed = True
         episode.error = answer.error or f"step returned {type(answer.value).__name__}"
         return
     result: StepResult = answer.value
-    episode.turn_rewards.append(result.reward)
+    for name, value in result.metrics.items():
+        episode.metrics[name] = episode.metrics.get(name, 0.0) + float(value)
+    chars = sum(len(str(m.get("content", ""))) for m in result.observations)
+    if chars > limits.max_observation_chars:
+        episode.failed = True
+        episode.error = (
+            f"an observation of {chars} characters (max_observation_chars "
+            f"{limits.max_observation_chars})"
+        )
+        return
+    episode.turn_rewards.append(float(result.reward))
     if result.done or result.truncated:
         episode.done, episode.truncated = result.done, result.truncated
         _final_reward(episode, env)
         return
-    observation = text.observation_ids(result.observations)
+    try:
+        observation = text.observation_ids(result.observations)
+    except ValueError as err:  # a character the tokenizer lacks, a template that refuses
+        episode.failed, episode.error = True, f"observation: {str(err).splitlines()[0]}"
+        return
     if len(observation) > limits.max_observation_tokens:  # its end opens the next turn: kept
         observation = observation[-limits.max_observation_tokens :]
     episode.tokens.add_context(observation, turn)
     if len(episode.tokens.ids) >= limits.max_episode_tokens:
         episode.truncated = True
+        _final_reward(episode, env)

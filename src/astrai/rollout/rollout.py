@@ -25,6 +25,8 @@ ROW_FIELDS = (
     "behaviour_logprobs",
     "is_weights",
     "sample_versions",
+    "sampled_mask",
+    "token_scores",
 )
 
 
@@ -42,6 +44,15 @@ class Rollout:
         policy_version: optimizer steps the sampling policy had taken.
         sample_versions: ``[B, G]`` (long) each response's ``policy_version``: the policy
             that drew it (the staleness guard, ``rollout.staleness``, reads these).
+        sampled_mask: ``[B, G, R]`` a multi-turn episode's sampled tokens (its actions): the
+            response is then the whole episode after its opening prompt, observations
+            included (``response_mask``: every real token, for the forwards), and advantages,
+            KL, GAE and the losses count these only; None = ``response_mask`` (one turn).
+        token_scores: ``[B, G, R]`` an episode's rewards on its tokens (each turn's on its last
+            sampled token, the final one on the last; ``algorithms.turn_credit``), what PPO's
+            token rewards take instead of ``rewards`` on the last token; None = one turn.
+        episode_stats: ``[B, G]`` per episode numbers for the ``env/*`` metrics (turns, tool
+            calls, errors, ...); empty for one-turn rollouts.
         prompts, responses: texts for logging (``responses[b][g]``).
         reward_terms: ``[B, G]`` scores of each named reward term (``rewards`` is their
             weighted sum), for the ``reward/<name>`` metrics.
@@ -75,6 +86,13 @@ class Rollout:
     behaviour_logprobs: Tensor | None = None
     is_weights: Tensor | None = None
     sample_versions: Tensor | None = None
+    sampled_mask: Tensor | None = None
+    token_scores: Tensor | None = None
+    episode_stats: dict[str, Tensor] = field(default_factory=dict)
+
+    def action_mask(self) -> Tensor:
+        """``[B, G, R]`` the tokens the policy sampled: ``sampled_mask``, else the responses."""
+        return self.response_mask if self.sampled_mask is None else self.sampled_mask
 
     def select(self, rows: slice) -> Rollout:
         """The prompts ``rows`` (whole groups) with their responses and any pinned targets."""
@@ -88,6 +106,7 @@ class Rollout:
             prompts=self.prompts[rows],
             responses=self.responses[rows],
             reward_terms={name: scores[rows] for name, scores in self.reward_terms.items()},
+            episode_stats={name: v[rows] for name, v in self.episode_stats.items()},
             **tensors,  # type: ignore[arg-type]
         )
 
@@ -104,6 +123,23 @@ class Rollout:
             prompts=[self.prompts[i] for i in rows] if self.prompts else [],
             responses=[self.responses[i] for i in rows] if self.responses else [],
             reward_terms={n: v.index_select(0, index) for n, v in self.reward_terms.items()},
+            episode_stats={n: v.index_select(0, index) for n, v in self.episode_stats.items()},
+            **tensors,  # type: ignore[arg-type]
+        )
+
+    def to(self, device: torch.device | str) -> Rollout:
+        """This rollout with every tensor on ``device`` (itself when they are there already)."""
+        tensors = {
+            name: (value.to(device) if value is not None else None)
+            for name in ROW_FIELDS
+            for value in (getattr(self, name),)
+        }
+        return Rollout(
+            policy_version=self.policy_version,
+            prompts=self.prompts,
+            responses=self.responses,
+            reward_terms={n: v.to(device) for n, v in self.reward_terms.items()},
+            episode_stats={n: v.to(device) for n, v in self.episode_stats.items()},
             **tensors,  # type: ignore[arg-type]
         )
 
@@ -151,6 +187,9 @@ def cat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
 
     # joined only where every part has them
     versions = [p.sample_versions for p in parts if p.sample_versions is not None]
+    episodes = [p.sampled_mask is not None for p in parts]
+    if any(episodes) and not all(episodes):
+        raise ValueError("cat_rollouts joins episodes with episodes, one-turn with one-turn")
     return Rollout(
         prompt_ids=torch.cat([left(p.prompt_ids, pad_id) for p in parts]),
         prompt_mask=torch.cat([left(p.prompt_mask, False) for p in parts]),
@@ -164,6 +203,16 @@ def cat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
         responses=[group for p in parts for group in p.responses],
         reward_terms={
             name: torch.cat([p.reward_terms[name] for p in parts]) for name in parts[0].reward_terms
+        },
+        sampled_mask=torch.cat([right(p.sampled_mask, False) for p in parts])  # type: ignore[arg-type]
+        if all(episodes)
+        else None,
+        token_scores=torch.cat([right(p.token_scores, 0.0) for p in parts])  # type: ignore[arg-type]
+        if all(episodes)
+        else None,
+        episode_stats={
+            name: torch.cat([p.episode_stats[name] for p in parts])
+            for name in parts[0].episode_stats
         },
     )
 

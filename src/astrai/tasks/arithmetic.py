@@ -92,3 +92,99 @@ class AdditionTask(Task):
         for a in range(10**self.num_digits):
             for b in range(10**self.num_digits_b):
                 yield f"{a}+{b}="
+
+
+class ProductTask(Task):
+    """Multiply two ``num_digits``-digit numbers: ``"12*34="`` -> ``"408"``. Beyond what the tiny
+    model computes: the calculator environment's task (``env=calculator``), where a tool gives
+    the product; held out by the plain hash split.
+
+    Args:
+        num_digits: digits of each operand (no leading zero), >= 1.
+        eval_fraction: share of problems held out for evaluation, in (0, 1).
+    """
+
+    name = "products"
+
+    def __init__(self, num_digits: int = 2, eval_fraction: float = 0.2) -> None:
+        if num_digits < 1:
+            raise ValueError(f"num_digits must be >= 1, got {num_digits}")
+        self.num_digits = num_digits
+        self._low = 10 ** (num_digits - 1) if num_digits > 1 else 0
+        super().__init__(eval_fraction)
+        operand = rf"([1-9][0-9]{{{num_digits - 1}}})" if num_digits > 1 else "([0-9])"
+        self._pattern = re.compile(rf"{operand}\*{operand}=")
+
+    def operands(self, prompt: str) -> tuple[int, int]:
+        match = self._pattern.fullmatch(prompt)
+        if match is None:
+            raise self._malformed(prompt)
+        return int(match.group(1)), int(match.group(2))
+
+    def answer(self, prompt: str) -> str:
+        a, b = self.operands(prompt)
+        return str(a * b)
+
+    def alphabet(self) -> str:
+        return "*0123456789="
+
+    def max_answer_len(self) -> int:
+        return 2 * self.num_digits
+
+    def max_prompt_len(self) -> int:
+        return 2 * self.num_digits + 2
+
+    def _sample_problem(self, rng: random.Random) -> str:
+        high = 10**self.num_digits
+        return f"{rng.randrange(self._low, high)}*{rng.randrange(self._low, high)}="
+
+    def _num_problems(self) -> int:
+        return (10**self.num_digits - self._low) ** 2
+
+    def _enumerate_problems(self) -> Iterator[str]:
+        for a in range(self._low, 10**self.num_digits):
+            for b in range(self._low, 10**self.num_digits):
+                yield f"{a}*{b}="
+
+
+class HiddenNumberTask(Task):
+    """A number from 1 to ``max_number`` to be found: the prompt ``"n7"`` names it for the
+    environment (``env=guess``: the policy sees only ``"?"`` and the feedback), the answer is the
+    number. Held out by the plain hash split.
+
+    Args:
+        max_number: the largest number, >= 2.
+        eval_fraction: share of problems held out for evaluation, in (0, 1).
+    """
+
+    name = "hidden_number"
+
+    def __init__(self, max_number: int = 15, eval_fraction: float = 0.2) -> None:
+        if max_number < 2:
+            raise ValueError(f"max_number must be >= 2, got {max_number}")
+        self.max_number = max_number
+        super().__init__(eval_fraction)
+
+    def answer(self, prompt: str) -> str:
+        if not re.fullmatch(r"n[1-9][0-9]*", prompt) or int(prompt[1:]) > self.max_number:
+            raise self._malformed(prompt)
+        return prompt[1:]
+
+    def alphabet(self) -> str:
+        return "n0123456789"
+
+    def max_answer_len(self) -> int:
+        return len(str(self.max_number))
+
+    def max_prompt_len(self) -> int:
+        return 1 + len(str(self.max_number))
+
+    def _sample_problem(self, rng: random.Random) -> str:
+        return f"n{rng.randint(1, self.max_number)}"
+
+    def _num_problems(self) -> int:
+        return self.max_number
+
+    def _enumerate_problems(self) -> Iterator[str]:
+        for n in range(1, self.max_number + 1):
+            yield f"n{n}"

@@ -76,6 +76,7 @@ def write_dashboards(trainer: StartingRun) -> None:
         engine,
         own_weights,
         trainer.cfg.infra.precision,
+        trainer.cfg.get("env"),
     )
     hparams = run_hparams(trainer.cfg, trainer.job_overrides, trainer.job_choices)
     summaries = [layout_summary(emitted), hparams_start_summary(hparams)]

@@ -18,6 +18,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from astrai.algorithms.strategy import Strategy
+from astrai.config.env_checks import configured_env
 from astrai.config.lag_checks import check_lag_world
 from astrai.config.lora_checks import builder_node, lora_settings
 from astrai.config.run_task import build_task, max_prompt_tokens
@@ -33,6 +34,7 @@ from astrai.rewards.base import Reward
 from astrai.rewards.build import build_reward
 from astrai.rewards.config import overlong_from_config, reward_node
 from astrai.rewards.overlong import OverlongPenalty
+from astrai.rollout.env_spec import EnvSpec
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.adapters import (
     BaseIdentity,
@@ -65,6 +67,7 @@ class BuiltRun:
         adapter_counts: a LoRA run's trainable ``(policy, critic)`` counts.
         overlong: the overlong-response penalty (training rollouts only).
         eval_problems: the held-out prompts every evaluation answers.
+        env: the environment of multi-turn episodes (``env=...``); None: ``env=single_turn``.
     """
 
     cfg: DictConfig
@@ -90,6 +93,7 @@ class BuiltRun:
     overlong: OverlongPenalty | None
     eval_problems: list[Problem]
     weights: WeightFormat  # what its checkpoints hold of the policy: full, or adapters
+    env: EnvSpec | None = None  # env=...: multi-turn episodes; None: one answer per prompt
 
     def checkpoint_parts(
         self, scheduler: Stateful, critic_scheduler: Stateful | None
@@ -178,6 +182,7 @@ def build_run(
         overlong=overlong_from_config(cfg),  # training rollouts only, never evaluation
         eval_problems=task.eval_problems(cfg.trainer.eval_prompts),
         weights=weight_format(lora, base),
+        env=configured_env(cfg.get("env")),
     )
 
 

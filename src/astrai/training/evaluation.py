@@ -18,6 +18,9 @@ from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
 from astrai.rollout.collect import decode_responses, left_pad, prompt_context, sampling_mode
 from astrai.rollout.engine import Engine, torch_engine
+from astrai.rollout.env_spec import EnvSpec
+from astrai.rollout.episode_rollout import episode_reward, episode_stats, play_episodes
+from astrai.rollout.episodes import Episode
 from astrai.rollout.sampler import SamplingConfig
 from astrai.tasks.base import Problem
 
@@ -49,6 +52,7 @@ def evaluate(
     shard: bool = True,
     precision: str = "fp32",
     engine: Engine | None = None,
+    env: EnvSpec | None = None,
 ) -> EvalResult:
     """Greedy-decode the problems in ``precision`` (``infra.precision``, as the run's rollouts
     decode) and score them; correct = the reward reaches the reward's ``accuracy_threshold``.
@@ -59,6 +63,9 @@ def evaluate(
             own problems (under a sharded policy every rank must then run as many batches).
         shard: split ``problems`` over the ranks (no-op in one process).
         engine: what decodes (default: the torch sampler on ``policy``).
+        env: the environment of multi-turn episodes (``env=...``): each problem is one greedy
+            episode, correct when it is ``solved`` (``rollout.episode_rollout.episode_stats``),
+            its response the episode's tokens after its opening.
 
     Returns:
         The metrics over every rank's problems (synchronised under a process group: every rank
@@ -69,19 +76,30 @@ def evaluate(
     greedy = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.0)
     # a sharded policy gathers its weights in every decoding step: ranks stop together
     engine = engine or torch_engine(policy, tokenizer, precision, lockstep=is_fsdp(policy))
-    responses: list[str] = []
-    lengths: list[int] = []
     with sampling_mode(policy, engine):  # eval mode, where the torch sampler decodes it
-        for start in range(0, len(problems), batch_size):
-            chunk = [p.prompt for p in problems[start : start + batch_size]]
-            ids, mask = left_pad(tokenizer, chunk, device)
-            gen = engine.sample(ids, mask, 1, greedy, tokenizer.stop_ids)
-            responses += decode_responses(tokenizer, gen.response_ids, gen.response_mask)
-            lengths += gen.response_mask.sum(-1).tolist()
+        if env is None:
+            responses, lengths, rewards, correct = _answers(
+                engine, tokenizer, reward, problems, greedy, batch_size, device
+            )
+        else:  # multi-turn held-out episodes, one each
+            episodes = play_episodes(
+                engine,
+                tokenizer,
+                env,
+                problems,
+                1,
+                greedy,
+                policy.config.max_position_embeddings,
+                None,
+                0,
+                device,
+            )
+            threshold = reward.accuracy_threshold
+            responses = [tokenizer.decode(_after_opening(e)) for e in episodes]
+            lengths = [len(_after_opening(e)) for e in episodes]
+            rewards = [episode_reward(e) for e in episodes]
+            correct = [episode_stats(e, threshold)["solved"] == 1.0 for e in episodes]
     texts = [p.text for p in problems]
-    context = prompt_context(reward, problems, tokenizer)  # the turns, for a reward that asks
-    rewards, _ = reward.score(texts, responses, [p.answer for p in problems], **context)
-    correct = reward.correct(rewards)
     totals = weighted_totals(correct, rewards, lengths, weights)
     if dist.is_available() and dist.is_initialized():
         # torchmetrics only here: one process pays neither its import nor a collective
@@ -97,6 +115,36 @@ def evaluate(
         response_len=length_sum / n,
         samples=[(text, response, r) for text, response, r, w in rows if w > 0],
     )
+
+
+def _answers(
+    engine: Engine,
+    tokenizer: Tokenizer,
+    reward: Reward,
+    problems: list[Problem],
+    greedy: SamplingConfig,
+    batch_size: int,
+    device: torch.device,
+) -> tuple[list[str], list[int], list[float], list[bool]]:
+    """One greedy answer to each problem, scored: texts, lengths, rewards, correct."""
+    responses: list[str] = []
+    lengths: list[int] = []
+    for start in range(0, len(problems), batch_size):
+        chunk = [p.prompt for p in problems[start : start + batch_size]]
+        ids, mask = left_pad(tokenizer, chunk, device)
+        gen = engine.sample(ids, mask, 1, greedy, tokenizer.stop_ids)
+        responses += decode_responses(tokenizer, gen.response_ids, gen.response_mask)
+        lengths += gen.response_mask.sum(-1).tolist()
+    texts = [p.text for p in problems]
+    context = prompt_context(reward, problems, tokenizer)  # the turns, for a reward that asks
+    rewards, _ = reward.score(texts, responses, [p.answer for p in problems], **context)
+    return responses, lengths, rewards, reward.correct(rewards)
+
+
+def _after_opening(episode: Episode) -> list[int]:
+    """An episode's tokens after its opening prompt."""
+    turns = episode.tokens.turns
+    return [i for i, turn in zip(episode.tokens.ids, turns, strict=True) if turn > 0]
 
 
 def weighted_totals(

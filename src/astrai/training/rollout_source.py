@@ -24,6 +24,8 @@ from astrai.rewards.base import Reward
 from astrai.rewards.overlong import OverlongPenalty
 from astrai.rollout.collect import collect_rollout
 from astrai.rollout.engine import Engine
+from astrai.rollout.env_spec import EnvSpec
+from astrai.rollout.episode_rollout import collect_episodes
 from astrai.rollout.rollout import Rollout
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.build import BuiltRun
@@ -53,6 +55,7 @@ class RolloutSource:
         self.strategy: Strategy = parts.strategy
         self.reward: Reward = parts.reward
         self.overlong: OverlongPenalty | None = parts.overlong
+        self.env: EnvSpec | None = parts.env
         self.engine = engine
         self.state = state
         self.plan = plan
@@ -126,6 +129,20 @@ class RolloutSource:
         (the policy at ``version``) and scored."""
         share = len(problems) // self.dist.world_size  # divides evenly (validated, or cut to)
         problems = problems[self.dist.rank * share : (self.dist.rank + 1) * share]
+        if self.env is not None:  # multi-turn episodes (env=...)
+            return collect_episodes(
+                model,  # type: ignore[arg-type]
+                self.tokenizer,
+                problems,
+                self.strategy.group_size,
+                self.strategy.sampling,
+                self.env,
+                version,
+                self.engine.on(model),
+                self.state.generators["sample"],
+                self.reward.accuracy_threshold,
+                self.strategy.mask_truncated,
+            )
         return collect_rollout(
             model,  # type: ignore[arg-type]
             self.tokenizer,

@@ -27,8 +27,10 @@ def rollout_metrics(
     id (or ``Tokenizer.stop_ids``) a response that ended on its own ends with."""
     mask = rollout.response_mask
     lengths = mask.sum(-1).float()  # [B, G]
+    solved = rollout.episode_stats.get("solved")  # an episode's own verdict, where it has one
     with_eos = ended_with_eos(rollout.response_ids, mask, eos_id)
     assert rollout.advantages is not None
+    actions = rollout.action_mask()
     rewards = rollout.rewards.double()
     names = sorted(rollout.reward_terms)
     sums = all_reduce_sum(
@@ -38,7 +40,7 @@ def rollout_metrics(
                 (rewards**2).sum(),
                 lengths.double().sum(),
                 with_eos.double().sum(),
-                (rewards >= accuracy_threshold).double().sum(),
+                (rewards >= accuracy_threshold if solved is None else solved).double().sum(),
                 *(rollout.reward_terms[name].double().sum() for name in names),
                 torch.tensor(float(reward_timeouts), dtype=torch.float64, device=rewards.device),
                 # the groups (rows of G) whose rewards are all equal, and how many groups
@@ -60,8 +62,48 @@ def rollout_metrics(
         "rollout/accuracy": (sums[4] / n).item(),
         **{f"reward/{name}": (sums[5 + i] / n).item() for i, name in enumerate(names)},
         "rollout/reward_timeouts": sums[5 + len(names)].item(),
-        "advantages/mean": masked_global_mean(rollout.advantages, mask, all_reduce_sum).item(),
-        "advantages/std": masked_var(rollout.advantages, mask, all_reduce_sum).sqrt().item(),
+        "advantages/mean": masked_global_mean(rollout.advantages, actions, all_reduce_sum).item(),
+        "advantages/std": masked_var(rollout.advantages, actions, all_reduce_sum).sqrt().item(),
+        **(episode_metrics(rollout) if rollout.episode_stats else {}),
+    }
+
+
+def episode_metrics(rollout: Rollout) -> dict[str, float]:
+    """``env/*`` of a rollout of episodes (``Rollout.episode_stats``), over all ranks in one
+    reduction: each number's mean over the episodes (``env/step_s``: over the steps,
+    ``env/turns_solved``: over the solved episodes), and
+    ``rollout/observation_token_frac``: the share of the tokens after the prompts that are
+    context (observations, separators)."""
+    stats = rollout.episode_stats
+    names = sorted(name for name in stats if name not in ("steps", "step_s"))
+    after = rollout.response_mask.double().sum()
+    sampled = rollout.action_mask().double().sum()
+    sums = all_reduce_sum(
+        torch.stack(
+            [
+                *(stats[name].double().sum() for name in names),
+                stats["step_s"].double().sum(),
+                stats["steps"].double().sum(),
+                (stats["turns"] * stats["solved"]).double().sum(),
+                stats["solved"].double().sum(),
+                after - sampled,
+                after,
+                torch.tensor(
+                    float(stats["turns"].numel()), dtype=torch.float64, device=after.device
+                ),
+            ]
+        ).cpu()
+    )
+    n = sums[-1].clamp(min=1)
+    means = {f"env/{name}": (sums[i] / n).item() for i, name in enumerate(names)}
+    means.pop("env/observation_token_frac", None)  # per token below, not per episode
+    k = len(names)
+    return {
+        "env/tool_errors": 0.0,  # counted by the environments that report it
+        **means,
+        "env/step_s": (sums[k] / sums[k + 1].clamp(min=1)).item(),
+        "env/turns_solved": (sums[k + 2] / sums[k + 3].clamp(min=1)).item(),
+        "rollout/observation_token_frac": (sums[k + 4] / sums[k + 5].clamp(min=1)).item(),
     }
 
 

@@ -154,7 +154,7 @@ class Trainer:
                     all_reduce_max,
                     no_grad_for(self.policy),
                 )
-        if self.strategy.mask_truncated:
+        if self.strategy.mask_truncated and rollout.sampled_mask is None:  # episodes: at collect
             eos = ended_with_eos(
                 rollout.response_ids, rollout.response_mask, self.tokenizer.stop_ids
             )
@@ -328,6 +328,7 @@ class Trainer:
             self.strategy.sampling.max_new_tokens,
             precision=self.cfg.infra.precision,
             engine=self.engine,
+            env=self.parts.env,
         )
 
     def eval_metrics(self) -> dict[str, float]:

@@ -1,0 +1,112 @@
+"""The ``env`` node read into what the episode runner needs (``EnvSpec``): the environment class
+(``env._target_``, an import path like a custom reward's), its constructor's keyword arguments
+(the node's other keys), the tool-call format (``env.parser``) and the episode's limits.
+
+``env=single_turn`` (``_target_: null``, the default) is no environment: today's one-answer
+rollouts, bit for bit (``env_spec`` returns None). Every problem is a ``ValueError`` of one
+line naming the key; the config layer turns it into a ``ConfigError`` (exit 2).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from astrai.envs.base import Environment
+from astrai.envs.calculator import parse_calc_line
+from astrai.envs.tool_calls import PARSERS, STOP_STRINGS, ParsedTurn
+from astrai.rollout.episodes import EpisodeLimits
+
+SINGLE_TURN = "single_turn"
+
+
+def parse_content_only(text: str) -> ParsedTurn:
+    """No tool-call format: the whole turn is its content."""
+    return ParsedTurn(content=text.strip())
+
+
+# every format an environment may name in ``env.parser``, with its stop strings
+TURN_PARSERS: dict[str, Callable[[str], ParsedTurn]] = {
+    **PARSERS,
+    "calc_line": parse_calc_line,
+    "none": parse_content_only,
+}
+TURN_STOP_STRINGS: dict[str, list[str]] = {**STOP_STRINGS, "calc_line": [], "none": []}
+_LIMIT_KEYS = {f.name for f in fields(EpisodeLimits)}
+ENV_KEYS = frozenset({"_target_", "parser", *_LIMIT_KEYS})
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What the episode runner builds each episode from: ``cls(**kwargs)``, turns read with
+    ``parser`` (a ``TURN_PARSERS`` name), within ``limits``."""
+
+    cls: type[Environment]
+    target: str
+    parser: str
+    limits: EpisodeLimits
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def make(self) -> Environment:
+        """A fresh environment for one episode."""
+        return self.cls(**self.kwargs)
+
+    def parse(self, text: str) -> ParsedTurn:
+        return TURN_PARSERS[self.parser](text)
+
+    @property
+    def stop_strings(self) -> list[str]:
+        return TURN_STOP_STRINGS[self.parser]
+
+
+def environment_class(target: object) -> type[Environment]:
+    """The class ``env._target_`` names (``module.Class``, importable from the working
+    directory or ``PYTHONPATH``); ``ValueError`` naming the key otherwise."""
+    if not isinstance(target, str) or "." not in target:
+        raise ValueError(f"env._target_ must be module.Class (got {target!r})")
+    module_name, _, name = target.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 (a user's module: any error it raises on import)
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(f"env._target_ {target!r} cannot be imported: {reason}") from None
+    cls = getattr(module, name, None)
+    if cls is None:
+        raise ValueError(f"env._target_ {target!r}: module {module_name!r} has no {name!r}")
+    if not (inspect.isclass(cls) and issubclass(cls, Environment)):
+        raise ValueError(
+            f"env._target_ {target!r} is not an astrai.envs.Environment subclass "
+            "(reset(row) -> messages, step(turn) -> StepResult)"
+        )
+    return cls
+
+
+def env_spec(node: Mapping[str, Any] | None) -> EnvSpec | None:
+    """The ``env`` node as an ``EnvSpec``; None for ``env=single_turn`` (no ``_target_``)."""
+    if node is None or node.get("_target_") is None:
+        return None
+    cls = environment_class(node["_target_"])
+    parser = node.get("parser", "none")
+    if parser not in TURN_PARSERS:
+        raise ValueError(f"env.parser={parser!r} is not one of {', '.join(TURN_PARSERS)}")
+    limits = {key: node[key] for key in _LIMIT_KEYS if key in node}
+    for key, value in limits.items():
+        if key in ("step_timeout_s", "episode_timeout_s"):
+            good = isinstance(value, int | float) and not isinstance(value, bool)
+            good = good and math.isfinite(value) and value > 0
+            kind = "a positive number of seconds"
+        else:
+            good = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+            kind = "a positive integer"
+        if not good:
+            raise ValueError(f"env.{key} must be {kind} (got {value!r})")
+    kwargs = {str(k): v for k, v in node.items() if k not in ENV_KEYS}
+    try:
+        inspect.signature(cls).bind(**kwargs)
+    except TypeError as err:
+        raise ValueError(f"env: {node['_target_']}({', '.join(kwargs)}): {err}") from None
+    return EnvSpec(cls, str(node["_target_"]), parser, EpisodeLimits(**limits), kwargs)

@@ -1,0 +1,238 @@
+"""Multi-turn episodes as a ``Rollout`` (``env=...``): G episodes per problem through the episode
+runner, laid out as the strategies read one-turn rollouts.
+
+The prompt of a group is its episodes' opening tokens (an environment must open the same way
+for the same task row); the response is everything after it, observations included
+(``response_mask``: every real token, what the forwards read), and ``sampled_mask`` marks the
+policy's own tokens: advantages, KL, GAE, entropy and the losses count those only. Each turn's
+reward lands on its last sampled token and the final reward on the episode's last one
+(``token_scores``, PPO's token rewards); ``rewards`` is their sum (GRPO's group baseline, the
+logged reward). A failed episode (its environment hung, raised or flooded) is kept with reward 0
+and no trainable token (``loss_mask``), and counted (``episode_stats``: ``env/*``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from astrai.algorithms.turn_credit import token_rewards_of_turns
+from astrai.models.llama import LlamaForCausalLM
+from astrai.models.tokenizer import Tokenizer
+from astrai.rollout.collect import sampling_mode
+from astrai.rollout.engine import Engine
+from astrai.rollout.env_spec import EnvSpec
+from astrai.rollout.episode_text import episode_text
+from astrai.rollout.episodes import Episode, EpisodeLimits, run_episodes
+from astrai.rollout.rollout import Rollout
+from astrai.rollout.sampler import SamplingConfig
+from astrai.tasks.base import Problem
+
+# the per-episode numbers kept for ``env/*`` (each averaged over episodes, ``step_s`` over steps)
+EPISODE_STATS = (
+    "turns",
+    "tool_calls",
+    "parse_errors",
+    "timeouts",
+    "failed",
+    "steps",
+    "step_s",
+    "observation_token_frac",
+    "solved",
+)
+
+
+def task_row(problem: Problem) -> dict[str, Any]:
+    """The row an environment is built from: the problem's ``prompt``, ``answer``, ``text``
+    and ``messages``."""
+    return {
+        "prompt": problem.prompt,
+        "answer": problem.answer,
+        "text": problem.text,
+        "messages": problem.messages,
+    }
+
+
+def fitted_limits(limits: EpisodeLimits, max_positions: int, max_new_tokens: int) -> EpisodeLimits:
+    """``limits`` with ``max_episode_tokens`` cut so that a last turn of ``max_new_tokens``
+    still fits the model's ``max_positions``."""
+    room = max(1, max_positions - max_new_tokens)
+    if limits.max_episode_tokens <= room:
+        return limits
+    return EpisodeLimits(**{**vars(limits), "max_episode_tokens": room})
+
+
+def play_episodes(
+    engine: Engine,
+    tokenizer: Tokenizer,
+    spec: EnvSpec,
+    problems: Sequence[Problem],
+    copies: int,
+    sampling: SamplingConfig,
+    max_positions: int,
+    generator: torch.Generator | None,
+    version: int,
+    device: torch.device,
+) -> list[Episode]:
+    """``copies`` episodes of each problem (problem-major), run to their ends."""
+    envs = [spec.make() for _ in range(len(problems) * copies)]
+    rows = [task_row(p) for p in problems for _ in range(copies)]
+    text = episode_text(tokenizer, spec, envs[0].tools() if envs else [])
+    limits = fitted_limits(spec.limits, max_positions, sampling.max_new_tokens)
+    return run_episodes(
+        engine, envs, rows, text, sampling, tokenizer.stop_ids, limits, generator, version, device
+    )
+
+
+def episode_stats(episode: Episode, threshold: float) -> dict[str, float]:
+    """One episode's numbers for ``env/*`` (``EPISODE_STATS``, then its environment's own
+    metrics); ``solved``: its environment's ``solved`` metric, else its reward reaching
+    ``threshold``."""
+    own = dict(episode.metrics)
+    solved = own.pop("solved", None)
+    total = episode_reward(episode)
+    stats = {
+        "turns": float(max(episode.tokens.turns, default=0)),
+        "tool_calls": float(episode.tool_calls),
+        "parse_errors": float(episode.parse_errors),
+        "timeouts": float(episode.timeouts),
+        "failed": float(episode.failed),
+        "steps": float(episode.steps),
+        "step_s": episode.step_s,
+        "observation_token_frac": episode.tokens.observation_fraction(),
+        "solved": float(bool(solved)) if solved is not None else float(total >= threshold),
+    }
+    return {**stats, **{name: float(v) for name, v in own.items() if name not in stats}}
+
+
+def episode_reward(episode: Episode) -> float:
+    """The episode's reward: its turns' and the final one summed; 0 for a failed episode."""
+    return 0.0 if episode.failed else sum(episode.turn_rewards) + episode.final_reward
+
+
+def _opening(episode: Episode) -> list[int]:
+    return [
+        i for i, turn in zip(episode.tokens.ids, episode.tokens.turns, strict=True) if turn == 0
+    ]
+
+
+def _token_scores(episode: Episode, sampled: Tensor, turns: Tensor) -> Tensor:
+    """``[R]`` the episode's rewards on its tokens (``turn_credit.token_rewards_of_turns``)."""
+    if episode.failed or not episode.turn_rewards and not episode.final_reward:
+        return torch.zeros(sampled.shape, dtype=torch.float32, device=sampled.device)
+    rewards = torch.tensor(episode.turn_rewards, dtype=torch.float32, device=sampled.device)
+    final = torch.tensor(episode.final_reward, dtype=torch.float32, device=sampled.device)
+    return token_rewards_of_turns(sampled, turns, rewards, final)
+
+
+def episodes_rollout(
+    episodes: list[Episode],
+    problems: Sequence[Problem],
+    pad_id: int,
+    decode: Any,
+    version: int,
+    threshold: float,
+    mask_truncated: bool = False,
+) -> Rollout:
+    """``len(problems) × G`` episodes (problem-major) as a ``Rollout`` (module docstring).
+    ``mask_truncated``: an episode cut by a limit leaves the loss too."""
+    b = len(problems)
+    g = len(episodes) // b
+    openings = [_opening(e) for e in episodes]
+    for i in range(b):
+        if any(openings[i * g + j] != openings[i * g] for j in range(g)):
+            raise ValueError(
+                f"the environment opened episodes of one task row ({problems[i].text!r}) "
+                "differently: reset(row) must return the same messages for the same row"
+            )
+    width = max(len(openings[i * g]) for i in range(b))
+    rest = [e.tokens.ids[len(o) :] for e, o in zip(episodes, openings, strict=True)]
+    length = max(1, max(len(r) for r in rest))
+    prompt_ids = torch.full((b, width), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros(b, width, dtype=torch.bool)
+    for i in range(b):
+        ids = openings[i * g]
+        prompt_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        prompt_mask[i, width - len(ids) :] = True
+    shape = (b * g, length)
+    ids = torch.full(shape, pad_id, dtype=torch.long)
+    mask, sampled = torch.zeros(shape, dtype=torch.bool), torch.zeros(shape, dtype=torch.bool)
+    logprobs, scores = torch.zeros(shape), torch.zeros(shape)
+    keep = torch.zeros(shape, dtype=torch.bool)
+    for row, (episode, opening) in enumerate(zip(episodes, openings, strict=True)):
+        tokens, n = episode.tokens, len(opening)
+        size = len(tokens.ids) - n
+        ids[row, :size] = torch.tensor(tokens.ids[n:], dtype=torch.long)
+        mask[row, :size] = True
+        sampled[row, :size] = torch.tensor(tokens.trainable[n:], dtype=torch.bool)
+        logprobs[row, :size] = torch.tensor(tokens.logprobs[n:])
+        turns = torch.zeros(length, dtype=torch.long)
+        turns[:size] = torch.tensor(tokens.turns[n:], dtype=torch.long)
+        scores[row] = _token_scores(episode, sampled[row], turns)
+        masked_out = episode.failed or (mask_truncated and episode.truncated)
+        keep[row] = sampled[row] & (not masked_out)
+    stats = [episode_stats(e, threshold) for e in episodes]
+    names = sorted({name for s in stats for name in s})
+    texts = [decode(r) for r in rest]
+    return Rollout(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=ids.view(b, g, -1),
+        response_mask=mask.view(b, g, -1),
+        logprobs=logprobs.view(b, g, -1),
+        rewards=torch.tensor([episode_reward(e) for e in episodes]).view(b, g),
+        policy_version=version,
+        sample_versions=torch.full((b, g), version, dtype=torch.long),
+        prompts=[p.text for p in problems],
+        responses=[texts[i * g : (i + 1) * g] for i in range(b)],
+        loss_mask=keep.view(b, g, -1),
+        sampled_mask=sampled.view(b, g, -1),
+        token_scores=scores.view(b, g, -1),
+        episode_stats={
+            name: torch.tensor([s.get(name, 0.0) for s in stats]).view(b, g) for name in names
+        },
+    )
+
+
+def collect_episodes(
+    policy: LlamaForCausalLM,
+    tokenizer: Tokenizer,
+    problems: list[Problem],
+    group_size: int,
+    sampling: SamplingConfig,
+    spec: EnvSpec,
+    policy_version: int,
+    engine: Engine,
+    generator: torch.Generator | None = None,
+    accuracy_threshold: float = 1.0,
+    mask_truncated: bool = False,
+) -> Rollout:
+    """``group_size`` episodes of each problem sampled with ``engine`` (the policy's) as a
+    ``Rollout`` on the policy's device (module docstring)."""
+    device = policy.lm_head.weight.device
+    with sampling_mode(policy, engine):
+        episodes = play_episodes(
+            engine,
+            tokenizer,
+            spec,
+            problems,
+            group_size,
+            sampling,
+            policy.config.max_position_embeddings,
+            generator,
+            policy_version,
+            device,
+        )
+    rollout = episodes_rollout(
+        episodes,
+        problems,
+        tokenizer.pad_id,
+        tokenizer.decode,
+        policy_version,
+        accuracy_threshold,
+        mask_truncated,
+    )
+    return rollout.to(device)

@@ -1,0 +1,54 @@
+"""Environments for the trainer's episode tests (``env=custom env._target_=tests.episode_envs.X``):
+two turns on any task row, rewards that vary within a group by construction (the parity of a
+hash of the sampled text, not a random model happening to earn something), and faults on
+demand."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+from astrai.envs.base import Environment, Message, StepResult
+from astrai.envs.tool_calls import ParsedTurn
+
+TARGET = "tests.episode_envs.TwoTurns"
+TWO_TURNS = ["env=custom", f"env._target_={TARGET}", "env.parser=none", "env.max_turns=3"]
+
+
+def _parity(text: str) -> float:
+    return float(hashlib.sha256(text.encode()).digest()[0] % 2)
+
+
+class TwoTurns(Environment):
+    """Opens with the row's prompt; answers the first turn ``=1`` (reward 0.25 × the parity
+    of its text), ends at the second (reward the parity of its text)."""
+
+    def reset(self, row: dict) -> list[Message]:
+        self.turns = 0
+        return [{"role": "user", "content": row["text"]}]
+
+    def step(self, turn: ParsedTurn) -> StepResult:
+        self.turns += 1
+        if self.turns == 1:
+            return StepResult(
+                [{"role": "tool", "content": "=1"}], reward=0.25 * _parity(turn.content)
+            )
+        return StepResult(reward=_parity(turn.content), done=True, metrics={"parity": 1.0})
+
+
+class Faulty(TwoTurns):
+    """Like ``TwoTurns``, but the first step of a row whose text starts with 1 hangs, with 2
+    raises, with 3 answers with 1 MB of text (an addition row: ``"1+5="``)."""
+
+    def reset(self, row: dict) -> list[Message]:
+        self.row_text = row["text"]
+        return super().reset(row)
+
+    def step(self, turn: ParsedTurn) -> StepResult:
+        if self.turns == 0 and self.row_text[0] in "123":
+            if self.row_text[0] == "1":
+                threading.Event().wait(60)
+            if self.row_text[0] == "2":
+                raise RuntimeError("the tool crashed")
+            return StepResult([{"role": "tool", "content": "9" * 1_000_000}])
+        return super().step(turn)
