@@ -27,6 +27,8 @@ HOST_SIDE = {
     ("training/dynamic_sampling.py", "sample_informative"): "round flags and counts, reduced on "
     "the CPU (gloo)",
     ("rollout/collect.py", "left_pad"): "built on the host, returned with .to(device)",
+    ("rollout/episode_rollout.py", "episodes_rollout"): "built on the host from the episodes' "
+    "Python lists; collect_episodes moves the Rollout with .to(device)",
     ("rewards/model.py", "_left_pad"): "built on the host, returned with .to(device)",
     ("rollout/collect.py", "score_responses"): "collect_rollout moves the rewards to the device",
     ("rollout/minibatch.py", "iter_minibatches"): "a CPU shuffle (same order on any device), moved",

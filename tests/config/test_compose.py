@@ -18,6 +18,7 @@ from astrai.models.llama import LlamaForCausalLM
 from astrai.paths import CONFIG_DIR
 from astrai.rollout.sampler import SamplingConfig
 from astrai.tasks import AdditionTask, ReverseTask, SortTask
+from astrai.tasks.arithmetic import HiddenNumberTask, ProductTask
 
 CONF = Path(CONFIG_DIR)
 
@@ -55,7 +56,7 @@ def test_every_embedded_task_composes(option: str) -> None:  # task=dataset: tes
     cfg = _compose([f"task={option}"])
     validate_config(cfg)
     task = instantiate(cfg.task)
-    assert isinstance(task, AdditionTask | ReverseTask | SortTask)
+    assert isinstance(task, AdditionTask | ReverseTask | SortTask | ProductTask | HiddenNumberTask)
     assert task.name == option
 
 

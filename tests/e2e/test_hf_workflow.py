@@ -156,7 +156,10 @@ def test_generate_cli_answers_free_prompts_from_an_hf_dir(hf_dir: Path, tmp_path
     ("args", "needle"),
     [
         (["/nonexistent/run", "1+1="], "no checkpoint or model directory at /nonexistent/run"),
-        (["{hf}", "--task", "nope"], "--task takes an embedded task (addition, reverse"),
+        (
+            ["{hf}", "--task", "nope"],
+            "--task takes an embedded task (addition, hidden_number, products, reverse",
+        ),
         (["{hf}", "--task", "dataset"], "not 'dataset'"),
         (["{hf}", "1+1=", "--device", "banana"], "--device banana: not a torch device"),
         (["{hf}", "1+1=", "--device", "meta"], "--device meta: use cpu or cuda[:N]"),

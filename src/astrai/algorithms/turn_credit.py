@@ -9,6 +9,11 @@ turn's number, masked).
 import torch
 from torch import Tensor
 
+# where rewards land is the rollout's to say (``rollout.episode_rollout`` places them)
+from astrai.rollout.turn_rewards import last_sampled_positions, token_rewards_of_turns
+
+__all__ = ["last_sampled_positions", "token_rewards_of_turns", "turn_level_gae", "turns_of_runs"]
+
 
 def turns_of_runs(mask: Tensor) -> Tensor:
     """``[..., T]`` long: each sampled token's turn, numbered from 1 along the runs of
@@ -17,33 +22,6 @@ def turns_of_runs(mask: Tensor) -> Tensor:
     before = torch.nn.functional.pad(mask[..., :-1], (1, 0), value=False)
     starts = mask & ~before
     return torch.where(mask, starts.long().cumsum(-1), torch.zeros_like(mask, dtype=torch.long))
-
-
-def last_sampled_positions(mask: Tensor, turns: Tensor, turn_count: int) -> Tensor:
-    """``[..., K]``: the position of each turn's last trainable token (turns ``1 .. K``); -1
-    for a turn with none (cut before it sampled anything)."""
-    t = mask.shape[-1]
-    positions = torch.arange(t, device=mask.device).expand_as(mask)
-    found = []
-    for turn in range(1, turn_count + 1):
-        at = torch.where(mask & (turns == turn), positions, torch.full_like(positions, -1))
-        found.append(at.amax(dim=-1))
-    return torch.stack(found, dim=-1)
-
-
-def token_rewards_of_turns(
-    mask: Tensor, turns: Tensor, turn_rewards: Tensor, final_reward: Tensor
-) -> Tensor:
-    """Per-token rewards: each turn's reward (``turn_rewards [..., K]``) on its last sampled
-    token, the episode's (``final_reward [...]``) on the episode's last sampled token; 0
-    elsewhere. A turn that sampled nothing drops its reward (there is no action to credit)."""
-    rewards = torch.zeros(mask.shape, dtype=turn_rewards.dtype, device=mask.device)
-    last = last_sampled_positions(mask, turns, turn_rewards.shape[-1])
-    placed = turn_rewards.masked_fill(last < 0, 0.0)
-    rewards.scatter_add_(-1, last.clamp_min(0), placed)
-    episode_last = last.amax(dim=-1, keepdim=True)
-    rewards.scatter_add_(-1, episode_last.clamp_min(0), final_reward[..., None])
-    return rewards
 
 
 def turn_level_gae(

@@ -23,8 +23,12 @@ def configured_env(node: Any) -> EnvSpec | None:
     """The ``env`` node as an ``EnvSpec`` (None: ``env=single_turn``); ``ConfigError`` naming
     the key."""
     plain = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    if plain is not None and not isinstance(plain, dict):
+        raise ConfigError(
+            f"env must be a config node (env=single_turn, calculator, ...), not {plain!r}"
+        )
     try:
-        return env_spec(plain)
+        return env_spec(plain)  # type: ignore[arg-type]  # a dict of str keys: composed YAML
     except ValueError as err:
         raise ConfigError(str(err)) from None
 

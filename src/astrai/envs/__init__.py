@@ -1,4 +1,21 @@
-"""Multi-turn, tool-using episodes (issue 50): what an environment is, the tools it offers and
-how an assistant turn's tool calls are read from its sampled text. The episode runner that
-drives them through the engines, and the ``env`` config group, are not built yet
+"""Multi-turn, tool-using episodes (issue 50): what an environment is (``Environment``,
+``StepResult``), the tools it offers (``ToolEnvironment``, ``@tool``) and how an assistant
+turn's tool calls are read from its sampled text (``ParsedTurn``, ``ToolCall``). The episode
+runner (``astrai.rollout.episodes``) drives them through the engines; ``env=...`` selects one
 (docs/environments.md)."""
+
+from astrai.envs.base import Environment, Message, StepResult
+from astrai.envs.tool_calls import ParsedTurn, ParseError, ToolCall
+from astrai.envs.tools import ToolEnvironment, ToolError, tool
+
+__all__ = [
+    "Environment",
+    "Message",
+    "ParseError",
+    "ParsedTurn",
+    "StepResult",
+    "ToolCall",
+    "ToolEnvironment",
+    "ToolError",
+    "tool",
+]

@@ -56,11 +56,40 @@ class EnvSpec:
         return self.cls(**self.kwargs)
 
     def parse(self, text: str) -> ParsedTurn:
-        return TURN_PARSERS[self.parser](text)
+        return turn_parser(self.parser)(text)
 
     @property
     def stop_strings(self) -> list[str]:
-        return TURN_STOP_STRINGS[self.parser]
+        return TURN_STOP_STRINGS.get(self.parser, [])
+
+
+def turn_parser(name: str) -> Callable[[str], ParsedTurn]:
+    """``env.parser``: a ``TURN_PARSERS`` name, or ``module.function`` (importable like the
+    environment: text -> ``ParsedTurn``); ``ValueError`` naming the key otherwise."""
+    if name in TURN_PARSERS:
+        return TURN_PARSERS[name]
+    if "." not in name:
+        raise ValueError(
+            f"env.parser={name!r} is not one of {', '.join(TURN_PARSERS)} nor a module.function"
+        )
+    parser = _imported(name, "env.parser")
+    if not callable(parser):
+        raise ValueError(f"env.parser {name!r} is not a function (text -> ParsedTurn)")
+    return parser  # type: ignore[no-any-return]
+
+
+def _imported(target: str, key: str) -> Any:
+    """The attribute ``module.name`` names; ``ValueError`` naming ``key`` when it cannot be
+    imported or the module lacks it."""
+    module_name, _, name = target.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 (a user's module: any error it raises on import)
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(f"{key} {target!r} cannot be imported: {reason}") from None
+    if not hasattr(module, name):
+        raise ValueError(f"{key} {target!r}: module {module_name!r} has no {name!r}")
+    return getattr(module, name)
 
 
 def environment_class(target: object) -> type[Environment]:
@@ -68,15 +97,7 @@ def environment_class(target: object) -> type[Environment]:
     directory or ``PYTHONPATH``); ``ValueError`` naming the key otherwise."""
     if not isinstance(target, str) or "." not in target:
         raise ValueError(f"env._target_ must be module.Class (got {target!r})")
-    module_name, _, name = target.rpartition(".")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as err:  # noqa: BLE001 (a user's module: any error it raises on import)
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ValueError(f"env._target_ {target!r} cannot be imported: {reason}") from None
-    cls = getattr(module, name, None)
-    if cls is None:
-        raise ValueError(f"env._target_ {target!r}: module {module_name!r} has no {name!r}")
+    cls = _imported(target, "env._target_")
     if not (inspect.isclass(cls) and issubclass(cls, Environment)):
         raise ValueError(
             f"env._target_ {target!r} is not an astrai.envs.Environment subclass "
@@ -91,8 +112,9 @@ def env_spec(node: Mapping[str, Any] | None) -> EnvSpec | None:
         return None
     cls = environment_class(node["_target_"])
     parser = node.get("parser", "none")
-    if parser not in TURN_PARSERS:
-        raise ValueError(f"env.parser={parser!r} is not one of {', '.join(TURN_PARSERS)}")
+    if not isinstance(parser, str):
+        raise ValueError(f"env.parser must be a name or module.function (got {parser!r})")
+    turn_parser(parser)
     limits = {key: node[key] for key in _LIMIT_KEYS if key in node}
     for key, value in limits.items():
         if key in ("step_timeout_s", "episode_timeout_s"):
@@ -105,6 +127,14 @@ def env_spec(node: Mapping[str, Any] | None) -> EnvSpec | None:
         if not good:
             raise ValueError(f"env.{key} must be {kind} (got {value!r})")
     kwargs = {str(k): v for k, v in node.items() if k not in ENV_KEYS}
+    accepted = inspect.signature(cls).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        unknown = sorted(set(kwargs) - set(accepted))
+        if unknown:
+            raise ValueError(
+                f"env.{unknown[0]} is not an argument of {node['_target_']} "
+                f"(its arguments: {', '.join(accepted) or 'none'})"
+            )
     try:
         inspect.signature(cls).bind(**kwargs)
     except TypeError as err:

@@ -19,7 +19,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from astrai.algorithms.turn_credit import token_rewards_of_turns
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rollout.collect import sampling_mode
@@ -29,6 +28,7 @@ from astrai.rollout.episode_text import episode_text
 from astrai.rollout.episodes import Episode, EpisodeLimits, run_episodes
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig
+from astrai.rollout.turn_rewards import token_rewards_of_turns
 from astrai.tasks.base import Problem
 
 # the per-episode numbers kept for ``env/*`` (each averaged over episodes, ``step_s`` over steps)
@@ -120,7 +120,7 @@ def _opening(episode: Episode) -> list[int]:
 
 
 def _token_scores(episode: Episode, sampled: Tensor, turns: Tensor) -> Tensor:
-    """``[R]`` the episode's rewards on its tokens (``turn_credit.token_rewards_of_turns``)."""
+    """``[R]`` the episode's rewards on its tokens (``turn_rewards.token_rewards_of_turns``)."""
     if episode.failed or not episode.turn_rewards and not episode.final_reward:
         return torch.zeros(sampled.shape, dtype=torch.float32, device=sampled.device)
     rewards = torch.tensor(episode.turn_rewards, dtype=torch.float32, device=sampled.device)
@@ -154,9 +154,9 @@ def episodes_rollout(
     prompt_ids = torch.full((b, width), pad_id, dtype=torch.long)
     prompt_mask = torch.zeros(b, width, dtype=torch.bool)
     for i in range(b):
-        ids = openings[i * g]
-        prompt_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-        prompt_mask[i, width - len(ids) :] = True
+        first = openings[i * g]
+        prompt_ids[i, width - len(first) :] = torch.tensor(first, dtype=torch.long)
+        prompt_mask[i, width - len(first) :] = True
     shape = (b * g, length)
     ids = torch.full(shape, pad_id, dtype=torch.long)
     mask, sampled = torch.zeros(shape, dtype=torch.bool), torch.zeros(shape, dtype=torch.bool)

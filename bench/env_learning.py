@@ -1,0 +1,123 @@
+"""The embedded multi-turn tasks learn on this CPU (issue 50's learning acceptance), each as one
+real ``train.py`` run of the tiny model from scratch, one after another:
+
+- ``calculator/grpo``, ``calculator/ppo``: ``experiment=calculator`` (products of 2-digit
+  numbers, a multiply tool), until held-out greedy accuracy reaches 0.9
+  (``trainer.stop_at``) or 10 minutes pass (``trainer.max_duration``);
+- ``calculator/no-tool``: the same job with the tool taken away (``env.tool=false``) for the
+  same 10 minutes: its accuracy is to stay ≤ 0.1;
+- ``guess/grpo``: ``experiment=guess`` (find a number 1-15 from higher/lower feedback) for
+  10 minutes: the mean turns of the solved episodes (``env/turns_solved``) over its first and
+  last 50 steps, which is to fall.
+
+Each run's ``metrics.jsonl`` is read back; a line per run, then ``env_learning: PASS`` or
+``FAIL`` (exit 1) on those four bars. The wall time counts the whole process (start-up and
+evaluations included).
+
+    .venv/bin/python bench/env_learning.py                 # ~35 min on 2 cores
+    .venv/bin/python bench/env_learning.py --only calculator/ppo
+    .venv/bin/python bench/env_learning.py --quick         # seconds: checks the script (CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BUDGET_S = 600
+TARGET, NO_TOOL_BAR = 0.9, 0.1
+RUNS: dict[str, list[str]] = {
+    "calculator/grpo": ["experiment=calculator", f"trainer.stop_at={{eval/accuracy:{TARGET}}}"],
+    "calculator/ppo": [
+        "experiment=calculator",
+        "train_type=online_ppo",
+        f"trainer.stop_at={{eval/accuracy:{TARGET}}}",
+    ],
+    "calculator/no-tool": ["experiment=calculator", "env.tool=false"],
+    "guess/grpo": ["experiment=guess"],
+}
+QUICK = [
+    "trainer.total_steps=3",
+    "trainer.eval_every=3",
+    "trainer.eval_prompts=8",
+    "train_type.prompts_per_step=4",
+    "train_type.minibatches=1",
+]
+
+
+def run(name: str, directory: Path, quick: bool) -> tuple[list[dict], float]:
+    """One run of ``RUNS[name]`` in ``directory``: its metrics rows and wall seconds."""
+    args = [*RUNS[name], f"hydra.run.dir={directory}", "trainer.progress_bar=false"]
+    args += QUICK if quick else [f"trainer.max_duration={BUDGET_S}s"]
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    start = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    seconds = time.perf_counter() - start
+    if result.returncode != 0:
+        sys.exit(f"{name}: train.py exited {result.returncode}:\n{result.stderr[-3000:]}")
+    lines = (directory / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines], seconds
+
+
+def mean_of(rows: list[dict], key: str) -> float:
+    values = [r[key] for r in rows if key in r]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def verdict(name: str, rows: list[dict], seconds: float) -> tuple[str, bool]:
+    """The run's line and whether it meets its bar."""
+    evals = [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
+    step, accuracy = evals[-1]
+    best = max(a for _, a in evals)
+    head = f"{name}: {len(rows) - 1} steps in {seconds:.0f} s, eval/accuracy {evals[0][1]:.3f}"
+    head += f" at step 0 -> {accuracy:.3f} at step {step} (best {best:.3f})"
+    if name.startswith("calculator/") and name != "calculator/no-tool":
+        reached = accuracy >= TARGET and seconds <= BUDGET_S
+        return f"{head}; >= {TARGET} within {BUDGET_S} s: {reached}", reached
+    if name == "calculator/no-tool":
+        calls = mean_of(rows[-50:], "env/tool_calls")
+        return f"{head}; tool calls/episode {calls:.2f}; <= {NO_TOOL_BAR}", best <= NO_TOOL_BAR
+    steps = [r for r in rows if "env/turns_solved" in r and r.get("env/solved", 0) > 0]
+    early, late = mean_of(steps[:50], "env/turns_solved"), mean_of(steps[-50:], "env/turns_solved")
+    solved = mean_of(rows[-50:], "env/solved")
+    line = f"{head}; turns per solved episode {early:.2f} (first 50 steps) -> {late:.2f} (last 50)"
+    return f"{line}, solved {solved:.2f}", late < early
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 steps a run: checks the script")
+    parser.add_argument("--only", choices=sorted(RUNS), action="append", help="these runs only")
+    parser.add_argument("--out", type=Path, help="keep the run dirs here")
+    args = parser.parse_args()
+    names = args.only or list(RUNS)
+    passed = True
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.out or Path(tmp)
+        for name in names:
+            rows, seconds = run(name, root / name.replace("/", "-"), args.quick)
+            line, ok = verdict(name, rows, seconds)
+            print(line, flush=True)
+            passed &= ok
+    if args.quick:  # 3 steps learn nothing: the script ran end to end
+        print("env_learning: quick run done (no bars checked)")
+        return
+    print(f"env_learning: {'PASS' if passed else 'FAIL'}")
+    sys.exit(0 if passed else 1)
+
+
+if __name__ == "__main__":
+    main()
