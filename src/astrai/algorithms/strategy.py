@@ -250,7 +250,7 @@ class Strategy(ABC):
         rollout.is_weights, metrics = correct_mismatch(
             rollout.logprobs,
             behaviour,
-            rollout.response_mask,
+            rollout.action_mask(),  # an episode's observations were not sampled
             correction,
             sum_over_ranks,
             max_over_ranks,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from astrai.config.errors import ConfigError
 from astrai.models.tokenizer import Tokenizer
@@ -22,7 +23,10 @@ from astrai.tasks.base import ProblemSource
 def configured_env(node: Any) -> EnvSpec | None:
     """The ``env`` node as an ``EnvSpec`` (None: ``env=single_turn``); ``ConfigError`` naming
     the key."""
-    plain = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    try:
+        plain = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    except OmegaConfBaseException as err:  # an interpolation (${task.max_number}) with no target
+        raise ConfigError(f"{err.full_key or 'env'}: {str(err).splitlines()[0]}") from None
     if plain is not None and not isinstance(plain, dict):
         raise ConfigError(
             f"env must be a config node (env=single_turn, calculator, ...), not {plain!r}"

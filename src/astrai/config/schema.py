@@ -188,6 +188,7 @@ class SortTaskConfig(ReverseTaskConfig):
 class ProductTaskConfig:
     _target_: str = MISSING
     num_digits: int = MISSING
+    min_operand: int | None = MISSING
     eval_fraction: float = MISSING
 
 

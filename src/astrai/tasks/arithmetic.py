@@ -95,29 +95,38 @@ class AdditionTask(Task):
 
 
 class ProductTask(Task):
-    """Multiply two ``num_digits``-digit numbers: ``"12*34="`` -> ``"408"``. Beyond what the tiny
-    model computes: the calculator environment's task (``env=calculator``), where a tool gives
-    the product; held out by the plain hash split.
+    """Multiply two ``num_digits``-digit numbers of at least ``min_operand``: ``"47*86="`` ->
+    ``"4042"``. Beyond what the tiny model computes: the calculator environment's task
+    (``env=calculator``), where a tool gives the product; held out by the plain hash split.
 
     Args:
         num_digits: digits of each operand (no leading zero), >= 1.
         eval_fraction: share of problems held out for evaluation, in (0, 1).
+        min_operand: the least operand (default the least ``num_digits``-digit number). The
+            calculator preset's 32 makes every product 4 digits: a 1-layer model reads a reply
+            of one width back reliably (mixed 3- and 4-digit products plateaued at 0.79).
     """
 
     name = "products"
 
-    def __init__(self, num_digits: int = 2, eval_fraction: float = 0.2) -> None:
+    def __init__(
+        self, num_digits: int = 2, eval_fraction: float = 0.2, min_operand: int | None = None
+    ) -> None:
         if num_digits < 1:
             raise ValueError(f"num_digits must be >= 1, got {num_digits}")
         self.num_digits = num_digits
-        self._low = 10 ** (num_digits - 1) if num_digits > 1 else 0
+        least = 10 ** (num_digits - 1) if num_digits > 1 else 0
+        low = least if min_operand is None else min_operand
+        if not least <= low < 10**num_digits:
+            raise ValueError(f"min_operand must be a {num_digits}-digit number, got {min_operand}")
+        self._low = low
         super().__init__(eval_fraction)
         operand = rf"([1-9][0-9]{{{num_digits - 1}}})" if num_digits > 1 else "([0-9])"
         self._pattern = re.compile(rf"{operand}\*{operand}=")
 
     def operands(self, prompt: str) -> tuple[int, int]:
         match = self._pattern.fullmatch(prompt)
-        if match is None:
+        if match is None or min(int(match.group(1)), int(match.group(2))) < self._low:
             raise self._malformed(prompt)
         return int(match.group(1)), int(match.group(2))
 
