@@ -1,6 +1,6 @@
-"""Episodes through the real trainer. Faults in a user's environment cost their episodes, never the run (issue 50's acceptance): a
-step that hangs, one that raises and one that floods 1 MB of text each fail one masked episode,
-counted in ``env/*``, while training goes on; through the real trainer."""
+"""Episodes through the real trainer (issue 50's acceptance). Faults in a user's environment
+cost their episodes, never the run: a step that hangs, one that raises and one that floods 1 MB
+of text each fail one masked episode, counted in ``env/*``, while training goes on."""
 
 from __future__ import annotations
 
