@@ -8,7 +8,7 @@ import time
 
 from astrai.envs.base import Environment, StepResult
 from astrai.envs.tool_calls import ParsedTurn
-from astrai.envs.tool_limits import Limited, run_limited
+from astrai.envs.tool_limits import Limited, run_all_limited, run_limited
 
 
 def test_a_result_comes_back_as_it_is() -> None:
@@ -57,3 +57,17 @@ def test_an_environment_answers_turns_with_step_results() -> None:
     last = env.step(ParsedTurn("7"))
     assert last.done and last.reward == 1.0 and not last.truncated
     assert env.final_reward() == 0.0 and env.tools() == []
+
+
+def test_calls_run_at_most_max_concurrency_at_once() -> None:
+    def meet(barrier: threading.Barrier) -> str:
+        barrier.wait()  # returns only once every party arrived
+        return "met"
+
+    three = threading.Barrier(3, timeout=5)
+    together = run_all_limited([(meet, (three,), 10.0)] * 3, max_concurrency=3)
+    assert [r.value for r in together] == ["met"] * 3
+    # two at a time: the first two never meet a third party (the barrier breaks: an error each)
+    apart = threading.Barrier(3, timeout=0.3)
+    waves = run_all_limited([(meet, (apart,), 10.0)] * 3, max_concurrency=2)
+    assert all(r.error is not None and "BrokenBarrierError" in r.error for r in waves)

@@ -13,8 +13,9 @@ and counts it (``env/tool_errors``, ``env/timeouts``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -28,6 +29,42 @@ class Limited:
     error: str | None = None
     timed_out: bool = False
     cut: bool = False
+    seconds: float = field(default=0.0, compare=False)  # how long it ran (timed out: its limit)
+
+
+def _started(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[threading.Thread, dict]:
+    """``fn(*args)`` started in a daemon thread; the box its value or error lands in."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        start = time.perf_counter()
+        try:
+            box["value"] = fn(*args)
+        except BaseException as err:  # noqa: BLE001 (whatever a user's tool raises)
+            box["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        box["seconds"] = time.perf_counter() - start
+
+    worker = threading.Thread(target=work, name="astrai-env-call", daemon=True)
+    worker.start()
+    return worker, box
+
+
+def _outcome(
+    worker: threading.Thread, box: dict, timeout_s: float, max_chars: int | None
+) -> Limited:
+    """What a started call gave, waiting for it until ``timeout_s`` from now."""
+    worker.join(max(0.0, timeout_s))
+    if worker.is_alive():
+        return Limited(error=f"timed out after {timeout_s:g} s", timed_out=True, seconds=timeout_s)
+    seconds = box["seconds"]
+    if "error" in box:
+        return Limited(error=box["error"].rstrip(": "), seconds=seconds)
+    value = box.get("value")
+    if max_chars is not None:
+        text = value if isinstance(value, str) else str(value)
+        if len(text) > max_chars:
+            return Limited(value=text[:max_chars], cut=True, seconds=seconds)
+    return Limited(value=value, seconds=seconds)
 
 
 def run_limited(
@@ -35,24 +72,27 @@ def run_limited(
 ) -> Limited:
     """``fn(*args)`` in a daemon thread, within ``timeout_s`` seconds and ``max_chars``
     characters of result text (``str(result)`` when it is not a string)."""
-    box: dict[str, Any] = {}
+    worker, box = _started(fn, args)
+    return _outcome(worker, box, timeout_s, max_chars)
 
-    def work() -> None:
-        try:
-            box["value"] = fn(*args)
-        except BaseException as err:  # noqa: BLE001 (whatever a user's tool raises)
-            box["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
 
-    worker = threading.Thread(target=work, name="astrai-env-call", daemon=True)
-    worker.start()
-    worker.join(timeout_s)
-    if worker.is_alive():
-        return Limited(error=f"timed out after {timeout_s:g} s", timed_out=True)
-    if "error" in box:
-        return Limited(error=box["error"].rstrip(": "))
-    value = box.get("value")
-    if max_chars is not None:
-        text = value if isinstance(value, str) else str(value)
-        if len(text) > max_chars:
-            return Limited(value=text[:max_chars], cut=True)
-    return Limited(value=value)
+def run_all_limited(
+    calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...], float]], max_concurrency: int
+) -> list[Limited]:
+    """Each ``(fn, args, timeout_s)`` of ``calls`` as ``run_limited`` runs it, at most
+    ``max_concurrency`` at once (in waves, each call timed from its own start); results in
+    order. Only daemon threads: a call that never returns never holds the process's exit, and
+    the waits are interruptible (a stop signal raises in the waiting thread)."""
+    results: list[Limited] = []
+    for start in range(0, len(calls), max(1, max_concurrency)):
+        wave = calls[start : start + max(1, max_concurrency)]
+        started = [(_started(fn, args), timeout, time.monotonic()) for fn, args, timeout in wave]
+        for (worker, box), timeout, began in started:
+            left = timeout - (time.monotonic() - began)
+            outcome = _outcome(worker, box, left, None)
+            if outcome.timed_out:  # the message names the call's own limit
+                outcome = Limited(
+                    error=f"timed out after {timeout:g} s", timed_out=True, seconds=timeout
+                )
+            results.append(outcome)
+    return results

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +31,7 @@ import torch
 from astrai.envs.base import Environment, Message, StepResult
 from astrai.envs.episode_tokens import EpisodeTokens
 from astrai.envs.tool_calls import ParsedTurn
-from astrai.envs.tool_limits import run_limited
+from astrai.envs.tool_limits import Limited, run_all_limited
 from astrai.rollout.engine import Engine
 from astrai.rollout.sampler import SamplingConfig
 
@@ -157,10 +155,7 @@ def run_episodes(
             keep = cut_at_stop_string(sampled, text.decode, text.stop_strings)
             episodes[i].tokens.add_sampled(sampled[:keep], logprobs[:keep], version, turn)
             turns.append(_parsed(episodes[i], text))
-        with ThreadPoolExecutor(max_workers=max(1, min(limits.max_concurrency, len(live)))) as pool:
-            answers = list(
-                pool.map(lambda i, parsed: _step(episodes[i], envs[i], parsed, limits), live, turns)
-            )
+        answers = _steps(episodes, envs, live, turns, limits)
         for i, answer in zip(live, answers, strict=True):
             _answered(episodes[i], envs[i], text, turn, answer, limits)
     for episode, env in zip(episodes, envs, strict=True):
@@ -201,15 +196,28 @@ async def _awaited(result: Any) -> Any:
     return await result
 
 
-def _step(episode: Episode, env: Environment, turn: ParsedTurn, limits: EpisodeLimits) -> Any:
-    """The environment's answer to the turn within its limits (a ``run_limited`` result)."""
-    left = limits.episode_timeout_s - episode.step_s
-    timeout = max(0.0, min(limits.step_timeout_s, left))
-    start = time.perf_counter()
-    answer = run_limited(_run_step, env, turn, timeout_s=timeout)
-    episode.step_s += time.perf_counter() - start
-    episode.steps += 1
-    return answer
+def _steps(
+    episodes: list[Episode],
+    envs: Sequence[Environment],
+    live: list[int],
+    turns: list[ParsedTurn],
+    limits: EpisodeLimits,
+) -> list[Limited]:
+    """The environments' answers to the live episodes' turns, within their limits: each step
+    at most ``step_timeout_s`` and what is left of its episode's ``episode_timeout_s``, at most
+    ``max_concurrency`` at once."""
+    timeouts = [
+        max(0.0, min(limits.step_timeout_s, limits.episode_timeout_s - episodes[i].step_s))
+        for i in live
+    ]
+    calls = [
+        (_run_step, (envs[i], turn), t) for i, turn, t in zip(live, turns, timeouts, strict=True)
+    ]
+    answers = run_all_limited(calls, limits.max_concurrency)
+    for i, answer in zip(live, answers, strict=True):
+        episodes[i].step_s += answer.seconds
+        episodes[i].steps += 1
+    return answers
 
 
 def _answered(

@@ -1,0 +1,168 @@
+"""SIGTERM and ``kill -9`` while episodes are being played (issue 50's acceptance): at lag 0 the
+step's episodes are abandoned and played again on resume; at lag 1 the checkpoint holds the
+episodes already sampled for the next step. Either way the resumed run ends bitwise where the
+straight run ends, and every step trains the same task rows as the straight run's step: none
+lost, none trained twice (counted from each step's logged rollout samples)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tests.train_runs import TRAIN
+
+from astrai.checkpoints.completeness import latest_checkpoint
+
+# two turns on any task row (rewards: the parity of a hash of the sampled text, so they vary
+# within groups whatever a random model samples); the ASTRAI_TEST_PAUSE_AT-th environment step
+# of the process (counted in ASTRAI_TEST_CALLS) announces itself and stalls for 60 s
+ENV_MODULE = textwrap.dedent(
+    """
+    import hashlib, os, sys, time
+    from pathlib import Path
+    from astrai.envs import Environment, StepResult
+
+    def parity(text):
+        return float(hashlib.sha256(text.encode()).digest()[0] % 2)
+
+    class Paused(Environment):
+        def reset(self, row):
+            self.turns = 0
+            return [{"role": "user", "content": row["text"]}]
+
+        def step(self, turn):
+            counter = Path(os.environ["ASTRAI_TEST_CALLS"])
+            with counter.open("a") as f:
+                f.write("x")
+            if str(len(counter.read_text())) == os.environ.get("ASTRAI_TEST_PAUSE_AT"):
+                print("MARK pausing", file=sys.stderr, flush=True)
+                time.sleep(60)
+            self.turns += 1
+            if self.turns == 1:
+                return StepResult([{"role": "tool", "content": "=1"}], 0.25 * parity(turn.content))
+            return StepResult(reward=parity(turn.content), done=True)
+    """
+)
+ARGS = [
+    "debug=quick",
+    "trainer.total_steps=4",
+    "trainer.eval_every=100",
+    "trainer.eval_prompts=2",
+    "logger.samples_every=1",
+    "ckpt.every_steps=1",
+    "env=custom",
+    "env._target_=paused_env.Paused",
+    "env.parser=none",
+    "env.step_timeout_s=120",
+]
+# 8 episodes a step (4 prompts x 2), 2 steps each; the step-0 evaluation plays 2 episodes:
+# call 4 + 16 + 16 + 1 is the first environment step of step 3's rollout (at lag 1: sampled on
+# the sampling thread while step 2 updates, step 3 the one in flight)
+PAUSE_AT = 4 + 16 + 16 + 1
+NOISY = ("time/", "perf/", "env/step_s")
+
+
+def _env(tmp_path: Path, pause_at: int | None, name: str) -> dict[str, str]:
+    (tmp_path / "paused_env.py").write_text(ENV_MODULE)
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "ASTRAI_TEST_PAUSE_AT": str(pause_at or ""),
+        "ASTRAI_TEST_CALLS": str(tmp_path / f"calls.{name}"),
+    }
+
+
+def _run(tmp_path: Path, run_dir: Path, args: list[str], name: str) -> None:
+    result = subprocess.run(
+        [sys.executable, TRAIN, *ARGS, *args, f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path, env=_env(tmp_path, None, name), capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def _stop_at_mark(tmp_path: Path, run_dir: Path, args: list[str], sig: int) -> tuple[int, str]:
+    proc = subprocess.Popen(
+        [sys.executable, TRAIN, *ARGS, *args, f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        env=_env(tmp_path, PAUSE_AT, f"stopped-{sig}"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 180
+    for line in proc.stderr:
+        if line.startswith("MARK pausing"):
+            # step 2's checkpoint (written in the background) complete first: what the stop
+            # resumes from
+            while (found := latest_checkpoint(run_dir)) is None or found.step != 2:
+                assert time.monotonic() < deadline, "step 2's checkpoint never completed"
+                time.sleep(0.05)
+            proc.send_signal(sig)
+            break
+        assert time.monotonic() < deadline
+    rest, err = proc.communicate(timeout=120)
+    return proc.returncode, err + rest
+
+
+def _trained_rows(run_dir: Path) -> dict[int, list[str]]:
+    """Each step's task rows, read from its logged rollout samples (one per prompt)."""
+    events = EventAccumulator(str(run_dir / "tb"), size_guidance={"tensors": 0})
+    events.Reload()
+    rows = {}
+    for event in events.Tensors("samples/rollout/text_summary"):
+        table = event.tensor_proto.string_val[0].decode()
+        rows[event.step] = [line.split("`")[1] for line in table.splitlines()[2:]]
+    return rows
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [
+        {k: v for k, v in json.loads(line).items() if not k.startswith(NOISY)} for line in lines
+    ]
+
+
+@pytest.mark.slow  # ~40 s each: three train.py runs
+@pytest.mark.parametrize(
+    ("sig", "lag"),
+    [(signal.SIGTERM, 0), (signal.SIGKILL, 1)],
+    ids=["sigterm-lag0", "kill9-lag1"],
+)
+def test_a_stop_with_episodes_in_flight_resumes_bitwise_with_every_task_once(
+    tmp_path: Path, sig: int, lag: int
+) -> None:
+    args = [f"train_type.max_policy_lag={lag}"]
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    _run(tmp_path, straight, args, "straight")
+    code, err = _stop_at_mark(tmp_path, stopped, args, sig)
+    if sig == signal.SIGTERM:
+        assert code == 0, err[-3000:]
+        assert "stopped (SIGTERM) while sampling step 3" in err, err[-3000:]
+    else:
+        assert code == -signal.SIGKILL
+    done = sorted(int(p.name.split("_")[1]) for p in (stopped / "checkpoints").glob("step_*"))
+    assert done and done[-1] == 2, done  # step 3's rollout was being played
+    _run(tmp_path, stopped, args, "resumed")
+    a = load_file(str(straight / "checkpoints" / "step_4" / "model.safetensors"))
+    b = load_file(str(stopped / "checkpoints" / "step_4" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert _metrics(straight) == _metrics(stopped)
+    trained, again = _trained_rows(straight), _trained_rows(stopped)
+    assert sorted(trained) == sorted(again) == [1, 2, 3, 4]
+    assert trained == again  # every step trained the straight run's task rows
+    counts = Counter(row for rows in again.values() for row in rows)
+    assert counts == Counter(row for rows in trained.values() for row in rows)
+    assert sum(counts.values()) == 4 * 4  # 4 prompts a step, each once
