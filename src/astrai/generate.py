@@ -10,7 +10,10 @@ reward is printed, then the mean reward and accuracy. ``--task`` alone (or ``--t
 run's own task, as its config built it (``task=dataset``: the files it named), scored by the run's
 reward, as its ``eval/`` metrics are; ``--task NAME`` is ``conf/task/NAME.yaml`` (the run's own
 config when the run trained that task). Without ``--task`` each prompt given is answered ``--n``
-times. ``--temperature 0`` is greedy. ``--engine torch`` (the default) samples with astrai's
+times; a checkpoint of a run with an environment (``env=...``, docs/environments.md) plays
+each prompt as a task row's text through one episode of that environment and prints its turns
+(``a:`` sampled, ``env:`` the environment's replies), reward and ending. ``--temperature 0`` is
+greedy. ``--engine torch`` (the default) samples with astrai's
 KV-cache sampler, ``--engine vllm`` with vLLM's CPU build started from the loaded policy (its
 knobs: the run's ``engine`` node when the run used vLLM, else ``conf/engine/vllm.yaml``;
 ``generation_engine``).
@@ -34,6 +37,7 @@ from astrai.checkpoints.policy import LoadedPolicy, load_policy
 from astrai.cli_errors import ArgumentParser, one_line_errors
 from astrai.config.checkpoint_run import (
     read_run_config,
+    run_env,
     run_precision,
     run_sampling_default,
     run_task_config,
@@ -45,6 +49,7 @@ from astrai.generation_engine import (
     device_error,
     engine_config,
     engine_error,
+    play_transcripts,
     sample_groups,
 )
 from astrai.models.hf_tokenizer import TokenizerFileError
@@ -308,7 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         run = read_run_config(loaded, args.source)
         precision = args.precision or run_precision(run)
         engine_cfg = engine_config(args.engine, run, args.seed, args.precision)
-        scoring = None
+        scoring, env = None, run_env(run)
+        if args.task is not None and env is not None:
+            raise ValueError("--task with a run of env=... is not built: give prompts")
         if args.task is not None:
             n = args.n or DEFAULT_TASK_PROMPTS
             scoring = task_scoring(args.task, run, loaded, n)
@@ -344,6 +351,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     check_length(policy, ids.shape[1], max_new_tokens)
     check_engine(engine_cfg, policy, ids.shape[1], max_new_tokens, args.device)
+    if env is not None:  # the run trained episodes: each prompt is one
+        print(f"# {loaded.source}\n# env {env.target}, max_new_tokens {max_new_tokens} a turn")
+        lines = play_transcripts(
+            engine_cfg, policy, tokenizer, env, rows, sampling, args.seed, precision
+        )
+        print("\n".join(f"{p!r} -> {line}" for p, line in zip(rows, lines, strict=True)))
+        return 0
     out = sample_groups(
         engine_cfg, policy, tokenizer, ids, mask, samples, sampling, args.seed, precision
     )
@@ -353,6 +367,14 @@ def main(argv: list[str] | None = None) -> int:
     task_part = f"task {scoring.label}, " if scoring is not None else ""
     numbers = decoding_numbers(engine_cfg, precision)
     print(f"# {task_part}max_new_tokens {max_new_tokens}, {decoding}, {numbers}")
+    return print_completions(scoring, rows, completions, tokenizer)
+
+
+def print_completions(
+    scoring: Scoring | None, rows: list[Any], completions: list[str], tokenizer: Tokenizer
+) -> int:
+    """Each prompt's completion (``--task``: scored, then the mean reward and accuracy);
+    the exit status."""
     if scoring is None:
         for prompt, completion in zip(rows, completions, strict=True):
             print(f"{prompt!r} -> {completion!r}")

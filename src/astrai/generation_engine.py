@@ -11,7 +11,8 @@ and, through the sampling stream, each request. What can refuse a request is the
 ``check`` (the one config validation calls: the device, vLLM missing, a head size the engine
 lacks, a prompt + ``--max-new-tokens`` past the engine's ``max_model_len``), run before the
 model loads and again with it, before the engine starts; the engine is closed when sampling
-ends, also on an error.
+ends, also on an error. A checkpoint of a run with an environment (``env=...``) plays each
+prompt as an episode through the run's episode runner (``play_transcripts``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,11 @@ from omegaconf import DictConfig, OmegaConf
 from astrai.config.ranges import MAX_SEED
 from astrai.paths import CONFIG_DIR
 from astrai.rollout.engine import Engine, EngineJob, build_engine, engine_class
+from astrai.rollout.env_spec import EnvSpec
+from astrai.rollout.episode_rollout import episode_reward, play_episodes
+from astrai.rollout.episodes import Episode
 from astrai.rollout.sampler import Generation, SamplingConfig
+from astrai.tasks.base import Problem
 
 # --precision -> engine.dtype: a precision given on the command line wins over the engine's
 ENGINE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
@@ -197,3 +202,59 @@ def sample_groups(
         )
     finally:
         engine.close()  # vLLM's memory and its export directory
+
+
+def play_transcripts(
+    engine_cfg: DictConfig | None,
+    policy: Any,
+    tokenizer: Any,
+    spec: EnvSpec,
+    prompts: list[str],
+    sampling: SamplingConfig,
+    seed: int,
+    precision: str,
+) -> list[str]:
+    """One episode of ``spec``'s environment on each prompt (a task row's text), through the
+    same runner as the run's rollouts and evaluations: each as one line, its turns
+    (``a: '...'`` sampled, ``env: '...'`` the environment's reply), its reward, and whether it
+    was solved."""
+    device = policy.lm_head.weight.device
+    problems = [Problem(prompt=p, answer=None, text=p) for p in prompts]
+    generator = torch.Generator(device=device).manual_seed(seed)
+    engine = build_engine(engine_cfg, policy, tokenizer, precision)
+    try:
+        episodes = play_episodes(
+            engine,
+            tokenizer,
+            spec,
+            problems,
+            1,
+            sampling,
+            policy.config.max_position_embeddings,
+            generator,
+            0,
+            device,
+        )
+    finally:
+        engine.close()
+    return [_transcript(tokenizer, episode) for episode in episodes]
+
+
+def _transcript(tokenizer: Any, episode: Episode) -> str:
+    """``a: 'c' | env: '=4042' | a: '4042'  reward 1.500, solved`` (or how it ended)."""
+    tokens, parts, run = episode.tokens, [], []
+    kinds = [(t > 0, sampled) for t, sampled in zip(tokens.turns, tokens.trainable, strict=True)]
+    for index, kind in enumerate(kinds):
+        if not kind[0]:
+            continue  # the opening: the prompt itself
+        run.append(tokens.ids[index])
+        if index + 1 == len(kinds) or kinds[index + 1] != kind:
+            parts.append(f"{'a' if kind[1] else 'env'}: {tokenizer.decode(run)!r}")
+            run = []
+    solved = episode.metrics.get("solved")
+    ending = (
+        "failed: " + str(episode.error)
+        if episode.failed
+        else ("solved" if solved else "truncated" if episode.truncated else "done")
+    )
+    return f"{' | '.join(parts)}  reward {episode_reward(episode):.3f}, {ending}"

@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING, Any, cast
 from omegaconf import DictConfig, OmegaConf
 
 from astrai.checkpoints.layout import RUN_CONFIG_FILE, CheckpointError
+from astrai.config.env_checks import configured_env
+from astrai.config.errors import ConfigError
 from astrai.models.precision import PRECISIONS
 from astrai.models.pretrained import is_hf_model_dir
+from astrai.rollout.env_spec import EnvSpec
 
 if TYPE_CHECKING:
     from astrai.checkpoints.policy import LoadedPolicy
@@ -73,3 +76,14 @@ def run_task_config(run: DictConfig, checkpoint: Path) -> DictConfig:
         if (cwd / value).exists():
             task[key] = str(cwd / value)
     return task
+
+
+def run_env(run: DictConfig | None) -> EnvSpec | None:
+    """The environment the run trained with (``env=...``); None for one-turn runs and model
+    directories."""
+    if run is None or run.get("env") is None:
+        return None
+    try:
+        return configured_env(run.env)
+    except ConfigError as err:
+        raise ValueError(f"the run's env: {err}") from None
