@@ -53,7 +53,8 @@ class Guess(Environment):
         text = str(row["text"])
         if not re.fullmatch(r"n[1-9][0-9]*", text):
             raise ValueError(f"not a hidden number: {text!r} (task=hidden_number)")
-        self.target, self.turns, self.last, self.found = int(text[1:]), 0, None, False
+        self.target, self.turns, self.found = int(text[1:]), 0, False
+        self.last: int | None = None  # the last valid guess
         if self.target > self.max_number:
             raise ValueError(f"{text!r} is above env.max_number {self.max_number}")
         return [{"role": "user", "content": "?"}]
