@@ -9,7 +9,7 @@ from astrai.envs.tool_calls import ParsedTurn
 
 
 def test_feedback_then_a_find_that_pays_less_each_turn() -> None:
-    env = Guess(max_number=15)
+    env = Guess(max_number=15, turn_cost=0.15)
     assert env.reset({"text": "n7"}) == [{"role": "user", "content": "?"}]
     assert env.step(ParsedTurn("8")).observations == [{"role": "user", "content": "l"}]
     assert env.step(ParsedTurn("3")).observations == [{"role": "user", "content": "h"}]

@@ -36,7 +36,7 @@ class Guess(Environment):
     def __init__(
         self,
         max_number: int = 15,
-        turn_cost: float = 0.15,
+        turn_cost: float = 0.1,
         min_reward: float = 0.3,
         closeness: float = 0.2,
     ) -> None:
