@@ -64,6 +64,7 @@ def test_a_user_environment_trains_two_steps(tmp_path: Path) -> None:
         ),
         ("env.parser=lookup_env.nope", "env.parser 'lookup_env.nope': module 'lookup_env' has"),
         ("+env.bonus=1", "env.bonus is not an argument of lookup_env.Lookup (its arguments:"),
+        ("infra.parallel=fsdp", "env=lookup_env.Lookup with infra.parallel=fsdp is not built"),
     ],
 )
 def test_a_wrong_class_or_path_is_one_line_and_exit_2(

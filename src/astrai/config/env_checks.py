@@ -44,6 +44,12 @@ def validate_env(
     spec = configured_env(cfg.env)
     if spec is None:
         return
+    if cfg.infra.get("parallel") == "fsdp":
+        raise ConfigError(
+            f"env={spec.target} with infra.parallel=fsdp is not built: a sharded policy decodes "
+            "in lockstep over the ranks, and each rank's episodes end at their own turns "
+            "(use infra.parallel=ddp)"
+        )
     if not engine.supports_prefix_continuation:
         raise ConfigError(
             f"env={spec.target}: engine={engine.name} cannot continue an episode from its "
