@@ -11,6 +11,7 @@ from tests.train_runs import run_train_in_process
 from astrai import generate as generate_cli
 
 
+@pytest.mark.slow  # ~4 s: a training run first (the fast suite's budget)
 def test_a_prompt_is_played_as_an_episode_of_the_run_s_environment(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -33,6 +33,7 @@ JOB = [
 ]
 
 
+@pytest.mark.slow  # ~4 s: the fast suite's budget
 def test_a_user_environment_trains_two_steps(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     result = run_train_in_process(

@@ -94,7 +94,8 @@ def _addition_jsonl(directory: Path) -> list[str]:
         pytest.param("lag_ppo", marks=pytest.mark.slow),  # the fast suite's budget
         pytest.param("dataset", marks=pytest.mark.slow),
         pytest.param("options", marks=pytest.mark.slow),
-        "episodes",  # multi-turn episodes (env=...), GRPO at lag 0
+        # multi-turn episodes (env=...), GRPO at lag 0: slow for the fast suite's budget
+        pytest.param("episodes", marks=pytest.mark.slow),
         pytest.param("episodes_lag_ppo", marks=pytest.mark.slow),  # PPO, episodes in flight
     ],
 )
