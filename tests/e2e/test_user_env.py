@@ -1,7 +1,7 @@
 """A user's environment in a file outside the package (``examples/tool_env``), selected from the
 command line (issue 50's acceptance): 2 training steps through the real ``train.py`` with
 ``engine=torch`` (``tests/engine/test_vllm_episodes.py``: ``engine=vllm``); a wrong class or
-path is one line and exit 2."""
+path is one line and exit 2, every other bad key a config error naming it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.helpers import compose_config
 from tests.train_runs import REPO, run_train_in_process
 
+from astrai.config.errors import ConfigError
 from astrai.metrics.names import ENV_METRICS
 
 EXAMPLE = REPO / "examples" / "tool_env"
@@ -54,18 +56,7 @@ def test_a_user_environment_trains_two_steps(tmp_path: Path) -> None:
             "env._target_=lookup_env.Lookpu",
             "env._target_ 'lookup_env.Lookpu': module 'lookup_env' has no 'Lookpu'",
         ),
-        (
-            "env._target_=no_such_module.Lookup",
-            "env._target_ 'no_such_module.Lookup' cannot be imported: No module named "
-            "'no_such_module'",
-        ),
-        (
-            "env._target_=lookup_env.parse_lookup",
-            "env._target_ 'lookup_env.parse_lookup' is not an astrai.envs.Environment subclass",
-        ),
-        ("env.parser=lookup_env.nope", "env.parser 'lookup_env.nope': module 'lookup_env' has"),
         ("+env.bonus=1", "env.bonus is not an argument of lookup_env.Lookup (its arguments:"),
-        ("infra.parallel=fsdp", "env=lookup_env.Lookup with infra.parallel=fsdp is not built"),
     ],
 )
 def test_a_wrong_class_or_path_is_one_line_and_exit_2(
@@ -77,3 +68,30 @@ def test_a_wrong_class_or_path_is_one_line_and_exit_2(
     assert result.returncode == 2, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "env._target_=no_such_module.Lookup",
+            "env._target_ 'no_such_module.Lookup' cannot be imported: No module named "
+            "'no_such_module'",
+        ),
+        (
+            "env._target_=lookup_env.parse_lookup",
+            "env._target_ 'lookup_env.parse_lookup' is not an astrai.envs.Environment subclass",
+        ),
+        ("env.parser=lookup_env.nope", "env.parser 'lookup_env.nope': module 'lookup_env' has"),
+        ("infra.parallel=fsdp", "env=lookup_env.Lookup with infra.parallel=fsdp is not built"),
+    ],
+)
+def test_every_other_bad_environment_key_is_a_config_error_naming_it(
+    override: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same checks as the two command-line rows above (the config's validation), each
+    refusal's text; composed in process, without a run."""
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    with pytest.raises(ConfigError) as refused:
+        compose_config([*JOB, override])
+    assert message in str(refused.value) and "\n" not in str(refused.value)
