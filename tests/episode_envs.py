@@ -10,8 +10,20 @@ import threading
 
 from astrai.envs.base import Environment, Message, StepResult
 from astrai.envs.tool_calls import ParsedTurn
+from astrai.paths import REPO_ROOT
 
 TARGET = "tests.episode_envs.TwoTurns"
+# examples/tool_env's environment on its task file (tests/e2e/test_user_env.py, the vLLM lane's
+# tests/engine/test_vllm_episodes.py; its module importable from EXAMPLE)
+EXAMPLE = REPO_ROOT / "examples" / "tool_env"
+LOOKUP_ENV = [
+    "task=dataset",
+    f"task.train_path={EXAMPLE / 'tasks.jsonl'}",
+    "task.eval_fraction=0.25",
+    "env=custom",
+    "env._target_=lookup_env.Lookup",
+    "env.parser=lookup_env.parse_lookup",
+]
 TWO_TURNS = ["env=custom", f"env._target_={TARGET}", "env.parser=none", "env.max_turns=3"]
 
 

@@ -9,20 +9,15 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.episode_envs import EXAMPLE, LOOKUP_ENV
 from tests.helpers import compose_config
-from tests.train_runs import REPO, run_train_in_process
+from tests.train_runs import run_train_in_process
 
 from astrai.config.errors import ConfigError
 from astrai.metrics.names import ENV_METRICS
 
-EXAMPLE = REPO / "examples" / "tool_env"
 JOB = [
-    "task=dataset",
-    f"task.train_path={EXAMPLE / 'tasks.jsonl'}",
-    "task.eval_fraction=0.25",
-    "env=custom",
-    "env._target_=lookup_env.Lookup",
-    "env.parser=lookup_env.parse_lookup",
+    *LOOKUP_ENV,
     "+env.call_bonus=0.5",
     "train_type.sampling.max_new_tokens=8",
     "train_type.prompts_per_step=4",

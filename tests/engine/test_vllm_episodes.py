@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.episode_envs import EXAMPLE, LOOKUP_ENV
 from tests.helpers import compose_config
 
-from astrai.paths import REPO_ROOT
 from astrai.rollout.seeded_vllm import SeededVLLM
 from astrai.training.evaluation import evaluate
 from astrai.training.trainer import Trainer
@@ -19,18 +19,12 @@ from astrai.training.trainer import Trainer
 pytestmark = pytest.mark.vllm
 
 VLLM_BOUND = 5e-5  # |log π_old − log π_behav|, fp32 on this CPU (tests/engine/test_vllm_training)
-EXAMPLE = REPO_ROOT / "examples" / "tool_env"
 RUN = [
     "debug=quick",
     "engine=vllm",
     "model.num_attention_heads=2",  # vLLM's CPU attention has no kernel for the preset's 16
     "model.num_key_value_heads=1",
-    "task=dataset",
-    f"task.train_path={EXAMPLE / 'tasks.jsonl'}",
-    "task.eval_fraction=0.25",
-    "env=custom",
-    "env._target_=lookup_env.Lookup",
-    "env.parser=lookup_env.parse_lookup",
+    *LOOKUP_ENV,
     "train_type.sampling.max_new_tokens=8",
     "train_type.group_size=4",
     "trainer.total_steps=2",

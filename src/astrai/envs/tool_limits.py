@@ -50,10 +50,15 @@ def _started(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[threading.T
 
 
 def _outcome(
-    worker: threading.Thread, box: dict, timeout_s: float, max_chars: int | None
+    worker: threading.Thread,
+    box: dict,
+    timeout_s: float,
+    max_chars: int | None,
+    wait_s: float | None = None,
 ) -> Limited:
-    """What a started call gave, waiting for it until ``timeout_s`` from now."""
-    worker.join(max(0.0, timeout_s))
+    """What a started call gave within its ``timeout_s``, waiting for it ``wait_s`` more
+    seconds (default ``timeout_s``: it started now)."""
+    worker.join(max(0.0, timeout_s if wait_s is None else wait_s))
     if worker.is_alive():
         return Limited(error=f"timed out after {timeout_s:g} s", timed_out=True, seconds=timeout_s)
     seconds = box["seconds"]
@@ -89,10 +94,5 @@ def run_all_limited(
         started = [(_started(fn, args), timeout, time.monotonic()) for fn, args, timeout in wave]
         for (worker, box), timeout, began in started:
             left = timeout - (time.monotonic() - began)
-            outcome = _outcome(worker, box, left, None)
-            if outcome.timed_out:  # the message names the call's own limit
-                outcome = Limited(
-                    error=f"timed out after {timeout:g} s", timed_out=True, seconds=timeout
-                )
-            results.append(outcome)
+            results.append(_outcome(worker, box, timeout, None, wait_s=left))
     return results

@@ -31,19 +31,6 @@ from astrai.rollout.sampler import SamplingConfig
 from astrai.rollout.turn_rewards import token_rewards_of_turns
 from astrai.tasks.base import Problem
 
-# the per-episode numbers kept for ``env/*`` (each averaged over episodes, ``step_s`` over steps)
-EPISODE_STATS = (
-    "turns",
-    "tool_calls",
-    "parse_errors",
-    "timeouts",
-    "failed",
-    "steps",
-    "step_s",
-    "observation_token_frac",
-    "solved",
-)
-
 
 def task_row(problem: Problem) -> dict[str, Any]:
     """The row an environment is built from: the problem's ``prompt``, ``answer``, ``text``
@@ -87,13 +74,16 @@ def play_episodes(
     )
 
 
-def episode_stats(episode: Episode, threshold: float) -> dict[str, float]:
-    """One episode's numbers for ``env/*`` (``EPISODE_STATS``, then its environment's own
-    metrics); ``solved``: its environment's ``solved`` metric, else its reward reaching
+def episode_solved(episode: Episode, threshold: float) -> bool:
+    """Its environment's ``solved`` metric where it reports one, else its reward reaching
     ``threshold``."""
-    own = dict(episode.metrics)
-    solved = own.pop("solved", None)
-    total = episode_reward(episode)
+    solved = episode.metrics.get("solved")
+    return bool(solved) if solved is not None else episode_reward(episode) >= threshold
+
+
+def episode_stats(episode: Episode, threshold: float) -> dict[str, float]:
+    """One episode's numbers for ``env/*``: the runner's counts, ``solved``
+    (``episode_solved``), then its environment's own metrics."""
     stats = {
         "turns": float(max(episode.tokens.turns, default=0)),
         "tool_calls": float(episode.tool_calls),
@@ -102,10 +92,10 @@ def episode_stats(episode: Episode, threshold: float) -> dict[str, float]:
         "failed": float(episode.failed),
         "steps": float(episode.steps),
         "step_s": episode.step_s,
-        "observation_token_frac": episode.tokens.observation_fraction(),
-        "solved": float(bool(solved)) if solved is not None else float(total >= threshold),
+        "solved": float(episode_solved(episode, threshold)),
     }
-    return {**stats, **{name: float(v) for name, v in own.items() if name not in stats}}
+    own = {name: float(v) for name, v in episode.metrics.items() if name not in stats}
+    return {**stats, **own}
 
 
 def episode_reward(episode: Episode) -> float:
@@ -113,10 +103,11 @@ def episode_reward(episode: Episode) -> float:
     return 0.0 if episode.failed else sum(episode.turn_rewards) + episode.final_reward
 
 
-def _opening(episode: Episode) -> list[int]:
-    return [
-        i for i, turn in zip(episode.tokens.ids, episode.tokens.turns, strict=True) if turn == 0
-    ]
+def split_opening(episode: Episode) -> tuple[list[int], list[int]]:
+    """The episode's opening ids (its prompt: the turn-0 tokens, which come first) and the
+    rest (the response)."""
+    n = episode.tokens.turns.count(0)
+    return episode.tokens.ids[:n], episode.tokens.ids[n:]
 
 
 def _token_scores(episode: Episode, sampled: Tensor, turns: Tensor) -> Tensor:
@@ -141,7 +132,8 @@ def episodes_rollout(
     ``mask_truncated``: an episode cut by a limit leaves the loss too."""
     b = len(problems)
     g = len(episodes) // b
-    openings = [_opening(e) for e in episodes]
+    split = [split_opening(e) for e in episodes]
+    openings, rest = [opening for opening, _ in split], [after for _, after in split]
     for i in range(b):
         if any(openings[i * g + j] != openings[i * g] for j in range(g)):
             raise ValueError(
@@ -149,7 +141,6 @@ def episodes_rollout(
                 "differently: reset(row) must return the same messages for the same row"
             )
     width = max(len(openings[i * g]) for i in range(b))
-    rest = [e.tokens.ids[len(o) :] for e, o in zip(episodes, openings, strict=True)]
     length = max(1, max(len(r) for r in rest))
     prompt_ids = torch.full((b, width), pad_id, dtype=torch.long)
     prompt_mask = torch.zeros(b, width, dtype=torch.bool)

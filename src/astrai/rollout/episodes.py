@@ -154,7 +154,7 @@ def run_episodes(
             logprobs = out.logprobs[at][kept].tolist()
             keep = cut_at_stop_string(sampled, text.decode, text.stop_strings)
             episodes[i].tokens.add_sampled(sampled[:keep], logprobs[:keep], version, turn)
-            turns.append(_parsed(episodes[i], text))
+            turns.append(_parsed(episodes[i], text, sampled[:keep]))
         answers = _steps(episodes, envs, live, turns, limits)
         for i, answer in zip(live, answers, strict=True):
             _answered(episodes[i], envs[i], text, turn, answer, limits)
@@ -173,12 +173,9 @@ def _final_reward(episode: Episode, env: Environment) -> None:
         episode.failed, episode.error = True, f"final_reward: {type(err).__name__}: {err}"
 
 
-def _parsed(episode: Episode, text: EpisodeText) -> ParsedTurn:
-    """The turn just sampled, read for tool calls (counted on the episode)."""
-    turn = episode.tokens.turns[-1]
-    ids = [i for i, t, n in zip(episode.tokens.ids, episode.tokens.trainable,
-                                episode.tokens.turns, strict=True) if t and n == turn]  # fmt: skip
-    parsed = text.parse(text.decode(ids))
+def _parsed(episode: Episode, text: EpisodeText, sampled: list[int]) -> ParsedTurn:
+    """The turn just ``sampled``, read for tool calls (counted on the episode)."""
+    parsed = text.parse(text.decode(sampled))
     episode.tool_calls += len(parsed.calls)
     episode.parse_errors += len(parsed.errors)
     return parsed

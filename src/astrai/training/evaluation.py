@@ -19,8 +19,12 @@ from astrai.rewards.base import Reward
 from astrai.rollout.collect import decode_responses, left_pad, prompt_context, sampling_mode
 from astrai.rollout.engine import Engine, torch_engine
 from astrai.rollout.env_spec import EnvSpec
-from astrai.rollout.episode_rollout import episode_reward, episode_stats, play_episodes
-from astrai.rollout.episodes import Episode
+from astrai.rollout.episode_rollout import (
+    episode_reward,
+    episode_solved,
+    play_episodes,
+    split_opening,
+)
 from astrai.rollout.sampler import SamplingConfig
 from astrai.tasks.base import Problem
 
@@ -94,11 +98,10 @@ def evaluate(
                 0,
                 device,
             )
-            threshold = reward.accuracy_threshold
-            responses = [tokenizer.decode(_after_opening(e)) for e in episodes]
-            lengths = [len(_after_opening(e)) for e in episodes]
+            after = [split_opening(e)[1] for e in episodes]
+            responses, lengths = [tokenizer.decode(ids) for ids in after], [len(a) for a in after]
             rewards = [episode_reward(e) for e in episodes]
-            correct = [episode_stats(e, threshold)["solved"] == 1.0 for e in episodes]
+            correct = [episode_solved(e, reward.accuracy_threshold) for e in episodes]
     texts = [p.text for p in problems]
     totals = weighted_totals(correct, rewards, lengths, weights)
     if dist.is_available() and dist.is_initialized():
@@ -139,12 +142,6 @@ def _answers(
     context = prompt_context(reward, problems, tokenizer)  # the turns, for a reward that asks
     rewards, _ = reward.score(texts, responses, [p.answer for p in problems], **context)
     return responses, lengths, rewards, reward.correct(rewards)
-
-
-def _after_opening(episode: Episode) -> list[int]:
-    """An episode's tokens after its opening prompt."""
-    turns = episode.tokens.turns
-    return [i for i, turn in zip(episode.tokens.ids, turns, strict=True) if turn > 0]
 
 
 def weighted_totals(

@@ -96,7 +96,6 @@ def episode_metrics(rollout: Rollout) -> dict[str, float]:
     )
     n = sums[-1].clamp(min=1)
     means = {f"env/{name}": (sums[i] / n).item() for i, name in enumerate(names)}
-    means.pop("env/observation_token_frac", None)  # per token below, not per episode
     k = len(names)
     return {
         "env/tool_errors": 0.0,  # counted by the environments that report it
