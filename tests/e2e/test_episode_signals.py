@@ -25,8 +25,11 @@ from tests.train_runs import TRAIN
 from astrai.checkpoints.completeness import latest_checkpoint
 
 # two turns on any task row (rewards: the parity of a hash of the sampled text, so they vary
-# within groups whatever a random model samples); the ASTRAI_TEST_PAUSE_AT-th environment step
-# of the process (counted in ASTRAI_TEST_CALLS) announces itself and stalls for 60 s
+# within groups whatever a random model samples). Resets are counted in ASTRAI_TEST_RESETS: the
+# first environment step once ASTRAI_TEST_PAUSE_AT episodes have been opened announces itself
+# and stalls for 60 s. (Resets, not steps, are counted: how many steps an episode takes rests on
+# what the random model samples — an episode past its token limit ends after one turn — and
+# that differs between CPUs.)
 ENV_MODULE = textwrap.dedent(
     """
     import hashlib, os, sys, time
@@ -38,14 +41,17 @@ ENV_MODULE = textwrap.dedent(
 
     class Paused(Environment):
         def reset(self, row):
+            with Path(os.environ["ASTRAI_TEST_RESETS"]).open("a") as f:
+                f.write("x")
             self.turns = 0
             return [{"role": "user", "content": row["text"]}]
 
         def step(self, turn):
-            counter = Path(os.environ["ASTRAI_TEST_CALLS"])
-            with counter.open("a") as f:
-                f.write("x")
-            if str(len(counter.read_text())) == os.environ.get("ASTRAI_TEST_PAUSE_AT"):
+            resets = len(Path(os.environ["ASTRAI_TEST_RESETS"]).read_text())
+            paused = Path(os.environ["ASTRAI_TEST_RESETS"] + ".paused")
+            pause_at = os.environ.get("ASTRAI_TEST_PAUSE_AT")
+            if pause_at and resets >= int(pause_at) and not paused.exists():
+                paused.touch()
                 print("MARK pausing", file=sys.stderr, flush=True)
                 time.sleep(60)
             self.turns += 1
@@ -66,10 +72,13 @@ ARGS = [
     "env.parser=none",
     "env.step_timeout_s=120",
 ]
-# 8 episodes a step (4 prompts x 2), 2 steps each; the step-0 evaluation plays 2 episodes:
-# call 4 + 16 + 16 + 1 is the first environment step of step 3's rollout (at lag 1: sampled on
-# the sampling thread while step 2 updates, step 3 the one in flight)
-PAUSE_AT = 4 + 16 + 16 + 1
+# 8 episodes a step (4 prompts x 2); the configuration check opens 2 task rows and the step-0
+# evaluation 2 episodes, so the 2 + 2 + 8 + 8 + 1-th reset opens step 3's rollout, all of whose
+# resets precede its first environment step. At lag 0 the stop comes while step 3's rollout is
+# played (checkpoint 2 complete); at lag 1 while step 4's is played on the sampling thread and
+# step 3 updates (checkpoint 2, which holds step 3's rollout, complete; checkpoint 3 waits for
+# step 4's rollout)
+PAUSE_AT = {0: 2 + 2 + 8 + 8 + 1, 1: 2 + 2 + 8 + 8 + 8 + 1}
 NOISY = ("time/", "perf/", "env/step_s")
 
 
@@ -80,7 +89,7 @@ def _env(tmp_path: Path, pause_at: int | None, name: str) -> dict[str, str]:
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         "ASTRAI_TEST_PAUSE_AT": str(pause_at or ""),
-        "ASTRAI_TEST_CALLS": str(tmp_path / f"calls.{name}"),
+        "ASTRAI_TEST_RESETS": str(tmp_path / f"resets.{name}"),
     }
 
 
@@ -92,18 +101,22 @@ def _run(tmp_path: Path, run_dir: Path, args: list[str], name: str) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def _stop_at_mark(tmp_path: Path, run_dir: Path, args: list[str], sig: int) -> tuple[int, str]:
+def _stop_at_mark(
+    tmp_path: Path, run_dir: Path, args: list[str], sig: int, pause_at: int
+) -> tuple[int, str]:
     proc = subprocess.Popen(
         [sys.executable, TRAIN, *ARGS, *args, f"hydra.run.dir={run_dir}"],
         cwd=tmp_path,
-        env=_env(tmp_path, PAUSE_AT, f"stopped-{sig}"),
+        env=_env(tmp_path, pause_at, f"stopped-{sig}"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     assert proc.stderr is not None
     deadline = time.monotonic() + 180
+    seen = []
     for line in proc.stderr:
+        seen.append(line)
         if line.startswith("MARK pausing"):
             # step 2's checkpoint (written in the background) complete first: what the stop
             # resumes from
@@ -113,8 +126,11 @@ def _stop_at_mark(tmp_path: Path, run_dir: Path, args: list[str], sig: int) -> t
             proc.send_signal(sig)
             break
         assert time.monotonic() < deadline
+    else:
+        proc.wait(timeout=60)
+        pytest.fail(f"the run ended ({proc.returncode}) without pausing:\n{''.join(seen)[-3000:]}")
     rest, err = proc.communicate(timeout=120)
-    return proc.returncode, err + rest
+    return proc.returncode, "".join(seen) + err + rest
 
 
 def _trained_rows(run_dir: Path) -> dict[int, list[str]]:
@@ -147,7 +163,7 @@ def test_a_stop_with_episodes_in_flight_resumes_bitwise_with_every_task_once(
     args = [f"train_type.max_policy_lag={lag}"]
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     _run(tmp_path, straight, args, "straight")
-    code, err = _stop_at_mark(tmp_path, stopped, args, sig)
+    code, err = _stop_at_mark(tmp_path, stopped, args, sig, PAUSE_AT[lag])
     if sig == signal.SIGTERM:
         assert code == 0, err[-3000:]
         assert "stopped (SIGTERM) while sampling step 3" in err, err[-3000:]
