@@ -8,7 +8,13 @@ import time
 
 from astrai.envs.base import Environment, StepResult
 from astrai.envs.tool_calls import ParsedTurn
-from astrai.envs.tool_limits import Limited, run_all_limited, run_limited
+from astrai.envs.tool_limits import (
+    Limited,
+    StepsAbandoned,
+    abandon_steps_of,
+    run_all_limited,
+    run_limited,
+)
 
 
 def test_a_result_comes_back_as_it_is() -> None:
@@ -71,3 +77,30 @@ def test_calls_run_at_most_max_concurrency_at_once() -> None:
     apart = threading.Barrier(3, timeout=0.3)
     waves = run_all_limited([(meet, (apart,), 10.0)] * 3, max_concurrency=2)
     assert all(r.error is not None and "BrokenBarrierError" in r.error for r in waves)
+
+
+def test_an_abandoned_thread_stops_waiting_for_its_steps_and_others_go_on() -> None:
+    """``abandon_steps_of``: what a stop does to the sampling thread of an overlapped run. Its
+    wait on a hung step raises ``StepsAbandoned`` (long before the step's own 60 s limit), and
+    so does its next call, before starting any step; another thread's calls are untouched."""
+    release = threading.Event()
+    waiting, outcomes = threading.Event(), []
+
+    def sampler() -> None:
+        waiting.set()
+        for _ in range(2):
+            try:
+                run_all_limited([(release.wait, (60,), 60.0)], max_concurrency=1)
+                outcomes.append("returned")
+            except StepsAbandoned:
+                outcomes.append("abandoned")
+
+    thread = threading.Thread(target=sampler, daemon=True)
+    thread.start()
+    waiting.wait(5)
+    time.sleep(0.3)  # inside its wait on the hung step
+    abandon_steps_of(thread)
+    thread.join(5)
+    assert not thread.is_alive() and outcomes == ["abandoned", "abandoned"]
+    assert run_all_limited([(lambda: 7, (), 5.0)], max_concurrency=1) == [Limited(value=7)]
+    release.set()

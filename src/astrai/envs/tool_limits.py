@@ -8,6 +8,12 @@ interpreter's exit, which does not wait for daemon threads) and reported as a ti
 exception becomes an error; a result longer than ``max_chars`` is cut and flagged. The caller
 turns an error or timeout into a tool error message the policy sees, or masks the episode,
 and counts it (``env/tool_errors``, ``env/timeouts``).
+
+A stop abandons a thread's waits (``abandon_steps_of``): the sampling thread of an overlapped
+run (``training.overlap``), waiting on a hung step when the run stops, raises
+``StepsAbandoned`` within ``WAIT_SLICE_S`` and ends, rather than being left behind to go on
+playing its episodes after the run has ended (what ``abandon_reward_calls`` is to a reward
+call).
 """
 
 from __future__ import annotations
@@ -17,6 +23,32 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from weakref import WeakSet
+
+# how often a wait for a step looks whether its thread was abandoned
+WAIT_SLICE_S = 0.1
+_abandoned: WeakSet[threading.Thread] = WeakSet()
+_abandoned_lock = threading.Lock()
+
+
+class StepsAbandoned(BaseException):  # noqa: N818 (a decision, not an error)
+    """The waiting thread's environment steps were abandoned (``abandon_steps_of``). A
+    ``BaseException``, as ``RewardCallAbandoned``: no episode's ``except Exception`` keeps it."""
+
+
+def abandon_steps_of(thread: threading.Thread) -> None:
+    """End ``thread``'s waits for environment steps, this one and any later: they raise
+    ``StepsAbandoned`` within ``WAIT_SLICE_S``. The steps themselves (daemon threads) are left
+    to finish or to the interpreter's exit. Safe from any thread."""
+    with _abandoned_lock:
+        _abandoned.add(thread)
+
+
+def _check_abandoned() -> None:
+    with _abandoned_lock:
+        abandoned = threading.current_thread() in _abandoned
+    if abandoned:
+        raise StepsAbandoned("the environment steps were abandoned (the run stopped)")
 
 
 @dataclass(frozen=True)
@@ -58,7 +90,10 @@ def _outcome(
 ) -> Limited:
     """What a started call gave within its ``timeout_s``, waiting for it ``wait_s`` more
     seconds (default ``timeout_s``: it started now)."""
-    worker.join(max(0.0, timeout_s if wait_s is None else wait_s))
+    deadline = time.monotonic() + (timeout_s if wait_s is None else wait_s)
+    while worker.is_alive() and (left := deadline - time.monotonic()) > 0:
+        _check_abandoned()
+        worker.join(min(WAIT_SLICE_S, left))
     if worker.is_alive():
         return Limited(error=f"timed out after {timeout_s:g} s", timed_out=True, seconds=timeout_s)
     seconds = box["seconds"]
@@ -87,7 +122,9 @@ def run_all_limited(
     """Each ``(fn, args, timeout_s)`` of ``calls`` as ``run_limited`` runs it, at most
     ``max_concurrency`` at once (in waves, each call timed from its own start); results in
     order. Only daemon threads: a call that never returns never holds the process's exit, and
-    the waits are interruptible (a stop signal raises in the waiting thread)."""
+    the waits are interruptible (a stop signal raises in the waiting thread; an abandoned
+    thread raises ``StepsAbandoned``)."""
+    _check_abandoned()
     results: list[Limited] = []
     for start in range(0, len(calls), max(1, max_concurrency)):
         wave = calls[start : start + max(1, max_concurrency)]

@@ -23,7 +23,8 @@ ends once a stop is asked for, keeps the rollouts sampled, and saves each unfini
 ``Reissue`` (its snapshot's weights and version) with the sampling stream rewound to before the
 first of them, so the checkpoint counts only what ``in_flight.pt`` holds and a resume samples
 them again exactly. A reward call blocked on the sampling thread is ended by killing its reward
-worker (``abandon_reward_calls``); the thread is a daemon (``sampling_thread``), so a job still
+worker (``abandon_reward_calls``), a wait for an environment step by ``StepsAbandoned``
+(``abandon_steps_of``); the thread is a daemon (``sampling_thread``), so a job still
 blocked never holds the process's exit.
 
 Threads: each side runs on half of ``infra.num_threads`` (at least one each; torch's intra-op
@@ -207,7 +208,8 @@ class RolloutPipeline:
 
     def close(self) -> None:
         """Stop the sampling thread; idempotent. A job still running is abandoned (its reward
-        calls ended) and waited for ``ABANDON_WAIT_S`` at most: a run's end never hangs on it."""
+        calls and environment steps ended) and waited for ``ABANDON_WAIT_S`` at most: a run's
+        end never hangs on it."""
         if self.thread is None:
             return
         if any(isinstance(e, Future) and not e.done() for _, e in self.pending):
@@ -215,6 +217,7 @@ class RolloutPipeline:
                 if isinstance(entry, Future):
                     entry.cancel()
             abandon_reward_calls()
+            self.thread.abandon_environment_steps()
         self.thread.close(ABANDON_WAIT_S)
         self.thread = None
         torch.set_num_threads(self.threads_before)
@@ -240,6 +243,7 @@ class RolloutPipeline:
                 stream_state = self.stream.get_state()
         if running:
             abandon_reward_calls()
+            self.thread.abandon_environment_steps()
         reissue = [
             Reissue(step, self.versions[step], self._weights_of(step)) for step, _ in abandoned
         ]

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from astrai.envs.tool_limits import abandon_steps_of
 from astrai.training.cuda_streams import ready_event, side_stream
 
 log = logging.getLogger("astrai.training.overlap")
@@ -53,6 +54,11 @@ class SamplingThread:
         # the snapshot it samples was copied on this thread's stream: the job waits for it
         self._jobs.put((future, fn, (step, *args), ready_event(self._device)))
         return future
+
+    def abandon_environment_steps(self) -> None:
+        """The running job's waits for environment steps end (``StepsAbandoned``), and any
+        later ones: a job a stop abandoned stops playing its episodes."""
+        abandon_steps_of(self._thread)
 
     def close(self, timeout: float) -> None:
         """No more jobs; wait ``timeout`` seconds at most for the one running."""
