@@ -79,6 +79,10 @@ def test_a_wrong_class_or_path_is_one_line_and_exit_2(
         ),
         ("env.parser=lookup_env.nope", "env.parser 'lookup_env.nope': module 'lookup_env' has"),
         ("infra.parallel=fsdp", "env=lookup_env.Lookup with infra.parallel=fsdp is not built"),
+        (
+            "env.observation_truncation_side=middle",
+            "env.observation_truncation_side must be left or right (got 'middle')",
+        ),
     ],
 )
 def test_every_other_bad_environment_key_is_a_config_error_naming_it(

@@ -20,6 +20,7 @@ from astrai.envs.base import Environment
 from astrai.envs.calculator import parse_calc_line
 from astrai.envs.tool_calls import PARSERS, STOP_STRINGS, ParsedTurn
 from astrai.rollout.episodes import EpisodeLimits
+from astrai.rollout.observation_limit import TRUNCATION_SIDES
 
 SINGLE_TURN = "single_turn"
 
@@ -117,7 +118,10 @@ def env_spec(node: Mapping[str, Any] | None) -> EnvSpec | None:
     turn_parser(parser)
     limits = {key: node[key] for key in _LIMIT_KEYS if key in node}
     for key, value in limits.items():
-        if key in ("step_timeout_s", "episode_timeout_s"):
+        if key == "observation_truncation_side":
+            good = value in TRUNCATION_SIDES
+            kind = " or ".join(TRUNCATION_SIDES)
+        elif key in ("step_timeout_s", "episode_timeout_s"):
             good = isinstance(value, int | float) and not isinstance(value, bool)
             good = good and math.isfinite(value) and value > 0
             kind = "a positive number of seconds"

@@ -7,8 +7,9 @@ are the prompt of its next turn (the engine continues from the ids as given:
 text is read for tool calls (``envs.tool_calls``), the environments answer within time limits
 (``envs.tool_limits.run_limited``; at most ``max_concurrency`` steps at once, an ``async def
 step`` run to completion in its worker), and their observation tokens are appended as context,
-cut to ``max_observation_tokens``. An episode ends when its environment says so, at
-``max_turns``, or when its tokens reach ``max_episode_tokens`` (truncated). A step that raises,
+their text cut to ``max_observation_tokens`` (``rollout.observation_limit``). An episode ends
+when its environment says so, at ``max_turns``, or when its tokens reach
+``max_episode_tokens`` (truncated). A step that raises,
 times out (``step_timeout_s``, or what is left of ``episode_timeout_s``), returns no
 ``StepResult`` or answers with more than ``max_observation_chars`` characters ends its episode
 as ``failed``: the trainer masks it out of the update and counts it (``env/*``), never stops.
@@ -33,21 +34,24 @@ from astrai.envs.episode_tokens import EpisodeTokens
 from astrai.envs.tool_calls import ParsedTurn
 from astrai.envs.tool_limits import Limited, run_all_limited
 from astrai.rollout.engine import Engine
+from astrai.rollout.observation_limit import fitted_observation
 from astrai.rollout.sampler import SamplingConfig
 
 
 @dataclass(frozen=True)
 class EpisodeLimits:
     """``max_turns``: assistant turns an episode may take; ``max_episode_tokens``: its tokens
-    in all; ``max_observation_tokens``: one answer's tokens (the rest cut, its end kept: the
-    next turn's opening); ``max_observation_chars``: one answer's characters before it is a
-    fault (a flooding tool); ``step_timeout_s``: one environment step's seconds;
+    in all; ``max_observation_tokens``: one answer's tokens (its contents cut on
+    ``observation_truncation_side``, ``left`` or ``right``: ``rollout.observation_limit``);
+    ``max_observation_chars``: one answer's characters before it is a fault (a flooding
+    tool); ``step_timeout_s``: one environment step's seconds;
     ``episode_timeout_s``: an episode's environment seconds in all; ``max_concurrency``:
     environment steps run at once."""
 
     max_turns: int = 4
     max_episode_tokens: int = 1024
     max_observation_tokens: int = 256
+    observation_truncation_side: str = "left"
     max_observation_chars: int = 100_000
     step_timeout_s: float = 10.0
     episode_timeout_s: float = 60.0
@@ -249,12 +253,15 @@ def _answered(
         _final_reward(episode, env)
         return
     try:
-        observation = text.observation_ids(result.observations)
+        observation = fitted_observation(
+            text.observation_ids,
+            result.observations,
+            limits.max_observation_tokens,
+            limits.observation_truncation_side,
+        )
     except ValueError as err:  # a character the tokenizer lacks, a template that refuses
         episode.failed, episode.error = True, f"observation: {str(err).splitlines()[0]}"
         return
-    if len(observation) > limits.max_observation_tokens:  # its end opens the next turn: kept
-        observation = observation[-limits.max_observation_tokens :]
     episode.tokens.add_context(observation, turn)
     if len(episode.tokens.ids) >= limits.max_episode_tokens:
         episode.truncated = True
