@@ -10,11 +10,12 @@ reward is printed, then the mean reward and accuracy. ``--task`` alone (or ``--t
 run's own task, as its config built it (``task=dataset``: the files it named), scored by the run's
 reward, as its ``eval/`` metrics are; ``--task NAME`` is ``conf/task/NAME.yaml`` (the run's own
 config when the run trained that task). Without ``--task`` each prompt given is answered ``--n``
-times; a checkpoint of a run with an environment (``env=...``, docs/environments.md) plays
-each prompt as a task row's text through one episode of that environment and prints its turns
-(``a:`` sampled, ``env:`` the environment's replies), reward and ending. ``--temperature 0`` is
-greedy. ``--engine torch`` (the default) samples with astrai's
-KV-cache sampler, ``--engine vllm`` with vLLM's CPU build started from the loaded policy (its
+times. A checkpoint of a run with an environment (``env=...``, docs/environments.md) plays
+each prompt as a task row's text (``--task``: each held-out row of the run's task) through one
+episode of that environment and prints its turns (``a:`` sampled, ``env:`` the environment's
+replies), reward and ending; ``--task`` then the mean reward and the share solved.
+``--temperature 0`` is greedy. ``--engine torch`` (the default) samples with astrai's KV-cache
+sampler, ``--engine vllm`` with vLLM's CPU build started from the loaded policy (its
 knobs: the run's ``engine`` node when the run used vLLM, else ``conf/engine/vllm.yaml``;
 ``generation_engine``).
 Exit status 0, or 2 with one line on stderr for a bad source or option.
@@ -46,9 +47,11 @@ from astrai.generation_engine import (
     ENGINE_NAMES,
     check_engine,
     check_length,
+    decoding_numbers,
     device_error,
     engine_config,
     engine_error,
+    episode_report,
     play_transcripts,
     sample_groups,
 )
@@ -60,9 +63,8 @@ from astrai.rewards.base import Reward, RewardConfigError, RewardError
 from astrai.rewards.build import build_reward
 from astrai.rewards.config import reward_node
 from astrai.rollout.collect import decode_responses, left_pad, prompt_context
-from astrai.rollout.engine import engine_class
+from astrai.rollout.env_spec import EnvSpec
 from astrai.rollout.sampler import SamplingConfig
-from astrai.rollout.vllm_settings import PRECISION_DTYPES
 from astrai.tasks.base import Problem, ProblemSource, Task
 
 RUN_TASK = "run"  # `--task` without a name, or `--task run`: the run's own task
@@ -115,10 +117,13 @@ def compose_task(name: str) -> Task:
     return instantiate(compose_task_config(name))
 
 
-def task_scoring(name: str, run: DictConfig | None, loaded: LoadedPolicy, n: int) -> Scoring:
+def task_scoring(
+    name: str, run: DictConfig | None, loaded: LoadedPolicy, n: int, env: EnvSpec | None = None
+) -> Scoring:
     """What ``--task name`` answers: the run's task (scored by its reward) or an embedded one.
     The run's task is built as its trainer built it (``build_task``: a dataset's over-long rows
-    dropped under ``task.filter_overlong_prompts``), so its eval prompts are the run's."""
+    dropped under ``task.filter_overlong_prompts``), so its eval prompts are the run's. A run
+    with an environment (``env``) answers its own task only: the environment opens its rows."""
     from hydra.utils import instantiate
 
     from astrai.config.run_task import build_task, max_prompt_tokens
@@ -135,6 +140,11 @@ def task_scoring(name: str, run: DictConfig | None, loaded: LoadedPolicy, n: int
         if run is None or OmegaConf.select(run, "task._target_") != task_cfg.get("_target_"):
             if name not in task_names():
                 raise ValueError(f"--task {name}: the run did not train on a {name} task")
+            if env is not None:
+                raise ValueError(
+                    f"--task {name}: a run of env={env.target} plays its own task's episodes "
+                    "only (--task)"
+                )
             task: Task = instantiate(task_cfg)
             return Scoring(task.eval_problems(n), f"{name} (conf/task/{name}.yaml)", task=task)
     assert run is not None
@@ -282,18 +292,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def decoding_numbers(engine_cfg: DictConfig, precision: str) -> str:
-    """The number format the completions were decoded in, for the header line."""
-    # an engine with its own weights computes in its engine.dtype, not in astrai's precision
-    engine = engine_class(engine_cfg)
-    if engine.samples_live_policy:
-        return precision
-    dtype = engine_cfg.get("dtype", precision)
-    if dtype == "auto":  # engine=vllm's default: the trainer's precision (rollout.vllm_settings)
-        dtype = PRECISION_DTYPES.get(precision, precision)
-    return f"{engine.name} {dtype}"
-
-
 @one_line_errors("astrai.generate")
 def main(argv: list[str] | None = None) -> int:
     """Exit status 0; a bad source, option, prompt or device: one line, 2."""
@@ -314,11 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         precision = args.precision or run_precision(run)
         engine_cfg = engine_config(args.engine, run, args.seed, args.precision)
         scoring, env = None, run_env(run)
-        if args.task is not None and env is not None:
-            raise ValueError("--task with a run of env=... is not built: give prompts")
         if args.task is not None:
             n = args.n or DEFAULT_TASK_PROMPTS
-            scoring = task_scoring(args.task, run, loaded, n)
+            scoring = task_scoring(args.task, run, loaded, n, env)
     except (
         CheckpointError,
         ModelDirError,
@@ -351,12 +347,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     check_length(policy, ids.shape[1], max_new_tokens)
     check_engine(engine_cfg, policy, ids.shape[1], max_new_tokens, args.device)
-    if env is not None:  # the run trained episodes: each prompt is one
-        print(f"# {loaded.source}\n# env {env.target}, max_new_tokens {max_new_tokens} a turn")
-        lines = play_transcripts(
-            engine_cfg, policy, tokenizer, env, rows, sampling, args.seed, precision
+    if env is not None:  # the run trained episodes: each prompt (or held-out row) is one
+        given = [Problem(prompt=p, answer=None, text=p) for p in rows]
+        problems = scoring.problems if scoring is not None else given
+        reward = scoring.reward if scoring is not None else None  # the run's (task_scoring)
+        task_part = f"task {scoring.label}, " if scoring is not None else ""
+        print(f"# {loaded.source}\n# env {env.target}, {task_part}", end="")
+        print(f"max_new_tokens {max_new_tokens} a turn")
+        threshold = reward.accuracy_threshold if reward is not None else 1.0
+        played = play_transcripts(
+            engine_cfg, policy, tokenizer, env, problems, sampling, args.seed, precision, threshold
         )
-        print("\n".join(f"{p!r} -> {line}" for p, line in zip(rows, lines, strict=True)))
+        print("\n".join(episode_report(problems, played, scored=scoring is not None)))
         return 0
     out = sample_groups(
         engine_cfg, policy, tokenizer, ids, mask, samples, sampling, args.seed, precision

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,10 @@ from astrai.config.ranges import MAX_SEED
 from astrai.paths import CONFIG_DIR
 from astrai.rollout.engine import Engine, EngineJob, build_engine, engine_class
 from astrai.rollout.env_spec import EnvSpec
-from astrai.rollout.episode_rollout import episode_reward, play_episodes
+from astrai.rollout.episode_rollout import episode_reward, episode_solved, play_episodes
 from astrai.rollout.episodes import Episode
 from astrai.rollout.sampler import Generation, SamplingConfig
+from astrai.rollout.vllm_settings import PRECISION_DTYPES
 from astrai.tasks.base import Problem
 
 # --precision -> engine.dtype: a precision given on the command line wins over the engine's
@@ -166,6 +167,18 @@ def check_engine(
     engine_class(engine_cfg).check(engine_cfg, job)
 
 
+def decoding_numbers(engine_cfg: DictConfig, precision: str) -> str:
+    """The number format the completions were decoded in, for the header line."""
+    # an engine with its own weights computes in its engine.dtype, not in astrai's precision
+    engine = engine_class(engine_cfg)
+    if engine.samples_live_policy:
+        return precision
+    dtype = engine_cfg.get("dtype", precision)
+    if dtype == "auto":  # engine=vllm's default: the trainer's precision (rollout.vllm_settings)
+        dtype = PRECISION_DTYPES.get(precision, precision)
+    return f"{engine.name} {dtype}"
+
+
 def sample_groups(
     engine_cfg: DictConfig | None,
     policy: Any,
@@ -204,22 +217,31 @@ def sample_groups(
         engine.close()  # vLLM's memory and its export directory
 
 
+@dataclass(frozen=True)
+class Transcript:
+    """One played episode as ``astrai.generate`` prints it: ``line`` (its turns, reward and
+    ending), its ``reward`` and whether it was ``solved`` (as the run's evaluation counts it)."""
+
+    line: str
+    reward: float
+    solved: bool
+
+
 def play_transcripts(
     engine_cfg: DictConfig | None,
     policy: Any,
     tokenizer: Any,
     spec: EnvSpec,
-    prompts: list[str],
+    problems: list[Problem],
     sampling: SamplingConfig,
     seed: int,
     precision: str,
-) -> list[str]:
-    """One episode of ``spec``'s environment on each prompt (a task row's text), through the
-    same runner as the run's rollouts and evaluations: each as one line, its turns
-    (``a: '...'`` sampled, ``env: '...'`` the environment's reply), its reward, and whether it
-    was solved."""
+    threshold: float = 1.0,
+) -> list[Transcript]:
+    """One episode of ``spec``'s environment on each problem (its task row), through the same
+    runner as the run's rollouts and evaluations. ``threshold``: the reward that counts as
+    solved where the environment reports no ``solved`` (the run's ``accuracy_threshold``)."""
     device = policy.lm_head.weight.device
-    problems = [Problem(prompt=p, answer=None, text=p) for p in prompts]
     generator = torch.Generator(device=device).manual_seed(seed)
     engine = build_engine(engine_cfg, policy, tokenizer, precision)
     try:
@@ -237,7 +259,22 @@ def play_transcripts(
         )
     finally:
         engine.close()
-    return [_transcript(tokenizer, episode) for episode in episodes]
+    return [
+        Transcript(_transcript(tokenizer, e), episode_reward(e), episode_solved(e, threshold))
+        for e in episodes
+    ]
+
+
+def episode_report(problems: list[Problem], played: list[Transcript], scored: bool) -> list[str]:
+    """What ``astrai.generate`` prints of played episodes: each problem's line; ``scored``
+    (``--task``): then the mean reward and the share solved, as the run's ``eval/reward_mean``
+    and ``eval/accuracy`` count them."""
+    lines = [f"{p.text!r} -> {e.line}" for p, e in zip(problems, played, strict=True)]
+    if scored:
+        reward = sum(e.reward for e in played) / len(played)
+        accuracy = sum(e.solved for e in played) / len(played)
+        lines.append(f"# mean reward {reward:.3f}, accuracy {accuracy:.3f}")
+    return lines
 
 
 def _transcript(tokenizer: Any, episode: Episode) -> str:

@@ -95,7 +95,7 @@ def test_sampled_tokens_are_the_trainable_ones_and_a_re_render_agrees(
         assert problem is None
 
 
-def test_the_separator_is_context_and_the_fraction_counts_it(tmp_path: Path) -> None:
+def test_the_separator_is_context_and_the_record_checks_its_logprobs(tmp_path: Path) -> None:
     tokenizer = _tokenizer(tmp_path, "chatml")
     renderer = ObservationRenderer(
         lambda m, g: tokenizer.render_messages(m, add_generation_prompt=g),
@@ -109,6 +109,7 @@ def test_the_separator_is_context_and_the_fraction_counts_it(tmp_path: Path) -> 
     record.add_context([1, 2, 3], turn=0)
     record.add_sampled([4, 5], [-0.1, -0.2], version=0, turn=1)
     record.add_context([6, 7, 8], turn=1)
-    assert record.observation_fraction() == 0.6
+    assert record.trainable == [False] * 3 + [True] * 2 + [False] * 3
+    assert record.turns == [0] * 3 + [1] * 5 and record.logprobs[3:5] == [-0.1, -0.2]
     with pytest.raises(ValueError, match="2 sampled ids but 1 logprobs"):
         record.add_sampled([1, 2], [0.0], version=0, turn=2)

@@ -64,13 +64,6 @@ class EpisodeTokens:
         self.versions += [version] * len(ids)
         self.turns += [turn] * len(ids)
 
-    def observation_fraction(self) -> float:
-        """The share of the episode's tokens after its prompt that are context (observations
-        and separators); the logged ``rollout/observation_token_frac`` is the same share over
-        all of a step's tokens (``training.rollout_stats``)."""
-        after = [t for t, turn in zip(self.trainable, self.turns, strict=True) if turn > 0]
-        return 0.0 if not after else 1.0 - sum(after) / len(after)
-
 
 def _base(observations: Sequence[Message] = ()) -> list[Message]:
     return [
