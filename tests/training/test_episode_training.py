@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from tests.episode_envs import TWO_TURNS
 from tests.helpers import compose_config
 
@@ -27,6 +28,7 @@ JOB = [
 ]
 
 
+@pytest.mark.slow  # ~1.2 s: the fast suite's budget (tests/rollout/test_episodes.py: the runner)
 def test_hung_raising_and_flooding_steps_each_cost_their_episode(tmp_path: Path) -> None:
     trainer = Trainer(compose_config(JOB), tmp_path)
     trainer.fit()
