@@ -14,6 +14,8 @@ On a CUDA machine it runs, one PASS/FAIL/SKIP line each (what each checks: docs/
   SmolLM2-135M step with adapters (its peak memory beside ``smollm2-bf16``'s);
 - ``async``: ``train_type.max_policy_lag=1`` GRPO resume with a rollout in flight as ``resume``
   checks it, and ``bench/async.py``'s wall time per step of the default job, lag 1 vs 0;
+- ``episodes``: the calculator environment's multi-turn episodes: GRPO and PPO (lag 1) resume
+  as ``resume`` checks it, and 3 bf16 steps;
 - ``first-ratio-bf16``, ``scale-memory``, ``causal-attention``: issue 48's checks (docs/gpu.md);
 - ``2-process-ddp``, ``2-process-fsdp``: ``python train.py`` on two GPUs, when two are visible.
 
@@ -62,7 +64,7 @@ from gpu_check_engine import engine_checks  # noqa: E402
 SUMMARY_ENV = "ASTRAI_GPU_CHECK_SUMMARY"
 DEFAULT_SUMMARY = REPO_ROOT / "outputs" / "gpu-check" / "summary.json"
 SMOLLM2_DIR = REPO_ROOT / "models" / "smollm2"
-NOISY = ("time/", "perf/")  # wall-clock metrics differ between any two runs
+NOISY = ("time/", "perf/", "env/step_s")  # wall-clock metrics differ between any two runs
 LEARN_MARGIN = 0.05  # reward: mean of the last 5 steps minus mean of the first 3
 EXACT_TOL = 1e-5  # micro-batching: the unit test's tolerance (tests/training/test_memory.py)
 RESUME_SHAPE = [  # tests/training/test_resume.py's run: 6 steps, checkpoint at 3
@@ -474,6 +476,44 @@ def check_async(ctx: Context) -> Result:
     return Result("async", "PASS" if ok else "FAIL", detail, numbers)
 
 
+# the embedded tool task (experiment=calculator's env and task) in the resume shape: every
+# rollout is a batch of episodes, their prompts, observations and credit on the device
+EPISODES = (
+    "env=calculator",
+    "task=products",
+    "task.min_operand=32",
+    "train_type.sampling.max_new_tokens=8",
+)
+EPISODES_PPO_LAG = (*EPISODES, *LAG_1, "train_type.gae_level=turn")
+
+
+def check_episodes(ctx: Context) -> Result:
+    """Multi-turn, tool-using episodes (issue 50, docs/environments.md) on the device: GRPO at
+    lag 0 and PPO (turn-level GAE) at lag 1, each resumed as ``resume`` checks it (at lag 1
+    with an episode rollout in flight at the checkpoint), and 3 GRPO steps in bf16."""
+    numbers: dict[str, Any] = {}
+    parts = []
+    for name, train_type, extra in (
+        ("grpo", "online_grpo", EPISODES),
+        ("ppo_lag1", "online_ppo", EPISODES_PPO_LAG),
+    ):
+        diff, noise, _ = resume_runs(ctx, train_type, extra)
+        numbers[f"{name}_max_diff"], numbers[f"{name}_repeat_diff"] = diff, noise
+        text = "bitwise" if diff == 0.0 else f"max diff {diff:.1e} (repeat run: {noise:.1e})"
+        parts.append((name, diff <= 10 * noise, text))
+    run_dir = ctx.run_dir("episodes-bf16")
+    overrides = [*ctx.base(), *RESUME_SHAPE, *EPISODES, "infra.precision=bf16"]
+    Trainer(compose_config(overrides), run_dir).fit(until=3)
+    records = [r for r in read_records(run_dir) if "env/turns" in r]
+    bf16_ok = len(records) == 3 and finite_losses(records)
+    numbers["bf16_turns"] = [r["env/turns"] for r in records]
+    numbers["bf16_tool_calls"] = [r["env/tool_calls"] for r in records]
+    parts.append(("bf16", bf16_ok, "3 steps, losses finite" if bf16_ok else "losses not finite"))
+    detail = ", ".join(f"{n} {text}" for n, _, text in parts)
+    detail += " (resume: weights, optimizer states and metrics after 3 + 3 vs 6 steps)"
+    return Result("episodes", "PASS" if all(ok for _, ok, _ in parts) else "FAIL", detail, numbers)
+
+
 def two_process_run(ctx: Context, parallel: str) -> Result:
     """``python train.py`` with two processes (two GPUs; gloo on the CPU): exit 0, 3 steps."""
     name = f"2-process-{parallel}"
@@ -617,6 +657,7 @@ CHECKS: list[tuple[str, Callable[[Context], Result]]] = [
     ("first-ratio-bf16", check_first_ratio_bf16),
     ("lora", check_lora),
     ("async", check_async),
+    ("episodes", check_episodes),
     ("scale-memory", check_scale_memory),
     ("causal-attention", check_causal_attention),
     # engine=vllm on CUDA (issue 49; bench/gpu_check_engine.py): --only engine runs them all

@@ -31,6 +31,7 @@ CPU_CHECKS = [
     "resume",
     "lora",
     "async",
+    "episodes",
     "scale-memory",  # on the CPU: issue 48's spot check, the scoring pass's estimate vs RSS
     "causal-attention",  # on the CPU the mask stays; is_causal forced to compare the logits
     "2-process-ddp",
@@ -86,7 +87,7 @@ def test_checks_pass_on_the_cpu_and_fill_the_summary(tmp_path: Path) -> None:
     statuses = [line.split(":")[0] for line in result.stdout.splitlines()[1:-1]]
     expected = [f"PASS {name}" for name in CPU_CHECKS[:-1]] + ["SKIP 2-process-ddp"]
     assert statuses == expected, result.stdout
-    assert result.stdout.splitlines()[-1].startswith("gpu-check: 9 passed, 0 failed, 1 skipped")
+    assert result.stdout.splitlines()[-1].startswith("gpu-check: 10 passed, 0 failed, 1 skipped")
     summary = json.loads(summary_path.read_text())
     assert summary["passed"] is True and summary["quick"] is True
     checks = {c["name"]: c for c in summary["checks"]}
@@ -99,6 +100,9 @@ def test_checks_pass_on_the_cpu_and_fill_the_summary(tmp_path: Path) -> None:
     lora = checks["lora"]["numbers"]
     assert lora["online_grpo_max_diff"] == 0.0 and lora["online_ppo_max_diff"] == 0.0
     assert checks["async"]["numbers"]["resume_max_diff"] == 0.0  # a rollout in flight
+    episodes = checks["episodes"]["numbers"]  # an episode rollout in flight at lag 1
+    assert episodes["grpo_max_diff"] == 0.0 and episodes["ppo_lag1_max_diff"] == 0.0
+    assert len(episodes["bf16_turns"]) == 3 and min(episodes["bf16_turns"]) >= 1
     spot = checks["scale-memory"]["numbers"]  # fake tensors vs a real run
     assert list(spot) == ["grpo/score", "ppo-lora16/update"]
     for phase in spot.values():
