@@ -141,6 +141,7 @@ test-docker: $(DEV_STAMP) ## the Docker workflow against a real engine (docs/doc
 test-vllm: $(VLLM_STAMP) ## the vLLM engine against astrai's sampler (.venv-vllm; make install-vllm)
 	$(VLLM_BIN)/pytest -m vllm -p no:cacheprovider tests/engine
 	$(VLLM_BIN)/python bench/engine.py --quick
+	$(VLLM_BIN)/python bench/engine_episodes.py --quick
 	$(VLLM_BIN)/python bench/engine_learning.py --quick
 
 test-all: test test-slow test-docker ## every test
