@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +41,7 @@ from astrai.rollout.sampler import SamplingConfig
 from astrai.rollout.seeded_vllm import VLLM_INSTALL, SeededVLLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine import NO_STOP, shape_config  # noqa: E402 (bench/engine.py: the shapes)
+from engine import NO_STOP, best_seconds, shape_config  # noqa: E402 (bench/engine.py)
 
 TOKENIZER = CharTokenizer()
 
@@ -119,19 +118,16 @@ def episode_runner(
 def best_tokens_per_second(
     runners: dict[str, Callable[[int], list[Episode]]], work: Workload, repeats: int
 ) -> dict[str, float]:
-    """Warm each runner up once, then time them interleaved; ``tokens / best seconds``."""
-    for run in runners.values():
-        run(0)
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    for r in range(repeats):
-        for name, run in runners.items():
-            start = time.perf_counter()
-            episodes = run(r + 1)
-            times[name].append(time.perf_counter() - start)
-            sampled = sum(sum(e.tokens.trainable) for e in episodes)
-            assert sampled == work.tokens, (name, sampled, work.tokens)
-            assert all(e.done and not e.failed for e in episodes), name
-    return {name: work.tokens / min(ts) for name, ts in times.items()}
+    """``bench/engine.py``'s ``best_seconds`` as ``tokens / best seconds``; every episode
+    ended done with exactly its sampled tokens."""
+
+    def check(name: str, episodes: list[Episode]) -> None:
+        sampled = sum(sum(e.tokens.trainable) for e in episodes)
+        assert sampled == work.tokens, (name, sampled, work.tokens)
+        assert all(e.done and not e.failed for e in episodes), name
+
+    best = best_seconds(runners, repeats, check)
+    return {name: work.tokens / seconds for name, seconds in best.items()}
 
 
 def bench_shape(name: str, work: Workload, repeats: int, kv_cache_gib: int) -> dict:
