@@ -348,13 +348,14 @@ def main(argv: list[str] | None = None) -> int:
     check_length(policy, ids.shape[1], max_new_tokens)
     check_engine(engine_cfg, policy, ids.shape[1], max_new_tokens, args.device)
     if env is not None:  # the run trained episodes: each prompt (or held-out row) is one
-        given = [Problem(prompt=p, answer=None, text=p) for p in rows]
-        problems = scoring.problems if scoring is not None else given
-        reward = scoring.reward if scoring is not None else None  # the run's (task_scoring)
-        task_part = f"task {scoring.label}, " if scoring is not None else ""
+        problems = [Problem(prompt=p, answer=None, text=p) for p in rows]
+        threshold, task_part = 1.0, ""
+        if scoring is not None:  # the run's own task, scored by its reward (task_scoring)
+            assert scoring.reward is not None
+            problems, threshold = scoring.problems, scoring.reward.accuracy_threshold
+            task_part = f"task {scoring.label}, "
         print(f"# {loaded.source}\n# env {env.target}, {task_part}", end="")
         print(f"max_new_tokens {max_new_tokens} a turn")
-        threshold = reward.accuracy_threshold if reward is not None else 1.0
         played = play_transcripts(
             engine_cfg, policy, tokenizer, env, problems, sampling, args.seed, precision, threshold
         )

@@ -50,7 +50,7 @@ def fitted_observation(
     if len(ids) <= max_tokens:
         return ids
     low, high = 0, sum(len(str(m.get("content", ""))) for m in messages) - 1
-    best = observation_ids(cut_contents(messages, 0, side))
+    best = None  # the rendering of ``low`` characters, once one fitted
     while low < high:  # the most characters kept whose rendering fits lies in [low, high]
         middle = (low + high + 1) // 2
         candidate = observation_ids(cut_contents(messages, middle, side))
@@ -58,4 +58,4 @@ def fitted_observation(
             low, best = middle, candidate
         else:
             high = middle - 1
-    return best
+    return best if best is not None else observation_ids(cut_contents(messages, 0, side))

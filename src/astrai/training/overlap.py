@@ -46,7 +46,6 @@ import torch
 from torch import nn
 
 from astrai.distributed import all_reduce_max
-from astrai.rewards.worker import abandon_reward_calls
 from astrai.rollout.rollout import Rollout
 from astrai.training.cuda_streams import hand_over
 from astrai.training.sampling_thread import SamplingThread
@@ -216,8 +215,7 @@ class RolloutPipeline:
             for _, entry in self.pending:
                 if isinstance(entry, Future):
                     entry.cancel()
-            abandon_reward_calls()
-            self.thread.abandon_environment_steps()
+            self.thread.abandon_running_job()
         self.thread.close(ABANDON_WAIT_S)
         self.thread = None
         torch.set_num_threads(self.threads_before)
@@ -242,8 +240,7 @@ class RolloutPipeline:
                 assert self.stream is not None, "a pipeline that abandons jobs needs its stream"
                 stream_state = self.stream.get_state()
         if running:
-            abandon_reward_calls()
-            self.thread.abandon_environment_steps()
+            self.thread.abandon_running_job()
         reissue = [
             Reissue(step, self.versions[step], self._weights_of(step)) for step, _ in abandoned
         ]

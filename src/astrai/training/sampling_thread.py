@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from astrai.envs.tool_limits import abandon_steps_of
+from astrai.rewards.worker import abandon_reward_calls
 from astrai.training.cuda_streams import ready_event, side_stream
 
 log = logging.getLogger("astrai.training.overlap")
@@ -55,9 +56,11 @@ class SamplingThread:
         self._jobs.put((future, fn, (step, *args), ready_event(self._device)))
         return future
 
-    def abandon_environment_steps(self) -> None:
-        """The running job's waits for environment steps end (``StepsAbandoned``), and any
-        later ones: a job a stop abandoned stops playing its episodes."""
+    def abandon_running_job(self) -> None:
+        """What the running job waits on ends: its reward calls (``abandon_reward_calls``,
+        every reward worker of the process) and its environment steps, this wait and any later
+        (``abandon_steps_of``): a job a stop abandoned neither scores nor plays on."""
+        abandon_reward_calls()
         abandon_steps_of(self._thread)
 
     def close(self, timeout: float) -> None:
