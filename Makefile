@@ -185,10 +185,12 @@ bench-quick: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## every bench script in it
 	$(BIN)/python bench/async.py --quick
 	$(BIN)/python bench/parallel_sweep.py --quick
 	$(BIN)/python bench/reward_boundary.py --quick
+	$(BIN)/python bench/env_boundary.py --quick
 	$(BIN)/python bench/checkpoint_save.py --quick
 	$(BIN)/python bench/scale_memory.py --quick
 	$(BIN)/python bench/padding.py --quick
 	$(BIN)/python bench/env_learning.py --quick
+	$(BIN)/python bench/stop_search.py --quick
 	$(BIN)/python bench/gpu_check.py
 	tmp=$$(mktemp -d) && $(BIN)/python bench/smollm2_shaped.py --quick $(SMOLLM2_DIR) $$tmp/shaped \
 		&& rm -rf $$tmp

@@ -290,6 +290,16 @@ LLAMA3_1_TEMPLATE = _LLAMA31_HEADER + _LLAMA3X_SYSTEM + _LLAMA31_TOOL_CALL + _LL
 LLAMA3_2_TEMPLATE = _LLAMA32_HEADER + _LLAMA3X_SYSTEM + _LLAMA32_TOOL_CALL + _LLAMA3X_END
 
 
+# SmolLM2-135M-Instruct's template (ChatML with its default system prompt)
+CHATML = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
 @dataclass(frozen=True)
 class Family:
     """What a chat family's tokenizer directory holds.

@@ -64,3 +64,47 @@ class Faulty(TwoTurns):
                 raise RuntimeError("the tool crashed")
             return StepResult([{"role": "tool", "content": "9" * 1_000_000}])
         return super().step(turn)
+
+
+class RandomOpening(TwoTurns):
+    """Opens with a fresh random number in the prompt: not the same for the same row."""
+
+    def reset(self, row: dict) -> list[Message]:
+        import random
+
+        super().reset(row)
+        return [{"role": "user", "content": f"{row['text']} (seed {random.random()})"}]
+
+
+class AsyncTwoTurns(TwoTurns):
+    """``TwoTurns`` with ``async def`` reset and step that share an ``asyncio.Lock`` made in
+    ``reset`` (a client kept across steps): it needs one event loop for the whole episode."""
+
+    async def reset(self, row: dict) -> list[Message]:  # type: ignore[override]
+        import asyncio
+
+        self.lock = asyncio.Lock()
+        async with self.lock:
+            return TwoTurns.reset(self, row)
+
+    async def step(self, turn: ParsedTurn) -> StepResult:  # type: ignore[override]
+        async with self.lock:
+            return TwoTurns.step(self, turn)
+
+
+class ResetHangs(TwoTurns):
+    def reset(self, row: dict) -> list[Message]:
+        threading.Event().wait(60)
+        raise AssertionError
+
+
+class ResetConnectionError(TwoTurns):
+    def reset(self, row: dict) -> list[Message]:
+        raise ConnectionError("the sandbox is down")
+
+
+class StepReturnsNone(TwoTurns):
+    """Every step returns ``None`` (a forgotten ``return``): every episode fails."""
+
+    def step(self, turn: ParsedTurn) -> StepResult:
+        return None  # type: ignore[return-value]

@@ -55,3 +55,29 @@ class Scripted(Engine):
         for i, r in enumerate(rows):
             ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), True
         return Generation(ids, mask, torch.where(mask, -0.5, 0.0))
+
+
+class ScriptedIds(Engine):
+    """Answers each call with the next id rows of its script (one per live row, taken as
+    given: a stop id only where the row holds one, as an engine cut at ``max_new_tokens``
+    would); records the prompts it was given. For tokenizers other than the character one."""
+
+    name = "scripted_ids"
+    supports_prefix_continuation = True
+    Config = NoKnobs
+
+    def __init__(self, tokenizer: object, script: list[list[list[int]]]) -> None:
+        super().__init__(NoKnobs(), torch.nn.Module(), tokenizer)  # type: ignore[arg-type]
+        self.script, self.prompts = script, []
+
+    def sample(self, prompt_ids, prompt_mask, group_size, sampling, stop_ids, generator=None):  # noqa: ANN001, ANN201
+        self.prompts.append(
+            [row[mask].tolist() for row, mask in zip(prompt_ids, prompt_mask, strict=False)]
+        )
+        rows = self.script.pop(0)
+        width = max(len(r) for r in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.bool)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r, dtype=torch.long), True
+        return Generation(ids, mask, torch.where(mask, -0.5, 0.0))

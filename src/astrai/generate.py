@@ -13,11 +13,11 @@ config when the run trained that task). Without ``--task`` each prompt given is 
 times. A checkpoint of a run with an environment (``env=...``, docs/environments.md) plays
 each prompt as a task row's text (``--task``: each held-out row of the run's task) through one
 episode of that environment and prints its turns (``a:`` sampled, ``env:`` the environment's
-replies), reward and ending; ``--task`` then the mean reward and the share solved.
+replies), reward and ending; ``--task`` then the mean reward and the share solved;
+``--show-tokens`` then each episode as the model saw it (``rollout.episode_view``).
 ``--temperature 0`` is greedy. ``--engine torch`` (the default) samples with astrai's KV-cache
-sampler, ``--engine vllm`` with vLLM's CPU build started from the loaded policy (its
-knobs: the run's ``engine`` node when the run used vLLM, else ``conf/engine/vllm.yaml``;
-``generation_engine``).
+sampler, ``--engine vllm`` with vLLM's CPU build started from the loaded policy (its knobs: the
+run's ``engine`` node when the run used vLLM, else ``conf/engine/vllm.yaml``; generation_engine).
 Exit status 0, or 2 with one line on stderr for a bad source or option.
 """
 
@@ -70,6 +70,7 @@ from astrai.tasks.base import Problem, ProblemSource, Task
 RUN_TASK = "run"  # `--task` without a name, or `--task run`: the run's own task
 DEFAULT_MAX_NEW_TOKENS = 32  # a model directory records no response length
 DEFAULT_TASK_PROMPTS = 8
+SHOW_TOKENS_HELP = "with an environment: print each episode's tokens as the model saw them"
 MAX_N = 4096  # task prompts / samples per prompt: more is a benchmark, not a look at a model
 
 
@@ -283,6 +284,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-chat-template", action="store_true", help="feed prompts without the chat template"
     )
+    parser.add_argument("--show-tokens", action="store_true", help=SHOW_TOKENS_HELP)
     args = parser.parse_args(argv)
     if (args.task is None) == (not args.prompts):
         parser.error("give either --task [NAME] or one or more prompts")
@@ -359,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         played = play_transcripts(
             engine_cfg, policy, tokenizer, env, problems, sampling, args.seed, precision, threshold
         )
-        print("\n".join(episode_report(problems, played, scored=scoring is not None)))
+        print("\n".join(episode_report(problems, played, scoring is not None, args.show_tokens)))
         return 0
     out = sample_groups(
         engine_cfg, policy, tokenizer, ids, mask, samples, sampling, args.seed, precision

@@ -31,6 +31,7 @@ from astrai.paths import CONFIG_DIR
 from astrai.rollout.engine import Engine, EngineJob, build_engine, engine_class
 from astrai.rollout.env_spec import EnvSpec
 from astrai.rollout.episode_rollout import episode_reward, episode_solved, play_episodes
+from astrai.rollout.episode_view import episode_view
 from astrai.rollout.episodes import Episode
 from astrai.rollout.sampler import Generation, SamplingConfig
 from astrai.rollout.vllm_settings import PRECISION_DTYPES
@@ -220,11 +221,13 @@ def sample_groups(
 @dataclass(frozen=True)
 class Transcript:
     """One played episode as ``astrai.generate`` prints it: ``line`` (its turns, reward and
-    ending), its ``reward`` and whether it was ``solved`` (as the run's evaluation counts it)."""
+    ending), its ``reward`` and whether it was ``solved`` (as the run's evaluation counts it),
+    and its ``view``: its tokens as the model saw them (``rollout.episode_view``)."""
 
     line: str
     reward: float
     solved: bool
+    view: str = ""
 
 
 def play_transcripts(
@@ -260,16 +263,29 @@ def play_transcripts(
     finally:
         engine.close()
     return [
-        Transcript(_transcript(tokenizer, e), episode_reward(e), episode_solved(e, threshold))
+        Transcript(
+            _transcript(tokenizer, e),
+            episode_reward(e),
+            episode_solved(e, threshold),
+            episode_view(tokenizer, e.tokens),
+        )
         for e in episodes
     ]
 
 
-def episode_report(problems: list[Problem], played: list[Transcript], scored: bool) -> list[str]:
-    """What ``astrai.generate`` prints of played episodes: each problem's line; ``scored``
-    (``--task``): then the mean reward and the share solved, as the run's ``eval/reward_mean``
-    and ``eval/accuracy`` count them."""
-    lines = [f"{p.text!r} -> {e.line}" for p, e in zip(problems, played, strict=True)]
+def episode_report(
+    problems: list[Problem], played: list[Transcript], scored: bool, views: bool = False
+) -> list[str]:
+    """What ``astrai.generate`` prints of played episodes: each problem's line, with
+    ``views`` (``--show-tokens``) followed by the episode as the model saw it (its tokens,
+    the sampled ones in ``[[ ]]``) and a blank line; ``scored`` (``--task``): then the mean
+    reward and the share solved, as the run's ``eval/reward_mean`` and ``eval/accuracy``
+    count them."""
+    lines = []
+    for problem, episode in zip(problems, played, strict=True):
+        lines.append(f"{problem.text!r} -> {episode.line}")
+        if views:
+            lines += [episode.view, ""]
     if scored:
         reward = sum(e.reward for e in played) / len(played)
         accuracy = sum(e.solved for e in played) / len(played)

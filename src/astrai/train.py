@@ -28,8 +28,10 @@ from astrai.distributed import apply_slurm_environment
 from astrai.files import discard_fresh_dir, write_file_atomic
 from astrai.paths import CONFIG_DIR
 from astrai.rewards.base import RewardError
+from astrai.rollout.episode_calls import EnvironmentFailing
 from astrai.rollout.staleness import StaleRolloutError
 from astrai.run_lock import LOCK_NAME, RunDirBusy, lock_run_dir
+from astrai.training.nonfinite import NonFiniteUpdate
 from astrai.training.stopping import (
     SIGNALS,
     StopInterrupt,
@@ -268,6 +270,14 @@ def _run_job(cfg: DictConfig, start: StartUp, run_dir: Path) -> float | None:
     except StaleRolloutError as err:  # the policy-lag guard (a resume's is checked at start)
         log.error("stopped: %s", err)
         print(f"astrai: stale rollout: {err}", file=sys.stderr)
+        sys.exit(2)
+    except NonFiniteUpdate as err:  # NaN/inf steps in a row, or a checkpoint of such weights
+        log.error("stopped: %s", err)
+        print(f"astrai: non-finite update: {err}", file=sys.stderr)
+        sys.exit(2)
+    except EnvironmentFailing as err:  # every episode failed, steps in a row (signal_watch)
+        log.error("stopped: %s", err)
+        print(f"astrai: environment error: {err}", file=sys.stderr)
         sys.exit(2)
     except OSError as err:  # the machine said no: a full disk, a path that cannot be written
         line = error_line(err)

@@ -10,19 +10,11 @@ import random
 from pathlib import Path
 
 import pytest
-from tests.chat_families import write_family_tokenizer
+from tests.chat_families import CHATML, write_family_tokenizer
 
 from astrai.envs.episode_tokens import EpisodeTokens, ObservationRenderer, template_problem
 from astrai.models.hf_tokenizer import HFTokenizer
 
-# SmolLM2-135M-Instruct's template (ChatML with its default system prompt)
-CHATML = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
-    "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
-    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
-    "{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
 # (family directory, template kwargs, the assistant's end token as rendered)
 CASES = {
     "chatml": ("qwen3", {}, "<|im_end|>"),

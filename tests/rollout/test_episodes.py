@@ -83,17 +83,18 @@ def test_a_hung_raising_or_flooding_environment_costs_its_episode_only() -> None
     limits = EpisodeLimits(max_turns=2, max_observation_tokens=10, step_timeout_s=0.2)
     envs = [Hangs(), Raises(), Floods(), Talks(), Product()]
     hung, raised, flooded, talks, fine = run_episodes(engine, envs, rows, TEXT, GREEDY, [2], limits)
-    assert hung.failed and hung.error == "timed out after 0.2 s" and hung.timeouts == 1
-    assert raised.failed and raised.error == "KeyError: 'missing'" and raised.timeouts == 0
+    assert hung.failed and hung.error == "step: timed out after 0.2 s" and hung.timeouts == 1
+    assert hung.cause == "timeout" and raised.cause == "raised" and flooded.cause == "flood"
+    assert raised.failed and raised.error == "step: KeyError: 'missing'" and raised.timeouts == 0
     # 1 MB of text is a fault (max_observation_chars), not an observation
     assert flooded.failed and flooded.error == (
-        "an observation of 1000000 characters (max_observation_chars 100000)"
+        "an observation of 1000000 characters (env.max_observation_chars 100000)"
     )
-    # two turns, each answered with 200 characters cut to their last 10 tokens (the next
-    # turn's opening kept); then out of turns
+    # two turns, the first answered with 200 characters cut to their last 10 tokens (the next
+    # turn's opening kept); then out of turns: no observation after the last turn
     opening = len(TOKENIZER.encode("u:3*7=?,a:"))
     assert not talks.failed and talks.truncated
-    assert talks.tokens.trainable.count(False) == opening + 2 * 10
+    assert talks.tokens.trainable.count(False) == opening + 10
     assert fine.done and fine.turn_rewards == [0.0, 1.0]
     assert engine.prompts[1] and len(engine.prompts[1]) == 2  # only the live ones sampled again
 

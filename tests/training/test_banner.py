@@ -14,6 +14,7 @@ from tests.train_runs import QUICK, run_train_in_process
 
 from astrai.config.devices import plan_devices
 from astrai.training.banner import (
+    EnvFacts,
     RunFacts,
     cpu_reason,
     format_banner,
@@ -137,6 +138,33 @@ def test_banner_of_a_resumed_ppo_run_on_a_dataset_on_two_gpus() -> None:
     assert format_banner(dataclasses.replace(facts, tensorboard=False))[-1] == (
         "  tensorboard: off (logger.tensorboard=false)"
     )
+
+
+def test_banner_of_an_episode_run_names_the_environment_not_the_reward_group() -> None:
+    """Under ``env=...`` the environment scores the episodes: the task line says so (not the
+    reward group's terms, which score nothing), ``max_new_tokens`` bounds each turn, and a line
+    of its own names the environment, its parser and its limits (issue 58)."""
+    env = EnvFacts("lookup_env.Lookup", "hermes", 4, 4096, 30.0)
+    facts = dataclasses.replace(CPU_RUN, task="dataset", max_new_tokens=48, env=env)
+    lines = format_banner(facts)
+    assert lines[3:5] == [
+        "  task: dataset; reward: the environment's; 1,200 steps, max_new_tokens 48 a turn",
+        "  env: lookup_env.Lookup (parser hermes); max_turns 4, max_episode_tokens 4,096, "
+        "step_timeout_s 30",
+    ]
+    assert lines[5].startswith("  lr: ") and len(lines) == 7
+    env = dataclasses.replace(env, workers="thread", step_timeout_s=2.5)
+    with_workers = dataclasses.replace(facts, env=env)
+    assert format_banner(with_workers)[4].endswith(", step_timeout_s 2.5, workers thread")
+
+
+def test_env_facts_come_from_the_composed_env_node() -> None:
+    from astrai.training.announce import env_facts
+
+    cfg = compose_config(["experiment=calculator"], validate=False)
+    assert env_facts(cfg) == EnvFacts("astrai.envs.calculator.Calculator", "calc_line", 3,
+                                      1024, 10.0, "process")  # fmt: skip
+    assert env_facts(compose_config([], validate=False)) is None  # env=single_turn
 
 
 @pytest.mark.parametrize(

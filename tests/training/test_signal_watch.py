@@ -171,3 +171,35 @@ def test_ppo_with_a_constant_reward_says_so(
         "no learning signal from the reward in steps 1-3: every reward of the batch was equal, "
         "all 0.5, so the advantages hold nothing from the reward"
     )
+
+
+def test_every_episode_failing_three_steps_in_a_row_stops_the_run() -> None:
+    from astrai.rollout.episode_calls import EnvironmentFailing
+
+    watch = SignalWatch(group_baseline=True, max_new_tokens=8, enabled=False)
+    rollout = _rollout([[0.0, 0.0]], [[1, 1]], [[True, True]])
+    failing = {"rollout/frac_reward_zero_std": 1.0, "env/failed": 1.0, "env/failed_invalid": 0.75}
+    failing["env/failed_timeout"] = 0.25
+    fine = {**failing, "env/failed": 0.5}
+    for step, metrics in enumerate([failing, failing, fine, failing, failing], start=1):
+        watch.observe(step, rollout, metrics, max)  # a step with one good episode resets it
+    with pytest.raises(EnvironmentFailing) as stopped:
+        watch.observe(6, rollout, failing, max)
+    assert str(stopped.value) == (
+        "every episode failed in steps 4-6 (timeout 25%, invalid 75%): the environment cannot "
+        "run; the first failure of each cause is logged above"
+    )
+
+
+@pytest.mark.slow  # a real train.py run (~5 s): the fast suite's budget
+def test_a_run_whose_every_episode_fails_stops_with_one_line(tmp_path: Path) -> None:
+    target = "tests.episode_envs.StepReturnsNone"
+    args = [*QUICK, "env=custom", f"env._target_={target}", "env.parser=none"]
+    args += ["trainer.total_steps=6", f"hydra.run.dir={tmp_path / 'run'}"]
+    result = run_train_in_process(args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1] == (
+        "astrai: environment error: every episode failed in steps 1-3 (invalid 100%): the "
+        "environment cannot run; the first failure of each cause is logged above"
+    ), result.stderr[-2000:]

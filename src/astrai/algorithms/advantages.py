@@ -21,8 +21,48 @@ from astrai.algorithms.masked import SumFn, local_sum, masked_var, masked_whiten
 ADVANTAGE_SCALES = ("group", "batch", "none")
 
 
+def alike_groups(rewards: Tensor, valid: Tensor | None = None) -> Tensor:
+    """Whether each group carries no signal for a group baseline.
+
+    Args:
+        rewards: ``[B, G]``.
+        valid: ``[B, G]`` bool, True = the member counts (``Rollout.valid``); None = all do.
+
+    Returns:
+        ``[B]`` bool: True where the valid members' rewards are all equal, or fewer than two
+        members are valid (there is nothing to compare a response with).
+    """
+    members = _members(rewards, valid)
+    highest = torch.where(members, rewards, -torch.inf).amax(dim=-1)
+    lowest = torch.where(members, rewards, torch.inf).amin(dim=-1)
+    return (highest == lowest) | (members.sum(dim=-1) < 2)
+
+
+def _members(rewards: Tensor, valid: Tensor | None) -> Tensor:
+    """``[B, G]`` bool: ``valid``, or every member when it is None."""
+    return torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid
+
+
+def _filled(rewards: Tensor, members: Tensor) -> Tensor:
+    """``[B, G]`` rewards with each invalid member replaced by its group's valid mean.
+
+    A filled member adds nothing to its group's deviations, so the group's plain mean and
+    population std of the filled row are its valid members' (the std times
+    ``sqrt(n_valid / G)``), and a group that is all valid takes exactly the unmasked
+    operations: ``valid=None`` and an all-True ``valid`` give the same bits.
+    """
+    zero = torch.zeros((), dtype=rewards.dtype, device=rewards.device)
+    count = members.sum(dim=-1, keepdim=True).clamp(min=1)
+    valid_mean = torch.where(members, rewards, zero).sum(dim=-1, keepdim=True) / count
+    return torch.where(members, rewards, valid_mean)
+
+
 def group_advantages(
-    rewards: Tensor, eps: float = 1e-6, scale: str = "group", sum_over_ranks: SumFn = local_sum
+    rewards: Tensor,
+    eps: float = 1e-6,
+    scale: str = "group",
+    sum_over_ranks: SumFn = local_sum,
+    valid: Tensor | None = None,
 ) -> Tensor:
     """GRPO advantages: each reward centred on its group's mean, then scaled.
 
@@ -32,47 +72,59 @@ def group_advantages(
         scale: ``group`` divides by the group's std (GRPO), ``batch`` by the std of every
             reward in the batch (over all ranks), ``none`` not at all (Dr. GRPO).
         sum_over_ranks: sums a tensor over the ranks (``scale="batch"`` only).
+        valid: ``[B, G]`` bool, True = the member counts in the statistics (a failed episode
+            does not: ``Rollout.valid``); None = all do.
 
     Returns:
         ``[B, G]``, ``(r - mean_group) / (std + eps)`` with population stds (``correction=0``),
-        or ``r - mean_group``. A group whose rewards are all equal gets exactly 0: it carries no
-        learning signal, and ``r - mean`` alone may be off by rounding error.
+        or ``r - mean_group``, the means and stds over the valid members (the batch's std over
+        every rank's valid rewards). A group whose valid rewards are all equal, or that has
+        fewer than two valid members, gets exactly 0: it carries no learning signal, and
+        ``r - mean`` alone may be off by rounding error. An invalid member gets 0.
     """
     if scale not in ADVANTAGE_SCALES:
         raise ValueError(f"unknown advantage scale {scale!r}; expected one of {ADVANTAGE_SCALES}")
-    mean = rewards.mean(dim=-1, keepdim=True)
+    members = _members(rewards, valid)
+    filled = _filled(rewards, members)
+    mean = filled.mean(dim=-1, keepdim=True)
     if scale == "group":
-        std = rewards.std(dim=-1, correction=0, keepdim=True)
-        advantages = (rewards - mean) / (std + eps)
+        # the filled row's std is the valid members' times sqrt(n_valid / G) (``_filled``)
+        share = rewards.shape[-1] / members.sum(dim=-1, keepdim=True).clamp(min=1)
+        std = filled.std(dim=-1, correction=0, keepdim=True) * share.sqrt()
+        advantages = (filled - mean) / (std + eps)
     elif scale == "batch":
-        everything = torch.ones_like(rewards, dtype=torch.bool)
-        std = masked_var(rewards, everything, sum_over_ranks).sqrt()
-        advantages = (rewards - mean) / (std + eps)
+        std = masked_var(rewards, members, sum_over_ranks).sqrt()
+        advantages = (filled - mean) / (std + eps)
     else:
-        advantages = rewards - mean
-    constant = (rewards == rewards[..., :1]).all(dim=-1, keepdim=True)
-    return torch.where(constant, torch.zeros_like(advantages), advantages)
+        advantages = filled - mean
+    silent = alike_groups(rewards, valid)[..., None] | ~members
+    return torch.where(silent, torch.zeros_like(advantages), advantages)
 
 
-def rloo_advantages(rewards: Tensor) -> Tensor:
-    """RLOO advantages: each reward minus the mean of the *other* rewards in its group.
+def rloo_advantages(rewards: Tensor, valid: Tensor | None = None) -> Tensor:
+    """RLOO advantages: each reward minus the mean of the *other* valid rewards in its group.
 
-    ``A_i = r_i - 1/(G-1) Σ_{j≠i} r_j = G/(G-1) (r_i - mean_group)``: an unbiased baseline,
-    since ``r_i``'s own sample is not in it.
+    ``A_i = r_i - 1/(n-1) Σ_{j≠i, valid} r_j`` over the group's n valid members: an unbiased
+    baseline, since ``r_i``'s own sample is not in it.
 
     Args:
         rewards: ``[B, G]`` with ``G >= 2``.
+        valid: ``[B, G]`` bool, True = the member counts (``Rollout.valid``); None = all do.
 
     Returns:
-        ``[B, G]``; exactly 0 for a group whose rewards are all equal.
+        ``[B, G]``; exactly 0 for a group whose valid rewards are all equal or that has fewer
+        than two valid members, and for an invalid member.
     """
     g = rewards.shape[-1]
     if g < 2:
         raise ValueError(f"RLOO needs at least 2 responses per prompt (got {g})")
-    others = (rewards.sum(dim=-1, keepdim=True) - rewards) / (g - 1)
-    advantages = rewards - others
-    constant = (rewards == rewards[..., :1]).all(dim=-1, keepdim=True)
-    return torch.where(constant, torch.zeros_like(advantages), advantages)
+    members = _members(rewards, valid)
+    kept = torch.where(members, rewards, torch.zeros_like(rewards))
+    # a group with one valid member divides by 0 here: zeroed below
+    others = (kept.sum(dim=-1, keepdim=True) - kept) / (members.sum(dim=-1, keepdim=True) - 1)
+    advantages = kept - others
+    silent = alike_groups(rewards, valid)[..., None] | ~members
+    return torch.where(silent, torch.zeros_like(advantages), advantages)
 
 
 def reinforce_pp_advantages(
@@ -87,7 +139,9 @@ def reinforce_pp_advantages(
     Args:
         token_rewards: ``[..., R]`` per-token rewards (``rewards.token_rewards``: the score on
             the last token minus ``kl_coef`` × the per-token KL).
-        mask: ``[..., R]`` bool, True = valid token (a prefix of each row).
+        mask: ``[..., R]`` bool, True = valid token (the sampled tokens of the responses
+            that count: ``Rollout.valid_action_mask``; an invalid response's row is all False
+            and gets 0).
         sum_over_ranks: sums a tensor over the ranks, for the batch's mean and variance.
         eps: added to the variance.
 

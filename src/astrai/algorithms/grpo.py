@@ -77,18 +77,23 @@ class GRPOStrategy(Strategy):
     @torch.no_grad()
     def advantages(self, rollout: Rollout, sum_over_ranks: SumFn = local_sum) -> Tensor:
         """``[B, G, R]`` advantages of a rollout with pinned reference logprobs (0 at padding,
-        and at an episode's observations: ``Rollout.action_mask``)."""
-        mask = rollout.action_mask()
+        at an episode's observations, ``Rollout.action_mask``, and on an invalid response,
+        ``Rollout.valid``, which no group or batch statistic counts)."""
+        mask = rollout.valid_action_mask()
         if self.advantage == "reinforce_pp":
             kl = self.reward_kl(rollout)
             rewards = token_rewards(rollout.rewards, kl, mask, self.kl_coef)  # [B, G, R]
             return reinforce_pp_advantages(rewards, mask, sum_over_ranks)
         if self.advantage == "rloo":
-            per_response = rloo_advantages(rollout.rewards)
+            per_response = rloo_advantages(rollout.rewards, rollout.valid)
         else:
             scale = "none" if self.advantage == "dr_grpo" else self.scale_rewards
             per_response = group_advantages(
-                rollout.rewards, eps=self.adv_eps, scale=scale, sum_over_ranks=sum_over_ranks
+                rollout.rewards,
+                eps=self.adv_eps,
+                scale=scale,
+                sum_over_ranks=sum_over_ranks,
+                valid=rollout.valid,
             )  # [B, G]
         return per_response[..., None] * mask
 

@@ -44,7 +44,8 @@ class PPOStrategy(Strategy):
             separate parameters and optimizers, so it scales only the critic's gradients
             (before its own clipping).
         value_clip: PPO2 value clipping range; None = off.
-        whiten_advantages: normalise advantages over the whole rollout (mean 0, std 1).
+        whiten_advantages: normalise advantages over the whole rollout (mean 0, std 1), over
+            the valid responses' tokens (``Rollout.valid``: a failed episode is left out).
         entropy_coef: weight of an entropy bonus in the loss. The KL penalty in the reward only
             reaches sampled tokens, so once the policy is nearly deterministic it no longer
             separates responses and stops holding exploration up; the bonus does (CleanRL's
@@ -120,18 +121,23 @@ class PPOStrategy(Strategy):
             advantages, returns = compute_gae(
                 rewards, values, mask, self.ppo_gamma, self.ppo_gae_lambda
             )
+        # the statistics leave an invalid response out (a failed episode: ``Rollout.valid``),
+        # and it gets advantage 0
+        counted = rollout.valid_action_mask()
         if self.whiten_advantages:  # over every rank's rollout, as one process would
-            advantages = masked_whiten(advantages, mask, sum_over_ranks=sum_over_ranks)
+            advantages = masked_whiten(advantages, counted, sum_over_ranks=sum_over_ranks)
+        else:  # GAE left 0 outside ``mask`` already: only an invalid response's tokens change
+            advantages = torch.where(counted, advantages, torch.zeros_like(advantages))
         rollout.values, rollout.returns, rollout.advantages = values, returns, advantages
 
         def mean(x: Tensor) -> float:
-            return masked_global_mean(x, mask, sum_over_ranks).item()
+            return masked_global_mean(x, counted, sum_over_ranks).item()
 
         metrics.update(
             {
                 # over the whole rollout, never averaged over minibatches
                 "value/explained_variance": explained_variance(
-                    values, returns, mask, sum_over_ranks
+                    values, returns, counted, sum_over_ranks
                 ),
                 "value/mean": mean(values),
                 "returns/mean": mean(returns),

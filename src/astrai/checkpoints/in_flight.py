@@ -7,7 +7,8 @@ The file holds ``{"per_rank": [[record, ...], ...]}``: one list per rank, each a
 trains. A record is ``{"step", "rollout", "metrics", "sample_s"}``; ``rollout`` holds every field
 of ``astrai.rollout.Rollout`` (``ROLLOUT_FIELDS``; a test pins the two lists equal, as this layer
 may not import ``rollout``) with shapes that agree (``[B, P]`` prompts, ``[B, G, R]`` responses,
-``[B, G]`` rewards), finite rewards and finite logprobs on the response tokens.
+``[B, G]`` rewards and, where present, ``valid``), finite rewards and finite logprobs on the
+response tokens.
 
 Decision: a run resumed with another ``train_type.prompts_per_step`` or ``train_type.group_size``
 than its in-flight rollouts were sampled with is refused (naming the key), not trained on the
@@ -59,14 +60,14 @@ _OPTIONAL_TENSORS = {
         "sampled_mask",
         "token_scores",
     )
-}
+} | {"valid": "BG"}  # which responses count in the statistics (None: all)
 _OTHER_FIELDS = ("policy_version", "prompts", "responses", "reward_terms", "episode_stats")
 ROLLOUT_FIELDS = frozenset({*_REQUIRED_TENSORS, *_OPTIONAL_TENSORS, *_OTHER_FIELDS})
-# fields a checkpoint written before multi-turn episodes (issue 50) does not hold: their
-# defaults (one-turn rollouts) stand in
-_ADDED_FIELDS = frozenset({"sampled_mask", "token_scores", "episode_stats"})
+# fields a checkpoint written before multi-turn episodes (issue 50; ``valid``: issue 58) does
+# not hold: their defaults (one-turn rollouts, every response valid) stand in
+_ADDED_FIELDS = frozenset({"sampled_mask", "token_scores", "episode_stats", "valid"})
 RECORD_KEYS = frozenset({"step", "rollout", "metrics", "sample_s"})
-_BOOL_FIELDS = ("prompt_mask", "response_mask", "loss_mask", "sampled_mask")
+_BOOL_FIELDS = ("prompt_mask", "response_mask", "loss_mask", "sampled_mask", "valid")
 _INT_FIELDS = ("prompt_ids", "response_ids", "sample_versions")
 
 
@@ -226,11 +227,7 @@ def _value_problem(
     mask = rollout["response_mask"]
     for name in ("logprobs", *_OPTIONAL_TENSORS):
         value = rollout.get(name)
-        if (
-            value is not None
-            and name not in ("loss_mask", "sampled_mask")
-            and not torch.isfinite(value[mask]).all()
-        ):
+        if value is not None and name not in _BOOL_FIELDS and not torch.isfinite(value[mask]).all():
             return f"{name!r} holds non-finite values on response tokens"
     version = rollout["policy_version"]
     trained = state.get("policy_version")

@@ -1,8 +1,10 @@
 """Checks of the ``env`` node (``rollout.env_spec``): the environment class and its arguments,
 the episode limits, a tool-call format the run can read, an engine that continues from token
 prefixes, a chat template that keeps earlier turns as they were (``template_problem``) and an
-environment that opens an episode from this task's rows. Each problem is one ``ConfigError``
-naming the key (exit 2)."""
+environment that opens an episode from this task's rows, the same way twice: two fresh
+environments built and reset within the limits, in worker slots as at run time (an ``async def
+reset`` awaited, a hang timed out), so a nondeterministic opening is refused here rather than met
+mid-run. Each problem is one ``ConfigError`` naming the key (exit 2)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,14 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from astrai.config.errors import ConfigError
+from astrai.envs.base import Message
+from astrai.envs.hosts import HostCall, HostPool, call_hosts
+from astrai.envs.tool_limits import Limited
+from astrai.envs.values import BadValue, checked_messages
 from astrai.models.tokenizer import Tokenizer
 from astrai.rollout.engine import Engine
 from astrai.rollout.env_spec import EnvSpec, env_spec
-from astrai.rollout.episode_rollout import task_row
+from astrai.rollout.episode_rollout import environment_tools, task_row
 from astrai.rollout.episode_text import episode_text
 from astrai.tasks.base import ProblemSource
 
@@ -56,20 +62,60 @@ def validate_env(
             "tokens (engine=torch or engine=vllm can)"
         )
     try:
-        env = spec.make()
-    except Exception as err:  # noqa: BLE001 (a user's constructor)
-        raise ConfigError(f"env: {spec.target}(): {_line(err)}") from None
+        tools = environment_tools(spec)  # builds one in a slot: the constructor, within limits
+    except ValueError as err:
+        raise ConfigError(f"env: {_line(err)}") from None
     try:
-        episode_text(tokenizer, spec, env.tools())
+        episode_text(tokenizer, spec, tools)
     except ValueError as err:
         raise ConfigError(f"env: {_line(err)}") from None
     for problem in (*task.train_problems(cfg.seed, 0, 1), *task.eval_problems(1)):
-        try:
-            spec.make().reset(task_row(problem))
-        except Exception as err:  # noqa: BLE001 (a user's environment)
+        where = f"env: {spec.target}.reset of task={task.name}'s row {problem.text!r}"
+        first, second = _two_openings(spec, task_row(problem), where)
+        if first != second:
             raise ConfigError(
-                f"env: {spec.target}.reset of task={task.name}'s row {problem.text!r}: {_line(err)}"
-            ) from None
+                f"{where} returned different messages on two calls ({_difference(first, second)}): "
+                "the G episodes of a group share their opening, so reset(row) must return the "
+                "same messages for the same row (seed any randomness from the row)"
+            )
+
+
+def _two_openings(spec: EnvSpec, row: dict[str, Any], where: str) -> list[list[Message]]:
+    """The opening messages of two fresh environments for ``row``, each built and reset in a
+    slot of its own within the limits (an ``async def reset`` awaited, a hang timed out);
+    ``ConfigError`` starting with ``where`` for a failure or a value that is not messages."""
+    pool = HostPool(spec.workers)
+    timeout = spec.limits.step_timeout_s
+    try:
+        hosts = pool.hosts(2)
+        made = call_hosts([HostCall(h, "make", (spec.cls, spec.kwargs), timeout) for h in hosts], 2)
+        _raise_failed(made, where.replace(".reset of", "() for"))
+        opened = call_hosts([HostCall(h, "reset", (row,), timeout) for h in hosts], 2)
+        _raise_failed(opened, where)
+    finally:
+        pool.close()
+    try:
+        return [checked_messages(outcome.value, "reset()") for outcome in opened]
+    except BadValue as err:
+        raise ConfigError(f"{where}: {err}") from None
+
+
+def _raise_failed(outcomes: list[Limited], where: str) -> None:
+    for outcome in outcomes:
+        if outcome.error is not None:
+            raise ConfigError(f"{where}: {outcome.error}")
+
+
+def _difference(first: list[Message], second: list[Message]) -> str:
+    """Where two openings differ, in a few words."""
+    if len(first) != len(second):
+        return f"{len(first)} messages, then {len(second)}"
+    for i, (a, b) in enumerate(zip(first, second, strict=True)):
+        if a != b:
+            return (
+                f"message {i}: {str(a.get('content'))[:40]!r} then {str(b.get('content'))[:40]!r}"
+            )
+    return "equal"
 
 
 def _line(err: BaseException) -> str:

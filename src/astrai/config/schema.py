@@ -338,6 +338,7 @@ class TrainerConfig:
     eval_every: int = MISSING
     eval_prompts: int = MISSING
     max_grad_norm: float = MISSING
+    max_nonfinite_updates: int = MISSING  # skipped optimizer steps in a row (training.nonfinite)
     progress_bar: bool = MISSING
     max_duration: Any = MISSING  # "90m", "2h", seconds, or null
     stop_at: Any = MISSING  # null or {metric: bound} (metrics.targets)

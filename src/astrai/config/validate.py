@@ -270,6 +270,7 @@ def _validate_trainer(t: DictConfig) -> None:
     check_number(t.eval_prompts, "trainer.eval_prompts", 1, integer=True)
     check_large(t.eval_prompts, MAX_EVAL_PROMPTS, "trainer.eval_prompts", t.allow_large)
     check_number(t.max_grad_norm, "trainer.max_grad_norm", 0, low_open=True)
+    check_number(t.max_nonfinite_updates, "trainer.max_nonfinite_updates", 1, integer=True)
     if t.max_duration is not None:
         try:
             parse_duration(t.max_duration)

@@ -1,6 +1,6 @@
 """What an environment is: built per episode from a task row, it opens the conversation and
-answers each assistant turn (issue 50, part 1). The episode runner (not built yet) owns the
-tokens; an environment sees and returns messages only.
+answers each assistant turn (issue 50, part 1). The episode runner owns the tokens; an
+environment sees and returns messages only.
 
     class Guess(Environment):
         def reset(self, row):                 # the opening messages
@@ -14,8 +14,10 @@ tokens; an environment sees and returns messages only.
             hint = "higher" if guess < self.target else "lower"
             return StepResult([{"role": "user", "content": hint}])
 
-The episode runner, when built, is to call ``step`` within limits (``tool_limits.run_limited``:
-a hung or crashing step costs its episode); async steps are part of the issue, not built yet.
+The episode runner (``rollout.episodes``) builds, resets and steps each episode's environment
+in a slot of its own (``envs.hosts``: a worker process by default, killed at a timeout), within
+the limits; an ``async def`` method is awaited on the slot's event loop, which lives as long as
+the episode; what each method returns is checked at the door (``envs.values``).
 """
 
 from __future__ import annotations

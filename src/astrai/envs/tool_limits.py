@@ -7,7 +7,10 @@ Python cannot kill a thread: a call that never returns is abandoned (its thread 
 interpreter's exit, which does not wait for daemon threads) and reported as a timeout. Its
 exception becomes an error; a result longer than ``max_chars`` is cut and flagged. The caller
 turns an error or timeout into a tool error message the policy sees, or masks the episode,
-and counts it (``env/tool_errors``, ``env/timeouts``).
+and counts it (``env/tool_errors``, ``env/timeouts``). An environment's own calls run in its
+host (``envs.hosts``: a worker process a timeout kills, or a thread by choice), whose outcomes
+are ``Limited`` too, with the failure's ``kind``; ``run_limited`` stays for what an environment
+runs within limits itself (a tool).
 
 A stop abandons a thread's waits (``abandon_steps_of``): the sampling thread of an overlapped
 run (``training.overlap``), waiting on a hung step when the run stops, raises
@@ -38,30 +41,41 @@ class StepsAbandoned(BaseException):  # noqa: N818 (a decision, not an error)
 
 def abandon_steps_of(thread: threading.Thread) -> None:
     """End ``thread``'s waits for environment steps, this one and any later: they raise
-    ``StepsAbandoned`` within ``WAIT_SLICE_S``. The steps themselves (daemon threads) are left
-    to finish or to the interpreter's exit. Safe from any thread."""
+    ``StepsAbandoned`` within ``WAIT_SLICE_S``. The waiting thread kills the worker processes
+    of the steps it waited on (``envs.hosts``); steps in threads are left to finish or to the
+    interpreter's exit. Safe from any thread."""
     with _abandoned_lock:
         _abandoned.add(thread)
 
 
-def _check_abandoned() -> None:
+def check_abandoned() -> None:
+    """Raise ``StepsAbandoned`` when this thread's steps were abandoned (``abandon_steps_of``);
+    what every wait for a step calls at least each ``WAIT_SLICE_S``."""
     with _abandoned_lock:
         abandoned = threading.current_thread() in _abandoned
     if abandoned:
         raise StepsAbandoned("the environment steps were abandoned (the run stopped)")
 
 
+# what a failed call's ``Limited.kind`` may be: it raised; it ran past its time; its worker
+# process died under it; it never reached the user's code (arguments that cannot be sent to a
+# worker process, a slot with no environment: ``envs.hosts``)
+FAILURE_KINDS = ("raised", "timeout", "died", "unsent")
+
+
 @dataclass(frozen=True)
 class Limited:
     """What a limited call gave: ``value`` (its result; its text cut to ``max_chars`` when it
     was a string), or ``error`` (one line: the exception, or the timeout); ``timed_out`` and
-    ``cut`` say which limit acted."""
+    ``cut`` say which limit acted, ``kind`` which failure it was (None: none; else one of
+    ``FAILURE_KINDS``, so a caller can count failures by cause)."""
 
     value: Any = None
     error: str | None = None
     timed_out: bool = False
     cut: bool = False
     seconds: float = field(default=0.0, compare=False)  # how long it ran (timed out: its limit)
+    kind: str | None = field(default=None, compare=False)  # derived from the rest: not compared
 
 
 def _started(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[threading.Thread, dict]:
@@ -92,13 +106,18 @@ def _outcome(
     seconds (default ``timeout_s``: it started now)."""
     deadline = time.monotonic() + (timeout_s if wait_s is None else wait_s)
     while worker.is_alive() and (left := deadline - time.monotonic()) > 0:
-        _check_abandoned()
+        check_abandoned()
         worker.join(min(WAIT_SLICE_S, left))
     if worker.is_alive():
-        return Limited(error=f"timed out after {timeout_s:g} s", timed_out=True, seconds=timeout_s)
+        return Limited(
+            error=f"timed out after {timeout_s:g} s",
+            timed_out=True,
+            seconds=timeout_s,
+            kind="timeout",
+        )
     seconds = box["seconds"]
     if "error" in box:
-        return Limited(error=box["error"].rstrip(": "), seconds=seconds)
+        return Limited(error=box["error"].rstrip(": "), seconds=seconds, kind="raised")
     value = box.get("value")
     if max_chars is not None:
         text = value if isinstance(value, str) else str(value)
@@ -124,7 +143,7 @@ def run_all_limited(
     order. Only daemon threads: a call that never returns never holds the process's exit, and
     the waits are interruptible (a stop signal raises in the waiting thread; an abandoned
     thread raises ``StepsAbandoned``)."""
-    _check_abandoned()
+    check_abandoned()
     results: list[Limited] = []
     for start in range(0, len(calls), max(1, max_concurrency)):
         wave = calls[start : start + max(1, max_concurrency)]

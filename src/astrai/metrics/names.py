@@ -11,13 +11,14 @@ from astrai.policy_lag import engine_choices, updates_per_step
 
 METRICS: dict[str, str] = {
     # rollout (sampled with the live policy)
-    "rollout/reward_mean": "mean reward (weighted sum of the terms) of the sampled responses",
-    "rollout/reward_std": "std of the reward over all sampled responses",
-    "rollout/accuracy": "share of sampled responses whose reward reaches reward.accuracy_threshold",
+    # the reward statistics count the valid responses: a failed episode is left out (env/failed)
+    "rollout/reward_mean": "mean reward (weighted sum of the terms) of the valid sampled responses",
+    "rollout/reward_std": "std of the reward over the valid sampled responses",
+    "rollout/accuracy": "share of valid responses whose reward reaches reward.accuracy_threshold",
     "rollout/response_len": "mean response length in tokens (EOS included)",
     "rollout/eos_frac": "share of responses that ended with EOS (not cut at the limit)",
     "rollout/truncated_frac": "share of responses cut at max_new_tokens (1 − rollout/eos_frac)",
-    "rollout/frac_reward_zero_std": "share of groups whose G rewards are all equal (no signal)",
+    "rollout/frac_reward_zero_std": "share of groups whose valid rewards are all equal (no signal)",
     "rollout/reward_timeouts": "responses whose reward did not return within reward.timeout_s",
     "rollout/policy_lag": "updates between the oldest sample's policy and the one training on it",
     "rollout/policy_lag_min": "updates between the newest sample's policy and the training one",
@@ -36,8 +37,9 @@ METRICS: dict[str, str] = {
     "policy/grad_norm": "policy gradient norm before clipping",
     "policy/lr": "policy learning rate",
     "policy/version": "optimizer steps taken by the policy",
-    "advantages/mean": "mean advantage over response tokens",
-    "advantages/std": "std of advantages over response tokens",
+    "update/nonfinite_skipped": "optimizer steps skipped this update: NaN/inf loss or grad norm",
+    "advantages/mean": "mean advantage over the valid responses' sampled tokens",
+    "advantages/std": "std of advantages over the valid responses' sampled tokens",
     # KL of the behaviour policy to the frozen reference, per token (Schulman's estimators)
     "kl/k1": "k1 = −log r, r = π_ref/π (unbiased, high variance)",
     "kl/k2": "k2 = ½ (log r)² (low variance, biased)",
@@ -74,7 +76,16 @@ METRICS: dict[str, str] = {
     "env/tool_errors": "tool calls the environment answered with an error, per episode",
     "env/parse_errors": "malformed tool calls (the turn's format parser), per episode",
     "env/timeouts": "steps past env.step_timeout_s or env.episode_timeout_s, per episode",
-    "env/failed": "share of episodes failed (a step hung, raised, flooded): out of the update",
+    "env/failed": "share of episodes failed (a call hung, raised, gave junk): out of the update",
+    # ... by cause (rollout.episode_calls.FAILURE_CAUSES); the first of each cause is logged
+    "env/failed_timeout": "share of episodes failed past env.step_timeout_s / episode_timeout_s",
+    "env/failed_raised": "share of episodes failed: the environment or a user's parser raised",
+    "env/failed_died": "share of episodes failed: the environment's worker process died",
+    "env/failed_invalid": "share of episodes failed: a returned value is not what the API says",
+    "env/failed_flood": "share of episodes failed: an answer past env.max_observation_chars",
+    "env/failed_observation": "share of episodes failed: an answer the tokenizer cannot render",
+    "env/failed_opening": "share of episodes failed: their group opened differently (reset)",
+    "env/abandoned_workers": "timed-out environment calls still running (env.workers=thread)",
     "env/step_s": "seconds per environment step",
     "env/solved": "share of episodes solved (the environment's solved, else the threshold)",
     "env/turns_solved": "mean turns of the solved episodes",
@@ -83,7 +94,7 @@ METRICS: dict[str, str] = {
 
 # and one per reward term, named by the run's reward config (``reward/partial_credit``, ...)
 REWARD_TERM_PREFIX = "reward/"
-REWARD_TERM_MEANING = "mean of one reward term (before its weight) over the sampled responses"
+REWARD_TERM_MEANING = "mean of one reward term (before its weight) over the valid responses"
 
 
 def reward_term_names(emitted: set[str]) -> set[str]:

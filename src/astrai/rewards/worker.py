@@ -7,7 +7,8 @@ calling thread of the trainer (the main thread, and the sampling thread under a 
 started lazily from a ``forkserver`` (the trainer has threads: a plain fork could copy a held
 lock; a forkserver child forks from a clean single-threaded server that preloaded astrai's reward
 modules and the terms' own, which the trainer imported already, so a start costs milliseconds:
-``bench/reward_boundary.py``; one server per set of modules, each exiting with the trainer).
+``bench/reward_boundary.py``; one server per set of modules, each exiting with the trainer:
+``astrai.forkserver_process``, shared with the environment hosts).
 The worker gets the reward's term nodes (plain data) plus the parent's ``sys.path`` and working
 directory, builds the terms itself, and calls them in its main thread, where math-verify's own
 SIGALRM timeouts work. One call = one term on one whole batch (one round trip per term per
@@ -27,21 +28,20 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
-import io
 import logging
 import multiprocessing
-import multiprocessing.util  # its exit handler joins children: ours (registered later) runs first
 import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing import context, forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
+# imported before ``atexit.register`` below: multiprocessing's exit handler (which joins
+# children) is registered first, so ours runs before it
+from astrai.forkserver_process import ForkserverProcess, die_with_parent, sigkill
 from astrai.rewards.scores import RewardError, check_scores
 from astrai.rewards.user_code import describe_failure
 
@@ -52,7 +52,6 @@ POLL_S = 0.2  # the longest a waiting caller goes without looking at its worker 
 # reward's built-in targets are added to these (``RewardWorker``), with what they import lazily
 PRELOAD = ("astrai.rewards.worker", "astrai.rewards.build", "astrai.rewards.builtin")
 LAZY_IMPORTS = {"astrai.rewards.similarity": ("torchmetrics.functional.text",)}
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 READY = ("ready",)  # a worker's first message: it started and built its terms (or failed to)
 
 # (term name, reward node, where in the config, weight or None for a term of ``terms``)
@@ -90,9 +89,6 @@ class CallTimeout(Exception):
 
 _live: set[RewardWorker] = set()
 _live_lock = threading.Lock()
-# one forkserver per set of preloaded modules (a reward's, so a similarity reward's worker does
-# not import torchmetrics at each start); each exits with this process
-_servers: dict[tuple[tuple[str, str | None], ...], forkserver.ForkServer] = {}
 
 
 def abandon_reward_calls() -> None:
@@ -114,54 +110,6 @@ def preload_for(modules: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*PRELOAD, *modules, *lazy]))
 
 
-def _server(preload: tuple[str, ...]) -> forkserver.ForkServer:
-    """The forkserver preloading ``preload``; one per set of modules *and their files* (a test
-    writes a module of the same name into each of its directories: each gets its own)."""
-    key = tuple((name, getattr(sys.modules.get(name), "__file__", None)) for name in preload)
-    with _live_lock:
-        server = _servers.get(key)
-        if server is None:
-            server = _servers[key] = forkserver.ForkServer()
-            server.set_forkserver_preload(list(preload))
-    return server
-
-
-class _WorkerPopen(popen_forkserver.Popen):
-    """The forkserver's ``Popen`` without the child's re-run of ``__main__``: a worker needs
-    none of it (a term is imported by its path), and a script without a ``__main__`` guard
-    would run again in every worker. Otherwise ``popen_forkserver.Popen._launch`` (3.11)."""
-
-    def _launch(self, process_obj: Any) -> None:
-        prep_data = spawn.get_preparation_data(process_obj._name)  # noqa: SLF001
-        prep_data.pop("init_main_from_path", None)
-        prep_data.pop("init_main_from_name", None)
-        # the parent's start method may be one the child cannot name (joblib's "loky", in a
-        # sweep job run by the joblib launcher): the worker starts none of its own anyway
-        prep_data.pop("start_method", None)
-        buf = io.BytesIO()
-        context.set_spawning_popen(self)
-        try:
-            reduction.dump(prep_data, buf)
-            reduction.dump(process_obj, buf)
-        finally:
-            context.set_spawning_popen(None)
-        server = _server(process_obj.preload)
-        self.sentinel, w = server.connect_to_new_process(self._fds)  # type: ignore[attr-defined]
-        parent_w = os.dup(w)  # the child watches it: EOF = this process is gone
-        self.finalizer = util.Finalize(self, util.close_fds, (parent_w, self.sentinel))  # type: ignore[attr-defined]
-        with open(w, "wb", closefd=True) as f:
-            f.write(buf.getbuffer())
-        self.pid = forkserver.read_signed(self.sentinel)
-
-
-class _WorkerProcess(context.ForkServerProcess):
-    preload: tuple[str, ...] = PRELOAD
-
-    @staticmethod
-    def _Popen(process_obj: Any) -> _WorkerPopen:  # noqa: N802 (multiprocessing's name)
-        return _WorkerPopen(process_obj)
-
-
 class RewardWorker:
     """One worker process serving the terms ``specs``; used by one thread at a time."""
 
@@ -173,7 +121,7 @@ class RewardWorker:
         self.dead = False
         self.ready = False  # the worker said it started (a death before that is no timeout)
         # not a daemon: a daemonic process may not start processes (a reward using a Pool)
-        self.process = _WorkerProcess(
+        self.process = ForkserverProcess(
             target=serve,
             args=(child, specs, build, list(sys.path), os.getcwd()),
             name="astrai-reward-worker",
@@ -243,11 +191,7 @@ class RewardWorker:
     def _kill(self) -> None:
         with _live_lock:
             _live.discard(self)
-        pid = self.process.pid
-        if pid is not None and self.process._popen is not None:  # type: ignore[attr-defined]  # noqa: SLF001
-            with contextlib.suppress(ProcessLookupError, OSError, ValueError):
-                if self.process._popen.returncode is None:  # type: ignore[attr-defined]  # noqa: SLF001
-                    os.kill(pid, signal.SIGKILL)
+        sigkill(self.process)
 
     def close(self) -> None:
         """Kill the process and release the pipe; by the thread that uses this worker."""
@@ -271,7 +215,7 @@ def serve(
     handed over by reference so this module needs no import of its caller), then answer calls
     until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the trainer's to act on
-    _die_with_parent()
+    die_with_parent()
     sys.path[:] = path
     with contextlib.suppress(OSError):
         os.chdir(cwd)
@@ -313,20 +257,3 @@ def run_term(name: str, fn: Any, args: tuple[Any, ...], context: dict[str, Any])
         return ("ok", check_scores(name, prompts, responses, values))
     except RewardError as err:
         return ("invalid", str(err))
-
-
-def _die_with_parent() -> None:
-    """SIGKILL this worker when its parent (the forkserver, which exits with the trainer)
-    dies, even while a call holds the GIL in C code (Linux; elsewhere EOF on the pipe).
-
-    The forkserver exits when the trainer's end of its "alive" pipe closes; multiprocessing
-    hands every child a copy of that end (for forkserver children of its own), which would
-    keep the server, and so this worker, alive after the trainer: closed here."""
-    alive_fd = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)  # noqa: SLF001
-    if alive_fd is not None:
-        with contextlib.suppress(OSError):
-            os.close(alive_fd)
-        forkserver._forkserver._forkserver_alive_fd = None  # type: ignore[attr-defined]  # noqa: SLF001
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -1,6 +1,8 @@
 """The ``env`` node read into what the episode runner needs (``EnvSpec``): the environment class
 (``env._target_``, an import path like a custom reward's), its constructor's keyword arguments
-(the node's other keys), the tool-call format (``env.parser``) and the episode's limits.
+(the node's other keys), the tool-call format (``env.parser``), where the environment's code
+runs (``env.workers``: ``process``, one worker process per episode slot, or ``thread``;
+``envs.hosts``) and the episode's limits.
 
 ``env=single_turn`` (``_target_: null``, the default) is no environment: today's one-answer
 rollouts, bit for bit (``env_spec`` returns None). Every problem is a ``ValueError`` of one
@@ -18,6 +20,7 @@ from typing import Any
 
 from astrai.envs.base import Environment
 from astrai.envs.calculator import parse_calc_line
+from astrai.envs.hosts import check_mode
 from astrai.envs.tool_calls import PARSERS, STOP_STRINGS, ParsedTurn
 from astrai.rollout.episodes import EpisodeLimits
 from astrai.rollout.observation_limit import TRUNCATION_SIDES
@@ -38,19 +41,21 @@ TURN_PARSERS: dict[str, Callable[[str], ParsedTurn]] = {
 }
 TURN_STOP_STRINGS: dict[str, list[str]] = {**STOP_STRINGS, "calc_line": [], "none": []}
 _LIMIT_KEYS = {f.name for f in fields(EpisodeLimits)}
-ENV_KEYS = frozenset({"_target_", "parser", *_LIMIT_KEYS})
+ENV_KEYS = frozenset({"_target_", "parser", "workers", *_LIMIT_KEYS})
 
 
 @dataclass(frozen=True)
 class EnvSpec:
     """What the episode runner builds each episode from: ``cls(**kwargs)``, turns read with
-    ``parser`` (a ``TURN_PARSERS`` name), within ``limits``."""
+    ``parser`` (a ``TURN_PARSERS`` name), within ``limits``, run in hosts of ``workers``
+    (``process`` or ``thread``: ``envs.hosts``)."""
 
     cls: type[Environment]
     target: str
     parser: str
     limits: EpisodeLimits
     kwargs: dict[str, Any] = field(default_factory=dict)
+    workers: str = "process"
 
     def make(self) -> Environment:
         """A fresh environment for one episode."""
@@ -58,6 +63,12 @@ class EnvSpec:
 
     def parse(self, text: str) -> ParsedTurn:
         return turn_parser(self.parser)(text)
+
+    @property
+    def user_parser(self) -> bool:
+        """Whether ``parser`` is a user's function (run within the limits, like the
+        environment), not one of astrai's ``TURN_PARSERS``."""
+        return self.parser not in TURN_PARSERS
 
     @property
     def stop_strings(self) -> list[str]:
@@ -116,6 +127,8 @@ def env_spec(node: Mapping[str, Any] | None) -> EnvSpec | None:
     if not isinstance(parser, str):
         raise ValueError(f"env.parser must be a name or module.function (got {parser!r})")
     turn_parser(parser)
+    workers = node.get("workers", "process")
+    check_mode(workers)
     limits = {key: node[key] for key in _LIMIT_KEYS if key in node}
     for key, value in limits.items():
         if key == "observation_truncation_side":
@@ -143,4 +156,4 @@ def env_spec(node: Mapping[str, Any] | None) -> EnvSpec | None:
         inspect.signature(cls).bind(**kwargs)
     except TypeError as err:
         raise ValueError(f"env: {node['_target_']}({', '.join(kwargs)}): {err}") from None
-    return EnvSpec(cls, str(node["_target_"]), parser, EpisodeLimits(**limits), kwargs)
+    return EnvSpec(cls, str(node["_target_"]), parser, EpisodeLimits(**limits), kwargs, workers)

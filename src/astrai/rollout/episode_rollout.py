@@ -13,23 +13,29 @@ and no trainable token (``loss_mask``), and counted (``episode_stats``: ``env/*`
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from astrai.envs.hosts import HostCall, HostPool, call_hosts
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rollout.collect import sampling_mode
 from astrai.rollout.engine import Engine
 from astrai.rollout.env_spec import EnvSpec
+from astrai.rollout.episode_calls import FAILURE_CAUSES, note_failure
 from astrai.rollout.episode_text import episode_text
-from astrai.rollout.episodes import Episode, EpisodeLimits, run_episodes
+from astrai.rollout.episodes import EnvSlots, Episode, EpisodeLimits, run_episodes
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig
 from astrai.rollout.turn_rewards import token_rewards_of_turns
 from astrai.tasks.base import Problem
+
+_tools: dict[tuple[str, str, str], list[dict[str, Any]]] = {}  # ``environment_tools``, once
+_tools_lock = threading.Lock()
 
 
 def task_row(problem: Problem) -> dict[str, Any]:
@@ -64,14 +70,43 @@ def play_episodes(
     version: int,
     device: torch.device,
 ) -> list[Episode]:
-    """``copies`` episodes of each problem (problem-major), run to their ends."""
-    envs = [spec.make() for _ in range(len(problems) * copies)]
+    """``copies`` episodes of each problem (problem-major), run to their ends, each in a slot
+    of this thread's ``env.workers`` pool (``rollout.episode_calls``)."""
+    n = len(problems) * copies
+    slots = EnvSlots.of_class(spec.cls, spec.kwargs, n, spec.workers, spec.target)
     rows = [task_row(p) for p in problems for _ in range(copies)]
-    text = episode_text(tokenizer, spec, envs[0].tools() if envs else [])
+    text = episode_text(tokenizer, spec, environment_tools(spec))
     limits = fitted_limits(spec.limits, max_positions, sampling.max_new_tokens)
     return run_episodes(
-        engine, envs, rows, text, sampling, tokenizer.stop_ids, limits, generator, version, device
+        engine, slots, rows, text, sampling, tokenizer.stop_ids, limits, generator, version, device
     )
+
+
+def environment_tools(spec: EnvSpec) -> list[dict[str, Any]]:
+    """The tools ``spec``'s environment offers (``Environment.tools``), asked of a fresh one
+    in a slot of its own, within the limits, once per process (they are its class's); a
+    failure is a ``ValueError`` naming the environment (the start-up check calls this first)."""
+    key = (spec.target, repr(sorted(spec.kwargs.items())), spec.workers)
+    with _tools_lock:
+        if key in _tools:
+            return _tools[key]
+    pool = HostPool(spec.workers)
+    try:
+        (host,) = pool.hosts(1)
+        timeout = spec.limits.step_timeout_s
+        (outcome,) = call_hosts([HostCall(host, "make", (spec.cls, spec.kwargs), timeout)], 1)
+        if outcome.error is None:
+            (outcome,) = call_hosts([HostCall(host, "tools", (), timeout)], 1)
+    finally:
+        pool.close()
+    if outcome.error is not None:
+        raise ValueError(f"{spec.target}.tools(): {outcome.error}")
+    tools = outcome.value
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise ValueError(f"{spec.target}.tools() must return a list of dicts (JSON schemas)")
+    with _tools_lock:
+        _tools[key] = tools
+    return tools
 
 
 def episode_solved(episode: Episode, threshold: float) -> bool:
@@ -90,6 +125,8 @@ def episode_stats(episode: Episode, threshold: float) -> dict[str, float]:
         "parse_errors": float(episode.parse_errors),
         "timeouts": float(episode.timeouts),
         "failed": float(episode.failed),
+        **{f"failed_{cause}": float(episode.cause == cause) for cause in FAILURE_CAUSES},
+        "abandoned_workers": float(episode.abandoned_workers),
         "steps": float(episode.steps),
         "step_s": episode.step_s,
         "solved": float(episode_solved(episode, threshold)),
@@ -119,6 +156,26 @@ def _token_scores(episode: Episode, sampled: Tensor, turns: Tensor) -> Tensor:
     return token_rewards_of_turns(sampled, turns, rewards, final)
 
 
+def _group_opening(
+    episodes: list[Episode], openings: list[list[int]], pad_id: int, text: str, environment: str
+) -> list[int]:
+    """The prompt of one group: its episodes' shared opening. Episodes that failed before
+    they opened have none (they are out of the loss and the group statistics either way);
+    where the others differ (a ``reset`` that is not deterministic: a random seed or a date
+    in its messages) the whole group fails (``opening``), not the run. ``[pad_id]`` for a
+    group where none opened: one token of context for rows that hold nothing."""
+    opened = [opening for opening in openings if opening]
+    if any(opening != opened[0] for opening in opened):
+        reason = (
+            f"reset(row) opened the episodes of the task row {text!r} differently: it must "
+            "return the same messages for the same row"
+        )
+        for episode in episodes:
+            if not episode.failed:
+                note_failure(episode, environment, "opening", reason)
+    return opened[0] if opened else [pad_id]
+
+
 def episodes_rollout(
     episodes: list[Episode],
     problems: Sequence[Problem],
@@ -127,25 +184,26 @@ def episodes_rollout(
     version: int,
     threshold: float,
     mask_truncated: bool = False,
+    environment: str = "environment",
 ) -> Rollout:
     """``len(problems) × G`` episodes (problem-major) as a ``Rollout`` (module docstring).
-    ``mask_truncated``: an episode cut by a limit leaves the loss too."""
+    ``mask_truncated``: an episode cut by a limit leaves the loss too; ``environment``: its
+    name in the warning about a group opened differently."""
     b = len(problems)
     g = len(episodes) // b
     split = [split_opening(e) for e in episodes]
     openings, rest = [opening for opening, _ in split], [after for _, after in split]
-    for i in range(b):
-        if any(openings[i * g + j] != openings[i * g] for j in range(g)):
-            raise ValueError(
-                f"the environment opened episodes of one task row ({problems[i].text!r}) "
-                "differently: reset(row) must return the same messages for the same row"
-            )
-    width = max(len(openings[i * g]) for i in range(b))
+    group_openings = [
+        _group_opening(episodes[i * g : (i + 1) * g], openings[i * g : (i + 1) * g], pad_id,
+                       problems[i].text, environment)
+        for i in range(b)
+    ]  # fmt: skip
+    width = max(len(opening) for opening in group_openings)
     length = max(1, max(len(r) for r in rest))
     prompt_ids = torch.full((b, width), pad_id, dtype=torch.long)
     prompt_mask = torch.zeros(b, width, dtype=torch.bool)
     for i in range(b):
-        first = openings[i * g]
+        first = group_openings[i]
         prompt_ids[i, width - len(first) :] = torch.tensor(first, dtype=torch.long)
         prompt_mask[i, width - len(first) :] = True
     shape = (b * g, length)
@@ -182,6 +240,7 @@ def episodes_rollout(
         loss_mask=keep.view(b, g, -1),
         sampled_mask=sampled.view(b, g, -1),
         token_scores=scores.view(b, g, -1),
+        valid=torch.tensor([not e.failed for e in episodes]).view(b, g),
         episode_stats={
             name: torch.tensor([s.get(name, 0.0) for s in stats]).view(b, g) for name in names
         },
@@ -225,5 +284,6 @@ def collect_episodes(
         policy_version,
         accuracy_threshold,
         mask_truncated,
+        spec.target,
     )
     return rollout.to(device)

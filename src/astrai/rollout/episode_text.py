@@ -5,6 +5,10 @@
   messages through ``envs.episode_tokens.ObservationRenderer`` (the separator after the
   assistant's end token put back). The template must be prefix-preserving
   (``template_problem``): a refusal names the template file.
+- After a turn that did not sample the template's end token (cut at ``</tool_call>``, at
+  ``max_new_tokens``, or ended by another stop id), the runner puts the end token in as
+  context before the observation (``EpisodeText.end_ids``): the template closes every
+  assistant turn with it, so the ids stay the template's rendering of the conversation.
 - No template (the character tokenizer of the embedded tasks, or a base model): the messages'
   contents written one after the other, the opening with the tokenizer's BOS, an answer's
   contents straight after the sampled end token. Nothing else is rendered: the plain-text
@@ -20,8 +24,9 @@ from astrai.envs.base import Message
 from astrai.envs.episode_tokens import ObservationRenderer, template_problem
 from astrai.models.hf_tokenizer import HFTokenizer
 from astrai.models.tokenizer import CharTokenizer, Tokenizer
-from astrai.rollout.env_spec import EnvSpec
+from astrai.rollout.env_spec import EnvSpec, turn_parser
 from astrai.rollout.episodes import EpisodeText
+from astrai.rollout.tool_prompt import opening_renderer
 
 
 def _contents(messages: Sequence[Message]) -> str:
@@ -36,7 +41,16 @@ def _plain(tokenizer: Tokenizer, spec: EnvSpec) -> EpisodeText:
         assert isinstance(tokenizer, HFTokenizer)
         opening = lambda messages: tokenizer.encode(_contents(messages))  # noqa: E731
         answer = lambda messages: tokenizer.encode(_contents(messages), False)  # noqa: E731
-    return EpisodeText(opening, answer, tokenizer.decode, spec.parse, spec.stop_strings)
+    chars = 1 if isinstance(tokenizer, CharTokenizer) else tokenizer.longest_token_chars()
+    return EpisodeText(
+        opening,
+        answer,
+        tokenizer.decode,
+        turn_parser(spec.parser),
+        spec.stop_strings,
+        user_parser=spec.user_parser,
+        max_token_chars=chars,
+    )
 
 
 def end_of_turn_text(tokenizer: HFTokenizer) -> str:
@@ -67,8 +81,22 @@ def episode_text(tokenizer: Tokenizer, spec: EnvSpec, tools: list[dict[str, Any]
         tokenizer.render_messages, lambda text: tokenizer.encode(text, False), end
     )
 
-    def opening(messages: Sequence[Message]) -> list[int]:
-        text = tokenizer.render_messages(messages, True, tools=tools or None)
-        return tokenizer.encode(text, False)
+    # the tools shown to the policy: through the template, or written into the system message
+    # where the template drops them (``rollout.tool_prompt``; refused here for a format
+    # astrai cannot write)
+    where = str(tokenizer.template_file or "the chat template")
+    opening_text = opening_renderer(tokenizer.render_messages, tools, spec.parser, where)
 
-    return EpisodeText(opening, renderer.ids, tokenizer.decode, spec.parse, spec.stop_strings)
+    def opening(messages: Sequence[Message]) -> list[int]:
+        return tokenizer.encode(opening_text(messages), False)
+
+    return EpisodeText(
+        opening,
+        renderer.ids,
+        tokenizer.decode,
+        turn_parser(spec.parser),
+        spec.stop_strings,
+        end_ids=tuple(tokenizer.encode(end, False)),
+        user_parser=spec.user_parser,
+        max_token_chars=tokenizer.longest_token_chars(),
+    )

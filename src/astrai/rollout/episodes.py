@@ -1,41 +1,59 @@
-"""Multi-turn episodes through an engine (issue 50, part 6): what the trainer's rollouts and
-evaluations under ``env=...`` run (``rollout.episode_rollout``).
+"""Multi-turn episodes through an engine (issue 50, part 6; issue 58): what the trainer's
+rollouts and evaluations under ``env=...`` run (``rollout.episode_rollout``).
 
 ``run_episodes`` drives a batch of environments turn by turn: every live episode's tokens so far
 are the prompt of its next turn (the engine continues from the ids as given:
 ``Engine.supports_prefix_continuation``), the sampled ids are appended as trainable, the turn's
-text is read for tool calls (``envs.tool_calls``), the environments answer within time limits
-(``envs.tool_limits.run_limited``; at most ``max_concurrency`` steps at once, an ``async def
-step`` run to completion in its worker), and their observation tokens are appended as context,
-their text cut to ``max_observation_tokens`` (``rollout.observation_limit``). An episode ends
-when its environment says so, at ``max_turns``, or when its tokens reach
-``max_episode_tokens`` (truncated). A step that raises,
-times out (``step_timeout_s``, or what is left of ``episode_timeout_s``), returns no
-``StepResult`` or answers with more than ``max_observation_chars`` characters ends its episode
-as ``failed``: the trainer masks it out of the update and counts it (``env/*``), never stops.
+text is read for tool calls (``envs.tool_calls``, or a user's parser), the environments answer,
+and their observation tokens are appended as context, their text cut to
+``max_observation_tokens`` (``rollout.observation_limit``). Every call into the environment
+(construction, ``reset``, ``step``, ``final_reward``, a user's parser) runs in the episode's slot
+within the limits and its value is checked at the door (``rollout.episode_calls``): a fault fails
+its episode with a cause, never the run.
 
-Stop strings (Hermes' ``</tool_call>``) are not engine stop ids: a turn is cut after the first
-stop string its text holds, and the tokens sampled after it are dropped (never trained on, never
-seen by the environment). The kept tokens are exactly what the engine sampled.
+The tokens are what the chat template renders for the same conversation: a turn that did not
+sample the template's end token (cut at a stop string such as Hermes' ``</tool_call>``, cut by
+``max_new_tokens`` or the episode's token budget, or ended by another stop id such as Llama
+3.1's ``<|eom_id|>``) gets the end token as context before the observation
+(``EpisodeText.end_ids``), since the template closes every assistant turn with it.
+
+Limits bound: a turn keeps at most what is left of ``max_episode_tokens``; an observation that
+would leave no room for another turn, or that follows the last turn (``max_turns``), is not
+appended (the episode ends truncated); a call is never started for an episode with no time
+left. Stop strings are not engine stop ids: a turn is cut after the first stop string its text
+holds (found in O(log n) decodes), and the tokens sampled after it are dropped (never trained
+on, never seen by the environment). The kept tokens are exactly what the engine sampled.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from astrai.envs.base import Environment, Message, StepResult
+from astrai.envs.base import Environment, Message
 from astrai.envs.episode_tokens import EpisodeTokens
 from astrai.envs.tool_calls import ParsedTurn
-from astrai.envs.tool_limits import Limited, run_all_limited
+from astrai.envs.values import (
+    checked_messages,
+    checked_parsed_turn,
+    checked_step_result,
+    finite_number,
+)
 from astrai.rollout.engine import Engine
+from astrai.rollout.episode_calls import (
+    EnvSlots,
+    Episode,
+    call_all,
+    checked,
+    note_failure,
+)
 from astrai.rollout.observation_limit import fitted_observation
 from astrai.rollout.sampler import SamplingConfig
+
+__all__ = ["Episode", "EpisodeLimits", "EpisodeText", "EnvSlots", "run_episodes"]
 
 
 @dataclass(frozen=True)
@@ -44,9 +62,9 @@ class EpisodeLimits:
     in all; ``max_observation_tokens``: one answer's tokens (its contents cut on
     ``observation_truncation_side``, ``left`` or ``right``: ``rollout.observation_limit``);
     ``max_observation_chars``: one answer's characters before it is a fault (a flooding
-    tool); ``step_timeout_s``: one environment step's seconds;
+    tool); ``step_timeout_s``: one call's seconds (a step, ``reset``, the constructor...);
     ``episode_timeout_s``: an episode's environment seconds in all; ``max_concurrency``:
-    environment steps run at once."""
+    environment calls run at once."""
 
     max_turns: int = 4
     max_episode_tokens: int = 1024
@@ -58,57 +76,50 @@ class EpisodeLimits:
     max_concurrency: int = 16
 
 
-@dataclass
-class Episode:
-    """One episode's outcome: its ``tokens``, rewards per turn, the final reward, and how it
-    ended (``done``, ``truncated``, or ``failed`` with the ``error``); counts for ``env/*``
-    and the environment's own ``metrics`` summed over its steps."""
-
-    tokens: EpisodeTokens
-    turn_rewards: list[float] = field(default_factory=list)
-    final_reward: float = 0.0
-    done: bool = False
-    truncated: bool = False
-    failed: bool = False
-    error: str | None = None
-    tool_calls: int = 0
-    parse_errors: int = 0
-    timeouts: int = 0
-    steps: int = 0
-    step_s: float = 0.0
-    metrics: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def live(self) -> bool:
-        return not (self.done or self.truncated or self.failed)
-
-
 @dataclass(frozen=True)
 class EpisodeText:
     """How an episode's messages become tokens and its tokens text: ``prompt_ids`` (the opening
     messages with the generation prompt), ``observation_ids`` (the tokens after a sampled end
-    token: ``envs.episode_tokens.ObservationRenderer.ids``), ``decode`` and ``parse`` (a tool-call
-    format's parser), and the format's ``stop_strings``."""
+    token: ``envs.episode_tokens.ObservationRenderer.ids``), ``decode`` and ``parse`` (a
+    tool-call format's parser), the format's ``stop_strings``; ``end_ids``: the template's
+    end-of-turn token, put in as context after a turn that did not sample it (empty: no
+    template, the plain-text protocol); ``user_parser``: ``parse`` is a user's function (run
+    in the episode's slot, within the limits); ``max_token_chars``: the most characters one
+    token decodes to (an observation's text is cut to ``max_observation_tokens`` times it
+    before it is encoded), None: unknown."""
 
     prompt_ids: Callable[[Sequence[Message]], list[int]]
     observation_ids: Callable[[Sequence[Message]], list[int]]
     decode: Callable[[list[int]], str]
     parse: Callable[[str], ParsedTurn]
     stop_strings: Sequence[str] = ()
+    end_ids: tuple[int, ...] = ()
+    user_parser: bool = False
+    max_token_chars: int | None = None
+
+
+def _holds_stop(ids: list[int], decode: Callable[[list[int]], str], stops: Sequence[str]) -> bool:
+    text = decode(ids)
+    return any(stop in text for stop in stops)
 
 
 def cut_at_stop_string(
     ids: list[int], decode: Callable[[list[int]], str], stops: Sequence[str]
 ) -> int:
     """How many of ``ids`` a turn keeps: up to the first token whose text completes a stop
-    string, all of them when none does."""
-    if not stops:
+    string, all of them when none does. One decode when the turn holds no stop string, else a
+    binary search over the prefixes (a prefix's text holding a stop string means every longer
+    prefix's does): ``1 + ceil(log2 n)`` decodes, not one per prefix."""
+    if not stops or not _holds_stop(ids, decode, stops):
         return len(ids)
-    for end in range(1, len(ids) + 1):
-        text = decode(ids[:end])
-        if any(stop in text for stop in stops):
-            return end
-    return len(ids)
+    low, high = 1, len(ids)  # the shortest prefix holding a stop string lies in [low, high]
+    while low < high:
+        middle = (low + high) // 2
+        if _holds_stop(ids[:middle], decode, stops):
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def _left_padded(
@@ -124,9 +135,39 @@ def _left_padded(
     return ids, mask
 
 
+@dataclass
+class _Batch:
+    """One call of ``run_episodes``: its episodes, their slots, how text becomes tokens, the
+    limits; ``closed[i]``: episode i's last turn sampled the template's end token."""
+
+    episodes: list[Episode]
+    slots: EnvSlots
+    text: EpisodeText
+    limits: EpisodeLimits
+    closed: list[bool]
+    device: torch.device
+
+    def call(self, requests: Sequence[tuple[int, str, tuple[Any, ...]]]) -> dict[int, Any]:
+        limits = self.limits
+        return call_all(
+            self.slots,
+            self.episodes,
+            requests,
+            limits.step_timeout_s,
+            limits.episode_timeout_s,
+            limits.max_concurrency,
+        )
+
+    def fail(self, i: int, cause: str, reason: str) -> None:
+        note_failure(self.episodes[i], self.slots.environment, cause, reason)
+
+    def check(self, i: int, value: Any, check: Callable[[Any], Any]) -> tuple[bool, Any]:
+        return checked(self.episodes[i], self.slots.environment, value, check)
+
+
 def run_episodes(
     engine: Engine,
-    envs: Sequence[Environment],
+    envs: Sequence[Environment] | EnvSlots,
     rows: Sequence[dict],
     text: EpisodeText,
     sampling: SamplingConfig,
@@ -136,133 +177,161 @@ def run_episodes(
     version: int = 0,
     device: torch.device | None = None,
 ) -> list[Episode]:
-    """One episode per environment (built from its task row), all live ones sampled together
-    each turn, their prompts on ``device`` (the policy's; default the CPU); see the module
-    docstring."""
+    """One episode per environment slot (``envs``: slots, or environments already built, run
+    in threads), built from its task row, all live ones sampled together each turn, their
+    prompts on ``device`` (the policy's; default the CPU); see the module docstring."""
     device = device or torch.device("cpu")
-    episodes = []
-    for env, row in zip(envs, rows, strict=True):
-        tokens = EpisodeTokens()
-        tokens.add_context(text.prompt_ids(env.reset(row)), turn=0)
-        episodes.append(Episode(tokens))
-    for turn in range(1, limits.max_turns + 1):
-        live = [i for i, episode in enumerate(episodes) if episode.live]
-        if not live:
-            break
-        ids, mask = _left_padded([episodes[i].tokens.ids for i in live], engine.pad_id, device)
-        out = engine.sample(ids, mask, 1, sampling, stop_ids, generator)
-        turns = []
-        for at, i in enumerate(live):
-            kept = out.response_mask[at]
-            sampled = out.response_ids[at][kept].tolist()
-            logprobs = out.logprobs[at][kept].tolist()
-            keep = cut_at_stop_string(sampled, text.decode, text.stop_strings)
-            episodes[i].tokens.add_sampled(sampled[:keep], logprobs[:keep], version, turn)
-            turns.append(_parsed(episodes[i], text, sampled[:keep]))
-        answers = _steps(episodes, envs, live, turns, limits)
-        for i, answer in zip(live, answers, strict=True):
-            _answered(episodes[i], envs[i], text, turn, answer, limits)
-    for episode, env in zip(episodes, envs, strict=True):
-        if episode.live:  # out of turns
-            episode.truncated = True
-            _final_reward(episode, env)
-    return episodes
-
-
-def _final_reward(episode: Episode, env: Environment) -> None:
-    """The episode's reward once it is over; a raising ``final_reward`` fails the episode."""
+    slots = envs if isinstance(envs, EnvSlots) else EnvSlots.of_instances(envs)
+    if len(slots.hosts) != len(rows):
+        raise ValueError(f"{len(slots.hosts)} environment slots for {len(rows)} task rows")
+    episodes = [Episode(EpisodeTokens()) for _ in rows]
+    batch = _Batch(episodes, slots, text, limits, [True] * len(rows), device)
     try:
-        episode.final_reward = float(env.final_reward())
-    except Exception as err:  # noqa: BLE001 (a user's environment)
-        episode.failed, episode.error = True, f"final_reward: {type(err).__name__}: {err}"
+        _open(batch, rows)
+        for turn in range(1, limits.max_turns + 1):
+            live = [i for i, episode in enumerate(batch.episodes) if episode.live]
+            if not live:
+                break
+            turns = _sample_turn(batch, engine, live, sampling, stop_ids, generator, version, turn)
+            _answer(batch, turns, turn)
+        out_of_turns = [i for i, e in enumerate(batch.episodes) if e.live]
+        for i in out_of_turns:
+            batch.episodes[i].truncated = True
+        _final_rewards(batch, out_of_turns)
+        abandoned = slots.pool.live_abandoned()
+        for episode in batch.episodes:
+            episode.abandoned_workers = abandoned
+    finally:
+        slots.close()
+    return batch.episodes
 
 
-def _parsed(episode: Episode, text: EpisodeText, sampled: list[int]) -> ParsedTurn:
-    """The turn just ``sampled``, read for tool calls (counted on the episode)."""
-    parsed = text.parse(text.decode(sampled))
-    episode.tool_calls += len(parsed.calls)
-    episode.parse_errors += len(parsed.errors)
-    return parsed
+def _open(batch: _Batch, rows: Sequence[dict]) -> None:
+    """Build each episode's environment in its slot and take its opening messages."""
+    makes = [(i, "make", make) for i, make in enumerate(batch.slots.makes)]
+    built = batch.call(makes)
+    opened = batch.call([(i, "reset", (rows[i],)) for i in sorted(built)])
+    for i, episode in enumerate(batch.episodes):
+        if i not in opened:
+            continue
+        good, messages = batch.check(i, opened[i], lambda v: checked_messages(v, "reset()"))
+        if not good:
+            continue
+        try:
+            episode.tokens.add_context(batch.text.prompt_ids(messages), turn=0)
+        except ValueError as err:  # a character the tokenizer lacks, a template that refuses
+            batch.fail(i, "observation", f"opening: {str(err).splitlines()[0]}")
 
 
-def _run_step(env: Environment, turn: ParsedTurn) -> Any:
-    """``env.step(turn)``, an ``async def step``'s coroutine run to its end here."""
-    result = env.step(turn)
-    if inspect.isawaitable(result):
-        return asyncio.run(_awaited(result))
-    return result
-
-
-async def _awaited(result: Any) -> Any:
-    return await result
-
-
-def _steps(
-    episodes: list[Episode],
-    envs: Sequence[Environment],
+def _sample_turn(
+    batch: _Batch,
+    engine: Engine,
     live: list[int],
-    turns: list[ParsedTurn],
-    limits: EpisodeLimits,
-) -> list[Limited]:
-    """The environments' answers to the live episodes' turns, within their limits: each step
-    at most ``step_timeout_s`` and what is left of its episode's ``episode_timeout_s``, at most
-    ``max_concurrency`` at once."""
-    timeouts = [
-        max(0.0, min(limits.step_timeout_s, limits.episode_timeout_s - episodes[i].step_s))
-        for i in live
-    ]
-    calls = [
-        (_run_step, (envs[i], turn), t) for i, turn, t in zip(live, turns, timeouts, strict=True)
-    ]
-    answers = run_all_limited(calls, limits.max_concurrency)
-    for i, answer in zip(live, answers, strict=True):
-        episodes[i].step_s += answer.seconds
-        episodes[i].steps += 1
-    return answers
-
-
-def _answered(
-    episode: Episode,
-    env: Environment,
-    text: EpisodeText,
+    sampling: SamplingConfig,
+    stop_ids: Sequence[int],
+    generator: torch.Generator | None,
+    version: int,
     turn: int,
-    answer: Any,
-    limits: EpisodeLimits,
-) -> None:
-    """The environment's answer to the turn: its reward, the episode's end or the observation
-    tokens of the next turn; a fault fails the episode."""
-    if answer.error is not None or not isinstance(answer.value, StepResult):
-        episode.timeouts += int(answer.timed_out)
-        episode.failed = True
-        episode.error = answer.error or f"step returned {type(answer.value).__name__}"
-        return
-    result: StepResult = answer.value
+) -> dict[int, ParsedTurn]:
+    """Sample the ``live`` episodes' next turn together, append each one's kept tokens (cut at
+    a stop string and at the episode's token budget) and read it; the parsed turns by
+    episode."""
+    episodes, text = batch.episodes, batch.text
+    rows = [episodes[i].tokens.ids for i in live]
+    ids, mask = _left_padded(rows, engine.pad_id, batch.device)
+    out = engine.sample(ids, mask, 1, sampling, stop_ids, generator)
+    texts: dict[int, str] = {}
+    for at, i in enumerate(live):
+        tokens = episodes[i].tokens
+        kept = out.response_mask[at]
+        sampled = out.response_ids[at][kept].tolist()
+        logprobs = out.logprobs[at][kept].tolist()
+        keep = cut_at_stop_string(sampled, text.decode, text.stop_strings)
+        keep = min(keep, batch.limits.max_episode_tokens - len(tokens.ids))
+        tokens.add_sampled(sampled[:keep], logprobs[:keep], version, turn)
+        batch.closed[i] = bool(text.end_ids) and sampled[:keep][-1:] == list(text.end_ids[-1:])
+        texts[i] = text.decode(sampled[:keep])
+    return _parsed(batch, texts)
+
+
+def _parsed(batch: _Batch, texts: dict[int, str]) -> dict[int, ParsedTurn]:
+    """Each episode's turn text read by the format's parser (counted on the episode): a
+    built-in parser here, a user's in the episode's slot; checked at the door."""
+    text = batch.text
+    if text.user_parser:
+        values = batch.call([(i, "parse", (text.parse, t)) for i, t in texts.items()])
+    else:
+        values = {i: text.parse(t) for i, t in texts.items()}
+    name = getattr(text.parse, "__qualname__", "parser")
+    turns = {}
+    for i, value in values.items():
+        good, parsed = batch.check(i, value, lambda v: checked_parsed_turn(v, name))
+        if good:
+            batch.episodes[i].tool_calls += len(parsed.calls)
+            batch.episodes[i].parse_errors += len(parsed.errors)
+            turns[i] = parsed
+    return turns
+
+
+def _answer(batch: _Batch, turns: dict[int, ParsedTurn], turn: int) -> None:
+    """The environments' answers to the turns: each one's reward, and its episode's end or
+    the observation tokens of its next turn; then the final rewards of the episodes that
+    ended."""
+    answers = batch.call([(i, "step", (parsed,)) for i, parsed in turns.items()])
+    ended = []
+    for i, value in answers.items():
+        good, result = batch.check(i, value, checked_step_result)
+        if good and _answered(batch, i, result, turn):
+            ended.append(i)
+    _final_rewards(batch, ended)
+
+
+def _answered(batch: _Batch, i: int, result: Any, turn: int) -> bool:
+    """Episode ``i``'s step ``result``: its metrics and reward, then its end, or its
+    observation appended; whether it ended (not failed) now."""
+    episode, limits = batch.episodes[i], batch.limits
     for name, value in result.metrics.items():
-        episode.metrics[name] = episode.metrics.get(name, 0.0) + float(value)
-    chars = sum(len(str(m.get("content", ""))) for m in result.observations)
+        episode.metrics[name] = episode.metrics.get(name, 0.0) + value
+    chars = sum(len(m["content"]) for m in result.observations)
     if chars > limits.max_observation_chars:
-        episode.failed = True
-        episode.error = (
-            f"an observation of {chars} characters (max_observation_chars "
-            f"{limits.max_observation_chars})"
+        batch.fail(
+            i,
+            "flood",
+            f"an observation of {chars} characters (env.max_observation_chars "
+            f"{limits.max_observation_chars})",
         )
-        return
-    episode.turn_rewards.append(float(result.reward))
+        return False
+    episode.turn_rewards.append(result.reward)
     if result.done or result.truncated:
         episode.done, episode.truncated = result.done, result.truncated
-        _final_reward(episode, env)
-        return
+        return True
+    if turn == limits.max_turns:  # no observation after the last turn: out of turns
+        episode.truncated = True
+        return True
+    text = batch.text
     try:
         observation = fitted_observation(
             text.observation_ids,
             result.observations,
             limits.max_observation_tokens,
             limits.observation_truncation_side,
+            text.max_token_chars,
         )
     except ValueError as err:  # a character the tokenizer lacks, a template that refuses
-        episode.failed, episode.error = True, f"observation: {str(err).splitlines()[0]}"
-        return
-    episode.tokens.add_context(observation, turn)
-    if len(episode.tokens.ids) >= limits.max_episode_tokens:
-        episode.truncated = True
-        _final_reward(episode, env)
+        batch.fail(i, "observation", f"observation: {str(err).splitlines()[0]}")
+        return False
+    closing = [] if batch.closed[i] else list(text.end_ids)
+    if len(episode.tokens.ids) + len(closing) + len(observation) >= limits.max_episode_tokens:
+        episode.truncated = True  # no room for another turn: the observation is not appended
+        return True
+    episode.tokens.add_context(closing + observation, turn)
+    return False
+
+
+def _final_rewards(batch: _Batch, ended: list[int]) -> None:
+    """The ``ended`` episodes' rewards once they are over (``final_reward``), checked."""
+    values = batch.call([(i, "final_reward", ()) for i in ended])
+    for i, value in values.items():
+        good, reward = batch.check(i, value, lambda v: finite_number(v, "final_reward()"))
+        if good:
+            batch.episodes[i].final_reward = reward

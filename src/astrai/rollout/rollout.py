@@ -27,6 +27,7 @@ ROW_FIELDS = (
     "sample_versions",
     "sampled_mask",
     "token_scores",
+    "valid",
 )
 
 
@@ -66,6 +67,11 @@ class Rollout:
             recomputed π_old into ``logprobs`` (``engine.old_logprobs: recompute``); else None.
         is_weights: ``[B, G, R]`` the mismatch correction's loss weights
             (``algorithms.correction``); None = no correction.
+        valid: ``[B, G]`` bool, True = the response counts in group and batch statistics (the
+            group baselines, whitening, dynamic sampling's filter, the reward metrics): False
+            for a failed episode (its environment hung, raised or flooded), whose reward 0 is
+            the fault's, not the policy's; such a member gets advantage 0. None = all valid
+            (every one-turn rollout).
     """
 
     prompt_ids: Tensor
@@ -88,11 +94,18 @@ class Rollout:
     sample_versions: Tensor | None = None
     sampled_mask: Tensor | None = None
     token_scores: Tensor | None = None
+    valid: Tensor | None = None
     episode_stats: dict[str, Tensor] = field(default_factory=dict)
 
     def action_mask(self) -> Tensor:
         """``[B, G, R]`` the tokens the policy sampled: ``sampled_mask``, else the responses."""
         return self.response_mask if self.sampled_mask is None else self.sampled_mask
+
+    def valid_action_mask(self) -> Tensor:
+        """``[B, G, R]`` the sampled tokens of the valid responses (``valid``): what batch
+        statistics (whitening, advantage and value means) count; ``action_mask`` when all are."""
+        mask = self.action_mask()
+        return mask if self.valid is None else mask & self.valid[..., None]
 
     def select(self, rows: slice) -> Rollout:
         """The prompts ``rows`` (whole groups) with their responses and any pinned targets."""
@@ -187,6 +200,10 @@ def cat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
 
     # joined only where every part has them
     versions = [p.sample_versions for p in parts if p.sample_versions is not None]
+    # a part without ``valid`` has every response valid
+    valid = [
+        torch.ones_like(p.rewards, dtype=torch.bool) if p.valid is None else p.valid for p in parts
+    ]
     episodes = [p.sampled_mask is not None for p in parts]
     if any(episodes) and not all(episodes):
         raise ValueError("cat_rollouts joins episodes with episodes, one-turn with one-turn")
@@ -199,6 +216,7 @@ def cat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
         rewards=torch.cat([p.rewards for p in parts]),
         policy_version=parts[0].policy_version,
         sample_versions=torch.cat(versions) if len(versions) == len(parts) else None,
+        valid=torch.cat(valid) if any(p.valid is not None for p in parts) else None,
         prompts=[text for p in parts for text in p.prompts],
         responses=[group for p in parts for group in p.responses],
         reward_terms={

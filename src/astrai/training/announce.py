@@ -15,6 +15,7 @@ from torch import nn
 
 from astrai.algorithms.strategy import Strategy
 from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan
+from astrai.config.env_checks import configured_env
 from astrai.config.validate import plan_here
 from astrai.distributed import DistContext
 from astrai.metrics.dashboards import (
@@ -28,6 +29,7 @@ from astrai.rewards.base import Reward
 from astrai.rollout.engine import engine_class
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.banner import (
+    EnvFacts,
     RunFacts,
     cpu_reason,
     describe_schedule,
@@ -136,6 +138,23 @@ def run_facts(trainer: StartingRun, plan: DevicePlan) -> RunFacts:
         prompt_counts=task_prompt_counts(trainer.task),
         evaluated_prompts=len(trainer.eval_problems),
         policy_lag=trainer.plan.lag_facts(),  # the lag and the correction it chose
+        env=env_facts(cfg),
+    )
+
+
+def env_facts(cfg: DictConfig) -> EnvFacts | None:
+    """The banner's ``env:`` line of a run with an environment (its ``EnvSpec``, validated
+    at start); None for ``env=single_turn``."""
+    spec = configured_env(cfg.get("env"))
+    if spec is None:
+        return None
+    return EnvFacts(
+        target=spec.target,
+        parser=spec.parser,
+        max_turns=spec.limits.max_turns,
+        max_episode_tokens=spec.limits.max_episode_tokens,
+        step_timeout_s=spec.limits.step_timeout_s,
+        workers=spec.workers,
     )
 
 

@@ -1,8 +1,10 @@
 """DAPO's dynamic sampling (``train_type.filter_groups``): train only on groups that teach.
 
 A group whose G rewards are all equal has zero advantage under every group baseline: it adds
-sampling and update time, and only the KL term. Dynamic sampling drops such groups and samples
-more prompts until the step has ``prompts_per_step`` informative groups, for at most
+sampling and update time, and only the KL term. Only the valid members count (``Rollout.valid``:
+a failed episode's reward 0 is the fault's): a group is judged on them, and one with fewer than
+two has no signal either. Dynamic sampling drops such groups and samples more prompts until
+the step has ``prompts_per_step`` informative groups, for at most
 ``max_resample_rounds`` extra rounds (Yu et al. 2025, "DAPO", §3.2). If the rounds run out, the
 remaining places are filled with dropped groups, so a step always has the configured shape
 (verl raises instead; a run that starts at zero accuracy would stop on its first step).
@@ -28,6 +30,7 @@ from collections.abc import Callable, Hashable, Iterator
 import torch
 from torch import Tensor
 
+from astrai.algorithms.advantages import alike_groups
 from astrai.algorithms.masked import SumFn, local_sum
 from astrai.rollout.rollout import Rollout, cat_rollouts
 from astrai.tasks.base import Problem
@@ -124,9 +127,11 @@ class StepPrompts:
         return problems
 
 
-def informative_groups(rewards: Tensor) -> Tensor:
-    """``[B, G]`` rewards -> ``[B]`` bool: True where the group's rewards are not all equal."""
-    return (rewards != rewards[..., :1]).any(dim=-1)
+def informative_groups(rewards: Tensor, valid: Tensor | None = None) -> Tensor:
+    """``[B, G]`` rewards -> ``[B]`` bool: True where the group's valid rewards (``valid``:
+    ``Rollout.valid``, None = all) are not all equal: a failed episode's reward 0 is the
+    fault's, so it makes no group informative (``algorithms.advantages.alike_groups``)."""
+    return ~alike_groups(rewards, valid)
 
 
 def sample_informative(
@@ -153,7 +158,8 @@ def sample_informative(
     Returns:
         ``(rollout, metrics)``: ``needed`` groups, informative ones first in sampling order, then
         dropped ones if the rounds ran out; ``rollout/filtered_groups`` (groups with all-equal
-        rewards sampled this step, every rank) and ``rollout/resample_rounds`` (extra rounds).
+        valid rewards sampled this step, every rank) and ``rollout/resample_rounds`` (extra
+        rounds).
     """
     prompts = StepPrompts(draw, needed * ranks, ranks)
     kept: list[Rollout] = []
@@ -164,7 +170,7 @@ def sample_informative(
         if not problems:  # no unseen prompt left: the same list, so the same round, on every rank
             break
         rollout = sample(problems)
-        informative = informative_groups(rollout.rewards).tolist()
+        informative = informative_groups(rollout.rewards, rollout.valid).tolist()
         kept.append(rollout.take([i for i, ok in enumerate(informative) if ok]))
         dropped.append(rollout.take([i for i, ok in enumerate(informative) if not ok]))
         have += sum(informative)

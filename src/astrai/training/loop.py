@@ -55,7 +55,8 @@ log = logging.getLogger(__name__)
 class StepResult:
     """What one RL step did, for the loop to write into the ``TrainState``: its ``metrics``,
     the ``policy_version`` its optimizer steps reached, and the rollout's ``samples`` to log
-    (prompt, response, reward) when ``logger.samples_every`` falls on it (else None)."""
+    (prompt, response, reward) when the step logs them (``training.sample_log``: every
+    ``logger.samples_every`` steps, an episode run's step 1 too; else None)."""
 
     metrics: dict[str, float]
     policy_version: int

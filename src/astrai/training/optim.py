@@ -1,4 +1,5 @@
-"""Learning-rate schedules (Hydra ``_partial_`` targets), and one clipped optimizer step.
+"""Learning-rate schedules (Hydra ``_partial_`` targets), gradient clipping and one clipped
+optimizer step.
 
 Each receives the optimizer and the run's total number of optimizer steps
 (``trainer.total_steps × ppo_epochs × minibatches``) from the trainer; the other arguments
@@ -57,12 +58,21 @@ def warmup_cosine(
     return LambdaLR(optimizer, factor)
 
 
-def clip_and_step(model: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float) -> Tensor:
-    """Clip ``model``'s gradients to ``max_norm`` (global norm), step ``optimizer``, clear the
-    gradients; returns the norm before clipping (the global one under FSDP, a plain tensor)."""
+def clip_gradients(model: nn.Module, max_norm: float) -> Tensor:
+    """Clip ``model``'s gradients to ``max_norm`` (global norm); returns the norm before
+    clipping (the global one under FSDP, as a plain tensor; NaN or inf when a gradient is not
+    finite, which ``training.nonfinite`` checks before any optimizer step)."""
     grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
     if isinstance(grad_norm, DTensor):  # FSDP: the global norm, as a DTensor
         grad_norm = grad_norm.full_tensor()
+    return grad_norm
+
+
+def clip_and_step(model: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float) -> Tensor:
+    """Clip ``model``'s gradients to ``max_norm`` (global norm), step ``optimizer``, clear the
+    gradients; returns the norm before clipping (``clip_gradients``). Unguarded: the trainer
+    steps through ``training.nonfinite.NonFiniteGuard``."""
+    grad_norm = clip_gradients(model, max_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
     return grad_norm

@@ -9,6 +9,13 @@ chat model is a response limit shorter than its answers: every response is cut a
 ``max_new_tokens`` and scores the same. A run like that used to finish with ``done:`` and exit
 0; ``SignalWatch`` warns after a few such steps in a row, once, and again only if the signal
 comes back and is lost again.
+
+Under an environment (``env=...``), a step whose every episode failed (``env/failed`` 1.0: the
+environment hung, raised or returned what it cannot) trains on nothing; after ``PATIENCE`` such
+steps in a row the environment is broken, not unlucky, and ``observe`` raises
+``EnvironmentFailing``: the run stops with one line naming the causes (``env/failed_<cause>``),
+its last checkpoint intact. Like the quiet-step count, the failing-step count starts again at a
+resume.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
+from astrai.rollout.episode_calls import FAILURE_CAUSES, EnvironmentFailing
 from astrai.rollout.rollout import Rollout
 
 log = logging.getLogger("astrai.training.trainer")  # the trainer's lines, one logger name
@@ -35,8 +43,13 @@ def rewards_all_equal(rollout: Rollout, max_over_ranks: MaxFn) -> bool:
     """Whether every reward of the whole batch (every rank's) is the same value; every rank must
     call this (two scalar reductions)."""
     rewards = rollout.rewards.double()
-    highest = max_over_ranks(float(rewards.max()))
-    lowest = -max_over_ranks(-float(rewards.min()))
+    valid = getattr(rollout, "valid", None)
+    if valid is not None:  # a failed episode's 0 says nothing about the reward
+        rewards = rewards[valid]
+    # a rank without a valid response agrees with any value: -inf to the max, +inf to the min
+    empty = rewards.numel() == 0
+    highest = max_over_ranks(float("-inf") if empty else float(rewards.max()))
+    lowest = -max_over_ranks(float("-inf") if empty else -float(rewards.min()))
     return highest == lowest
 
 
@@ -64,6 +77,7 @@ class SignalWatch:
         self.enabled = enabled
         self.patience = patience
         self.quiet_steps = 0  # consecutive steps without signal, up to the last observed
+        self.failing_steps = 0  # consecutive steps whose every episode failed
 
     def observe(
         self,
@@ -74,7 +88,10 @@ class SignalWatch:
     ) -> str | None:
         """Count step ``step`` (its ``rollout`` and its ``rollout_metrics``, global over the
         ranks); returns (and logs, when ``enabled``) the warning on the step that reaches
-        ``patience``, else None. Every rank must call this (a batch baseline reduces)."""
+        ``patience``, else None. Every rank must call this (a batch baseline reduces).
+        Raises ``EnvironmentFailing`` at the ``patience``-th step in a row whose every episode
+        failed."""
+        self._count_failures(step, metrics)
         if self.group_baseline:
             silent = metrics["rollout/frac_reward_zero_std"] == 1.0
         else:
@@ -88,6 +105,25 @@ class SignalWatch:
         if self.enabled:
             log.warning("%s", message)
         return message
+
+    def _count_failures(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Count a step whose every episode failed; raise at the ``patience``-th in a row."""
+        failed = metrics.get("env/failed")
+        if failed is None:  # one-turn rollouts: nothing to count
+            return
+        self.failing_steps = self.failing_steps + 1 if failed >= 1.0 else 0
+        if self.failing_steps < self.patience:
+            return
+        causes = ", ".join(
+            f"{cause} {share:.0%}"
+            for cause in FAILURE_CAUSES
+            if (share := metrics.get(f"env/failed_{cause}", 0.0)) > 0
+        )
+        raise EnvironmentFailing(
+            f"every episode failed in steps {step - self.failing_steps + 1}-{step} "
+            f"({causes or 'no cause recorded'}): the environment cannot run; the first failure "
+            "of each cause is logged above"
+        )
 
 
 def no_signal_message(

@@ -47,11 +47,12 @@ from astrai.training.loop import (
     start_run,
     take_step,
 )
-from astrai.training.optim import clip_and_step
+from astrai.training.nonfinite import SKIPPED_METRIC, NonFiniteGuard, Trained, check_finite_weights
 from astrai.training.overlap import RolloutPipeline
 from astrai.training.plan import StepPlan
 from astrai.training.rollout_source import RolloutSource
-from astrai.training.rollout_stats import rollout_metrics, rollout_samples
+from astrai.training.rollout_stats import rollout_metrics
+from astrai.training.sample_log import logged_samples
 from astrai.training.setup import on_device_while
 from astrai.training.signal_watch import SignalWatch
 from astrai.training.state import TrainState
@@ -120,6 +121,8 @@ class Trainer:
         self.parts: BuiltRun = build_run(cfg, run_dir, job_context)
         self.run: RunStart = start_run(self.parts)
         self.checkpoint_writes = CheckpointWrites()  # at most one written in the background
+        t = self.cfg.trainer  # the update's clipping and its guard against NaN/inf steps
+        self.nonfinite = NonFiniteGuard(t.max_grad_norm, t.max_nonfinite_updates, self.dist)
         self.set_train_mode(False)  # eval but in the update (set_train_mode)
 
     def optimizer_steps_per_step(self) -> int:
@@ -189,22 +192,21 @@ class Trainer:
     def update(self, rollout: Rollout) -> dict[str, float]:
         """3. ``ppo_epochs × minibatches`` optimizer steps on the pinned targets, in train
         mode (the policy's and the critic's: back to eval after). ``policy/version`` is the
-        version after them: every policy optimizer step is one (the loop counts them into
-        ``state``)."""
+        version after them: every policy optimizer step taken is one (the loop counts them into
+        ``state``); a step skipped for a non-finite loss or gradient norm is none, and counts
+        in ``update/nonfinite_skipped`` only, not in the means (``training.nonfinite``)."""
         self.set_train_mode(True)
         means = MetricMeans()
         batch = flatten_rollout(rollout, self.plan.old_from_update)
-        policy_steps = 0  # the loop adds them to ``state.policy_version`` after the step
+        policy_steps = skipped = 0  # the loop adds the steps to ``state.policy_version``
         for _ in range(self.strategy.ppo_epochs):
             for minibatch in iter_minibatches(
                 batch, self.strategy.minibatches, self.state.generators["shuffle"]
             ):
                 metrics = self.backward(minibatch)
-                metrics["policy/grad_norm"] = self._step_policy()
-                policy_steps += 1
-                if self.critic is not None:
-                    metrics["value/grad_norm"] = self._step_critic()
-                means.update(metrics)
+                stepped = self.optimizer_step(metrics)
+                policy_steps, skipped = policy_steps + stepped, skipped + (not stepped)
+                means.update(metrics if stepped else {})  # a skipped one: counted only, below
         # each rank's losses and stats are its share of the global value (loss_divisors):
         # ``compute`` sums them over the ranks, once per update (one all-reduce)
         result = means.compute()
@@ -212,6 +214,7 @@ class Trainer:
         if self.critic_scheduler is not None:
             result["value/lr"] = last_lr(self.critic_scheduler)
         result["policy/version"] = float(self.state.policy_version + policy_steps)
+        result[SKIPPED_METRIC] = float(skipped)  # every rank skips alike (training.nonfinite)
         self.set_train_mode(False)
         return result
 
@@ -250,22 +253,17 @@ class Trainer:
         ``models.precision``); sampling and evaluation are told it and open their own."""
         return autocast(self.device, self.cfg.infra.precision)
 
-    def _step_policy(self) -> torch.Tensor:
-        """Clip, step the policy optimizer and scheduler, clear the grads: one policy version."""
-        grad_norm = clip_and_step(self.policy, self.optimizer, self.cfg.trainer.max_grad_norm)
-        self.scheduler.step()
-        return grad_norm
-
-    def _step_critic(self) -> torch.Tensor:
-        """Clip with the same ``max_grad_norm``, step the critic optimizer, clear its grads.
-        A critic step is no policy version."""
-        assert self.critic is not None and self.critic_optimizer is not None
-        assert self.critic_scheduler is not None
-        grad_norm = clip_and_step(
-            self.critic, self.critic_optimizer, self.cfg.trainer.max_grad_norm
-        )
-        self.critic_scheduler.step()
-        return grad_norm
+    def optimizer_step(self, metrics: dict[str, torch.Tensor]) -> bool:
+        """Clip the policy's (and critic's) gradients with ``trainer.max_grad_norm`` (the norms
+        into ``metrics``), step their optimizers and schedules unless the loss or a norm is not
+        finite (``training.nonfinite``), clear the grads; whether it stepped. Only a policy
+        step is a policy version (the critic steps outside the version guard)."""
+        trained = [Trained(self.policy, self.optimizer, self.scheduler, "policy/grad_norm")]
+        if self.critic is not None:
+            assert self.critic_optimizer is not None and self.critic_scheduler is not None
+            norm = "value/grad_norm"
+            trained.append(Trained(self.critic, self.critic_optimizer, self.critic_scheduler, norm))
+        return self.nonfinite.step(trained, metrics, self.state.step + 1)
 
     def train_step(self) -> dict[str, float]:
         """One RL step, ``state`` advanced by the loop (``loop.take_step``); its metrics."""
@@ -312,8 +310,7 @@ class Trainer:
         metrics["perf/tokens_per_s"] = float(rollout.response_mask.sum()) / max(
             batch.sample_s, 1e-9
         )
-        logs_samples = (self.state.step + 1) % self.cfg.logger.samples_every == 0
-        samples = rollout_samples(rollout) if logs_samples else None
+        samples = logged_samples(rollout, self.state.step + 1, self.cfg.logger, self.tokenizer)
         return StepResult(metrics, int(metrics["policy/version"]), samples)
 
     # --- evaluation and the loop ----------------------------------------------------------------
@@ -372,8 +369,11 @@ class Trainer:
         """Write ``checkpoints/step_<step>/`` atomically, then prune beyond ``ckpt.keep_last``;
         returns its path. ``background`` (with ``ckpt.background``): returns once the state is
         copied to host memory, and a thread writes it (``training.background_save``);
-        ``wait_for_checkpoint`` waits for that write and raises its failure."""
+        ``wait_for_checkpoint`` waits for that write and raises its failure. Weights that are
+        not finite are refused (``training.nonfinite``), every rank alike, before any write."""
         self.checkpoint_writes.wait()  # the previous write's failure before anything else
+        models = {"policy": self.policy, "critic": self.critic}
+        check_finite_weights(models, f"step_{self.state.step}", all_reduce_max)
         state = self.state
         if self.pipeline is not None:  # the rollouts sampled for the next steps go with it
             state = settled_state(state, self.pipeline.settle(), self.pipeline.stream)

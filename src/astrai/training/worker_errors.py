@@ -1,12 +1,12 @@
 """A multi-process run's known errors, passed from a worker to its launcher as one line.
 
 A worker of ``launch.launch_workers`` that stops with an error astrai explains in one line (a
-``ConfigError``, ``CheckpointError`` or ``RewardError``: resuming a 1-process checkpoint with 2
-processes, say) writes it to ``<launch dir>/rank_<RANK>.json`` before it fails. Torch elastic then
-fails the launch with a ``ChildFailedError`` and logs the worker's traceback; the launcher keeps
-that log quiet (``quiet_elastic``) and raises the worker's error again (``worker_error``), which
-``python train.py`` prints as it does for a one-process run: one line, exit 2. Any other failure
-(a bug) keeps elastic's traceback.
+``ConfigError``, ``CheckpointError``, ``RewardError`` or ``NonFiniteUpdate``: resuming a
+1-process checkpoint with 2 processes, say) writes it to ``<launch dir>/rank_<RANK>.json``
+before it fails. Torch elastic then fails the launch with a ``ChildFailedError`` and logs the
+worker's traceback; the launcher keeps that log quiet (``quiet_elastic``) and raises the
+worker's error again (``worker_error``), which ``python train.py`` prints as it does for a
+one-process run: one line, exit 2. Any other failure (a bug) keeps elastic's traceback.
 """
 
 from __future__ import annotations
@@ -22,12 +22,14 @@ from astrai.checkpoints.layout import CheckpointError
 from astrai.config.errors import ConfigError
 from astrai.files import write_file_atomic
 from astrai.rewards.base import RewardError
+from astrai.training.nonfinite import NonFiniteUpdate
 
 # kind -> class: the errors ``astrai.train`` reports in one line
 KNOWN_ERRORS: dict[str, type[Exception]] = {
     "config": ConfigError,
     "checkpoint": CheckpointError,
     "reward": RewardError,
+    "nonfinite": NonFiniteUpdate,
 }
 # where torch elastic and torch.multiprocessing log a worker's failure (to handlers of their
 # own: torch's loggers do not propagate to the root logger)
