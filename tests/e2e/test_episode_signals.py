@@ -72,13 +72,14 @@ ARGS = [
     "env.parser=none",
     "env.step_timeout_s=120",
 ]
-# 8 episodes a step (4 prompts x 2); the configuration check opens 2 task rows and the step-0
-# evaluation 2 episodes, so the 2 + 2 + 8 + 8 + 1-th reset opens step 3's rollout, all of whose
+# 8 episodes a step (4 prompts x 2); the configuration check opens 2 task rows twice each (a
+# nondeterministic opening is refused there) and the step-0 evaluation 2 episodes, so the
+# 4 + 2 + 8 + 8 + 1-th reset opens step 3's rollout, all of whose
 # resets precede its first environment step. At lag 0 the stop comes while step 3's rollout is
 # played (checkpoint 2 complete); at lag 1 while step 4's is played on the sampling thread and
 # step 3 updates (checkpoint 2, which holds step 3's rollout, complete; checkpoint 3 waits for
 # step 4's rollout)
-PAUSE_AT = {0: 2 + 2 + 8 + 8 + 1, 1: 2 + 2 + 8 + 8 + 8 + 1}
+PAUSE_AT = {0: 4 + 2 + 8 + 8 + 1, 1: 4 + 2 + 8 + 8 + 8 + 1}
 NOISY = ("time/", "perf/", "env/step_s")
 
 

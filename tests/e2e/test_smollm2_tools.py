@@ -74,7 +74,8 @@ class ForcedFirstTurn(Engine):
     def sample(self, prompt_ids, prompt_mask, group_size, sampling, stop_ids, generator=None):  # noqa: ANN001, ANN201
         self.turns += 1
         if self.turns > 1:
-            return self.inner.sample(prompt_ids, prompt_mask, group_size, sampling, stop_ids, generator)  # fmt: skip
+            inner = self.inner
+            return inner.sample(prompt_ids, prompt_mask, group_size, sampling, stop_ids, generator)
         rows = [row[mask].tolist() + forced for row, mask, forced in
                 zip(prompt_ids, prompt_mask, self.forced, strict=True)]  # fmt: skip
         width = max(len(row) for row in rows)
@@ -115,10 +116,10 @@ def _conversations(
         said = said[: -len(END)] if said.endswith(END) else said
         messages = [*messages, {"role": "assistant", "content": said}]
         result = env.step(spec.parse(tokenizer.decode(sampled)))
-        if result.done or turn == max(tokens.turns) and not result.observations:
+        last = max(i for i, k in enumerate(tokens.turns) if k == turn)
+        if result.done or tokens.trainable[last]:  # no reply after this turn's tokens
             break
         messages = [*messages, *result.observations]
-        last = max(i for i, k in enumerate(tokens.turns) if k == turn)
         points.append((last + 1, list(messages)))
     points.append((len(tokens.ids), messages))
     return points

@@ -18,6 +18,7 @@ from torch import nn
 
 from astrai.algorithms.strategy import Strategy
 from astrai.distributed import DistContext, all_reduce_sum
+from astrai.envs.hosts import close_all_pools
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
@@ -171,9 +172,11 @@ class RolloutSource:
         )
 
     def close(self) -> None:
-        """Stop the sampling thread, if any (idempotent)."""
+        """Stop the sampling thread, if any, then end the environments' worker processes
+        (``envs.hosts``: every thread's slots, the evaluation's too); idempotent."""
         if self.pipeline is not None:
             self.pipeline.close()
+        close_all_pools()
 
     @contextlib.contextmanager
     def abandonable(self) -> Iterator[None]:
