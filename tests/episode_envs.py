@@ -108,3 +108,17 @@ class StepReturnsNone(TwoTurns):
 
     def step(self, turn: ParsedTurn) -> StepResult:
         return None  # type: ignore[return-value]
+
+
+class Product(Environment):
+    """Asks for a product; says "no" until the answer is right (reward 1), (the runner's tests:
+    tests/rollout/test_episodes.py, test_episode_faults.py)."""
+
+    def reset(self, row: dict) -> list[Message]:
+        self.answer = str(row["a"] * row["b"])
+        return [{"role": "user", "content": f"{row['a']}*{row['b']}=?"}]
+
+    def step(self, turn: ParsedTurn) -> StepResult:
+        if turn.content == self.answer:
+            return StepResult(reward=1.0, done=True)
+        return StepResult([{"role": "tool", "content": "no"}])

@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from tests.episode_envs import Product
 from tests.scripted_engine import GREEDY, TEXT, TOKENIZER, Scripted
 
 from astrai.envs.base import Environment, Message, StepResult
@@ -24,19 +25,6 @@ from astrai.rollout.episodes import EpisodeLimits, EpisodeText, cut_at_stop_stri
 from astrai.tasks.base import Problem
 
 ROW = {"a": 3, "b": 7}
-
-
-class Product(Environment):
-    """Asks for a product; "no" until the answer is right (reward 1)."""
-
-    def reset(self, row: dict) -> list[Message]:
-        self.answer = str(row["a"] * row["b"])
-        return [{"role": "user", "content": f"{row['a']}*{row['b']}=?"}]
-
-    def step(self, turn: ParsedTurn) -> StepResult:
-        if turn.content == self.answer:
-            return StepResult(reward=1.0, done=True)
-        return StepResult([{"role": "tool", "content": "no"}])
 
 
 class Returns(Product):

@@ -7,26 +7,14 @@ from __future__ import annotations
 import threading
 
 import torch
+from tests.episode_envs import Product
 from tests.scripted_engine import GREEDY, TEXT, TOKENIZER, Scripted
 
-from astrai.envs.base import Environment, Message, StepResult
+from astrai.envs.base import StepResult
 from astrai.envs.tool_calls import ParsedTurn
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.rollout.engine import torch_engine
 from astrai.rollout.episodes import EpisodeLimits, cut_at_stop_string, run_episodes
-
-
-class Product(Environment):
-    """Asks for a product; says "no" until the answer is right (reward 1), 0.25 a tool call."""
-
-    def reset(self, row: dict) -> list[Message]:
-        self.answer = str(row["a"] * row["b"])
-        return [{"role": "user", "content": f"{row['a']}*{row['b']}=?"}]
-
-    def step(self, turn: ParsedTurn) -> StepResult:
-        if turn.content == self.answer:
-            return StepResult(reward=1.0, done=True)
-        return StepResult([{"role": "tool", "content": "no"}])
 
 
 class Hangs(Product):
