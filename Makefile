@@ -190,6 +190,7 @@ bench-quick: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## every bench script in it
 	$(BIN)/python bench/scale_memory.py --quick
 	$(BIN)/python bench/padding.py --quick
 	$(BIN)/python bench/env_learning.py --quick
+	$(BIN)/python bench/smollm2_tools.py --quick
 	$(BIN)/python bench/stop_search.py --quick
 	$(BIN)/python bench/gpu_check.py
 	tmp=$$(mktemp -d) && $(BIN)/python bench/smollm2_shaped.py --quick $(SMOLLM2_DIR) $$tmp/shaped \

@@ -231,3 +231,38 @@ def test_a_group_opened_differently_fails_the_group_not_the_run(
     assert rollout.loss_mask is not None and not rollout.loss_mask[0].any()
     assert rollout.loss_mask[1].any()
     assert any("opened the episodes of the task row" in r.getMessage() for r in caplog.records)
+
+
+def test_an_async_environment_keeps_its_loop_across_the_episode_in_a_worker() -> None:
+    """``tests.episode_envs.AsyncTwoTurns`` makes an ``asyncio.Lock`` in ``reset`` and takes it
+    in each step: one event loop per episode (before: a fresh ``asyncio.run`` per step, and
+    the second step failed "attached to a different loop")."""
+    from tests.episode_envs import AsyncTwoTurns
+
+    slots = EnvSlots.of_class(AsyncTwoTurns, {}, 2, "process", "AsyncTwoTurns")
+    limits = EpisodeLimits(max_turns=3, step_timeout_s=10.0)
+    rows = [{"text": "1+1="}, {"text": "2+2="}]
+    engine = Scripted([["a", "b"], ["c", "d"]])
+    episodes = run_episodes(engine, slots, rows, TEXT, GREEDY, [2], limits)
+    assert [(e.done, e.failed, e.steps) for e in episodes] == [(True, False, 2)] * 2
+    assert all(e.metrics == {"parity": 1.0} for e in episodes)
+
+
+def test_an_over_long_answer_is_cut_by_characters_before_it_is_encoded() -> None:
+    encoded: list[int] = []
+
+    def observation_ids(messages: list[Message]) -> list[int]:
+        text = "".join(m["content"] for m in messages)
+        encoded.append(len(text))
+        return TEXT.observation_ids(messages)
+
+    text = EpisodeText(TEXT.prompt_ids, observation_ids, TEXT.decode, TEXT.parse, max_token_chars=1)
+
+    class Talks(Product):
+        def step(self, turn: ParsedTurn) -> StepResult:
+            return StepResult([{"role": "tool", "content": "9" * 100_000}])
+
+    limits = EpisodeLimits(max_turns=2, max_observation_tokens=10, step_timeout_s=2.0)
+    run_episodes(Scripted([["1"], ["2"]]), [Talks()], [ROW], text, GREEDY, [2], limits)
+    # 10 tokens of at most 1 character each: no text past 10 characters is ever encoded
+    assert encoded and max(encoded) <= 10

@@ -170,7 +170,7 @@ def format_banner(facts: RunFacts) -> list[str]:
 
 def format_env(env: EnvFacts) -> str:
     """``env: lookup_env.Lookup (parser hermes); max_turns 4, max_episode_tokens 4,096,
-    step_timeout_s 30, workers process``)."""
+    step_timeout_s 30, workers process`` (without ``workers`` when it is None)."""
     workers = "" if env.workers is None else f", workers {env.workers}"
     return (
         f"env: {env.target} (parser {env.parser}); max_turns {env.max_turns}, "
