@@ -8,15 +8,16 @@ checks that the rendered opening holds the ``lookup`` schema.
 
 The tasks are ``examples/tool_env/tasks.jsonl``'s rows with the call spelled out after each
 question (``code of kiwi?\\nRepeat after me:\\n<tool_call>\\n{"name": "lookup", ...}
-\\n</tool_call>``): from the system message alone the 135M model wrote no well-formed call in 192
-samples at temperature 1; spelled out, about 1 in 30 of its first sampled turns is one (its
-greedy answer is the call, then the code: held-out accuracy 1.0 before any training). Each
-well-formed call earns ``env.call_bonus=1.0`` once, the right code after it 1.0 more
-(``Lookup``). Each run's ``metrics.jsonl`` is read back: ``env/tool_calls`` (parsed calls per
-episode of the step's rollouts, sampled at temperature 1) per step; the bar is its rise from
-step 1 to the mean of the last 3 steps, in every seed.
+\\n</tool_call>``): with the tools in the system message alone the 135M model wrote no
+well-formed call in 96 first turns sampled at temperature 1 from the rows as they are, and none
+greedy; spelled out, 1 in 32 of its first sampled turns is one (while greedy decoding already
+solves the 5 held-out rows: eval/accuracy 1.0 before any training). Each well-formed call earns
+``env.call_bonus=1.0`` once, the right code after it 1.0 more (``Lookup``). Each run's
+``metrics.jsonl`` is read back: ``env/tool_calls`` (parsed calls per episode of the step's
+rollouts, sampled at temperature 1) per step; the bar is its rise from step 1 to the mean of the
+last 3 steps, in every seed.
 
-    .venv/bin/python bench/smollm2_tools.py            # 2 seeds x 10 steps, ~75 min on 2 cores
+    .venv/bin/python bench/smollm2_tools.py            # 2 seeds x 8 steps, ~60 min on 2 cores
     .venv/bin/python bench/smollm2_tools.py --seeds 0  # one seed
     .venv/bin/python bench/smollm2_tools.py --quick    # one tiny step: checks the script (CI)
 """
@@ -35,8 +36,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "tool_env"
 MODEL = REPO / "models" / "smollm2"
-STEPS = 10
-RISE_BAR = 0.3  # env/tool_calls, last 3 steps' mean minus step 1's (measured: docs/environments.md)
+STEPS = 8
+# env/tool_calls, the last 3 steps' mean minus step 1's: measured +1.01 and +1.41 (seeds 0, 1;
+# docs/environments.md), the bar half the smaller
+RISE_BAR = 0.5
 WORDS = ("kiwi", "plum", "fig", "lime", "pear", "date")  # lookup_env.CODES
 JOB = [
     "model=smollm2",

@@ -12,7 +12,7 @@ from tests.helpers import compose_config
 
 from astrai.config.errors import ConfigError
 
-ENV = ["env=custom", "env.parser=none", "env.max_turns=3", "env.step_timeout_s=1"]
+ENV = ["env=custom", "env.parser=none", "env.max_turns=3", "env.step_timeout_s=0.5"]
 
 
 def test_an_async_reset_passes_the_check() -> None:
@@ -36,4 +36,4 @@ def test_an_opening_the_run_cannot_use_is_refused_in_one_line(target: str, messa
     text = str(refused.value)
     assert message in text and "\n" not in text and text.startswith("env: "), text
     if target == "ResetHangs":
-        assert "timed out after 1 s" in text
+        assert "timed out after 0.5 s" in text

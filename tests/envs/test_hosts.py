@@ -386,3 +386,22 @@ def test_a_module_a_worker_cannot_import_is_a_raised_make(
     out = one(pool.hosts(1)[0], "make", Env, {}, timeout_s=START_S)
     assert out.kind == "raised"
     assert out.error == ("the call cannot be read in its worker: RuntimeError: not in the trainer")
+
+
+def test_a_worker_kept_across_runs_imports_from_a_path_added_after_it_started(
+    pool: HostPool, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slot's worker outlives a run (the thread's pool); the next run may put a user's folder
+    on ``sys.path`` (``examples/tool_env``): each call brings the caller's path along. Before,
+    the worker kept the path it started with and every reused slot failed to import the
+    class."""
+    host = made(pool.hosts(1)[0], Counter)
+    pid = host.pid
+    (tmp_path / "later_env.py").write_text(
+        "from tests.host_envs import Counter\nclass Later(Counter):\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from later_env import Later  # type: ignore[import-not-found]
+
+    made(host, Later)
+    assert host.pid == pid and one(host, "step", ParsedTurn("x")).value.reward == 1

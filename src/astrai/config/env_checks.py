@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from astrai.config.env_reward import check_env_reward
 from astrai.config.errors import ConfigError
 from astrai.envs.base import Message
 from astrai.envs.hosts import HostCall, HostPool, call_hosts
@@ -50,6 +51,7 @@ def validate_env(
     spec = configured_env(cfg.env)
     if spec is None:
         return
+    check_env_reward(cfg)  # a reward group the environment would leave unused: refused
     if cfg.infra.get("parallel") == "fsdp":
         raise ConfigError(
             f"env={spec.target} with infra.parallel=fsdp is not built: a sharded policy decodes "

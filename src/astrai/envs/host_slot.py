@@ -319,12 +319,24 @@ def _pickled(call: HostCall) -> bytes | str:
                 f"path: define it at the top level of an importable module, {WAY_OUT}"
             )
     try:
-        return bytes(ForkingPickler.dumps((call.method, call.args)))
+        inner = bytes(ForkingPickler.dumps((call.method, call.args)))
+        # the caller's import path and directory as of this call, set in the worker before it
+        # reads the call: a worker kept across runs (a slot of this thread's pool) imports a
+        # class from a folder put on ``sys.path`` after it started (``examples/tool_env``)
+        return bytes(ForkingPickler.dumps((list(sys.path), _cwd(), inner)))
     except Exception as err:  # noqa: BLE001 (what pickling refuses: a lock, a lambda...)
         return (
             f"{call.method}: {name + ' and ' if name else ''}its arguments must be pickled to "
             f"reach the environment's worker process ({error_line(err)}); {WAY_OUT}"
         )
+
+
+def _cwd() -> str:
+    """This process's working directory; "" (the worker keeps its own) when it is gone."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
 
 
 def _exit_text(code: int | None) -> str:

@@ -175,7 +175,9 @@ def serve(conn: Connection, path: list[str], cwd: str) -> None:
         except (EOFError, OSError, KeyboardInterrupt):
             _exit()
         try:
-            method, args = ForkingPickler.loads(data)
+            path, cwd, call = ForkingPickler.loads(data)  # plain data: always readable
+            _follow(path, cwd)
+            method, args = ForkingPickler.loads(call)
         except BaseException as err:  # noqa: BLE001 (a class its module cannot give back)
             reply: Reply = (
                 "raised",
@@ -186,6 +188,16 @@ def serve(conn: Connection, path: list[str], cwd: str) -> None:
         else:
             reply = state.run(method, args)
         _send(conn, method, reply)
+
+
+def _follow(path: list[str], cwd: str) -> None:
+    """The caller's ``sys.path`` and working directory, as of its call."""
+    if sys.path != path:
+        sys.path[:] = path
+    if cwd:
+        with contextlib.suppress(OSError):
+            if os.getcwd() != cwd:
+                os.chdir(cwd)
 
 
 def _send(conn: Connection, method: str, reply: Reply) -> None:

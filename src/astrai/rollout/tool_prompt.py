@@ -141,7 +141,7 @@ def opening_renderer(
                 return shown
         if parser in TOOL_SYSTEM:
             rendered = render(with_tool_system(messages, tools, parser), True, None)
-            if all(name in rendered for name in names):
+            if tools_shown(rendered, render(messages, True, None), names):
                 return rendered
         raise ValueError(
             f"{template} leaves out the environment's tools ({listed}) from this opening, "
