@@ -41,6 +41,7 @@ def test_a_reward_group_other_than_the_default_is_refused_under_an_environment(
     )
 
 
+@pytest.mark.slow  # the fast suite's budget (issue 58 moved it)
 def test_the_default_group_and_runs_without_an_environment_pass() -> None:
     assert default_reward_group() == "partial"  # conf/train.yaml's defaults list
     for overrides in (

@@ -68,6 +68,7 @@ def test_help_has_a_real_model_section_with_defaults_and_meanings_from_the_yaml(
     assert section[5].endswith("fp32 | bf16: bf16 autocast for forward passes and sampling")
 
 
+@pytest.mark.slow  # the fast suite's budget (issue 58 moved it)
 def test_help_into_a_closed_pipe_exits_141_without_a_traceback() -> None:
     """``python train.py --help | head -1``: the reader gone before the page is written."""
     child = subprocess.Popen(

@@ -68,6 +68,7 @@ def assert_one_line_exit_2(result, tmp_path: Path, *needles: str) -> None:  # no
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # the fast suite's budget (issue 58 moved it)
 def test_a_missing_file_is_one_line_exit_2_and_no_run_dir(tmp_path: Path) -> None:
     result = dataset_run(tmp_path, *QUICK, f"task.train_path={tmp_path / 'nope.jsonl'}")
     assert_one_line_exit_2(result, tmp_path, "task.train_path", "nope.jsonl", "does not exist")

@@ -73,6 +73,7 @@ def test_ppo_sweep_preset_composes_the_grid_for_online_ppo() -> None:
     compose_config(["experiment=ppo_sweep"])  # and it validates
 
 
+@pytest.mark.slow  # the fast suite's budget (moved by issue 58): the fixture is a real multirun
 def test_each_job_has_its_own_numbered_dir_config_logs_and_checkpoints(sweep: Path) -> None:
     assert (sweep / "multirun.yaml").is_file()
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
@@ -93,6 +94,7 @@ def test_each_job_has_its_own_numbered_dir_config_logs_and_checkpoints(sweep: Pa
     assert len(checkpoints) == 4
 
 
+@pytest.mark.slow  # the fast suite's budget (moved by issue 58): the fixture is a real multirun
 def test_each_jobs_event_files_hold_its_hparams_and_final_metrics(sweep: Path) -> None:
     for num, (gamma, lam) in enumerate(GRID):
         job = sweep / str(num)
@@ -127,6 +129,7 @@ def test_each_jobs_event_files_hold_its_hparams_and_final_metrics(sweep: Path) -
             assert last.value == pytest.approx(summary[tag], rel=1e-6, abs=1e-6)
 
 
+@pytest.mark.slow  # the fast suite's budget (moved by issue 58): the fixture is a real multirun
 def test_report_table_csv_markdown_and_png(sweep: Path) -> None:
     result = _report(str(sweep), "--sort", "value/explained_variance")
     assert result.returncode == 0, result.stderr

@@ -132,6 +132,7 @@ def test_an_async_environment_keeps_its_loop_across_calls(mode: str) -> None:
         assert loop.is_closed()  # by the close, in a thread of its own
 
 
+@pytest.mark.slow  # the fast suite's budget (issue 58 moved it)
 def test_hanging_and_raising_user_code_is_an_outcome(pool: HostPool) -> None:
     host = pool.hosts(1)[0]
     assert one(host, "make", Misbehaves, {}, timeout_s=START_S).kind is None
@@ -172,6 +173,7 @@ def test_a_slot_keeps_its_state_and_is_reused_across_rollouts(mode: str) -> None
         pool.close()
 
 
+@pytest.mark.slow  # the fast suite's budget (issue 58 moved it)
 def test_a_killed_worker_gives_way_to_a_new_one_at_make(pool: HostPool) -> None:
     host = made(pool.hosts(1)[0])
     old_pid = host.pid
@@ -187,6 +189,7 @@ def test_a_killed_worker_gives_way_to_a_new_one_at_make(pool: HostPool) -> None:
     assert one(host, "step", ParsedTurn("pid")).value.metrics["pid"] == host.pid
 
 
+@pytest.mark.slow  # the fast suite's budget (issue 58 moved it)
 @pytest.mark.parametrize("mode", ["process", "thread"])
 def test_a_stop_abandons_the_wait_and_kills_the_worker(mode: str) -> None:
     pool = HostPool(mode)
@@ -221,6 +224,7 @@ class Stop(BaseException):
     """What a stop signal's handler raises in the main thread (``StopInterrupt``'s stand-in)."""
 
 
+@pytest.mark.slow  # the fast suite's budget (issue 58 moved it)
 def test_a_signal_handler_raising_while_waiting_kills_the_worker(pool: HostPool) -> None:
     host = made(pool.hosts(1)[0])
     pid = host.pid
@@ -283,6 +287,7 @@ def test_what_cannot_cross_to_a_worker_is_named(pool: HostPool) -> None:
     assert one(thread_host, "reset", ROW).value == []
 
 
+@pytest.mark.slow  # the fast suite's budget (issue 58 moved it)
 def test_a_parser_runs_in_the_host_within_its_limit(pool: HostPool) -> None:
     host = made(pool.hosts(1)[0])
     parsed = one(host, "parse", parse_upper, "hi")
@@ -299,6 +304,7 @@ def test_a_call_on_a_slot_with_no_environment_is_refused(pool: HostPool) -> None
     assert out.kind == "unsent" and host.pid is None  # no worker started for it
 
 
+@pytest.mark.slow  # the fast suite's budget (issue 58 moved it)
 def test_a_timed_out_async_step_is_cancelled_in_thread_mode() -> None:
     pool = HostPool("thread")
     AsyncHangs.cancelled.clear()
@@ -311,6 +317,7 @@ def test_a_timed_out_async_step_is_cancelled_in_thread_mode() -> None:
     assert pool.live_abandoned() == 0  # the cancelled task ended its thread
 
 
+@pytest.mark.slow  # the fast suite's budget (issue 58 moved it)
 def test_at_most_max_concurrency_calls_run_at_once(pool: HostPool) -> None:
     hosts = pool.hosts(4)
     assert [
@@ -348,6 +355,7 @@ def test_a_step_result_comes_back_whole(pool: HostPool) -> None:
     assert out.kind is None and out.seconds >= 0
 
 
+@pytest.mark.slow  # the fast suite's budget (issue 58 moved it)
 def test_a_process_exits_with_its_workers_left_open() -> None:
     """A pool never closed: the interpreter's exit kills its workers rather than waiting on
     them (multiprocessing's exit handler joins every child it started)."""

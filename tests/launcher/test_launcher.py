@@ -73,6 +73,7 @@ def _train(
     return run_train(args, cwd, timeout=300, extra_env=env)
 
 
+@pytest.mark.slow  # the fast suite's budget (issue 58 moved it)
 def test_plugin_is_discovered_from_any_working_directory(tmp_path: Path) -> None:
     result = _train(["--info", "plugins"], tmp_path, _env(tmp_path))
     assert result.returncode == 0, result.stderr

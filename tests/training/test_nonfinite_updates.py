@@ -120,6 +120,7 @@ def test_a_step_taken_ends_the_run_of_skips_and_the_limit_stops() -> None:
     torch.testing.assert_close(model.weight, torch.tensor([[0.94, 0.88]]))
 
 
+@pytest.mark.slow  # the fast suite's budget (issue 58 moved it)
 def test_skipped_steps_in_a_row_stop_the_run_with_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -146,6 +147,7 @@ def test_skipped_steps_in_a_row_stop_the_run_with_one_line(
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_1"]
 
 
+@pytest.mark.slow  # the fast suite's budget (issue 58 moved it)
 def test_a_learning_rate_that_overflows_stops_the_run_before_it_samples_nan(
     tmp_path: Path,
 ) -> None:

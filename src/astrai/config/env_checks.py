@@ -63,8 +63,20 @@ def validate_env(
             f"env={spec.target}: engine={engine.name} cannot continue an episode from its "
             "tokens (engine=torch or engine=vllm can)"
         )
+    pool = HostPool(spec.workers)  # two slots serve every check: two worker starts at most
     try:
-        tools = environment_tools(spec)  # builds one in a slot: the constructor, within limits
+        _check_openings(cfg, tokenizer, task, spec, pool)
+    finally:
+        pool.close()
+
+
+def _check_openings(
+    cfg: DictConfig, tokenizer: Tokenizer, task: ProblemSource, spec: EnvSpec, pool: HostPool
+) -> None:
+    """The tools, the template with them, and each checked row opened twice (module
+    docstring), in ``pool``'s slots."""
+    try:
+        tools = environment_tools(spec, pool)  # builds one in a slot: the constructor, in limits
     except ValueError as err:
         raise ConfigError(f"env: {_line(err)}") from None
     try:
@@ -73,7 +85,7 @@ def validate_env(
         raise ConfigError(f"env: {_line(err)}") from None
     for problem in (*task.train_problems(cfg.seed, 0, 1), *task.eval_problems(1)):
         where = f"env: {spec.target}.reset of task={task.name}'s row {problem.text!r}"
-        first, second = _two_openings(spec, task_row(problem), where)
+        first, second = _two_openings(spec, task_row(problem), where, pool)
         if first != second:
             raise ConfigError(
                 f"{where} returned different messages on two calls ({_difference(first, second)}): "
@@ -82,20 +94,18 @@ def validate_env(
             )
 
 
-def _two_openings(spec: EnvSpec, row: dict[str, Any], where: str) -> list[list[Message]]:
+def _two_openings(
+    spec: EnvSpec, row: dict[str, Any], where: str, pool: HostPool
+) -> list[list[Message]]:
     """The opening messages of two fresh environments for ``row``, each built and reset in a
-    slot of its own within the limits (an ``async def reset`` awaited, a hang timed out);
+    slot of ``pool`` within the limits (an ``async def reset`` awaited, a hang timed out);
     ``ConfigError`` starting with ``where`` for a failure or a value that is not messages."""
-    pool = HostPool(spec.workers)
     timeout = spec.limits.step_timeout_s
-    try:
-        hosts = pool.hosts(2)
-        made = call_hosts([HostCall(h, "make", (spec.cls, spec.kwargs), timeout) for h in hosts], 2)
-        _raise_failed(made, where.replace(".reset of", "() for"))
-        opened = call_hosts([HostCall(h, "reset", (row,), timeout) for h in hosts], 2)
-        _raise_failed(opened, where)
-    finally:
-        pool.close()
+    hosts = pool.hosts(2)
+    made = call_hosts([HostCall(h, "make", (spec.cls, spec.kwargs), timeout) for h in hosts], 2)
+    _raise_failed(made, where.replace(".reset of", "() for"))
+    opened = call_hosts([HostCall(h, "reset", (row,), timeout) for h in hosts], 2)
+    _raise_failed(opened, where)
     try:
         return [checked_messages(outcome.value, "reset()") for outcome in opened]
     except BadValue as err:

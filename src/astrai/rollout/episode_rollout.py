@@ -82,15 +82,17 @@ def play_episodes(
     )
 
 
-def environment_tools(spec: EnvSpec) -> list[dict[str, Any]]:
+def environment_tools(spec: EnvSpec, pool: HostPool | None = None) -> list[dict[str, Any]]:
     """The tools ``spec``'s environment offers (``Environment.tools``), asked of a fresh one
-    in a slot of its own, within the limits, once per process (they are its class's); a
-    failure is a ``ValueError`` naming the environment (the start-up check calls this first)."""
+    in a slot of its own (of ``pool``, else of a pool made for it), within the limits, once per
+    process (they are its class's); a failure is a ``ValueError`` naming the environment (the
+    start-up check calls this first)."""
     key = (spec.target, repr(sorted(spec.kwargs.items())), spec.workers)
     with _tools_lock:
         if key in _tools:
             return _tools[key]
-    pool = HostPool(spec.workers)
+    own = pool is None
+    pool = HostPool(spec.workers) if pool is None else pool
     try:
         (host,) = pool.hosts(1)
         timeout = spec.limits.step_timeout_s
@@ -98,7 +100,8 @@ def environment_tools(spec: EnvSpec) -> list[dict[str, Any]]:
         if outcome.error is None:
             (outcome,) = call_hosts([HostCall(host, "tools", (), timeout)], 1)
     finally:
-        pool.close()
+        if own:
+            pool.close()
     if outcome.error is not None:
         raise ValueError(f"{spec.target}.tools(): {outcome.error}")
     tools = outcome.value
