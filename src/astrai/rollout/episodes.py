@@ -104,13 +104,20 @@ def _holds_stop(ids: list[int], decode: Callable[[list[int]], str], stops: Seque
 
 
 def cut_at_stop_string(
-    ids: list[int], decode: Callable[[list[int]], str], stops: Sequence[str]
+    ids: list[int],
+    decode: Callable[[list[int]], str],
+    stops: Sequence[str],
+    decoded: str | None = None,
 ) -> int:
     """How many of ``ids`` a turn keeps: up to the first token whose text completes a stop
     string, all of them when none does. One decode when the turn holds no stop string, else a
     binary search over the prefixes (a prefix's text holding a stop string means every longer
-    prefix's does): ``1 + ceil(log2 n)`` decodes, not one per prefix."""
-    if not stops or not _holds_stop(ids, decode, stops):
+    prefix's does): ``1 + ceil(log2 n)`` decodes, not one per prefix. ``decoded``: the text of
+    all of ``ids``, where the caller has it already (the first decode then is spared)."""
+    if not stops:
+        return len(ids)
+    whole = decode(ids) if decoded is None else decoded
+    if not any(stop in whole for stop in stops):
         return len(ids)
     low, high = 1, len(ids)  # the shortest prefix holding a stop string lies in [low, high]
     while low < high:
@@ -246,11 +253,12 @@ def _sample_turn(
         kept = out.response_mask[at]
         sampled = out.response_ids[at][kept].tolist()
         logprobs = out.logprobs[at][kept].tolist()
-        keep = cut_at_stop_string(sampled, text.decode, text.stop_strings)
+        whole = text.decode(sampled)  # one decode serves the stop search and the parser
+        keep = cut_at_stop_string(sampled, text.decode, text.stop_strings, whole)
         keep = min(keep, batch.limits.max_episode_tokens - len(tokens.ids))
         tokens.add_sampled(sampled[:keep], logprobs[:keep], version, turn)
         batch.closed[i] = bool(text.end_ids) and sampled[:keep][-1:] == list(text.end_ids[-1:])
-        texts[i] = text.decode(sampled[:keep])
+        texts[i] = whole if keep == len(sampled) else text.decode(sampled[:keep])
     return _parsed(batch, texts)
 
 
