@@ -1,13 +1,16 @@
 """A recording stand-in for the ``vllm`` package: every call ``rollout.vllm_engine`` makes is
 appended to ``CALLS`` as ``(name, args, kwargs)``, with answers shaped as vLLM's, so the engine's
 per-step call sequence on CUDA (sleep mode, sync, prefix-cache reset, generate) is checked
-without a GPU or vLLM. ``tests/engine/test_vllm_calls.py`` binds each recorded call to the
-signature of the installed vLLM build, so the stand-in cannot drift from the real API.
+without a GPU or vLLM; ``torch.cuda.empty_cache`` is recorded too (``empty_cache``), and the
+worker methods ``LLM.collective_rpc`` runs (``reload_weights``) under their own names.
+``tests/engine/test_vllm_calls.py`` binds each recorded call to the signature of the installed
+vLLM build, so the stand-in cannot drift from the real API.
 
 ``install(monkeypatch)`` puts the stand-in's modules into ``sys.modules``."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import sys
 import types
 from dataclasses import dataclass, field
@@ -33,10 +36,14 @@ REAL = {
     "LLM.sleep": ("vllm", "LLM.sleep"),
     "LLM.wake_up": ("vllm", "LLM.wake_up"),
     "LLM.reset_prefix_cache": ("vllm", "LLM.reset_prefix_cache"),
+    "LLM.collective_rpc": ("vllm", "LLM.collective_rpc"),
     "SamplingParams": ("vllm", "SamplingParams"),
     "TokensPrompt": ("vllm.inputs", "TokensPrompt"),
+    # the worker's reload_weights(*args, **kwargs) hands its arguments to the model runner's
+    # inside vLLM's config context: the model runner's signature is the one they must fit
     "reload_weights": ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.reload_weights"),
     "shutdown": ("vllm.v1.engine.core_client", "InprocClient.shutdown"),
+    "empty_cache": ("torch.cuda", "empty_cache"),
 }
 
 
@@ -68,13 +75,20 @@ class SamplingParams:
         self.max_tokens = kwargs.get("max_tokens", 16)
 
 
-class _ModelRunner:
+class _Worker:
+    """The worker ``LLM.collective_rpc`` calls methods of (vLLM's ``Worker``)."""
+
+    def __init__(self) -> None:
+        self.model_runner = _ModelRunner()
+
     def reload_weights(self, **kwargs: Any) -> None:
         names = [name for name, _ in kwargs["weights_iterator"]]
         _record("reload_weights", weights_iterator=names, **{
             k: v for k, v in kwargs.items() if k != "weights_iterator"
         })  # fmt: skip
 
+
+class _ModelRunner:
     def get_model(self) -> Any:
         method = types.SimpleNamespace(
             process_weights_after_loading=lambda head: _record("repack_tied_lm_head")
@@ -90,9 +104,8 @@ class _EngineCore:
 class LLM:
     def __init__(self, **kwargs: Any) -> None:
         _record("LLM", **kwargs)
-        runner = _ModelRunner()
-        worker = types.SimpleNamespace(worker=types.SimpleNamespace(model_runner=runner))
-        executor = types.SimpleNamespace(driver_worker=worker)
+        self._worker = _Worker()
+        executor = types.SimpleNamespace(driver_worker=types.SimpleNamespace(worker=self._worker))
         self.llm_engine = types.SimpleNamespace(model_executor=executor, engine_core=_EngineCore())
 
     def generate(self, prompts: Any, sampling_params: Any, **kwargs: Any) -> list[RequestOutput]:
@@ -116,6 +129,16 @@ class LLM:
         _record("LLM.reset_prefix_cache")
         return True
 
+    def collective_rpc(
+        self,
+        method: str,
+        timeout: float | None = None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> list[Any]:
+        _record("LLM.collective_rpc", method, timeout=timeout, args=args, kwargs=kwargs)
+        return [getattr(self._worker, method)(*args, **(kwargs or {}))]
+
 
 def TokensPrompt(**kwargs: Any) -> dict[str, Any]:  # noqa: N802 (vLLM's name: a TypedDict)
     _record("TokensPrompt", **kwargs)
@@ -123,9 +146,12 @@ def TokensPrompt(**kwargs: Any) -> dict[str, Any]:  # noqa: N802 (vLLM's name: a
 
 
 def install(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The stand-in as ``vllm``, ``vllm.inputs`` and ``vllm.platforms`` (a CUDA platform)."""
+    """The stand-in as ``vllm``, ``vllm.inputs`` and ``vllm.platforms`` (a CUDA platform), and
+    ``torch.cuda.empty_cache`` recorded."""
     CALLS.clear()
     root = types.ModuleType("vllm")
+    # importlib.util.find_spec("vllm") (SeededVLLM.check) reads a module's spec
+    root.__spec__ = importlib.machinery.ModuleSpec("vllm", None)
     root.LLM = LLM  # type: ignore[attr-defined]
     root.SamplingParams = SamplingParams  # type: ignore[attr-defined]
     inputs = types.ModuleType("vllm.inputs")
@@ -134,6 +160,17 @@ def install(monkeypatch: pytest.MonkeyPatch) -> None:
     platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: False)  # type: ignore[attr-defined]
     for name, module in (("vllm", root), ("vllm.inputs", inputs), ("vllm.platforms", platforms)):
         monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: _record("empty_cache"))
+
+
+def on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``engine=vllm``'s knobs resolved as on CUDA, whatever the policy's device (the CPU's
+    policy stands for a GPU's): CUDA's defaults, sleep mode on."""
+    monkeypatch.setattr(
+        vllm_engine,
+        "resolve",
+        lambda config, _cuda, precision: resolve(config, True, precision),
+    )
 
 
 def names() -> list[str]:
@@ -155,11 +192,7 @@ def engine_on(monkeypatch: pytest.MonkeyPatch, cuda: bool, **knobs: Any) -> Seed
     device decides, so the CPU's policy stands for a GPU's) or on the CPU."""
     install(monkeypatch)
     if cuda:
-        monkeypatch.setattr(
-            vllm_engine,
-            "resolve",
-            lambda config, _cuda, precision: resolve(config, True, precision),
-        )
+        on_cuda(monkeypatch)
     torch.manual_seed(0)
     return SeededVLLM(VLLMEngineConfig(**knobs), small_policy(), CharTokenizer(), "bf16")
 

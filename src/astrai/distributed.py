@@ -1,8 +1,15 @@
 """Process-group helpers: one code path for one process and for many (torchrun, elastic).
 
 A run is distributed when ``WORLD_SIZE`` > 1 in the environment (set by torchrun or PyTorch's
-elastic launcher) or a process group was initialised. The reductions below are identity
-functions in a single process, so the algorithms call them unconditionally.
+elastic launcher): ``init_distributed`` then joins a process group of that many ranks. The
+reductions below are identity functions in a single process, so the algorithms call them
+unconditionally.
+
+Whether a run is distributed is decided here alone (``world_size``, ``rank``), never by
+``torch.distributed.is_initialized()`` elsewhere (``make lint`` refuses it outside this module):
+a process group may exist in one process too. vLLM on CUDA initialises one of its own, NCCL
+only and of one rank, inside the trainer; a collective on it would fail every CPU tensor ("No
+backend type associated with device type cpu") and has nothing to sum anyway.
 """
 
 from __future__ import annotations
@@ -100,14 +107,28 @@ def init_distributed(device: torch.device) -> DistContext:
     """Join the process group described by the environment (``process_group_backend``); a
     single process joins nothing."""
     ctx = env_context()
-    if ctx.world_size > 1 and not dist.is_initialized():
+    if ctx.world_size > 1 and not process_group_exists():
         backend = process_group_backend(device.type)
         dist.init_process_group(backend=backend, timeout=timedelta(minutes=30))
     return ctx
 
 
+def process_group_exists() -> bool:
+    """Whether this process holds a default process group: the job's (``init_distributed``), or
+    one made for this process alone (vLLM's on CUDA, a library's). Not whether the run is
+    distributed: that is ``world_size() > 1``."""
+    return dist.is_available() and dist.is_initialized()
+
+
 def world_size() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    """The ranks this run's collectives run over: the process group's size, 1 without one (a
+    one-rank group, such as vLLM's own, is one process: no collective runs)."""
+    return dist.get_world_size() if process_group_exists() else 1
+
+
+def rank() -> int:
+    """This process's rank among ``world_size()`` (0 in a single process)."""
+    return dist.get_rank() if world_size() > 1 else 0
 
 
 def all_reduce_sum(tensor: Tensor) -> Tensor:

@@ -6,7 +6,7 @@ Why processes: the first request of a process that asks for logprobs makes vLLM 
 helper with ``torch.compile`` (~8 s here), and while it compiles ``torch.compiler.is_compiling()``
 is True on every thread, which changes the bits of torch's AdamW step on the training thread. A
 resumed process's first sample runs beside its first update, a straight run's does not; the
-engine now does that first request at start (``vllm_engine._warm_up``). In one process
+engine now does that first request at start (``vllm_start.warm_up``). In one process
 (``test_vllm_training``'s resume rows) the compile has long happened, so only fresh processes
 show it: before the warm-up these two resumes differed from the straight run and from each
 other from step 2 on (|Δ| up to 1.2e-7)."""

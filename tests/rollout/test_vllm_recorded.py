@@ -39,9 +39,12 @@ def test_on_cuda_the_engine_sleeps_through_the_update_and_wakes_in_trl_s_order(
     step = [
         "LLM.generate",  # the rollout
         "LLM.sleep",  # before the update: weights and KV cache released
+        "empty_cache",  # the trainer's cached free blocks back to the device (TRL)
         "LLM.wake_up",  # weights
+        "LLM.collective_rpc",  # the worker's reload_weights: vLLM's config context
         "reload_weights",
         "LLM.reset_prefix_cache",  # its KV entries were the old weights'
+        "empty_cache",
         "LLM.wake_up",  # KV cache
     ]
     assert recording_vllm.names() == step * 2
@@ -49,6 +52,8 @@ def test_on_cuda_the_engine_sleeps_through_the_update_and_wakes_in_trl_s_order(
     assert kwargs["LLM.sleep"] == {"level": 2}
     wakes = [kw["tags"] for name, _, kw in recording_vllm.CALLS if name == "LLM.wake_up"]
     assert wakes == [["weights"], ["kv_cache"]] * 2
+    rpcs = [args for name, args, _ in recording_vllm.CALLS if name == "LLM.collective_rpc"]
+    assert rpcs == [("reload_weights",)] * 2
     assert kwargs["reload_weights"]["is_checkpoint_format"] is True
     assert kwargs["reload_weights"]["weights_iterator"] == [n for n, _ in engine_weights(policy)]
     seeds = [kw["seed"] for name, _, kw in recording_vllm.CALLS if name == "SamplingParams"]
@@ -64,6 +69,7 @@ def test_a_sample_on_released_weights_is_refused(monkeypatch: pytest.MonkeyPatch
     ids, mask = left_pad(tokenizer, ["1+2="])
     with pytest.raises(RuntimeError, match="sync_weights must come first"):
         engine.sample(ids, mask, 2, SAMPLING, tokenizer.stop_ids)
+    engine.close()
 
 
 def test_on_the_cpu_no_sleep_and_a_seed_on_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,7 +81,8 @@ def test_on_the_cpu_no_sleep_and_a_seed_on_every_request(monkeypatch: pytest.Mon
     _step(engine, _policy())
     # the tied lm_head's packed copy rebuilt after the reload (the CPU build's)
     assert recording_vllm.names() == [
-        "LLM.generate", "reload_weights", "repack_tied_lm_head", "LLM.reset_prefix_cache"
+        "LLM.generate", "LLM.collective_rpc", "reload_weights", "repack_tied_lm_head",
+        "LLM.reset_prefix_cache",
     ]  # fmt: skip
     seeds = [kw["seed"] for name, _, kw in recording_vllm.CALLS if name == "SamplingParams"]
     assert len(seeds) == 2 and all(isinstance(seed, int) for seed in seeds)
@@ -89,3 +96,4 @@ def test_exact_on_cuda_seeds_every_request(monkeypatch: pytest.MonkeyPatch) -> N
     engine.sample(ids, mask, 2, SAMPLING, tokenizer.stop_ids, torch.Generator().manual_seed(1))
     seeds = [kw["seed"] for name, _, kw in recording_vllm.CALLS if name == "SamplingParams"]
     assert len(seeds) == 1 and isinstance(seeds[0], int)
+    engine.close()  # its share of the device (pass_memory) goes with it

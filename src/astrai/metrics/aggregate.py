@@ -18,6 +18,8 @@ from collections.abc import Mapping
 import torch
 import torch.distributed as dist
 
+from astrai.distributed import world_size
+
 
 class MetricMeans:
     """Accumulates ``name -> scalar`` dicts, weighted, and reports the means.
@@ -72,7 +74,7 @@ class MetricMeans:
         for name, nans in zip(names, sums[:, 2].tolist(), strict=True):
             if nans:
                 warnings.warn(f"{name}: a NaN value was left out of its mean", stacklevel=2)
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        if world_size() > 1:
             dist.all_reduce(sums)  # a CPU tensor: gloo (the CUDA group has a gloo side too)
         return {
             name: float(total / weight)

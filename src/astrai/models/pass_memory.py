@@ -6,7 +6,11 @@ Its memory grows with the tokens it holds, so its size is bounded in tokens (row
 length), as verl bounds its log-prob passes (``log_prob_max_token_len_per_gpu``). ``auto``
 derives the budget from the device's memory and the bytes one token of the pass costs at the
 model's shapes (``kv_bytes_per_token``, ``scoring_bytes_per_token``): a quarter of the device
-(``DEVICE_SHARE``), the rest left to the weights, optimizer state and the update.
+(``DEVICE_SHARE``), the rest left to the weights, optimizer state and the update. An engine
+awake beside the trainer on the device (vLLM colocated on a GPU holds its
+``gpu_memory_utilization`` of it for weights and KV cache) is counted first: while it holds its
+share (``hold_engine_share``, until ``drop_engine_share``: vLLM's sleep or close), ``auto``
+budgets take ``DEVICE_SHARE`` of what is left.
 ``bench/scale_memory.py`` measures the phases these budgets bound at published model shapes.
 """
 
@@ -23,6 +27,9 @@ AUTO = "auto"
 # the share of the device's memory one pass may use for what it allocates (caches, logits,
 # activations) under ``auto``; the run's weights, optimizer state and gradients come on top
 DEVICE_SHARE = 0.25
+# engines awake on a device -> (the device, the share of its memory they hold); keyed by the
+# engine's id so that two engines add up and a second hold by the same one replaces its first
+_engine_shares: dict[int, tuple[tuple[str, int | None], float]] = {}
 
 
 def device_memory(device: torch.device) -> int:
@@ -30,6 +37,31 @@ def device_memory(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).total_memory)
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _device_key(device: torch.device) -> tuple[str, int | None]:
+    """``device`` as one key for all its spellings (``cuda`` is the current CUDA device)."""
+    index = device.index
+    if device.type == "cuda" and index is None:
+        index = torch.cuda.current_device()
+    return device.type, index
+
+
+def hold_engine_share(owner: object, device: torch.device, share: float) -> None:
+    """``owner``, an engine awake on ``device``, holds ``share`` (in [0, 1]) of its memory
+    until ``drop_engine_share(owner)``: ``auto`` budgets on that device leave it out."""
+    _engine_shares[id(owner)] = (_device_key(device), share)
+
+
+def drop_engine_share(owner: object) -> None:
+    """``owner`` holds no memory of its device any more (asleep, or closed); idempotent."""
+    _engine_shares.pop(id(owner), None)
+
+
+def engine_share(device: torch.device) -> float:
+    """The share of ``device``'s memory the engines awake on it hold together (at most 1)."""
+    key = _device_key(device)
+    return min(1.0, sum(share for held, share in _engine_shares.values() if held == key))
 
 
 def kv_bytes_per_token(config: LlamaConfig, dtype: torch.dtype) -> int:
@@ -72,13 +104,15 @@ def token_budget(
 ) -> int | None:
     """The tokens one pass may hold: ``setting`` itself (a positive int), None (no bound: one
     pass over everything), or for ``auto`` the share ``DEVICE_SHARE`` of ``memory`` (default:
-    ``device_memory(device)``) over ``bytes_per_token``."""
+    ``device_memory(device)``), less the share engines awake on ``device`` hold
+    (``engine_share``), over ``bytes_per_token``."""
     if setting is None or isinstance(setting, int):
         return setting
     if setting != AUTO:
         raise ValueError(f"a token budget is a positive integer, null or auto (got {setting!r})")
     total = device_memory(device) if memory is None else memory
-    return max(1, int(DEVICE_SHARE * total) // max(bytes_per_token, 1))
+    free = total - round(total * engine_share(device))  # round: 0.3 of 80 GiB is 24 GiB
+    return max(1, int(DEVICE_SHARE * free) // max(bytes_per_token, 1))
 
 
 def rows_per_pass(budget: int | None, row_tokens: int, rows: int, multiple: int = 1) -> int:

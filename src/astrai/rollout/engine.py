@@ -108,6 +108,12 @@ class Engine(ABC):
     # each a ``knob``; the config schema is derived from it (``config.schema.engine_schema``)
     Config: ClassVar[type[Any]] = NoKnobs
 
+    @property
+    def max_model_len(self) -> int | None:
+        """The longest prompt + response one request may hold where the engine bounds it below
+        the model's positions (vLLM's ``engine.max_model_len``); None: the model's positions."""
+        return None
+
     def __init__(
         self, config: Any, policy: nn.Module, tokenizer: Tokenizer, precision: str = "fp32"
     ) -> None:

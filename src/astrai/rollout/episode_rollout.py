@@ -58,6 +58,13 @@ def fitted_limits(limits: EpisodeLimits, max_positions: int, max_new_tokens: int
     return EpisodeLimits(**{**vars(limits), "max_episode_tokens": room})
 
 
+def engine_positions(engine: Engine, max_positions: int) -> int:
+    """The positions one episode may fill: the model's ``max_positions``, or fewer where the
+    engine holds fewer per request (vLLM's ``engine.max_model_len``: it refuses a longer one)."""
+    limit = engine.max_model_len
+    return max_positions if limit is None else min(max_positions, limit)
+
+
 def play_episodes(
     engine: Engine,
     tokenizer: Tokenizer,
@@ -76,7 +83,9 @@ def play_episodes(
     slots = EnvSlots.of_class(spec.cls, spec.kwargs, n, spec.workers, spec.target)
     rows = [task_row(p) for p in problems for _ in range(copies)]
     text = episode_text(tokenizer, spec, environment_tools(spec))
-    limits = fitted_limits(spec.limits, max_positions, sampling.max_new_tokens)
+    limits = fitted_limits(
+        spec.limits, engine_positions(engine, max_positions), sampling.max_new_tokens
+    )
     return run_episodes(
         engine, slots, rows, text, sampling, tokenizer.stop_ids, limits, generator, version, device
     )

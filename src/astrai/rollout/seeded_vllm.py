@@ -46,9 +46,10 @@ class SeededVLLM(Engine):
     state: a resumed run, whose stream is restored from its checkpoint, asks for what the
     straight run asked for (whether the engine then draws the same tokens is the engine's
     determinism on the device). Without it (CUDA's default) requests carry no seed: vLLM's
-    batched sampler, its own stream. Greedy requests (evaluation) draw nothing. With
-    ``sleep_mode`` (CUDA's default) the engine releases its memory through each update
-    (``before_update``) and takes it back when the weights are synced."""
+    batched sampler, its own stream (``engine.seed`` + the rank, one per rank). Greedy
+    requests (evaluation) draw nothing. With ``sleep_mode`` (CUDA's default) the engine
+    releases its memory once a step is sampled, when nothing else samples until the update
+    (``before_update``), and takes it back when the weights are synced."""
 
     name = "vllm"
     samples_live_policy = False  # its own copy, in its own dtype (engine.dtype)
@@ -131,11 +132,20 @@ class SeededVLLM(Engine):
             prompt_ids, prompt_mask, group_size, sampling, stop_ids, self.pad_id, seeds
         )
 
+    @property
+    def max_model_len(self) -> int:
+        """The longest prompt + response one request may hold: ``engine.max_model_len``, or
+        the model's positions (an episode fits within it, ``rollout.episode_rollout``)."""
+        return self.engine.max_model_len
+
     def sync_weights(self, weights: NamedTensors) -> float:
         return float(self.engine.sync_weights(weights))
 
     def before_update(self) -> None:
-        self.engine.release()  # sleep mode: its memory to the update; sync_weights takes it back
+        # sleep mode: its memory to the scoring passes and the update; sync_weights takes it
+        # back. Called once the step is sampled (training.rollout_source) and again by the
+        # trainer before its update (then a no-op)
+        self.engine.release()
 
     def close(self) -> None:
         self._finalizer()

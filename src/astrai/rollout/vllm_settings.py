@@ -54,7 +54,8 @@ class VLLMEngineConfig:
             level 2); None: on CUDA, off on the CPU (where vLLM has none).
         exact: a seed on every request (exact resume of the sampled tokens; vLLM's sampler is
             then per request); None: on the CPU, off on CUDA.
-        seed: the engine's global seed (draws of requests that carry no seed of their own).
+        seed: the engine's global seed (draws of requests that carry no seed of their own);
+            rank r's engine takes ``seed + r``.
     """
 
     dtype: str = knob("auto", choices=("auto", *VLLM_DTYPES))
@@ -106,11 +107,11 @@ def resolve(config: VLLMEngineConfig, cuda: bool, precision: str = "fp32") -> VL
 
 
 def llm_kwargs(
-    settings: VLLMSettings, model: str, max_positions: int, ranks: int = 1
+    settings: VLLMSettings, model: str, max_positions: int, ranks: int = 1, rank: int = 0
 ) -> dict[str, Any]:
     """The keyword arguments of ``vllm.LLM`` for an engine on the model directory ``model``;
     ``ranks`` > 1: one engine per torchrun rank on the trainer's process group
-    (``external_launcher``, TRL's colocate mode)."""
+    (``external_launcher``, TRL's colocate mode), this one rank ``rank``'s."""
     kwargs: dict[str, Any] = {
         "model": model,
         # requests are token ids and responses stay ids (detokenize=False): no tokenizer
@@ -121,7 +122,9 @@ def llm_kwargs(
         "enforce_eager": settings.enforce_eager,
         "enable_prefix_caching": settings.enable_prefix_caching,
         "gpu_memory_utilization": settings.gpu_memory_utilization,
-        "seed": settings.seed,
+        # each rank's engine its own stream (TRL seeds each with its process index): requests
+        # that carry no seed (engine.exact off, CUDA's default) draw independently on each rank
+        "seed": settings.seed + rank,
         # the sampled token's logprob after temperature scaling (vLLM's default is the raw
         # logits' log_softmax): the distribution the trainer re-scores (scoring.py), so the
         # importance ratio starts at 1 (TRL issue #4159). vLLM also renormalises over the

@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
-from astrai.distributed import is_fsdp
+from astrai.distributed import is_fsdp, rank, world_size
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
@@ -104,8 +103,9 @@ def evaluate(
             correct = [episode_solved(e, reward.accuracy_threshold) for e in episodes]
     texts = [p.text for p in problems]
     totals = weighted_totals(correct, rewards, lengths, weights)
-    if dist.is_available() and dist.is_initialized():
-        # torchmetrics only here: one process pays neither its import nor a collective
+    if world_size() > 1:
+        # torchmetrics only here: one process pays neither its import nor a collective (also
+        # where a one-rank process group exists: vLLM's own on CUDA, astrai.distributed)
         from astrai.training.eval_metrics import sum_over_ranks
 
         totals = sum_over_ranks(totals)
@@ -157,10 +157,10 @@ def rank_share(problems: list[Problem]) -> tuple[list[Problem], list[float]]:
     """This rank's problems and their weights: every ``world_size``-th from its rank on, padded
     with weight-0 repeats to ``ceil(len / world_size)`` rows, so that every rank decodes the
     same batches (a sharded policy's decoding steps are collectives all ranks join)."""
-    if not (dist.is_available() and dist.is_initialized()) or not problems:
+    world = world_size()
+    if world == 1 or not problems:
         return problems, [1.0] * len(problems)
-    rank, world = dist.get_rank(), dist.get_world_size()
     rows = -(-len(problems) // world)
-    indices = range(rank, rows * world, world)
+    indices = range(rank(), rows * world, world)
     mine = [problems[i % len(problems)] for i in indices]
     return mine, [1.0 if i < len(problems) else 0.0 for i in indices]

@@ -167,6 +167,9 @@ class RolloutSource:
         self.sampling_metrics = {}
         with self.abandonable():
             rollout = self.rollout()
+        # nothing samples again before the weight sync: an engine beside the trainer on the
+        # device (vLLM's sleep mode) hands its memory to the scoring passes and the update now
+        self.engine.before_update()
         return SampledBatch(
             self.state.step + 1, rollout, self.sampling_metrics, time.perf_counter() - start
         )
