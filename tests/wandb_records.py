@@ -106,3 +106,21 @@ def history_tables(path: Path) -> dict[tuple[int, str], dict]:
 def same_value(a: float, b: float) -> bool:
     """Equal, NaN equal to NaN (a metric a step could not compute is NaN in every record)."""
     return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def files_of_run(wandb_dir: Path, wanted: str) -> list[Path]:
+    """The ``run-<id>.wandb`` files under ``<dir>/wandb/`` whose run is ``wanted``, oldest
+    first (one per start of that run)."""
+    return [path for path in run_files(wandb_dir) if run_id(path) == wanted]
+
+
+def visible_history(files: list[Path]) -> dict[int, dict[str, float]]:
+    """The history W&B shows for a run written by ``files`` (its starts, oldest first): a
+    resumed run's steps continue after the last step the run holds, and W&B drops a row at a
+    step it has passed (its steps only increase; "Tried to log to step N that is less than
+    the current step"), so each file adds only its rows after the steps already held."""
+    rows: dict[int, dict[str, float]] = {}
+    for path in files:
+        held = max(rows, default=-1)
+        rows.update({step: row for step, row in history_rows(path).items() if step > held})
+    return rows

@@ -26,6 +26,7 @@ from astrai.config.threads import available_cores, launcher_parallel_jobs
 from astrai.config.validate import ConfigError, validate_config
 from astrai.distributed import apply_slurm_environment
 from astrai.files import discard_fresh_dir, write_file_atomic
+from astrai.metrics.logger_start import LoggerStartError
 from astrai.paths import CONFIG_DIR
 from astrai.rewards.base import RewardError
 from astrai.rollout.episode_calls import EnvironmentFailing
@@ -262,6 +263,10 @@ def _run_job(cfg: DictConfig, start: StartUp, run_dir: Path) -> float | None:
         # raised while restoring, before the run writes anything
         _discard_run_dir(run_dir, start)
         print(f"astrai: checkpoint error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except LoggerStartError as err:  # W&B or MLflow could not start: before any write
+        _discard_run_dir(run_dir, start)
+        print(f"astrai: logger error: {err}", file=sys.stderr)
         sys.exit(2)
     except RewardError as err:  # mid-run: the run dir keeps what the run did so far
         log.error("stopped: %s", err)

@@ -147,6 +147,9 @@ class RecordingSink:
     def log(self, step: int, values: dict[str, float]) -> None:
         self.calls.append(("log", step, values))
 
+    def amend(self, step: int, values: dict[str, float], rows: list[dict[str, float]]) -> None:
+        self.calls.append(("amend", step, values, [row["step"] for row in rows]))
+
     def log_samples(self, step: int, tag: str, rows: list[tuple[str, str, float]]) -> None:
         self.calls.append(("samples", step, tag, rows))
 
@@ -168,7 +171,7 @@ def test_run_logger_hands_every_scalar_amendment_and_sample_panel_to_its_sinks(
     assert nan != nan  # NaN handed on as NaN (metrics.jsonl writes null)
     assert sink.calls == [
         ("log", 1, {"a": nan, "b": 2.0}),
-        ("log", 1, {"eval/accuracy": 0.5}),
+        ("amend", 1, {"eval/accuracy": 0.5}, [1.0]),
         ("samples", 1, "samples/eval", [("1+1=", "2", 1.0)]),
         ("close",),
     ]

@@ -1,11 +1,15 @@
-"""What names and identifies a run in W&B and MLflow: its display name, its sweep group, and
-the backend's run id kept in the run dir, so a resumed run continues the same record."""
+"""What names and identifies a run in W&B and MLflow: its display name, its sweep group, the
+backend's run id kept in the run dir, so a resumed run continues the same record, and the last
+step handed to them (``tracked_step``), so a resume knows whether they hold steps after its
+checkpoint."""
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
-from astrai.files import write_file_atomic
+from astrai.files import temporary_sibling, write_file_atomic
 from astrai.metrics.dashboards import tensorboard_run_name
 
 
@@ -43,3 +47,40 @@ def write_run_id(path: Path, run_id: str) -> None:
         tmp.write_text(run_id + "\n", encoding="utf-8")
 
     write_file_atomic(path, write)
+
+
+TRACKED_STEP_FILE = "tracked_step"
+CLOSED = "closed"  # after the step: the trackers were closed (finished) after it
+
+
+@dataclass(frozen=True)
+class TrackedStep:
+    """The last step handed to the trackers (W&B, MLflow), and whether they were closed after
+    it (a run that stopped; a killed one never closes them)."""
+
+    step: int
+    closed: bool = False
+
+
+def read_tracked_step(run_dir: Path) -> TrackedStep | None:
+    """What ``write_tracked_step`` kept; None when nothing was, or the file is not one."""
+    try:
+        step, _, state = (run_dir / TRACKED_STEP_FILE).read_text(encoding="utf-8").partition(" ")
+        return TrackedStep(int(step), state.strip() == CLOSED)
+    except (OSError, ValueError):
+        return None
+
+
+def write_tracked_step(run_dir: Path, step: int, closed: bool = False) -> None:
+    """Keep ``step`` as the last step handed to the trackers, before they get it; ``closed``:
+    once they were closed after it. Renamed into place, not fsynced (once a step): a killed
+    process leaves the old or the new value, and what a machine crash loses, the trackers'
+    own buffers lose too."""
+    path = run_dir / TRACKED_STEP_FILE
+    tmp = temporary_sibling(path)
+    try:
+        tmp.write_text(f"{step}{' ' + CLOSED if closed else ''}\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, cast
 
@@ -14,6 +15,7 @@ from torch.utils.tensorboard.writer import FileWriter
 
 from astrai.files import write_file_atomic
 from astrai.metrics.dashboards import tensorboard_run_name
+from astrai.metrics.run_ids import TrackedStep, read_tracked_step, write_tracked_step
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -123,11 +125,51 @@ def _rewrite_rows(path: Path, rows: list[dict[str, float]]) -> None:
     write_file_atomic(path, _text_writer(text))
 
 
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a (re)started run's records pick up, read before anything is written.
+
+    Args:
+        step: the checkpoint's step: rows logged after it are dropped (-1: every row, a
+            restart of a run that crashed before its first checkpoint).
+        rows: the rows of ``metrics.jsonl`` kept (``step <= step``), in order, NaN for null.
+        tracked: the last step an earlier start handed to the trackers (W&B, MLflow) and
+            whether it closed them after it (``run_ids.read_tracked_step``); None: unknown.
+    """
+
+    step: int
+    rows: list[dict[str, float]] = field(default_factory=list)
+    tracked: TrackedStep | None = None
+
+    @property
+    def trackers_hold_exactly_the_rows(self) -> bool:
+        """Whether the trackers' runs hold every kept row and nothing after the checkpoint, so
+        they can go on where they are: the earlier start handed them nothing after it and
+        closed them (a stop, whose checkpoint is at its last step). A crash after the
+        checkpoint leaves them steps that W&B cannot rewind and MLflow would hold twice; one
+        right at it may leave W&B without rows still in its buffers."""
+        return self.step >= 0 and self.tracked == TrackedStep(self.step, closed=True)
+
+
+def read_resume_point(run_dir: Path, step: int) -> ResumePoint:
+    """The ``ResumePoint`` of ``run_dir`` resumed at ``step`` (-1: none kept); a malformed row
+    before the last is a ``MetricsFileError`` (see ``read_metrics_for_resume``)."""
+    path = run_dir / METRICS_FILE
+    rows = read_metrics_for_resume(path) if path.is_file() and step >= 0 else []
+    kept = [row for row in rows if row["step"] <= step]
+    return ResumePoint(step, kept, read_tracked_step(run_dir))
+
+
 class MetricSink(Protocol):
     """A tracker beside TensorBoard (``metrics.wandb_sink``, ``metrics.mlflow_sink``)."""
 
     def log(self, step: int, values: dict[str, float]) -> None:
-        """Scalars at ``step`` (also a second time for one step: an amended evaluation)."""
+        """Scalars at ``step``, a step after the last one logged (or the same step again)."""
+
+    def amend(self, step: int, values: dict[str, float], rows: list[dict[str, float]]) -> None:
+        """Add ``values`` to ``step``'s row, one an earlier start may have logged (a resumed
+        run's evaluation of the step its stop left unevaluated); ``rows``: every row of the
+        run so far, the amended one included (``metrics.jsonl``'s)."""
 
     def log_samples(self, step: int, tag: str, rows: list[tuple[str, str, float]]) -> None:
         """(prompt, response, reward) rows at ``step``."""
@@ -153,7 +195,11 @@ class RunLogger:
             (``ppo_gamma=0.95,ppo_gae_lambda=0.9``), so ``tensorboard --logdir <sweep dir>``
             names its runs by them; ``tb/`` for a single run.
         sinks: further trackers (W&B, MLflow: ``metrics.loggers``) that get every scalar and
-            sample panel; closed with this logger.
+            sample panel; closed with this logger. Before a step first reaches them, the step
+            is kept in the run dir (``run_ids.write_tracked_step``): a resume then knows
+            whether their runs hold steps after its checkpoint.
+        resume: the ``ResumePoint`` already read (``metrics.loggers`` reads it before opening
+            the sinks); None: read here from ``resume_step``.
     """
 
     def __init__(
@@ -165,6 +211,7 @@ class RunLogger:
         enabled: bool = True,
         tb_run: str | None = None,
         sinks: Sequence[MetricSink] = (),
+        resume: ResumePoint | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.enabled = enabled
@@ -173,43 +220,62 @@ class RunLogger:
         self.tb_dir: Path | None = None  # where the event files go
         self._jsonl = None
         self._tb = None
+        self._tracked_step: int | None = None  # the last step handed to the sinks
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if resume_step is not None:
-            self._truncate_after(resume_step)
+        if resume is None and resume_step is not None:
+            resume = read_resume_point(self.run_dir, resume_step)
+        if resume is not None:
+            self._truncate_after(resume)
         self._jsonl = open(self.run_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
         if tensorboard:
-            self.tb_dir = tensorboard_dir(self.run_dir, tb_run, resume_step is not None)
+            self.tb_dir = tensorboard_dir(self.run_dir, tb_run, resume is not None)
             self._tb = SummaryWriter(
                 str(self.tb_dir),
                 flush_secs=flush_secs,
-                purge_step=resume_step + 1 if resume_step is not None else None,
+                purge_step=resume.step + 1 if resume is not None else None,
             )
 
-    def _truncate_after(self, step: int) -> None:
-        """Keep the rows with ``step <= step`` (rewritten atomically) and replay them into
-        ``latest``; a malformed row before the last is a ``MetricsFileError`` (see
-        ``read_metrics_for_resume``)."""
-        path = self.run_dir / METRICS_FILE
-        if not path.is_file():
-            return
-        rows = read_metrics_for_resume(path) if step >= 0 else []
-        kept = [row for row in rows if row["step"] <= step]
-        for row in kept:
+    def _truncate_after(self, resume: ResumePoint) -> None:
+        """Keep the rows up to the checkpoint (rewritten atomically), replay them into
+        ``latest``; the sinks, opened on ``resume``, hold exactly those rows now."""
+        for row in resume.rows:
             self.latest.update({k: v for k, v in row.items() if k != "step"})
-        _rewrite_rows(path, kept)
+        path = self.run_dir / METRICS_FILE
+        if path.is_file():
+            _rewrite_rows(path, resume.rows)
+        if self.sinks:
+            self._tracked_step = resume.step
+            write_tracked_step(self.run_dir, resume.step)
 
-    def _record(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
-        """``metrics`` as sorted floats, kept in ``latest`` and written to TensorBoard."""
+    def _track(self, step: int) -> None:
+        """Keep ``step`` as the last one handed to the sinks, before they get it."""
+        if self.sinks and (self._tracked_step is None or step > self._tracked_step):
+            write_tracked_step(self.run_dir, step)
+            self._tracked_step = step
+
+    def _values(self, metrics: dict[str, float]) -> dict[str, float]:
+        """``metrics`` as sorted floats, kept in ``latest`` and written to TensorBoard at the
+        step ``_record`` passes on."""
         values = {name: float(value) for name, value in sorted(metrics.items())}
         self.latest.update(values)
-        if self._tb is not None:
-            for name, value in values.items():
-                self._tb.add_scalar(name, value, step)
+        return values
+
+    def _record(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
+        """``metrics`` as sorted floats, kept in ``latest``, written to TensorBoard and handed
+        to the sinks."""
+        values = self._values(metrics)
+        self._write_scalars(step, values)
+        self._track(step)
         for sink in self.sinks:
             sink.log(step, values)
         return values
+
+    def _write_scalars(self, step: int, values: dict[str, float]) -> None:
+        if self._tb is not None:
+            for name, value in values.items():
+                self._tb.add_scalar(name, value, step)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Record ``metrics`` (name -> float) at ``step``."""
@@ -228,10 +294,15 @@ class RunLogger:
         if not rows or rows[-1]["step"] != step:
             self.log(step, metrics)
             return
-        values = self._record(step, metrics)
+        values = self._values(metrics)
+        self._write_scalars(step, values)
+        amended = [*rows[:-1], {**rows[-1], **values}]
+        self._track(step)
+        for sink in self.sinks:
+            sink.amend(step, values, amended)
         assert self._jsonl is not None
         self._jsonl.close()
-        _rewrite_rows(path, [*rows[:-1], {**rows[-1], **values}])
+        _rewrite_rows(path, amended)
         self._jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def log_text(self, step: int, tag: str, markdown: str) -> None:
@@ -242,6 +313,7 @@ class RunLogger:
         """(prompt, response, reward) rows: a Markdown table in TensorBoard, and each sink's
         own form (a W&B table)."""
         self.log_text(step, tag, samples_markdown(rows))
+        self._track(step)
         for sink in self.sinks:
             sink.log_samples(step, tag, rows)
 
@@ -274,6 +346,8 @@ class RunLogger:
             self._tb.close()
         for sink in self.sinks:
             sink.close()
+        if self.sinks and self._tracked_step is not None:  # a resume may continue their runs
+            write_tracked_step(self.run_dir, self._tracked_step, closed=True)
         self.sinks = []  # closed once, also when close is called again
 
 
