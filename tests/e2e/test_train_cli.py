@@ -82,7 +82,8 @@ def test_bad_override_exits_nonzero_with_one_clear_message(
         ),
         (
             ["train_type=base_online_ppo"],
-            "train_type=base_online_ppo is not an option (choose from online_grpo, online_ppo)",
+            "train_type=base_online_ppo is not an option (did you mean train_type=online_ppo? "
+            "choose from online_grpo, online_ppo)",
         ),
         (
             ["trainer.total_steps=ten"],

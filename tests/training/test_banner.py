@@ -258,7 +258,7 @@ def test_train_py_logs_banner_eval_lines_and_the_gpu_warning(tmp_path: Path) -> 
     run_dir = tmp_path / "run"
     args = [
         *QUICK,
-        "trainer.progress_bar=true",  # the bar on: its label, and log lines kept whole
+        "trainer.progress_bar=true",  # on, but stderr is no terminal here: no bar drawn
         "infra.gpu.devices=[0,2]",
         f"hydra.run.dir={run_dir}",
     ]
@@ -286,7 +286,9 @@ def test_train_py_logs_banner_eval_lines_and_the_gpu_warning(tmp_path: Path) -> 
         assert [m.split(":")[0] for m in messages[7:]] == ["step 1/2", "step 2/2"]
         assert all(", eval/accuracy " in m and m.endswith("s") for m in messages[7:])
         assert _messages(text, "WARNING") == [warning]  # once
-    assert "eval_acc=" in result.stderr and " acc=" not in result.stderr  # tqdm's bar
+    # tqdm's bar only on a terminal (tests/training/test_progress.py): no "\r" redraws here
+    assert "eval_acc=" not in result.stderr
+    assert "\r" not in result.stdout + result.stderr + log
 
 
 def test_default_run_logs_no_warning(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:

@@ -28,7 +28,13 @@ from astrai.checkpoints.layout import (
     stale_temporaries,
     step_dir_name,
 )
-from astrai.files import FileWriter, naming_write_errors, temporary_sibling, write_files_atomic
+from astrai.files import (
+    TMP_MARKER,
+    FileWriter,
+    naming_write_errors,
+    temporary_sibling,
+    write_files_atomic,
+)
 from astrai.models.weights import stored_names
 
 log = logging.getLogger(__name__)
@@ -48,7 +54,24 @@ def write_checkpoint(root: str | Path, step: int, writers: Mapping[str, FileWrit
     remove_stale_temporaries(root)
     final = root / step_dir_name(step)
     set_aside_incomplete(final)
-    return write_files_atomic(final, writers)
+    try:
+        return write_files_atomic(final, writers)
+    except OSError as err:
+        raise _naming_final(err, final) from err
+
+
+def _naming_final(err: OSError, final: Path) -> OSError:
+    """``err`` about a file of ``final``'s temporary directory (removed by now) as the same
+    error about that file under ``final``'s name: ``step_3/optimizer.pt: No space left on
+    device``, the checkpoint the user will look for, not a path that no longer exists."""
+    if err.filename is None:
+        return err
+    path = Path(err.filename)
+    temporary = path.parent
+    prefix = f".{final.name}{TMP_MARKER}"
+    if temporary.parent != final.parent or not temporary.name.startswith(prefix):
+        return err
+    return OSError(err.errno, err.strerror, str(final / path.name))
 
 
 def set_aside_incomplete(final: Path) -> Path | None:
@@ -152,9 +175,33 @@ def save_torch(payload: Any, path: Path) -> None:
         text = _one_line(err)
         if not any(mark in text for mark in ("PytorchStreamWriter", "inline_container")):
             raise
-        space = any(mark in text for mark in ("No space left", "ENOSPC"))
-        code = errno.ENOSPC if space else errno.EIO
-        raise OSError(code, f"{os.strerror(code)} ({text})", str(path)) from err
+        code = _zip_writer_errno(err, path)
+        # the zip writer's own words ("unexpected pos 704 vs 598") say nothing about a full disk
+        cause = os.strerror(code) if code == errno.ENOSPC else f"{os.strerror(code)} ({text})"
+        raise OSError(code, cause, str(path)) from err
+
+
+FULL_DISK_BYTES = 1 << 20  # free space below which a failed write is put down to a full disk
+
+
+def _zip_writer_errno(err: RuntimeError, path: Path) -> int:
+    """What made torch's zip writer fail writing ``path``. On a full disk it reports its own
+    check ("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"), the
+    file's ``OSError`` (ENOSPC) only as the exception it was handling: that errno if there is
+    one, else ENOSPC when the filesystem holding ``path`` has no room left (``os.statvfs``),
+    else EIO."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno is not None:
+            return seen.errno
+        seen = seen.__cause__ or seen.__context__
+    if "No space left" in str(err) or "ENOSPC" in str(err):
+        return errno.ENOSPC
+    try:
+        stats = os.statvfs(path.parent)
+    except OSError:
+        return errno.EIO
+    return errno.ENOSPC if stats.f_bavail * stats.f_frsize < FULL_DISK_BYTES else errno.EIO
 
 
 # --- readers: every failure names the file ---------------------------------------------------

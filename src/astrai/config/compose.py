@@ -6,25 +6,34 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import threading
 
 from omegaconf import DictConfig, OmegaConf
 
 from astrai.config.errors import ConfigError, first_line
-from astrai.config.logger_checks import unselected_logger_message
+from astrai.config.logger_checks import unknown_logger_message, unselected_logger_message
+from astrai.config.override_syntax import lexer_error_message
+
+# Hydra's compose API keeps its state in one process-wide ``GlobalHydra``: a second compose
+# while one runs (another thread's ``astrai.compose`` or ``fit``) failed with "GlobalHydra is
+# already initialized". Composing takes a fraction of a second: one at a time.
+_HYDRA_STATE = threading.RLock()
 
 
 def compose_train_config(overrides: list[str] | None = None, validate: bool = True) -> DictConfig:
     """The config ``python train.py overrides...`` would run, validated like it unless
-    ``validate`` is False; raises Hydra's errors for unknown groups or keys."""
+    ``validate`` is False; raises Hydra's errors for unknown groups or keys. Safe to call from
+    several threads (one composes at a time)."""
     from hydra import compose, initialize_config_dir
 
     from astrai.config.store import register_configs
     from astrai.config.validate import validate_config
     from astrai.paths import CONFIG_DIR
 
-    register_configs()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides or [])
+    with _HYDRA_STATE:
+        register_configs()
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            cfg = compose(config_name="train", overrides=overrides or [])
     if validate:
         validate_config(cfg)
     return cfg
@@ -46,7 +55,9 @@ def check_preset_syntax(overrides: list[str]) -> None:
 
 
 def _missing_option_message(err: Exception) -> str | None:
-    """``train_type=nope is not an option (choose from online_grpo, online_ppo)``."""
+    """``train_type=nope is not an option (choose from online_grpo, online_ppo)``; a close
+    option (a typo) is named first: ``train_type=online_grp is not an option (did you mean
+    train_type=online_grpo? choose from online_grpo, online_ppo)``."""
     text = str(err)
     match = MISSING_OPTION.search(text)
     if match is None:
@@ -55,7 +66,9 @@ def _missing_option_message(err: Exception) -> str | None:
     _, _, listed = text.partition(f"Available options in '{group}':")
     listed = listed.partition("Config search path")[0]  # Hydra's list ends there
     options = [line.strip() for line in listed.splitlines() if line.startswith("\t")]
-    choices = f" (choose from {', '.join(options)})" if options else ""
+    close = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
+    typo = f"did you mean {group}={close[0]}? " if close else ""
+    choices = f" ({typo}choose from {', '.join(options)})" if options else ""
     return f"{group}={option} is not an option{choices}"
 
 
@@ -64,6 +77,9 @@ def compose_error_message(err: Exception, overrides: list[str]) -> str:
     and, for an unknown key, suggests ``+key=value``, which would only hide the typo)."""
     from astrai.config.keys import known_keys, unknown_key_message
 
+    syntax = lexer_error_message(err, overrides)  # é or a newline in an unquoted value
+    if syntax is not None:
+        return syntax
     missing = _missing_option_message(err)
     if missing is not None:
         return missing
@@ -130,12 +146,14 @@ def check_overrides(overrides: list[str]) -> DictConfig:
     try:
         cfg = compose_train_config(overrides, validate=False)
     except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(compose_error_message(err, overrides)) from err
+        # a logger list's unknown option: Hydra's own error does not list the loggers
+        unknown = unknown_logger_message(overrides)
+        raise ConfigError(unknown or compose_error_message(err, overrides)) from err
     except AssertionError as err:  # OmegaConf's, for a key set under a null node
-        message = unselected_logger_message(overrides)
-        if message is None:
+        unselected = unselected_logger_message(overrides)
+        if unselected is None:
             raise
-        raise ConfigError(message) from err
+        raise ConfigError(unselected) from err
     check_known_keys(cfg)
     return cfg
 
@@ -175,7 +193,7 @@ def sweep_jobs(overrides: list[str]) -> list[list[str]]:
             else:
                 values.append([f"{key}={override.get_value_element_as_str()}"])
     except HydraException as err:
-        raise ConfigError(first_line(err)) from err
+        raise ConfigError(lexer_error_message(err, overrides) or first_line(err)) from err
     count = min(max((len(v) for v in values), default=1), MAX_CHECKED_SWEEP_JOBS)
     return [[v[i] if i < len(v) else v[0] for v in values] for i in range(count)]
 

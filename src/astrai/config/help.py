@@ -42,6 +42,19 @@ REAL_MODEL_KEYS = (
     ("infra.device", "infra/local.yaml", "device"),
     ("infra.precision", "infra/local.yaml", "precision"),
 )
+# multi-turn episodes (docs/environments.md): env=custom's keys, each meaning from its own YAML
+# comment or, where custom.yaml has none, the commented embedded environment's (calculator.yaml)
+ENV_KEYS = (
+    "parser",
+    "max_turns",
+    "max_episode_tokens",
+    "max_observation_tokens",
+    "step_timeout_s",
+    "episode_timeout_s",
+    "max_concurrency",
+    "workers",
+)
+ENV_FILE, ENV_COMMENTS_FILE = "env/custom.yaml", "env/calculator.yaml"
 KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_]\w*):(?P<rest>.*)$")
 DEFAULT_LINE = re.compile(r"^  - (?:override )?/?(?P<group>[\w/]+)(?:@\S+)?: (?P<option>\w+)")
 
@@ -69,7 +82,7 @@ def yaml_entry(path: Path, dotted: str) -> tuple[str, str]:
     raise KeyError(f"{dotted} is not in {path}")
 
 
-def _defaults(path: Path) -> dict[str, str]:
+def default_options(path: Path) -> dict[str, str]:
     """``group -> option`` of a YAML file's defaults list."""
     return {
         m["group"]: m["option"]
@@ -90,6 +103,21 @@ def _key_lines(keys: tuple[tuple[str, str, str], ...], conf: Path) -> list[str]:
     return lines
 
 
+def _env_lines(conf: Path) -> list[str]:
+    """``  env.<key>=default   meaning`` for ``ENV_KEYS`` (values: env=custom's), after the
+    example command custom.yaml's header gives."""
+    lines = [
+        f"  e.g. {line.removeprefix('#').strip()}"
+        for line in (conf / ENV_FILE).read_text().splitlines()
+        if line.startswith("#") and "train.py env=custom" in line
+    ]
+    for key in ENV_KEYS:
+        value, comment = yaml_entry(conf / ENV_FILE, key)
+        comment = comment or yaml_entry(conf / ENV_COMMENTS_FILE, key)[1]
+        lines.append(f"  {f'env.{key}={value}':<40}{comment}")
+    return lines
+
+
 def _option_list(group: str, default: str | None, conf: Path) -> str:
     return ", ".join(f"{o}*" if o == default else o for o in group_options(group, conf))
 
@@ -97,8 +125,8 @@ def _option_list(group: str, default: str | None, conf: Path) -> str:
 def help_text(conf: Path | None = None) -> str:
     """The page ``python train.py --help`` prints."""
     conf = conf or Path(CONFIG_DIR)
-    chosen = _defaults(conf / "train.yaml")
-    blocks = _defaults(conf / "train_type" / f"{chosen['train_type']}.yaml")
+    chosen = default_options(conf / "train.yaml")
+    blocks = default_options(conf / "train_type" / f"{chosen['train_type']}.yaml")
     lines = [
         "astrai: online RL for language models (composed with Hydra from conf/)",
         "",
@@ -118,6 +146,10 @@ def help_text(conf: Path | None = None) -> str:
         *_key_lines(REAL_MODEL_KEYS, conf),
         "  e.g. python train.py model=hf model.path=models/smollm2 model.lora.rank=16 \\",
         "           task=dataset task.train_path=data/train.jsonl reward=math",
+        "",
+        "Environments (multi-turn episodes; env=custom with env._target_=module.Class for your",
+        "own, docs/environments.md), the keys set first (env=custom's defaults):",
+        *_env_lines(conf),
         "",
         "TRL or verl names (num_generations, beta, data.train_batch_size, ...) are refused with",
         "astrai's key named: docs/configuration.md lists them.",

@@ -16,6 +16,7 @@ import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from astrai.envs.base import Environment
@@ -98,10 +99,29 @@ def _imported(target: str, key: str) -> Any:
         module = importlib.import_module(module_name)
     except Exception as err:  # noqa: BLE001 (a user's module: any error it raises on import)
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ValueError(f"{key} {target!r} cannot be imported: {reason}") from None
+        raise ValueError(
+            f"{key} {target!r} cannot be imported: {reason}{_search_path_hint(err, module_name)}"
+        ) from None
     if not hasattr(module, name):
         raise ValueError(f"{key} {target!r}: module {module_name!r} has no {name!r}")
     return getattr(module, name)
+
+
+def _search_path_hint(err: Exception, module_name: str) -> str:
+    """For the user's own module not found (not a module it imports): where Python looked and
+    how to add its folder; empty otherwise."""
+    missing = getattr(err, "name", None)
+    if not isinstance(err, ModuleNotFoundError) or not missing:
+        return ""
+    if not (module_name == missing or module_name.startswith(f"{missing}.")):
+        return ""  # found, but it imports something that is not installed
+    file = f"{missing.replace('.', '/')}.py"
+    if Path(file).is_file() or Path(missing.replace(".", "/"), "__init__.py").is_file():
+        return f" ({file} is in the working directory, which is not on sys.path: PYTHONPATH=.)"
+    return (
+        f" (not on Python's search path: put the folder holding {file} on PYTHONPATH, e.g. "
+        "PYTHONPATH=path/to/that/folder python train.py ...)"
+    )
 
 
 def environment_class(target: object) -> type[Environment]:

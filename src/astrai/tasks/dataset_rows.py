@@ -28,7 +28,9 @@ def read_rows(path: Path, key: str) -> list[dict[str, Any]]:
     """The records of one local file or ``save_to_disk`` folder (``key``: the config key that
     named it, for the message)."""
     if not path.exists():
-        raise DatasetError(f"{key}: {path} {missing_reason(path)}")
+        # a relative path is read from the working directory (Hydra's jobs do not change it)
+        where = "" if path.is_absolute() else f" (relative to the working directory {Path.cwd()})"
+        raise DatasetError(f"{key}: {path} {missing_reason(path)}{where}")
     # never reach the Hugging Face Hub, whatever the environment says
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     os.environ["HF_HUB_OFFLINE"] = "1"

@@ -13,7 +13,6 @@ and when the run stops (a signal at any time, ``trainer.max_duration``, metrics 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -25,7 +24,6 @@ from omegaconf import DictConfig
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 from tqdm import tqdm
-from tqdm.contrib.logging import logging_redirect_tqdm
 
 from astrai.algorithms.strategy import Strategy
 from astrai.config.duration import parse_duration
@@ -39,6 +37,7 @@ from astrai.training.checkpointing import read_trainer_state, restore_training_c
 from astrai.training.in_flight import check_in_flight
 from astrai.training.parallel import replicas
 from astrai.training.plan import StepPlan, step_plan
+from astrai.training.progress import progress_bar
 from astrai.training.resume import resolve_resume
 from astrai.training.rollout_source import RolloutSource
 from astrai.training.schedule import build_schedulers, resumed_schedule_steps
@@ -217,12 +216,9 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
     trainer.announce()
     saved_step = state.step if state.resumed_from is not None else None
     checkpoint: Path | None = state.resumed_from
-    show_bar = bool(trainer.cfg.trainer.progress_bar)
-    bar = tqdm(total=total, initial=state.step, disable=not show_bar, desc="astrai")
-    # log lines go through tqdm.write while the bar is shown, so they never break it
-    console = logging_redirect_tqdm() if show_bar else contextlib.nullcontext()
+    show_bar = bool(trainer.cfg.trainer.progress_bar)  # drawn on a terminal only
     budget_s = parse_duration(budget) if budget is not None else None
-    with console, StopRequest(budget_s) as stop:
+    with progress_bar(show_bar, total, state.step) as bar, StopRequest(budget_s) as stop:
         stopped = evaluate_before_the_steps(trainer, stop)
         while stopped is None and state.step < last_step:
             try:
@@ -268,7 +264,6 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
         if saved_step != state.step and state.step > 0:  # the end of the run (or ``until``)
             checkpoint = trainer.save_checkpoint()
         trainer.wait_for_checkpoint()  # the summary names a complete checkpoint only
-    bar.close()
     return close_run(trainer, time.perf_counter() - start, stopped, checkpoint, reached)
 
 
