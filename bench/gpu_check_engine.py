@@ -86,7 +86,7 @@ def _policy(shape: str, device: str) -> Any:
     from engine import shape_config  # bench/engine.py
 
     if shape == "qwen3-0.6b":
-        from scale_memory import MODELS  # bench/scale_memory.py's published shapes
+        from model_shapes import MODELS  # bench/model_shapes.py's published shapes
 
         from astrai.models.hf_config import llama_config_from_hf
 

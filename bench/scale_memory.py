@@ -49,10 +49,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import torch
 from memory import status_kb  # bench/memory.py's reading of /proc/self/status
+from model_shapes import MODELS  # bench/model_shapes.py: the published shapes
 from torch import Tensor, nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -78,63 +78,9 @@ from astrai.rollout.scoring import response_logprobs, response_values
 from astrai.training.adapters import build_reference_and_critic
 
 GIB = 1024**3
+MEMORY_MODELS = ("qwen3-0.6b", "llama-3.2-1b", "qwen2.5-1.5b")  # the shapes sized here
 PHASES = ("sample", "evaluate", "score", "critic", "update")  # critic: PPO's alone
 PRECISION = "bf16"
-_COMMON = {"attention_dropout": 0.0, "hidden_act": "silu", "tie_word_embeddings": True}
-MODELS: dict[str, dict[str, Any]] = {  # the published config.json values astrai reads
-    "qwen3-0.6b": {
-        **_COMMON,
-        "model_type": "qwen3",
-        "vocab_size": 151936,
-        "hidden_size": 1024,
-        "intermediate_size": 3072,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "max_position_embeddings": 40960,
-        "rms_norm_eps": 1e-06,
-        "rope_theta": 1000000,
-        "attention_bias": False,
-    },
-    "llama-3.2-1b": {
-        **_COMMON,
-        "model_type": "llama",
-        "vocab_size": 128256,
-        "hidden_size": 2048,
-        "intermediate_size": 8192,
-        "num_hidden_layers": 16,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "head_dim": 64,
-        "max_position_embeddings": 131072,
-        "rms_norm_eps": 1e-05,
-        "rope_theta": 500000.0,
-        "rope_scaling": {
-            "factor": 32.0,
-            "high_freq_factor": 4.0,
-            "low_freq_factor": 1.0,
-            "original_max_position_embeddings": 8192,
-            "rope_type": "llama3",
-        },
-        "attention_bias": False,
-        "mlp_bias": False,
-    },
-    "qwen2.5-1.5b": {
-        **_COMMON,
-        "model_type": "qwen2",
-        "vocab_size": 151936,
-        "hidden_size": 1536,
-        "intermediate_size": 8960,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 12,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 131072,
-        "rms_norm_eps": 1e-06,
-        "rope_theta": 1000000.0,
-        "use_sliding_window": False,
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -574,7 +520,7 @@ def report(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", choices=[*MODELS, "all"], default="all")
+    parser.add_argument("--model", choices=[*MEMORY_MODELS, "all"], default="all")
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--prompt-len", type=int, default=1024)
@@ -607,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.measure is not None:
         print(cpu_peak(args.model, shape, args.measure, Job(args.algo, args.lora or None)))
         return 0
-    names = list(MODELS) if args.model == "all" else [args.model]
+    names = list(MEMORY_MODELS) if args.model == "all" else [args.model]
     # default: each model as GRPO full fine-tuning and as PPO with its critic under LoRA rank 16
     jobs = [Job(), Job("ppo", 16)]
     if args.algo is not None or args.lora is not None:

@@ -10,17 +10,27 @@ start costs milliseconds. There is one server per set of preloaded modules (and 
 each exiting with this process. A worker is not re-run from ``__main__`` (``ForkserverPopen``)
 and dies with its forkserver, so with the trainer, a ``kill -9`` of it included
 (``die_with_parent``: no orphan).
+
+``ForkserverPopen`` overrides a private method of CPython's ``multiprocessing``, written against
+3.11's (what CI runs). At the first start the override checks that the method it replaces is
+that one (``launch_override_applies``); on a Python whose method differs, workers start through
+the plain forkserver instead, with one warning: they then re-run the main module's top level and
+start without the preloaded modules, but still end on a timeout.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
+import hashlib
+import inspect
 import io
 import os
 import signal
 import sys
 import threading
+import warnings
 
 # importing ``util`` registers multiprocessing's exit handler (it joins children): a module that
 # imports this one and then registers its own ``atexit`` kill has it run first
@@ -28,6 +38,11 @@ from multiprocessing import context, forkserver, popen_forkserver, reduction, sp
 from typing import Any
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# sha256 of ``inspect.getsource(popen_forkserver.Popen._launch)`` in the versions
+# ``ForkserverPopen._launch`` was written against and tested on (CI's)
+OVERRIDDEN_LAUNCH_SHA256 = {
+    "214844899bd3407f72082111e993b40f7c271620be27195b878ea1e44a5f3837": "3.11",
+}
 
 # one forkserver per set of preloaded modules, each exiting with this process
 _servers: dict[tuple[tuple[str, str | None], ...], forkserver.ForkServer] = {}
@@ -75,15 +90,46 @@ class ForkserverPopen(popen_forkserver.Popen):
         self.pid = forkserver.read_signed(self.sentinel)
 
 
+def launch_fingerprint() -> str | None:
+    """sha256 of this Python's ``popen_forkserver.Popen._launch`` source; None when its
+    source cannot be read (a build without the standard library's ``.py`` files)."""
+    try:
+        source = inspect.getsource(popen_forkserver.Popen._launch)  # type: ignore[attr-defined]  # noqa: SLF001
+    except (OSError, TypeError):
+        return None
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+@functools.cache
+def launch_override_applies() -> bool:
+    """Whether ``ForkserverPopen`` may replace this Python's ``Popen._launch``: the method is
+    the one it was written against. Otherwise one warning, and the plain forkserver."""
+    if launch_fingerprint() in OVERRIDDEN_LAUNCH_SHA256:
+        return True
+    version = sys.version.split()[0]
+    warnings.warn(
+        f"astrai: Python {version}'s multiprocessing.popen_forkserver.Popen._launch is not the"
+        f" one astrai's worker processes were written against (Python"
+        f" {', '.join(sorted(set(OVERRIDDEN_LAUNCH_SHA256.values())))}); reward and environment"
+        " workers start through the plain forkserver: they re-run your script's top level"
+        " (keep it under `if __name__ == '__main__':`) and start slower",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return False
+
+
 class ForkserverProcess(context.ForkServerProcess):
     """A process started from the forkserver that preloads ``preload`` (set before
-    ``start``)."""
+    ``start``); from the plain forkserver where ``launch_override_applies`` says no."""
 
     preload: tuple[str, ...] = ()
 
     @staticmethod
-    def _Popen(process_obj: Any) -> ForkserverPopen:  # noqa: N802 (multiprocessing's name)
-        return ForkserverPopen(process_obj)
+    def _Popen(process_obj: Any) -> popen_forkserver.Popen:  # noqa: N802 (multiprocessing's)
+        if launch_override_applies():
+            return ForkserverPopen(process_obj)
+        return popen_forkserver.Popen(process_obj)
 
 
 def sigkill(process: ForkserverProcess) -> None:

@@ -1,6 +1,6 @@
-"""``make gpu-check`` (bench/gpu_check.py): one line and exit 0 without CUDA; its checks, run on
-the CPU through the hidden ``--device cpu --quick`` mode, pass and land in the summary; a
-failing check fails the run."""
+"""``make gpu-check`` (bench/gpu_check.py): without CUDA every check a SKIP row of the printed
+table, by name, and exit 0; its checks, run on the CPU through the hidden ``--device cpu
+--quick`` mode, pass and land in the summary; a failing check fails the run."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ CPU_CHECKS = [
     "episodes",
     "scale-memory",  # on the CPU: issue 48's spot check, the scoring pass's estimate vs RSS
     "causal-attention",  # on the CPU the mask stays; is_causal forced to compare the logits
+    "mfu",  # one layer of Qwen3-0.6B against a measured matmul
     "2-process-ddp",
 ]
 
@@ -61,7 +62,7 @@ def run_script(*args: str | Path) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(
     torch.cuda.is_available() or Path("/dev/nvidiactl").exists(), reason="a GPU is here"
 )
-def test_without_cuda_one_line_and_exit_0(
+def test_without_cuda_every_check_skips_by_name_and_exit_0(
     gpu_check: ModuleType,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -70,10 +71,15 @@ def test_without_cuda_one_line_and_exit_0(
     # the script's main in this process (a child process costs a torch import and ~4 s)
     monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--summary", str(tmp_path / "summary.json")])
     assert gpu_check.main() == 0
-    assert capsys.readouterr().out.splitlines() == [
-        f"gpu-check: no CUDA device on this machine (torch {torch.__version__}); skipped"
-    ]
-    assert not (tmp_path / "summary.json").exists()
+    out = capsys.readouterr().out.splitlines()
+    names = [name for name, _ in gpu_check.CHECKS]
+    assert f"gpu-check: no CUDA device on this machine (torch {torch.__version__}): every check" \
+        " skipped" in out  # fmt: skip
+    rows = [line for line in out if line.startswith("| `")]
+    assert rows == [f"| `{name}` | SKIP | no CUDA device on this machine | 0.0 |" for name in names]
+    assert out[-1].startswith(f"gpu-check: 0 passed, 0 failed, {len(names)} skipped")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [c["name"] for c in summary["checks"]] == names and summary["passed"] is True
 
 
 @pytest.mark.slow  # ~25 s: every check's RL runs, on the CPU
@@ -84,10 +90,11 @@ def test_checks_pass_on_the_cpu_and_fill_the_summary(tmp_path: Path) -> None:
         "--summary", summary_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    statuses = [line.split(":")[0] for line in result.stdout.splitlines()[1:-1]]
+    lines = result.stdout.splitlines()
+    statuses = [line.split(":")[0] for line in lines if line.startswith(("PASS", "FAIL", "SKIP"))]
     expected = [f"PASS {name}" for name in CPU_CHECKS[:-1]] + ["SKIP 2-process-ddp"]
     assert statuses == expected, result.stdout
-    assert result.stdout.splitlines()[-1].startswith("gpu-check: 10 passed, 0 failed, 1 skipped")
+    assert result.stdout.splitlines()[-1].startswith("gpu-check: 11 passed, 0 failed, 1 skipped")
     summary = json.loads(summary_path.read_text())
     assert summary["passed"] is True and summary["quick"] is True
     checks = {c["name"]: c for c in summary["checks"]}
@@ -107,6 +114,8 @@ def test_checks_pass_on_the_cpu_and_fill_the_summary(tmp_path: Path) -> None:
     assert list(spot) == ["grpo/score", "ppo-lora16/update"]
     for phase in spot.values():
         assert abs(phase["ratio"] - 1) <= 0.10 and phase["measured_bytes"] > 50 * 2**20
+    mfu = checks["mfu"]["numbers"]["qwen3-0.6b"]
+    assert mfu["peak_source"] == "measured matmul" and mfu["mfu"] > 0 and mfu["tokens_per_s"] > 0
     causal = checks["causal-attention"]["numbers"]
     assert causal["causal_taken"] is False  # the CPU keeps the dense mask
     assert causal["fp32"]["max_abs_diff"] <= 1e-3 and causal["bf16"]["max_abs_diff"] <= 0.1

@@ -5,46 +5,12 @@ by environment); nothing touches the network (offline mode, a local store)."""
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 import pytest
+from tests.tracker_records import LOGGERS, assert_same_rows, jsonl_rows, wandb_env
 from tests.train_runs import QUICK, run_train_in_process
-from tests.wandb_records import history_rows, history_tables, run_files, run_id, same_value
-
-LOGGERS = ["logger=[tensorboard,wandb,mlflow]", "logger.wandb.mode=offline"]
-
-
-def wandb_env(tmp_path: Path) -> dict[str, str]:
-    """W&B's own folders (cache, config, data, artifacts) inside ``tmp_path``."""
-    home = tmp_path / "wandb-home"
-    return {
-        "WANDB_MODE": "offline",
-        "WANDB_DIR": str(home),
-        "WANDB_CACHE_DIR": str(home / "cache"),
-        "WANDB_CONFIG_DIR": str(home / "config"),
-        "WANDB_DATA_DIR": str(home / "data"),
-        "WANDB_ARTIFACT_DIR": str(home / "artifacts"),
-    }
-
-
-def jsonl_rows(run_dir: Path) -> dict[int, dict[str, float]]:
-    """``metrics.jsonl`` as ``{step: {metric: value}}``, null read as NaN."""
-    rows = {}
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        step = record.pop("step")
-        rows[step] = {k: math.nan if v is None else float(v) for k, v in record.items()}
-    return rows
-
-
-def assert_same_rows(got: dict[int, dict[str, float]], want: dict[int, dict[str, float]]) -> None:
-    assert sorted(got) == sorted(want)
-    for step, row in want.items():
-        assert sorted(got[step]) == sorted(row), f"step {step}"
-        bad = [k for k, v in row.items() if not same_value(got[step][k], v)]
-        assert not bad, f"step {step}: {[(k, got[step][k], row[k]) for k in bad]}"
+from tests.wandb_records import history_rows, history_tables, run_files, run_id
 
 
 @pytest.mark.slow  # ~20 s: two runs (3 steps, then resumed to 5) with W&B and MLflow

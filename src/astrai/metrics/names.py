@@ -57,6 +57,9 @@ METRICS: dict[str, str] = {
     "perf/tokens_per_s": "response tokens sampled per second of sampling (time/sample_s)",
     "perf/step_s": "wall seconds per RL step (an engine's weight sync included)",
     "perf/weight_sync_s": "seconds loading the updated weights into the engine (engine=vllm)",
+    "perf/mfu": "the update's model FLOPs (6·N + attention per token) over its seconds × peak",
+    "perf/update_tokens_per_s": "sequence tokens trained per second of the update (epochs in)",
+    "perf/step_tokens_per_s": "response tokens sampled per wall second of the whole step",
     # the engine/trainer logprob mismatch (engine.old_logprobs: recompute; docs/engines.md)
     "rollout/logprob_diff_mean": "mean |log π_old − log π_behav| over response tokens",
     "rollout/logprob_diff_max": "max |log π_old − log π_behav| over response tokens",
