@@ -820,6 +820,8 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     summary = args.summary or Path(os.environ.get(SUMMARY_ENV) or DEFAULT_SUMMARY)
     info = machine_info(device)
+    if reason is not None:  # no CUDA: nothing runs, not even the CPU test mode
+        info["gpu"] = "none (no CUDA device)"
     print(f"gpu-check on {info['gpu']}: torch {info['torch']}, CUDA {info['cuda']}", flush=True)
     checks = [(n, c) for n, c in CHECKS if not args.only or n in args.only]
     if reason is not None:  # no CUDA here: every check named, none run (the table still prints)
