@@ -46,21 +46,6 @@ MODELS: dict[str, dict[str, Any]] = {  # the published config.json values astrai
         "attention_bias": False,
         "mlp_bias": False,
     },
-    "qwen3-1.7b": {
-        **_COMMON,
-        "model_type": "qwen3",
-        "vocab_size": 151936,
-        "hidden_size": 2048,
-        "intermediate_size": 6144,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "max_position_embeddings": 40960,
-        "rms_norm_eps": 1e-06,
-        "rope_theta": 1000000,
-        "attention_bias": False,
-    },
     "qwen2.5-1.5b": {
         **_COMMON,
         "model_type": "qwen2",
@@ -75,4 +60,10 @@ MODELS: dict[str, dict[str, Any]] = {  # the published config.json values astrai
         "rope_theta": 1000000.0,
         "use_sliding_window": False,
     },
+}
+# Qwen3-1.7B: Qwen3-0.6B's config.json but for its widths
+MODELS["qwen3-1.7b"] = {
+    **MODELS["qwen3-0.6b"],
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
 }
