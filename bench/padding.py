@@ -9,9 +9,9 @@ and response lengths are drawn like math RL's (lognormal, median 300 tokens, σ 
   the full rectangle; *now* rows sorted by length into parts that fit the budget, each at most
   5% padding (``models.sorted_parts``), each row run from column 0 without its prompt's left
   padding (``length_parts``, ``models.shared_prefix.padding_free_rows``);
-- scoring: consecutive group-aligned parts of the full rectangle before; now π_old's pass (the
-  update's forward) as the update's micro-batches, and the reference's and the critic's cached
-  passes (a group's prompt runs once): groups sorted by prompt length into parts
+- scoring: consecutive group-aligned parts of the full rectangle before; now π_old's and (since
+  issue 59) the reference's passes as the update's micro-batches (the update's forward), and
+  the critic's cached pass (a group's prompt runs once): groups sorted by prompt length into parts
   (``group_parts``), each part's distinct prompts once, then its responses in passes of like
   length (``models.shared_prefix.response_passes``), counted by ``cached_share``.
 
@@ -117,7 +117,7 @@ def padding_table(generator: torch.Generator) -> None:
     print(f"  before: padding {before_s:.1%} (every pass)")
     print(f"  now, π_old (the update's forward, by length): padding {old_s:.1%} in "
           f"{len(old_parts)} parts")  # fmt: skip
-    print(f"  now, reference and critic (cached: groups by prompt length, responses by "
+    print(f"  now, the critic (cached: groups by prompt length, responses by "
           f"length): padding {cached_s:.1%} in {len(cached_parts)} parts")  # fmt: skip
     worst = max(statistics.mean(now_u), old_s, cached_s)
     print(f"the most padding of any pass now: {worst:.1%} (the goal: at most 10%)")

@@ -9,12 +9,13 @@ run's cosine learning rate) and grad-norm clipping. It samples the way a hand-wr
 token per step, drawing by the sampler's rule (one uniform per row, inverse CDF) so it draws the
 same tokens; ``--bare-decode sampler`` gives it astrai's sampler instead
 (``astrai.rollout.sampler.generate``, with its fast decode path and shared prompt pass). The
-bare loop scores the reference over every row whole, as a hand-written loop does; astrai runs
-each distinct prompt once (``astrai.models.shared_prefix``). Both start every round from the
-same weights, optimizer and RNG states, so they sample the same responses and take the same
-optimizer steps; a first paired step (also the warm-up) checks that the weights then agree
-(within ``WEIGHT_TOLERANCE``: the fast path's logprobs differ from ``forward``'s in the last
-bits). Each round times
+bare loop scores the reference over every row whole, as a hand-written loop does; astrai
+runs it through the update's own micro-batches since issue 59 (before, each distinct prompt
+once: ``astrai.models.shared_prefix``, still the sampler's and PPO's critic's). Both start
+every round from the same weights, optimizer and RNG states, so they sample the same responses
+and take the same optimizer steps; a first paired step (also the warm-up) checks that the
+weights then agree (within ``WEIGHT_TOLERANCE``: the fast path's logprobs differ from
+``forward``'s in the last bits). Each round times
 ``--steps-per-round`` steps of each, in alternating order; a step's time is the whole
 ``train_step()`` call (its own ``perf/step_s``, which leaves out the rollout metrics, is shown
 beside it). The last line is ``ratio: <astrai ÷ bare>``, the median of the rounds' ratios.
@@ -44,7 +45,11 @@ from astrai.config.compose import compose_train_config
 from astrai.rollout.sampler import Generation, SamplingConfig, _choose, generate
 from astrai.training.trainer import Trainer
 
-WEIGHT_TOLERANCE = 1e-5  # max |Δ| of any policy weight after the check step
+# max |Δ| of any policy weight after the check step: the last bits of the decode paths'
+# logprobs (and of the reference's pass: astrai's runs the update's micro-batches since issue
+# 59, the bare loop all rows at once) reach the weights through AdamW's normalised steps
+# (--quick on an AMD EPYC: 1.0e-5 of 7.1e-3 moved)
+WEIGHT_TOLERANCE = 3e-5
 
 
 # the bare loop implements these options' values only (the default job's)

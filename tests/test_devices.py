@@ -31,7 +31,7 @@ HOST_SIDE = {
     "Python lists; collect_episodes moves the Rollout with .to(device)",
     ("rewards/model.py", "_left_pad"): "built on the host, returned with .to(device)",
     ("rollout/collect.py", "score_responses"): "collect_rollout moves the rewards to the device",
-    ("rollout/minibatch.py", "iter_minibatches"): "a CPU shuffle (same order on any device), moved",
+    ("rollout/minibatch.py", "minibatch_rows"): "a CPU shuffle (same order on any device), moved",
     ("models/llama.py", "__init__"): "module state: parameters and buffers follow .to(device)",
     ("models/rope.py", "rope_frequencies"): "RotaryEmbedding's inv_freq buffer, built at init",
     ("models/rope.py", "_yarn"): "RotaryEmbedding's inv_freq buffer, built at init",

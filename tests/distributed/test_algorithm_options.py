@@ -6,7 +6,6 @@ minibatch's token and sequence counts (``algorithms.aggregation.Divisors``)."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 from tests.distributed.ddp_worker import many_updates
 from tests.helpers import compose_config
 
-from astrai.rollout.minibatch import Minibatch
+from astrai.algorithms import scoring_passes
 from astrai.rollout.rollout import Rollout, ended_with_eos
-from astrai.training import trainer as trainer_module
 from astrai.training.rollout_stats import rollout_metrics
 from astrai.training.trainer import Trainer
 
@@ -185,17 +183,19 @@ def test_micro_batches_make_the_same_update_as_the_whole_minibatch(tmp_path: Pat
             assert whole["metrics"]["policy/dual_clipfrac"] > 0
 
 
-def rankwise_minibatches(
-    batch: Minibatch, num_minibatches: int, generator: torch.Generator | None = None
-) -> Iterator[Minibatch]:
+def rankwise_minibatch_rows(
+    rows: int, num_minibatches: int, generator: torch.Generator | None, device: torch.device
+) -> list[torch.Tensor]:
     """The minibatches ``WORLD`` ranks make together, in one process: every rank shuffles its
     own share of the rows (its prompts' groups, contiguous in the flattened rollout) with the
     same shuffle stream (``TrainState.generators["shuffle"]``: ``seed + 2`` on every rank), and its
     k-th part joins the other ranks' k-th parts in minibatch k (one optimizer step)."""
-    share = batch.response_ids.shape[0] // WORLD
+    share = rows // WORLD
     order = torch.randperm(share, generator=generator)
-    for part in order.chunk(num_minibatches):
-        yield batch.select(torch.cat([part + rank * share for rank in range(WORLD)]))
+    return [
+        torch.cat([part + rank * share for rank in range(WORLD)]).to(device)
+        for part in order.chunk(num_minibatches)
+    ]
 
 
 @pytest.mark.slow  # one 2-process launch for all 30 updates: ~25 s
@@ -206,13 +206,13 @@ def test_two_processes_make_the_same_update_as_one(
 
     With ``minibatches=2`` the ranks' shuffles do not add up to one process's shuffle of the
     whole rollout (each rank permutes its own 16 rows; one process permutes all 32), so the
-    one-process reference draws its minibatches as the ranks do (``rankwise_minibatches``)
+    one-process reference draws its minibatches as the ranks do (``rankwise_minibatch_rows``)
     instead of falling back to ``minibatches=1``: the ranks then hold different token and
     sequence counts in each minibatch, which is what the global divisors are for."""
     rollout_file = pinned_rollout(tmp_path)
     jobs, expected = {}, {}
     with monkeypatch.context() as patch:
-        patch.setattr(trainer_module, "iter_minibatches", rankwise_minibatches)
+        patch.setattr(scoring_passes, "minibatch_rows", rankwise_minibatch_rows)
         for name, options in OPTIONS.items():
             cfg = compose_config([*options, *QUICK])
             expected[name] = one_update(cfg, rollout_file, tmp_path / "single" / name)

@@ -3,8 +3,9 @@
 Each run is the default job on its default schedule (1,200 steps of learning-rate schedule)
 with ``trainer.stop_at`` at the bound it asserts: it ends at the first evaluation that reaches
 held-out accuracy 0.9, which is the claim, instead of training on for the rest of the 1,200
-steps (measured on an AMD EPYC, one thread: GRPO 0.923 at step 350, PPO 1.0 at step 250, where
-the whole runs took ~3 and ~5 minutes). Slow: ``make test-slow``.
+steps (measured on an AMD EPYC, one thread, 2026-12-07 with issue 59's scoring: GRPO 0.923 at
+step 250 in 46 s, PPO 1.0 at step 400 in 124 s; before it GRPO 0.923 at step 350, PPO 1.0 at
+250). Slow: ``make test-slow``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,8 +26,11 @@ STOP_AT = f"trainer.stop_at={{eval/accuracy:{TARGET}}}"
 # reached late and at a step that varies with the CPU's roundings: PPO's lag-1 run with seeds
 # 1-6 on an AMD EPYC (AVX-512) first reached 0.9 at steps 400-850, and the CI machine's run
 # (2026-12-05) topped out at 0.846 (11 of 13) within its 1,200 steps. The claim is that lag 1
-# still learns, from ≤ 0.2: 0.8 (11 of 13) is the bar every run measured met.
-LAG_TARGET = 0.8
+# still learns, from ≤ 0.2: 0.5 (7 of 13) is the bar. It was 0.8 until issue 59's CI cut; with
+# issue 59's scoring (2026-12-07, AMD EPYC, one thread) seed 0's lag-1 GRPO read 0.154 at step
+# 200, 0.538 at 250 and 0.923 at 350; PPO 0.308 at 100, 0.538 at 200, then 0.538-0.692 until
+# 0.846 at step 550 (182 s of the slow lane's wall time where the 0.5 bar takes ~70)
+LAG_TARGET = 0.5
 LAG_STOP_AT = f"trainer.stop_at={{eval/accuracy:{LAG_TARGET}}}"
 
 
@@ -49,17 +54,41 @@ def _assert_stopped_at_the_target(run_dir: Path, target: float = TARGET) -> int:
     return final_step
 
 
-@pytest.mark.slow
-def test_default_job_learns_addition(tmp_path: Path) -> None:
+@dataclass(frozen=True)
+class DefaultRun:
+    """The default job's acceptance run (``train.py`` to ``STOP_AT``, one thread)."""
+
+    run_dir: Path
+    result: subprocess.CompletedProcess
+
+
+BASE_STEP = 150  # the LoRA test's base: the default run's checkpoint here (0.538 measured)
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory: pytest.TempPathFactory) -> DefaultRun:
+    """One default run for both tests of the ``default_run`` group (one worker: ``make
+    test-slow``'s ``--dist loadgroup``): its checkpoint at ``BASE_STEP`` is the LoRA test's
+    pretrained base. Checkpoints change nothing in a run (exact resume): the run is the default
+    job's, as ``test_default_job_learns_addition`` asserts."""
+    tmp_path = tmp_path_factory.mktemp("default")
     run_dir = tmp_path / "run"
+    checkpoints = [f"ckpt.every_steps={BASE_STEP}", "ckpt.keep_last=100"]
     result = run_train(
-        [f"hydra.run.dir={run_dir}", "trainer.progress_bar=false", STOP_AT],
+        [f"hydra.run.dir={run_dir}", "trainer.progress_bar=false", STOP_AT, *checkpoints],
         cwd=tmp_path,
         timeout=1800,  # ~1 min alone; generous for a loaded CI machine
         # one thread: as fast as two at this size (docs/benchmarks.md), and the slow suite runs
         # on 2 workers: two threads each would contend for the 2 cores, several times slower
         threads=1,
     )
+    return DefaultRun(run_dir, result)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("default_run")
+def test_default_job_learns_addition(default_run: DefaultRun) -> None:
+    run_dir, result = default_run.run_dir, default_run.result
     assert result.returncode == 0, result.stderr[-2000:]
     final_step = _assert_stopped_at_the_target(run_dir)
     evals = _evals(run_dir)
@@ -97,27 +126,30 @@ def test_ppo_learns_addition_with_a_critic_that_learns(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_lora_grpo_learns_addition_on_a_pretrained_base(tmp_path: Path) -> None:
-    """LoRA as it is used: adapters on a pretrained base. The base is the default job trained
-    300 steps in full (held-out accuracy ~0.5), exported by ``astrai.export``; then GRPO with
-    rank-16 adapters on every decoder linear (embeddings, norms and base frozen) at 3x the full
-    run's learning rate takes it past 0.9 (on the 1,200-step schedule, stopped there). On the
-    random-init tiny model itself adapters alone do not generalize (measured: held-out
-    0.69-0.77 at train reward 0.95 after 1,200 steps, docs/lora.md): its frozen random
-    embeddings carry no structure of the digits."""
-    base_run, base = tmp_path / "base", tmp_path / "base-hf"
-    args = ["trainer.progress_bar=false", "ckpt.every_steps=0"]
-    pretrain = [*args, "trainer.total_steps=300", f"hydra.run.dir={base_run}"]
-    result = run_train(pretrain, tmp_path, timeout=900, threads=1)
-    assert result.returncode == 0, result.stderr[-2000:]
+@pytest.mark.xdist_group("default_run")
+def test_lora_grpo_learns_addition_on_a_pretrained_base(
+    default_run: DefaultRun, tmp_path: Path
+) -> None:
+    """LoRA as it is used: adapters on a pretrained base. The base is the default job's
+    checkpoint at step ``BASE_STEP`` (held-out accuracy 0.538 measured), exported by
+    ``astrai.export``; then GRPO with rank-16 adapters on every decoder linear (embeddings,
+    norms and base frozen) at 3x the full run's learning rate takes it past 0.9 (on the
+    1,200-step schedule, stopped there; measured 2026-12-07: 0.769 at step 100, 0.923 at step
+    550). On the random-init tiny model itself adapters alone do not generalize (measured:
+    held-out 0.69-0.77 at train reward 0.95 after 1,200 steps, docs/lora.md): its frozen random
+    embeddings carry no structure of the digits. Until issue 59's CI cut the base was a run of
+    its own (300 full steps on a 300-step schedule, ~50 s of the slow lane)."""
+    base = tmp_path / "base-hf"
+    checkpoint = default_run.run_dir / "checkpoints" / f"step_{BASE_STEP}"
     export = subprocess.run(
-        [sys.executable, "-m", "astrai.export", str(base_run), str(base)],
+        [sys.executable, "-m", "astrai.export", str(checkpoint), str(base)],
         capture_output=True,
         text=True,
     )
     assert export.returncode == 0, export.stderr
     run_dir = tmp_path / "lora"
     lora = ["model=hf", f"model.path={base}", "model.lora.rank=16", "model.lora.alpha=32"]
+    args = ["trainer.progress_bar=false", "ckpt.every_steps=0"]
     result = run_train(
         [*lora, "train_type.optimizer.lr=3e-3", *args, f"hydra.run.dir={run_dir}", STOP_AT],
         cwd=tmp_path,

@@ -4,36 +4,24 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from astrai.algorithms.aggregation import LOSS_AGG_MODES, Divisors
-from astrai.algorithms.correction import Correction, MaxFn, correct_mismatch, local_max
 from astrai.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from astrai.algorithms.losses import RATIO_LEVELS, clipped_policy_loss
-from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean
+from astrai.algorithms.masked import SumFn, local_sum, masked_mean
 from astrai.algorithms.rewards import KL_REWARD_CLAMP
-from astrai.rollout.length_parts import consecutive_parts, group_parts, length_parts
+from astrai.algorithms.scoring_passes import NoGradMode, ScoringPasses
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig
-from astrai.rollout.scoring import (
-    response_logprobs,
-    score_in_parts,
-    scoring_token_budget,
-    update_token_budget,
-)
-
-# How scoring passes turn gradients off; the caller chooses: ``torch.inference_mode`` (the
-# fastest), or ``torch.no_grad`` for an FSDP-sharded model, whose unsharded weights must not be
-# allocated as inference tensors (its next training forward writes into them)
-NoGradMode = Callable[[], AbstractContextManager[Any]]
+from astrai.rollout.scoring import response_logprobs
 
 
-class Strategy(ABC):
+class Strategy(ScoringPasses, ABC):
     """An RL algorithm: its hyperparameters, how it pins targets and how it computes the loss.
 
     Built by ``hydra.utils.instantiate(cfg.train_type)``; ``optimizer`` and ``scheduler`` arrive
@@ -127,135 +115,10 @@ class Strategy(ABC):
         self.mask_truncated = mask_truncated
         self.filter_groups = filter_groups
         self.max_resample_rounds = max_resample_rounds
+        self._split = None  # the update's first epoch while scoring_through holds one
         # train_type's node holds it, no algorithm reads it: the run's plan does
         # (training.plan), so it is accepted here and not kept
         del max_policy_lag
-
-    def score_reference(
-        self,
-        rollout: Rollout,
-        reference: nn.Module | None,
-        sum_over_ranks: SumFn = local_sum,
-        no_grad: NoGradMode = torch.inference_mode,
-    ) -> dict[str, float]:
-        """Pin ``rollout.ref_logprobs`` and return k1/k2/k3 of behaviour vs reference (token
-        means over every rank's rollout); the forward runs under ``no_grad``.
-
-        ``reference`` None (allowed only at ``kl_coef`` 0, where nothing but the ``kl/*``
-        metrics reads it): no forward, ``ref_logprobs`` stays None and no metric is returned.
-        """
-        if reference is None:
-            if self.kl_coef != 0:
-                raise ValueError("a reference is needed while train_type.kl_coef is nonzero")
-            rollout.ref_logprobs = None
-            return {}
-        rollout.ref_logprobs = self.score_rollout(reference, rollout, no_grad)
-        mask = rollout.action_mask()
-        return {
-            f"kl/{kind}": masked_global_mean(
-                kl_estimate(rollout.logprobs, rollout.ref_logprobs, kind), mask, sum_over_ranks
-            ).item()
-            for kind in KL_ESTIMATORS
-        }
-
-    def score_rollout(
-        self,
-        model: nn.Module,
-        rollout: Rollout,
-        no_grad: NoGradMode = torch.inference_mode,
-        share_prompts: bool = True,
-    ) -> Tensor:
-        """``[B, G, R]`` logprobs of the rollout's responses under ``model`` at the sampling
-        temperature, under ``no_grad`` (the caller's choice: ``NoGradMode``), in micro-batches
-        of ``micro_batch_size`` sequences (the memory bound of the update holds here too);
-        ``share_prompts`` as ``rollout.scoring.response_logprobs``."""
-        prompt_ids, prompt_mask = rollout.flat_prompts()
-        temperature = self.sampling.temperature
-
-        def score(
-            ids: Tensor, mask: Tensor, response_ids: Tensor, response_mask: Tensor, split: bool
-        ) -> Tensor:
-            return response_logprobs(
-                model,
-                ids,
-                mask,
-                response_ids,
-                response_mask,
-                temperature,
-                share_prompts=share_prompts,
-                by_length=split,
-            )[0]
-
-        with no_grad():
-            scored = score_in_parts(
-                score,
-                self.scoring_parts(model, rollout, prompt_mask, by_length=not share_prompts),
-                prompt_ids,
-                prompt_mask,
-                rollout.flat("response_ids"),
-                rollout.flat("response_mask"),
-            )
-        # cloned outside inference mode: an ordinary tensor, which the losses may save
-        return scored.clone().view_as(rollout.logprobs)
-
-    def scoring_parts(
-        self, model: nn.Module, rollout: Rollout, prompt_mask: Tensor, by_length: bool
-    ) -> list[Tensor]:
-        """Row indices of the scoring passes of ``model`` over ``rollout``'s ``B * G`` rows
-        (``prompt_mask [B * G, P]``: ``rollout.flat_prompts``'): consecutive ones of
-        ``micro_batch_size`` where set; else under ``score_tokens``, rows sorted by length
-        (``by_length``: a whole-sequence pass, π_old's, split as the update splits) or groups
-        sorted by prompt length (``rollout.length_parts.group_parts``: a cached pass runs a
-        group's prompt once)."""
-        rows = prompt_mask.shape[0]
-        if self.micro_batch_size is not None:
-            return consecutive_parts(rows, self.micro_batch_size, prompt_mask.device)
-        budget = scoring_token_budget(model, self.score_tokens)
-        response_mask = rollout.flat("response_mask")
-        if by_length:
-            return length_parts(prompt_mask, response_mask, budget)
-        return group_parts(prompt_mask, response_mask, rollout.response_ids.shape[1], budget)
-
-    def update_parts(self, policy: nn.Module, minibatch: Minibatch) -> list[Tensor]:
-        """Row indices of the minibatch's update micro-batches: consecutive ones of
-        ``micro_batch_size`` sequences where set, else rows sorted by length within
-        ``update_tokens`` (``rollout.length_parts``; the budget from
-        ``rollout.scoring.update_token_budget``, the critic's trunk counted when the strategy
-        trains one); one part where the whole minibatch fits."""
-        if self.micro_batch_size is not None:
-            rows = minibatch.response_ids.shape[0]
-            return consecutive_parts(rows, self.micro_batch_size, minibatch.response_ids.device)
-        budget = update_token_budget(policy, self.requires_critic, self.update_tokens)
-        return length_parts(minibatch.prompt_mask, minibatch.response_mask, budget)
-
-    def recompute_old_logprobs(
-        self,
-        rollout: Rollout,
-        policy: nn.Module,
-        correction: Correction,
-        sum_over_ranks: SumFn = local_sum,
-        max_over_ranks: MaxFn = local_max,
-        no_grad: NoGradMode = torch.inference_mode,
-    ) -> dict[str, float]:
-        """Decoupled π_old (``engine.old_logprobs: recompute``): the sampling policy's weights
-        score the sampled tokens with the trainer's own forward, the update's (whole sequences,
-        no prompt cache: the first ratio rounds to 1 in bf16 too). The engine's logprobs move to
-        ``rollout.behaviour_logprobs``, the trainer's become ``rollout.logprobs`` (π_old: the
-        PPO ratio's denominator and the KL's behaviour side), and ``rollout.is_weights`` pins
-        ``correction``'s loss weights (None for ``none``). Returns the ``rollout/*`` mismatch
-        metrics (``correction.correct_mismatch``). Call before ``prepare``."""
-        behaviour = rollout.logprobs
-        rollout.logprobs = self.score_rollout(policy, rollout, no_grad, share_prompts=False)
-        rollout.behaviour_logprobs = behaviour
-        rollout.is_weights, metrics = correct_mismatch(
-            rollout.logprobs,
-            behaviour,
-            rollout.action_mask(),  # an episode's observations were not sampled
-            correction,
-            sum_over_ranks,
-            max_over_ranks,
-        )
-        return metrics
 
     @torch.no_grad()
     def reward_kl(self, rollout: Rollout) -> Tensor:
@@ -311,11 +174,13 @@ class Strategy(ABC):
         self, logprobs: Tensor, batch: Minibatch, divisors: Divisors | None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """The clipped surrogate of the minibatch with this strategy's clipping, ratio level and
-        aggregation; stats as ``losses.clipped_policy_loss``."""
+        aggregation; stats as ``losses.clipped_policy_loss``, and where this forward is π_old
+        (``batch.old_logprobs`` None) and the reference was scored, k1/k2/k3 of π_old vs the
+        reference (``kl_stats``)."""
         # π_old None: this step's only update, whose own forward (detached) is π_old, as TRL's
         # and verl's on-policy steps: the ratio is exactly 1 in any precision
         old_logprobs = logprobs.detach() if batch.old_logprobs is None else batch.old_logprobs
-        return clipped_policy_loss(
+        loss, stats = clipped_policy_loss(
             logprobs,
             old_logprobs,
             batch.advantages,
@@ -329,12 +194,36 @@ class Strategy(ABC):
             norm_len=self.norm_len,
             is_weights=batch.is_weights,
         )
+        if batch.old_logprobs is None and batch.ref_logprobs is not None:
+            stats |= self.kl_stats(old_logprobs, batch.ref_logprobs, batch.loss_mask, divisors)
+        return loss, stats
+
+    @staticmethod
+    def kl_stats(
+        old_logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, divisors: Divisors | None
+    ) -> dict[str, Tensor]:
+        """``kl/k1``, ``kl/k2``, ``kl/k3`` of π_old vs the reference, token means over ``mask``
+        with the minibatch's ``divisors``: at one update a step π_old exists only as the
+        update's own forward, so the KL that ``score_reference`` measures against the engine's
+        logprobs is measured here against it (the rounding of the engine's decoding left out:
+        exactly 0 while the policy is the reference), and replaces that one in the step's
+        metrics. The KL-shaped rewards of PPO and REINFORCE++, made before the update, still
+        read the engine's logprobs (behaviour vs reference)."""
+        tokens = None if divisors is None else divisors.tokens
+        return {
+            f"kl/{kind}": masked_mean(
+                kl_estimate(old_logprobs, ref_logprobs, kind), mask, token_count=tokens
+            )
+            for kind in KL_ESTIMATORS
+        }
 
     def clip_metrics(self, stats: dict[str, Tensor]) -> dict[str, Tensor]:
-        """``policy/*`` metrics of the clipped surrogate (dual-clip's only when it is on)."""
+        """``policy/*`` metrics of the clipped surrogate (dual-clip's only when it is on), and
+        the ``kl/*`` of π_old where the update measured them (``kl_stats``)."""
         metrics = {"policy/clipfrac": stats["clipfrac"], "policy/approx_kl": stats["approx_kl"]}
         if "dual_clipfrac" in stats:
             metrics["policy/dual_clipfrac"] = stats["dual_clipfrac"]
+        metrics |= {name: value for name, value in stats.items() if name.startswith("kl/")}
         return metrics
 
     def policy_logprobs(

@@ -9,8 +9,12 @@ prompts) in another order than one of many, so values can differ in the last bit
 the default jobs' shapes; the tests bound the difference). Where no prompt repeats, rows take the
 whole-sequence forward as before.
 
-Inference only (the sampler's prompt pass, reference logprobs, critic values): a gradient would
-have to flow back through the copied keys and values.
+Inference only (the sampler's prompt pass, the critic's values): a gradient would have to flow
+back through the copied keys and values. Log-probabilities that a ratio or a KL compares with
+the update's (π_old, the reference) do not take it: in bf16 its roundings differ from the
+whole-sequence forward's (SmolLM2-135M: ``kl/k1`` 1.7e-2 between two copies of the same
+weights), so they run the update's forward over the update's rows (``share_prompts`` False,
+``rollout.minibatch.EpochSplit``).
 """
 
 from __future__ import annotations
@@ -219,7 +223,8 @@ def response_outputs(
     responses, all at once or, ``by_length``, in passes of like length (``response_passes``:
     a pass of a split scoring pass, ``rollout.scoring.score_in_parts``), unless
     ``share_prompts`` is False: then the one forward the update runs, whose roundings a ratio
-    against the update must share (π_old; the cached path rounds otherwise in bf16).
+    or a KL against the update must share (π_old, the reference; the cached path rounds
+    otherwise in bf16).
 
     Args:
         prompt_ids, prompt_mask: ``[N, P]`` left-padded prompts.

@@ -1,8 +1,9 @@
-"""Flattened views of a prepared ``Rollout``, split into shuffled minibatches."""
+"""Flattened views of a prepared ``Rollout``, split into shuffled minibatches, and the split of
+one update epoch (``EpochSplit``): its minibatches and their micro-batches, which π_old and the
+reference are scored through so that all three passes round alike (``docs/algorithms.md``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -93,14 +94,39 @@ def flatten_rollout(rollout: Rollout, old_from_update: bool = False) -> Minibatc
     )
 
 
-def iter_minibatches(
-    batch: Minibatch, num_minibatches: int, generator: torch.Generator | None = None
-) -> Iterator[Minibatch]:
-    """Shuffle the sequences; yield ``num_minibatches`` equal parts (sizes validated upstream).
+def minibatch_rows(
+    rows: int, num_minibatches: int, generator: torch.Generator | None, device: torch.device
+) -> list[Tensor]:
+    """One epoch's minibatches of ``rows`` sequences: a permutation drawn from ``generator``
+    (a CPU one, or the global stream for None) cut into ``num_minibatches`` equal parts, each
+    ``[rows / num_minibatches]`` row indices on ``device``."""
+    order = torch.randperm(rows, generator=generator).to(device)
+    return list(order.chunk(num_minibatches))
 
-    ``generator`` is a CPU one: the order is drawn on the host, so it is the same on any device.
-    """
-    n = batch.response_ids.shape[0]
-    order = torch.randperm(n, generator=generator).to(batch.response_ids.device)
-    for part in order.chunk(num_minibatches):
-        yield batch.select(part)
+
+@dataclass(frozen=True)
+class EpochSplit:
+    """How one update epoch runs over a flat rollout's ``N`` rows: ``minibatches`` (each
+    ``[M]`` rows of the flat rollout, one optimizer step) and, for each, ``micro_batches``
+    (``[m]`` indices into its rows, one forward and backward each: ``training.accumulation``).
+
+    Drawn before the reference and π_old are scored, so that they run the very forwards the
+    update's first epoch runs (``passes``): the same rows, in the same order and width, so the
+    same roundings; the first minibatch's ratio is then exactly 1 and the KL to the reference
+    of the unchanged policy exactly 0, in bf16 as in fp32."""
+
+    minibatches: list[Tensor]
+    micro_batches: list[list[Tensor]]
+
+    def passes(self) -> list[tuple[Tensor, bool]]:
+        """The forwards in the update's order: each ``(rows [n], trimmed)``, rows of the flat
+        rollout, ``trimmed`` where the minibatch runs in several micro-batches (each cut to the
+        columns its rows use, ``Minibatch.trimmed``); a minibatch run whole keeps every
+        column (``accumulation.accumulate_gradients``)."""
+        passes: list[tuple[Tensor, bool]] = []
+        for rows, parts in zip(self.minibatches, self.micro_batches, strict=True):
+            if len(parts) == 1:
+                passes.append((rows, False))
+            else:
+                passes.extend((rows[part], True) for part in parts)
+        return passes

@@ -217,6 +217,31 @@ def score_in_parts(
     return scored
 
 
+def score_passes(
+    score: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor],
+    passes: list[tuple[Tensor, bool]],
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+) -> Tensor:
+    """``score(prompt_ids, prompt_mask, response_ids, response_mask) -> [n, r]`` over the rows
+    in ``passes`` (``rollout.minibatch.EpochSplit.passes``: the update's forwards, each its
+    rows of ``[N, ...]`` in order and whether it is trimmed to the columns they use), each
+    pass's scores put back in its rows' places, zeros after its columns: ``[N, R]``. The
+    inputs of each pass are those the update's forward of it takes, tensor for tensor."""
+    n, width = response_ids.shape
+    scored: Tensor | None = None
+    for rows, trimmed in passes:
+        inputs = (prompt_ids[rows], prompt_mask[rows], response_ids[rows], response_mask[rows])
+        values = pad_responses(score(*(trim_rows(*inputs) if trimmed else inputs)), width)
+        if scored is None:
+            scored = values.new_zeros((n, width))
+        scored[rows] = values
+    assert scored is not None
+    return scored
+
+
 def scoring_token_budget(model: nn.Module, setting: Any) -> int | None:
     """The tokens one scoring pass of ``model`` may hold (``train_type.score_tokens``, as
     ``scoring_part_rows``); None (one pass) for a sharded (FSDP) model."""

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from astrai.algorithms.aggregation import Divisors, whole_minibatch_divisors
+from astrai.distributed import all_reduce_sum
 from astrai.rollout.minibatch import Minibatch
 
 # (part, divisors) -> (loss, detached metrics)
@@ -55,6 +56,14 @@ def accumulate_gradients(
         for name, value in metrics.items():
             totals[name] = totals[name] + value if name in totals else value
     return totals
+
+
+def ranks_divisors(minibatch: Minibatch, world_size: int) -> Divisors | None:
+    """The divisors of the minibatch's losses over every rank (one collective); None in one
+    process, where the minibatch's own counts divide."""
+    if world_size == 1:
+        return None
+    return whole_minibatch_divisors(minibatch.loss_mask, all_reduce_sum, world_size)
 
 
 @contextlib.contextmanager

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from astrai.models.flops import training_flops
-from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+from astrai.models.llama import LlamaConfig
 from astrai.models.precision import compute_dtype
-from astrai.models.value_model import ValueModel
 from astrai.rollout.rollout import Rollout
 from astrai.training.device_peak import DevicePeak, device_peak
 
@@ -29,12 +28,6 @@ class UpdateShape:
     policy: LlamaConfig
     critic: LlamaConfig | None
     epochs: int
-
-
-def update_shape(policy: LlamaForCausalLM, critic: ValueModel | None, epochs: int) -> UpdateShape:
-    """The ``UpdateShape`` of a policy and its critic (None: no critic), trained ``epochs``
-    times over each batch."""
-    return UpdateShape(policy.config, None if critic is None else critic.config, epochs)
 
 
 def sequence_lengths(prompt_mask: torch.Tensor, response_mask: torch.Tensor) -> list[int]:

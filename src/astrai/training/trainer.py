@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from torch import nn
+from torch import Tensor, nn
 from torch.optim.lr_scheduler import LRScheduler
 
-from astrai.algorithms.aggregation import Divisors, whole_minibatch_divisors
+from astrai.algorithms.aggregation import Divisors
 from astrai.algorithms.strategy import Strategy
 from astrai.distributed import DistContext, all_reduce_max, all_reduce_sum, no_grad_for
 from astrai.files import naming_write_errors
@@ -29,11 +29,11 @@ from astrai.models.tokenizer import Tokenizer
 from astrai.models.value_model import ValueModel
 from astrai.rewards.base import Reward
 from astrai.rollout.engine import Engine
-from astrai.rollout.minibatch import Minibatch, flatten_rollout, iter_minibatches
+from astrai.rollout.minibatch import EpochSplit, Minibatch, flatten_rollout
 from astrai.rollout.rollout import Rollout, ended_with_eos
 from astrai.rollout.staleness import check_policy_lag
 from astrai.tasks.base import Problem, ProblemSource
-from astrai.training.accumulation import accumulate_gradients
+from astrai.training.accumulation import accumulate_gradients, ranks_divisors
 from astrai.training.announce import announce_run, prompt_count_summary, write_dashboards
 from astrai.training.background_save import CheckpointWrites
 from astrai.training.banner import format_eval_line
@@ -57,7 +57,7 @@ from astrai.training.setup import on_device_while
 from astrai.training.signal_watch import SignalWatch
 from astrai.training.state import TrainState
 from astrai.training.stopping import StopInterrupt, interruptible
-from astrai.training.throughput import step_throughput, update_shape
+from astrai.training.throughput import UpdateShape, step_throughput
 
 log = logging.getLogger(__name__)
 
@@ -136,28 +136,27 @@ class Trainer:
 
     # --- one RL step ---------------------------------------------------------------------------
 
-    def prepare(self, rollout: Rollout) -> dict[str, float]:
+    def prepare(self, rollout: Rollout, split: EpochSplit | None = None) -> dict[str, float]:
         """2. Reference logprobs, (critic values,) advantages, pinned on the rollout; statistics
         of the whole rollout are summed over the ranks. ``engine.old_logprobs: recompute``:
         first the trainer's own π_old and the mismatch correction's weights
         (``Strategy.recompute_old_logprobs``). ``train_type.mask_truncated``: the
         responses cut at the length limit leave the loss (``rollout.loss_mask``).
 
-        At ``kl_coef`` 0 the reference feeds only the ``kl/*`` metrics, so it is scored only on
-        the steps that log them (``metrics.names.kl_logged_at``: step 1 and every
+        π_old and the reference run ``split``'s forwards, the update's first epoch (default: the
+        next ``update``'s), so the first ratio is exactly 1 (docs/how-it-works.md). At
+        ``kl_coef`` 0 the reference feeds only the ``kl/*`` metrics, so it is scored only on the
+        steps that log them (``metrics.names.kl_logged_at``: step 1 and every
         ``logger.kl_every``)."""
         metrics = {}
         self.set_train_mode(False)  # π_old, the reference and the critic score without dropout
+        split = split or self.epoch_split(rollout, draw=False)
         if self.plan.correction is not None:  # engine.old_logprobs: recompute
             with self.autocast():
                 metrics = self.strategy.recompute_old_logprobs(
-                    rollout,
-                    self.policy,
-                    self.plan.correction,
-                    all_reduce_sum,
-                    all_reduce_max,
-                    no_grad_for(self.policy),
-                )
+                    rollout, self.policy, self.plan.correction, all_reduce_sum, all_reduce_max,
+                    no_grad_for(self.policy), split,
+                )  # fmt: skip
         if self.strategy.mask_truncated and rollout.sampled_mask is None:  # episodes: at collect
             eos = ended_with_eos(
                 rollout.response_ids, rollout.response_mask, self.tokenizer.stop_ids
@@ -165,7 +164,8 @@ class Trainer:
             rollout.loss_mask = rollout.response_mask & eos[..., None]
         score = kl_logged_at(self.state.step + 1, self.strategy.kl_coef, self.cfg.logger.kl_every)
         reference = self.reference if score else None
-        with self.reference_on_device(score), self.autocast():
+        scoring = self.strategy.scoring_through(split)
+        with self.reference_on_device(score), self.autocast(), scoring:
             metrics |= self.strategy.prepare(
                 rollout,
                 reference,
@@ -183,32 +183,34 @@ class Trainer:
         enabled = bool(self.cfg.infra.offload_reference) and needed
         return on_device_while(self.reference, self.device, enabled)
 
-    def loss_divisors(self, minibatch: Minibatch) -> Divisors | None:
-        """The divisors of the minibatch's losses over every rank (one collective); None in one
-        process, where the minibatch's own counts divide."""
-        if self.dist.world_size == 1:
-            return None
-        return whole_minibatch_divisors(minibatch.loss_mask, all_reduce_sum, self.dist.world_size)
+    def epoch_split(self, rollout: Rollout, draw: bool = True) -> EpochSplit:
+        """The update's next epoch over ``rollout``, from the ``shuffle`` stream (``draw``
+        False: peeked, ``Strategy.draw_epoch_split``); ``run_step`` draws it before scoring."""
+        shuffle = self.state.generators["shuffle"]
+        with self.autocast():  # the budget counts bytes in the dtype the passes compute in
+            return self.strategy.draw_epoch_split(self.policy, rollout, shuffle, draw)
 
-    def update(self, rollout: Rollout) -> dict[str, float]:
+    def update(self, rollout: Rollout, split: EpochSplit | None = None) -> dict[str, float]:
         """3. ``ppo_epochs × minibatches`` optimizer steps on the pinned targets, in train
-        mode (the policy's and the critic's: back to eval after). ``policy/version`` is the
-        version after them: every policy optimizer step taken is one (the loop counts them into
+        mode (the policy's and the critic's: back to eval after), the first epoch ``split``
+        (π_old's and the reference's; default: drawn now). ``policy/version`` is the version
+        after them: every policy optimizer step taken is one (the loop counts them into
         ``state``); a step skipped for a non-finite loss or gradient norm is none, and counts
-        in ``update/nonfinite_skipped`` only, not in the means (``training.nonfinite``)."""
+        in ``update/nonfinite_skipped`` only, not in the means (``training.nonfinite``). A
+        recomputed π_old is the ratio's (``old_from_update`` only where none was)."""
         self.set_train_mode(True)
         means = MetricMeans()
-        batch = flatten_rollout(rollout, self.plan.old_from_update)
+        batch = flatten_rollout(rollout, self.plan.old_from_update and self.plan.correction is None)
         policy_steps = skipped = 0  # the loop adds the steps to ``state.policy_version``
-        for _ in range(self.strategy.ppo_epochs):
-            for minibatch in iter_minibatches(
-                batch, self.strategy.minibatches, self.state.generators["shuffle"]
-            ):
-                metrics = self.backward(minibatch)
+        for epoch in range(self.strategy.ppo_epochs):
+            if epoch > 0 or split is None:
+                split = self.epoch_split(rollout)
+            for rows, parts in zip(split.minibatches, split.micro_batches, strict=True):
+                metrics = self.backward(batch.select(rows), parts)
                 stepped = self.optimizer_step(metrics)
                 policy_steps, skipped = policy_steps + stepped, skipped + (not stepped)
                 means.update(metrics if stepped else {})  # a skipped one: counted only, below
-        # each rank's losses and stats are its share of the global value (loss_divisors):
+        # each rank's losses and stats are its share of the global value (ranks_divisors):
         # ``compute`` sums them over the ranks, once per update (one all-reduce)
         result = means.compute()
         result["policy/lr"] = last_lr(self.scheduler)
@@ -228,26 +230,17 @@ class Trainer:
             if module is not None:
                 module.train(training)
 
-    def backward(self, minibatch: Minibatch) -> dict[str, torch.Tensor]:
-        """Gradients of the minibatch's token-mean loss, in micro-batches of
-        ``train_type.micro_batch_size`` sequences, or as many as ``train_type.update_tokens``
-        allows (``accumulation``); returns its metrics."""
+    def backward(self, minibatch: Minibatch, parts: list[Tensor]) -> dict[str, Tensor]:
+        """Gradients of the minibatch's token-mean loss, in micro-batches ``parts`` (row indices:
+        ``EpochSplit``; ``accumulation``); returns its metrics."""
 
         def loss(part: Minibatch, divisors: Divisors | None) -> LossOutput:
             with self.autocast():
-                return self.strategy.loss(
-                    self.train_policy, part, self.train_critic, divisors=divisors
-                )
+                return self.strategy.loss(self.train_policy, part, self.train_critic, divisors)
 
-        with self.autocast():  # the budget counts bytes in the dtype the passes compute in
-            parts = self.strategy.update_parts(self.policy, minibatch)
-        return accumulate_gradients(
-            minibatch,
-            parts,
-            self.loss_divisors(minibatch),
-            loss,
-            replicas=(self.train_policy, self.train_critic),
-        )
+        divisors = ranks_divisors(minibatch, self.dist.world_size)
+        replicas = (self.train_policy, self.train_critic)
+        return accumulate_gradients(minibatch, parts, divisors, loss, replicas)
 
     def autocast(self) -> torch.autocast:
         """The update's and the scoring passes' precision (``infra.precision``,
@@ -285,10 +278,14 @@ class Trainer:
             self.plan.max_policy_lag,
             self.state.step + 1,
         )
-        metrics = {**batch.metrics, **lag, **self.prepare(rollout)}
+        split = self.epoch_split(rollout)  # the update's first epoch, π_old's and the reference's
+        metrics = {**batch.metrics, **lag, **self.prepare(rollout, split)}
         t1 = time.perf_counter()
-        metrics.update(self.update(rollout))  # the engine slept after sampling (next_batch)
-        if self.pipeline is None:
+        alone = self.pipeline is None  # no sampling during the update: the engine may sleep
+        if alone:
+            self.engine.before_update()
+        metrics.update(self.update(rollout, split))
+        if alone:
             self.engine.after_update()
         t2 = time.perf_counter()
         if not self.engine.samples_live_policy:  # it takes the updated weights (HF names)
@@ -305,11 +302,13 @@ class Trainer:
         metrics["perf/step_s"] = time.perf_counter() - t0  # the weight sync included
         # over the sampling's own time (on the sampling thread, when it overlapped the update)
         metrics["time/sample_s"] = batch.sample_s
-        sampled = float(rollout.response_mask.sum())
-        metrics["perf/tokens_per_s"] = sampled / max(batch.sample_s, 1e-9)
-        shape = update_shape(self.policy, self.critic, self.strategy.ppo_epochs)
-        update_s, step_s = t2 - t1, metrics["perf/step_s"]
-        metrics.update(step_throughput(shape, rollout, update_s, step_s, self.cfg.infra.precision))
+        metrics["perf/tokens_per_s"] = float(rollout.response_mask.sum()) / max(
+            batch.sample_s, 1e-9
+        )
+        critic = None if self.critic is None else self.critic.config
+        shape = UpdateShape(self.policy.config, critic, self.strategy.ppo_epochs)
+        precision = self.cfg.infra.precision
+        metrics.update(step_throughput(shape, rollout, t2 - t1, metrics["perf/step_s"], precision))
         samples = logged_samples(rollout, self.state.step + 1, self.cfg.logger, self.tokenizer)
         return StepResult(metrics, int(metrics["policy/version"]), samples)
 
