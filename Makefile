@@ -8,10 +8,16 @@ STAMP := $(VENV)/.installed
 # and the tools of tests, lint and benchmarks: the dev, hf and lora extras (transformers, gguf, peft)
 DEV_STAMP := $(VENV)/.installed-dev
 ARGS ?=
+# Python writes its bytecode caches in every recipe, also where the shell sets
+# PYTHONDONTWRITEBYTECODE (some sandboxes do): pytest then rewrites each test module's asserts
+# once, not in every worker of every run (the fast suite's collection: 20 s -> 11 s a worker),
+# and each train.py process imports astrai's compiled modules (measured 2026-12-07: the fast
+# suite 179 -> 167 s, 309 -> 285 s of user CPU). The caches are git-ignored.
+unexport PYTHONDONTWRITEBYTECODE
 
 .DEFAULT_GOAL := help
 .PHONY: help install install-dev install-vllm lock check-lock check-lock-vllm train test test-slow test-docker test-vllm test-all lint format bench \
-	bench-quick bench-lora gpu-check tensorboard clean smollm2
+	bench-quick bench-quick/gpu-check bench-quick/smollm2_shaped bench-lora gpu-check tensorboard clean smollm2
 
 help: ## show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-17s\033[0m %s\n", $$1, $$2}'
@@ -179,26 +185,27 @@ bench-lora: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## LoRA: memory vs full fine
 	$(BIN)/python bench/lora_learning.py
 
 # every bench script at a tiny workload: the scripts still run and print their ratio line (CI
-# runs this; the numbers mean nothing). gpu_check's checks run on the CPU in tests/e2e/test_gpu_check.py
+# runs this; the numbers mean nothing). gpu_check's checks run on the CPU in
+# tests/e2e/test_gpu_check.py. Two at a time on one thread each (`-j2`,
+# OMP_NUM_THREADS=1: a quick run's numbers mean nothing, only that it runs), the longest first,
+# each script's output kept together (`--output-sync`). Measured 2026-12-07 on 2 cores: 238 s
+# one at a time (lora_learning 46 s, smollm2_tools 39, memory 32, lora_memory 28, parallel_sweep
+# 18, env_learning 14, mfu 12, the rest 2-9 each); 172 s two at a time on torch's 2 threads
+# each; 143 s two at a time on one thread each
+BENCH_QUICK := lora_learning smollm2_tools memory lora_memory parallel_sweep env_learning mfu \
+	scale_memory generate_vs_hf async step_overhead checkpoint_save padding rollout \
+	reward_boundary stop_search env_boundary
 bench-quick: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## every bench script in its quick mode (seconds each; CI)
-	$(BIN)/python bench/rollout.py --quick
-	$(BIN)/python bench/generate_vs_hf.py --quick
-	$(BIN)/python bench/memory.py --quick
-	$(BIN)/python bench/lora_memory.py --quick
-	$(BIN)/python bench/lora_learning.py --quick
-	$(BIN)/python bench/step_overhead.py --quick
-	$(BIN)/python bench/async.py --quick
-	$(BIN)/python bench/parallel_sweep.py --quick
-	$(BIN)/python bench/reward_boundary.py --quick
-	$(BIN)/python bench/env_boundary.py --quick
-	$(BIN)/python bench/checkpoint_save.py --quick
-	$(BIN)/python bench/scale_memory.py --quick
-	$(BIN)/python bench/padding.py --quick
-	$(BIN)/python bench/env_learning.py --quick
-	$(BIN)/python bench/smollm2_tools.py --quick
-	$(BIN)/python bench/stop_search.py --quick
-	$(BIN)/python bench/mfu.py --quick
+	@OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target \
+		$(addprefix bench-quick/,$(BENCH_QUICK)) bench-quick/gpu-check bench-quick/smollm2_shaped
+
+bench-quick/%:
+	$(BIN)/python bench/$*.py --quick
+
+bench-quick/gpu-check:
 	$(MAKE) --no-print-directory gpu-check  # without CUDA: every check a SKIP row, by name
+
+bench-quick/smollm2_shaped:
 	tmp=$$(mktemp -d) && $(BIN)/python bench/smollm2_shaped.py --quick $(SMOLLM2_DIR) $$tmp/shaped \
 		&& rm -rf $$tmp
 

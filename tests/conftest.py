@@ -34,8 +34,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if controller and not config.getoption("collectonly"):
         return
     import torch
+    from tests.yaml_cache import install
 
     torch.set_num_threads(1)
+    install()  # each YAML text parsed once a process: half the suite's CPU is Hydra composing
 
 
 # Hypothesis profiles (before any test module builds its settings): ``ci``, the default, keeps the

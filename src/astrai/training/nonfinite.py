@@ -40,10 +40,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LRScheduler
 
-from astrai.distributed import DistContext, all_reduce_max
+from astrai.distributed import DistContext, all_reduce_max, as_dtensor
 from astrai.training.optim import clip_gradients
 
 log = logging.getLogger("astrai.training.trainer")  # the trainer's lines, one logger name
@@ -159,7 +158,9 @@ def first_nonfinite(named: Iterable[tuple[str, Tensor]]) -> str | None:
 
 
 def _local(tensor: Tensor) -> Tensor:
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+    """An FSDP parameter's local shard; any other tensor as it is."""
+    dtensor = as_dtensor(tensor)
+    return tensor if dtensor is None else dtensor.to_local()
 
 
 def check_finite_weights(

@@ -12,8 +12,9 @@ import math
 
 import torch
 from torch import Tensor, nn
-from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LambdaLR
+
+from astrai.distributed import as_dtensor
 
 
 def _check(warmup_steps: int, min_lr_ratio: float = 0.0) -> None:
@@ -63,9 +64,8 @@ def clip_gradients(model: nn.Module, max_norm: float) -> Tensor:
     clipping (the global one under FSDP, as a plain tensor; NaN or inf when a gradient is not
     finite, which ``training.nonfinite`` checks before any optimizer step)."""
     grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    if isinstance(grad_norm, DTensor):  # FSDP: the global norm, as a DTensor
-        grad_norm = grad_norm.full_tensor()
-    return grad_norm
+    dtensor = as_dtensor(grad_norm)  # FSDP: the global norm, as a DTensor
+    return grad_norm if dtensor is None else dtensor.full_tensor()
 
 
 def clip_and_step(model: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float) -> Tensor:
