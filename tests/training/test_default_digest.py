@@ -31,9 +31,8 @@ import pytest
 import torch
 from tests.helpers import compose_config, weights_digest
 
-from astrai.algorithms.kl import KL_ESTIMATORS, kl_estimate
-from astrai.algorithms.masked import local_sum, masked_global_mean
-from astrai.algorithms.scoring_passes import ScoringPasses
+from astrai.algorithms.masked import local_sum
+from astrai.algorithms.scoring_passes import ScoringPasses, kl_metrics
 from astrai.rollout.scoring import response_logprobs, score_in_parts
 from astrai.training.trainer import Trainer
 
@@ -98,13 +97,7 @@ def cached_reference(self, rollout, reference, sum_over_ranks=local_sum, no_grad
             rollout.flat("response_mask"),
         )
     rollout.ref_logprobs = scored.clone().view_as(rollout.logprobs)
-    mask = rollout.action_mask()
-    return {
-        f"kl/{kind}": masked_global_mean(
-            kl_estimate(rollout.logprobs, rollout.ref_logprobs, kind), mask, sum_over_ranks
-        ).item()
-        for kind in KL_ESTIMATORS
-    }
+    return kl_metrics(rollout, sum_over_ranks)
 
 
 def run_digest(train_type: str, run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> str:

@@ -34,6 +34,19 @@ from astrai.rollout.scoring import (
 NoGradMode = Callable[[], AbstractContextManager[Any]]
 
 
+def kl_metrics(rollout: Rollout, sum_over_ranks: SumFn = local_sum) -> dict[str, float]:
+    """``kl/k1``, ``kl/k2``, ``kl/k3``: each estimator of KL(π_sampled ‖ π_ref), its mean over
+    the rollout's action tokens on every rank (``rollout.ref_logprobs`` scored)."""
+    assert rollout.ref_logprobs is not None
+    mask = rollout.action_mask()
+    return {
+        f"kl/{kind}": masked_global_mean(
+            kl_estimate(rollout.logprobs, rollout.ref_logprobs, kind), mask, sum_over_ranks
+        ).item()
+        for kind in KL_ESTIMATORS
+    }
+
+
 class ScoringPasses:
     """The scoring half of ``Strategy`` (module docstring)."""
 
@@ -93,13 +106,7 @@ class ScoringPasses:
             rollout.ref_logprobs = None
             return {}
         rollout.ref_logprobs = self.score_rollout(reference, rollout, no_grad, split=split)
-        mask = rollout.action_mask()
-        return {
-            f"kl/{kind}": masked_global_mean(
-                kl_estimate(rollout.logprobs, rollout.ref_logprobs, kind), mask, sum_over_ranks
-            ).item()
-            for kind in KL_ESTIMATORS
-        }
+        return kl_metrics(rollout, sum_over_ranks)
 
     def score_rollout(
         self,
