@@ -143,7 +143,7 @@ smollm2: $(SMOLLM2_DIR)/config.json ## convert SmolLM2-135M-Instruct (PyPI, offl
 # converted first, once: the tests that use it would otherwise each convert the packaged file
 # (~23 s of a worker each on a clean clone, measured 2026-12-07); tests/e2e/test_smollm2.py
 # still converts it itself, as the round trip it checks
-test-slow: $(DEV_STAMP) $(SMOLLM2_PACKAGE) $(SMOLLM2_DIR)/config.json ## slow tests (full learning runs, the SmolLM2 round trip)
+test-slow: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## slow tests (full learning runs, the SmolLM2 round trip)
 	$(BIN)/pytest -m "slow and not docker and not vllm" -n 2 --dist loadgroup --durations=25
 
 # root only: installs docker.io, starts a private dockerd on its own socket and folders, builds a
