@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from astrai.config.compose import compose_train_config
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 LAG_1 = [
     "train_type.max_policy_lag=1",
@@ -39,16 +39,17 @@ LAG_1 = [
 QUICK = ["train_type.prompts_per_step=8", "train_type.group_size=4"]
 
 
-def build(overrides: list[str], run_dir: Path) -> Trainer:
-    return Trainer(compose_train_config(["trainer.progress_bar=false", *overrides]), run_dir)
+def build(overrides: list[str], run_dir: Path) -> Run:
+    return Run(compose_train_config(["trainer.progress_bar=false", *overrides]), run_dir)
 
 
-def time_steps(trainer: Trainer, steps: int) -> tuple[float, list[dict[str, float]]]:
+def time_steps(trainer: Run, steps: int) -> tuple[float, list[dict[str, float]]]:
     """Seconds per step over ``steps`` calls, the in-flight rollout's sampling included."""
     start = time.perf_counter()
     rows = [trainer.train_step() for _ in range(steps)]
-    if trainer.pipeline is not None:
-        trainer.pipeline.settle()  # the next step's sampling, started during the last update
+    pipeline = trainer.started.rollouts.pipeline
+    if pipeline is not None:
+        pipeline.settle()  # the next step's sampling, started during the last update
     return (time.perf_counter() - start) / steps, rows
 
 
@@ -82,7 +83,7 @@ def compare(
         finally:
             for trainer in (sync, lagged):
                 trainer.close()
-                trainer.logger.close()
+                trainer.started.logger.close()
     sample = statistics.median(s for s, _ in shares)
     rest = statistics.median(u for _, u in shares)
     return pairs, {"sample_s": sample, "rest_s": rest}

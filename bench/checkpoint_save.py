@@ -39,8 +39,8 @@ from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.training.background_save import CheckpointWrites
 from astrai.training.checkpointing import CheckpointParts
 from astrai.training.optim import clip_and_step
+from astrai.training.run import Run
 from astrai.training.state import TrainState
-from astrai.training.trainer import Trainer
 
 FULL = LlamaConfig(
     vocab_size=32_000,
@@ -57,18 +57,20 @@ QUICK = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_h
 def build_parts(config: LlamaConfig, run_dir: Path) -> tuple[CheckpointParts, TrainState]:
     """A default Trainer's checkpoint parts with ``config``'s model, its copy as the reference,
     and the run's optimizer after one step on a random batch."""
-    trainer = Trainer(compose_train_config(["debug=quick"]), run_dir / "tiny")
+    trainer = Run(compose_train_config(["debug=quick"]), run_dir / "tiny")
     torch.manual_seed(0)
     policy = LlamaForCausalLM(config)
-    optimizer = trainer.strategy.optimizer(policy.parameters())
+    optimizer = trainer.parts.strategy.optimizer(policy.parameters())
     tokens = torch.randint(config.vocab_size, (2, 16))
     policy(tokens).logits.logsumexp(-1).mean().backward()
     clip_and_step(policy, optimizer, 1.0)
-    parts = trainer.parts.checkpoint_parts(trainer.scheduler, trainer.critic_scheduler)
+    parts = trainer.parts.checkpoint_parts(
+        trainer.started.scheduler, trainer.started.critic_scheduler
+    )
     parts = dataclasses.replace(
         parts, policy=policy, reference=copy.deepcopy(policy), optimizer=optimizer
     )
-    state = trainer.state
+    state = trainer.started.state
     trainer.close()
     return parts, state
 

@@ -59,7 +59,7 @@ import torch
 import astrai.algorithms.strategy as strategy_module
 from astrai.config.compose import compose_train_config as compose_config
 from astrai.paths import REPO_ROOT
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 # bench/'s modules beside this script, also where it is loaded as a module (the tests)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -140,7 +140,7 @@ def reset_peak_memory(device: torch.device) -> None:
 # --- the checks -------------------------------------------------------------------------------
 
 
-def learning_run(ctx: Context, name: str, overrides: list[str]) -> tuple[Result, Trainer]:
+def learning_run(ctx: Context, name: str, overrides: list[str]) -> tuple[Result, Run]:
     """``learn_steps`` steps of the default job on the tiny model; the reward must rise."""
     steps = ctx.learn_steps
     run_dir = ctx.run_dir(name)
@@ -151,7 +151,7 @@ def learning_run(ctx: Context, name: str, overrides: list[str]) -> tuple[Result,
         [*ctx.base(), f"trainer.total_steps={steps}", f"trainer.eval_every={steps}", constant]
         + overrides
     )
-    trainer = Trainer(cfg, run_dir)
+    trainer = Run(cfg, run_dir)
     summary = trainer.fit()
     records = read_records(run_dir)
     rewards = [r["rollout/reward_mean"] for r in records if "rollout/reward_mean" in r]
@@ -184,11 +184,11 @@ def check_ppo(ctx: Context) -> Result:
 def check_bf16(ctx: Context) -> Result:
     """GRPO under bf16 autocast learns; logits are bf16, weights and Adam moments fp32."""
     result, trainer = learning_run(ctx, "bf16", ["train_type=online_grpo", "infra.precision=bf16"])
-    ids = torch.tensor([[5, 6, 7]], device=trainer.device)
-    with trainer.autocast():
-        logits_dtype = trainer.policy(ids, attention_mask=ids > 0).logits.dtype
-    weights = {p.dtype for p in trainer.policy.parameters()}
-    moments = {s["exp_avg"].dtype for s in trainer.optimizer.state.values()}
+    ids = torch.tensor([[5, 6, 7]], device=trainer.parts.device)
+    with trainer.trainer.autocast():
+        logits_dtype = trainer.parts.policy(ids, attention_mask=ids > 0).logits.dtype
+    weights = {p.dtype for p in trainer.parts.policy.parameters()}
+    moments = {s["exp_avg"].dtype for s in trainer.parts.optimizer.state.values()}
     dtypes_ok = logits_dtype == torch.bfloat16 and weights == moments == {torch.float32}
     names = ",".join(sorted(str(t).removeprefix("torch.") for t in weights | moments))
     result.detail += f"; logits {str(logits_dtype).removeprefix('torch.')}, weights+Adam {names}"
@@ -221,14 +221,14 @@ def max_state_diff(a: Any, b: Any) -> float:
     return 0.0 if a == b else math.inf
 
 
-def trainer_state(trainer: Trainer) -> dict[str, Any]:
+def trainer_state(trainer: Run) -> dict[str, Any]:
     state: dict[str, Any] = {
-        "policy": trainer.policy.state_dict(),
-        "optimizer": trainer.optimizer.state_dict(),
+        "policy": trainer.parts.policy.state_dict(),
+        "optimizer": trainer.parts.optimizer.state_dict(),
     }
-    if trainer.critic is not None and trainer.critic_optimizer is not None:
-        state["critic"] = trainer.critic.state_dict()
-        state["critic_optimizer"] = trainer.critic_optimizer.state_dict()
+    if trainer.parts.critic is not None and trainer.parts.critic_optimizer is not None:
+        state["critic"] = trainer.parts.critic.state_dict()
+        state["critic_optimizer"] = trainer.parts.critic_optimizer.state_dict()
     return state
 
 
@@ -251,13 +251,13 @@ def check_micro_batching(ctx: Context) -> Result:
         for micro in ("null", "24"):
             overrides = [*ctx.base(), f"train_type={train_type}", *shape, *STEADY_ADAM[train_type]]
             overrides.append(f"train_type.micro_batch_size={micro}")
-            trainer = Trainer(compose_config(overrides), ctx.run_dir("micro"))
-            reset_peak_memory(trainer.device)
+            trainer = Run(compose_config(overrides), ctx.run_dir("micro"))
+            reset_peak_memory(trainer.parts.device)
             for _ in range(2):
                 trainer.train_step()
             states[micro] = trainer_state(trainer)
-            numbers[f"{train_type}_peak_mb_micro_{micro}"] = peak_memory_mb(trainer.device)
-        moved = max_state_diff(trainer.reference.state_dict(), states["null"]["policy"])
+            numbers[f"{train_type}_peak_mb_micro_{micro}"] = peak_memory_mb(trainer.parts.device)
+        moved = max_state_diff(trainer.parts.reference.state_dict(), states["null"]["policy"])
         diff = max(
             max_state_diff(states["null"][k], states["24"][k])
             for k in ("policy", "critic")
@@ -282,14 +282,14 @@ def resume_runs(
     runs = {}
     for name in ("straight", "repeat"):
         run_dir = ctx.run_dir(f"resume-{name}")
-        trainer = Trainer(compose_config(overrides), run_dir)
+        trainer = Run(compose_config(overrides), run_dir)
         trainer.fit()
         runs[name] = (trainer_state(trainer), read_records(run_dir))
     run_dir = ctx.run_dir("resume-resumed")
-    Trainer(compose_config(overrides), run_dir).fit(until=3)
-    resumed = Trainer(compose_config(overrides), run_dir)  # ckpt.resume=auto: step_3
-    if resumed.state.step != 3:
-        raise RuntimeError(f"resumed at step {resumed.state.step}, expected 3")
+    Run(compose_config(overrides), run_dir).fit(until=3)
+    resumed = Run(compose_config(overrides), run_dir)  # ckpt.resume=auto: step_3
+    if resumed.started.state.step != 3:
+        raise RuntimeError(f"resumed at step {resumed.started.state.step}, expected 3")
     resumed.fit()
     straight_state, straight_records = runs["straight"]
     diff = max(
@@ -344,13 +344,13 @@ def smollm2_step(
         ]
     overrides = [*ctx.base(), "model=smollm2", f"model.path={ctx.smollm2_dir}", *shape]
     overrides += [f"infra.precision={precision}", "trainer.total_steps=2", *extra]
-    trainer = Trainer(compose_config(overrides), ctx.run_dir(name))
+    trainer = Run(compose_config(overrides), ctx.run_dir(name))
     trainer.train_step()  # warm-up: CUDA context, kernels, allocator
-    reset_peak_memory(trainer.device)
+    reset_peak_memory(trainer.parts.device)
     metrics = trainer.train_step()
-    peak = peak_memory_mb(trainer.device)
+    peak = peak_memory_mb(trainer.parts.device)
     numbers = {
-        "sequences": trainer.strategy.prompts_per_step * trainer.strategy.group_size,
+        "sequences": trainer.parts.strategy.prompts_per_step * trainer.parts.strategy.group_size,
         "tokens_per_s": metrics["perf/tokens_per_s"],
         "step_s": metrics["perf/step_s"],
         "rollout_s": metrics["time/rollout_s"],
@@ -405,7 +405,7 @@ def check_first_ratio_bf16(ctx: Context) -> Result:
         "train_type.sampling.max_new_tokens=32",
         "trainer.total_steps=2",
     ]
-    trainer = Trainer(compose_config(overrides), ctx.run_dir(name))
+    trainer = Run(compose_config(overrides), ctx.run_dir(name))
     strategy_module.clipped_policy_loss = recording  # type: ignore[assignment]
     try:
         for _ in range(2):
@@ -420,7 +420,7 @@ def check_first_ratio_bf16(ctx: Context) -> Result:
     numbers = {"first_approx_kl_max": worst, "first_clipfrac_max": clipped}
     detail = (
         f"{prompts} prompts × 4, 2 steps: the first minibatch's approx_kl at most {worst:.1e}, "
-        f"clipfrac {clipped} (π_old: {trainer.plan.old_logprobs})"
+        f"clipfrac {clipped} (π_old: {trainer.started.plan.old_logprobs})"
     )
     return Result(name, "PASS" if ok else "FAIL", detail, numbers)
 
@@ -507,7 +507,7 @@ def check_episodes(ctx: Context) -> Result:
         parts.append((name, diff <= 10 * noise, text))
     run_dir = ctx.run_dir("episodes-bf16")
     overrides = [*ctx.base(), *RESUME_SHAPE, *EPISODES, "infra.precision=bf16"]
-    Trainer(compose_config(overrides), run_dir).fit(until=3)
+    Run(compose_config(overrides), run_dir).fit(until=3)
     records = [r for r in read_records(run_dir) if "env/turns" in r]
     bf16_ok = len(records) == 3 and finite_losses(records)
     numbers["bf16_turns"] = [r["env/turns"] for r in records]

@@ -204,7 +204,7 @@ def _sleep(ctx: Any, Result: Any) -> Any:  # noqa: N803 (a class)
 
 def _lora(ctx: Any, Result: Any) -> Any:  # noqa: N803 (a class)
     from astrai.config.compose import compose_train_config
-    from astrai.training.trainer import Trainer
+    from astrai.training.run import Run
 
     steps = 3 if ctx.device != "cuda" or ctx.quick else 20
     run_dir = ctx.run_dir("engine-vllm-lora")
@@ -213,7 +213,7 @@ def _lora(ctx: Any, Result: Any) -> Any:  # noqa: N803 (a class)
         "train_type.optimizer.lr=5e-3", f"trainer.total_steps={steps}",
         f"trainer.eval_every={steps}", "logger.tensorboard=false", "ckpt.every_steps=0",
     ]  # fmt: skip
-    trainer = Trainer(compose_train_config(overrides), run_dir)
+    trainer = Run(compose_train_config(overrides), run_dir)
     try:
         trainer.fit()
     finally:
@@ -232,7 +232,7 @@ def _lora(ctx: Any, Result: Any) -> Any:  # noqa: N803 (a class)
 
 def _lag(ctx: Any, Result: Any) -> Any:  # noqa: N803 (a class)
     from astrai.config.compose import compose_train_config
-    from astrai.training.trainer import Trainer
+    from astrai.training.run import Run
 
     steps = 4 if ctx.quick else 10
     per_step = {}
@@ -241,7 +241,7 @@ def _lag(ctx: Any, Result: Any) -> Any:  # noqa: N803 (a class)
             *ctx.base(), f"train_type.max_policy_lag={lag}", f"trainer.total_steps={steps}",
             f"trainer.eval_every={steps}", "logger.tensorboard=false", "ckpt.every_steps=0",
         ]  # fmt: skip
-        trainer = Trainer(compose_train_config(overrides), ctx.run_dir(f"lag{lag}"))
+        trainer = Run(compose_train_config(overrides), ctx.run_dir(f"lag{lag}"))
         try:
             trainer.train_step()  # warm-up
             start = time.perf_counter()

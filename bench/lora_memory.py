@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from astrai.config.compose import compose_train_config
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 PPO = ["train_type=online_ppo", "critic=value_model"]
 LORA = ["model.lora.rank=16", "model.lora.alpha=32", "model.lora.target_modules=all-linear"]
@@ -93,7 +93,7 @@ def measure(overrides: list[str]) -> dict:
             before = torch.cuda.memory_allocated()
         else:
             before = status_kb("VmRSS") * 1024
-        trainer = Trainer(cfg, run_dir)
+        trainer = Run(cfg, run_dir)
         built = torch.cuda.memory_allocated() if cuda else status_kb("VmRSS") * 1024
         if not cuda:
             Path("/proc/self/clear_refs").write_text("5")  # VmHWM := current RSS
@@ -101,8 +101,8 @@ def measure(overrides: list[str]) -> dict:
         metrics = trainer.train_step()
         seconds = time.perf_counter() - start
         peak = torch.cuda.max_memory_allocated() if cuda else status_kb("VmHWM") * 1024
-        trainable = sum(p.numel() for p in trainer.optimizer.param_groups[0]["params"])
-        trainer.logger.close()
+        trainable = sum(p.numel() for p in trainer.parts.optimizer.param_groups[0]["params"])
+        trainer.started.logger.close()
     return {
         "built_mb": (built - before) / 1e6,
         "peak_mb": (peak - before) / 1e6,

@@ -3,7 +3,7 @@
 One GRPO rollout is sampled once (fixed seed, random-init ``model=small``, responses padded to
 ``--new-tokens``), prepared (reference logprobs, advantages) and saved with ``torch.save``. Each
 setting then runs in a fresh subprocess that builds the same trainer, loads that rollout and
-runs ``trainer.update`` on it once: one optimizer step over one minibatch of every sequence, so
+runs the step's ``update`` on it once: one optimizer step over one minibatch of every sequence, so
 only the update differs between settings. The update runs over the padded ``[sequences,
 prompt + --new-tokens]`` tensors, and with 128 samples of a random-init policy at least one runs
 to ``--new-tokens`` without emitting EOS, so at this shape the update's memory is activations
@@ -45,7 +45,7 @@ import torch
 
 from astrai.config.compose import compose_train_config as compose_config
 from astrai.rollout.rollout import Rollout
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 # (name, overrides): the first two define peak_ratio
 SETTINGS: list[tuple[str, list[str]]] = [
@@ -81,10 +81,10 @@ def make_rollout(args: argparse.Namespace, path: Path) -> tuple[int, int, int]:
     """Sample and prepare the shared rollout; save its fields. Returns (sequences, padded
     response length, response tokens)."""
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(compose_config(base_overrides(args)), run_dir)
-        rollout = trainer.rollout()
-        trainer.prepare(rollout)
-        trainer.logger.close()
+        trainer = Run(compose_config(base_overrides(args)), run_dir)
+        rollout = trainer.trainer.rollout()
+        trainer.trainer.prepare(rollout)
+        trainer.started.logger.close()
     torch.save(dataclasses.asdict(rollout), path)
     rows = rollout.response_ids.shape[0] * rollout.response_ids.shape[1]
     return rows, rollout.response_ids.shape[-1], int(rollout.response_mask.sum())
@@ -101,10 +101,10 @@ def status_kb(key: str) -> int:
 def measure(args: argparse.Namespace, overrides: list[str], rollout_path: Path) -> dict:
     """In a fresh process: the same trainer, the saved rollout, one ``update``; its peak."""
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(compose_config([*base_overrides(args), *overrides]), run_dir)
-        fields = torch.load(rollout_path, map_location=trainer.device)
+        trainer = Run(compose_config([*base_overrides(args), *overrides]), run_dir)
+        fields = torch.load(rollout_path, map_location=trainer.parts.device)
         rollout = Rollout(**fields)
-        cuda = trainer.device.type == "cuda"
+        cuda = trainer.parts.device.type == "cuda"
         gc.collect()
         if cuda:
             torch.cuda.synchronize()
@@ -114,17 +114,17 @@ def measure(args: argparse.Namespace, overrides: list[str], rollout_path: Path) 
             before = status_kb("VmRSS") * 1024
             Path("/proc/self/clear_refs").write_text("5")  # VmHWM := current RSS
         start = time.perf_counter()
-        metrics = trainer.update(rollout)
+        metrics = trainer.trainer.update(rollout)
         if cuda:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
         peak = torch.cuda.max_memory_allocated() if cuda else status_kb("VmHWM") * 1024
-        trainer.logger.close()
+        trainer.started.logger.close()
     return {
         "peak_mb": (peak - before) / 1e6,
         "seconds": seconds,
         "loss": metrics["loss/total"],
-        "device": str(trainer.device),
+        "device": str(trainer.parts.device),
     }
 
 

@@ -43,7 +43,7 @@ from torch import Tensor, nn
 
 from astrai.config.compose import compose_train_config
 from astrai.rollout.sampler import Generation, SamplingConfig, _choose, generate
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 # max |Δ| of any policy weight after the check step: the last bits of the decode paths'
 # logprobs (and of the reference's pass: astrai's runs the update's micro-batches since issue
@@ -135,12 +135,12 @@ class BareLoop:
     """What the bare step uses: the Trainer's modules (policy, frozen reference, task,
     tokenizer, reward function; never its strategy, optimizer or logger) and plain values."""
 
-    trainer: Trainer
+    trainer: Run
     hp: Hyper
     decode: str = "forward"  # or "sampler": astrai's ``generate``
 
     def __post_init__(self) -> None:
-        terms = self.trainer.reward.terms
+        terms = self.trainer.parts.reward.terms
         assert len(terms) == 1 and terms[0].weight == 1.0, "the bench scores with one term"
         self.reward_fn = terms[0].fn
 
@@ -148,13 +148,13 @@ class BareLoop:
         """A new AdamW and the two generators, as the Trainer has them at step 0."""
         hp = self.hp
         optimizer = torch.optim.AdamW(
-            self.trainer.policy.parameters(),
+            self.trainer.parts.policy.parameters(),
             lr=hp.lr,
             betas=hp.betas,
             weight_decay=hp.weight_decay,
             foreach=hp.foreach,
         )
-        device = self.trainer.device
+        device = self.trainer.parts.device
         return {
             "optimizer": optimizer,
             "sample_gen": torch.Generator(device=device).manual_seed(hp.seed + 1),
@@ -243,14 +243,14 @@ def bare_rollout(loop: BareLoop, step: int, sample_gen: torch.Generator) -> dict
     """Sample G responses per prompt with the policy, score them, pin reference logprobs and
     group-normalised advantages; every tensor ``[B * G, ...]``."""
     trainer, hp = loop.trainer, loop.hp
-    tok, policy, g = trainer.tokenizer, trainer.policy, hp.group
-    problems = trainer.task.train_problems(hp.seed, step, hp.prompts)
+    tok, policy, g = trainer.parts.tokenizer, trainer.parts.policy, hp.group
+    problems = trainer.parts.task.train_problems(hp.seed, step, hp.prompts)
     encoded = [tok.encode_prompt(p.prompt) for p in problems]
     width = max(map(len, encoded))
     prompt_ids = torch.tensor([[tok.pad_id] * (width - len(e)) + e for e in encoded])
     prompt_mask = torch.tensor([[False] * (width - len(e)) + [True] * len(e) for e in encoded])
-    prompt_ids = prompt_ids.repeat_interleave(g, 0).to(trainer.device)
-    prompt_mask = prompt_mask.repeat_interleave(g, 0).to(trainer.device)
+    prompt_ids = prompt_ids.repeat_interleave(g, 0).to(trainer.parts.device)
+    prompt_mask = prompt_mask.repeat_interleave(g, 0).to(trainer.parts.device)
     policy.eval()
     sample = generate if loop.decode == "sampler" else bare_generate
     gen = sample(policy, prompt_ids, prompt_mask, hp.sampling, tok.eos_id, tok.pad_id, sample_gen)
@@ -264,11 +264,11 @@ def bare_rollout(loop: BareLoop, step: int, sample_gen: torch.Generator) -> dict
     mean, std = rewards.mean(-1, keepdim=True), rewards.std(-1, correction=0, keepdim=True)
     advantages = (rewards - mean) / (std + hp.adv_eps)
     constant = (rewards == rewards[:, :1]).all(-1, keepdim=True)  # no signal: exactly 0
-    advantages = torch.where(constant, 0.0, advantages).view(-1, 1).to(trainer.device)
+    advantages = torch.where(constant, 0.0, advantages).view(-1, 1).to(trainer.parts.device)
     batch = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask}
     batch |= {"response_ids": gen.response_ids, "response_mask": gen.response_mask}
     with torch.inference_mode():
-        ref = token_logprobs(trainer.reference, **batch, temperature=hp.sampling.temperature)
+        ref = token_logprobs(trainer.parts.reference, **batch, temperature=hp.sampling.temperature)
     batch |= {"old_logprobs": gen.logprobs, "ref_logprobs": ref.clone()}
     batch["advantages"] = advantages * gen.response_mask
     batch["reward_mean"] = rewards.mean()
@@ -312,28 +312,28 @@ def bare_step(loop: BareLoop, step: int, state: dict[str, Any]) -> dict[str, flo
     return {"reward_mean": reward_mean.item(), "loss": torch.stack(losses).mean().item()}
 
 
-def snapshot(trainer: Trainer) -> dict[str, Any]:
+def snapshot(trainer: Run) -> dict[str, Any]:
     """The Trainer's step-0 state: weights, optimizer, scheduler, generators."""
     return copy.deepcopy(
         {
-            "policy": trainer.policy.state_dict(),
-            "optimizer": trainer.optimizer.state_dict(),
-            "scheduler": trainer.scheduler.state_dict(),
-            "generators": {k: g.get_state() for k, g in trainer.state.generators.items()},
+            "policy": trainer.parts.policy.state_dict(),
+            "optimizer": trainer.parts.optimizer.state_dict(),
+            "scheduler": trainer.started.scheduler.state_dict(),
+            "generators": {k: g.get_state() for k, g in trainer.started.state.generators.items()},
         }
     )
 
 
-def restore(trainer: Trainer, start: dict[str, Any]) -> None:
-    trainer.policy.load_state_dict(start["policy"])
-    trainer.optimizer.load_state_dict(copy.deepcopy(start["optimizer"]))
-    trainer.scheduler.load_state_dict(start["scheduler"])
-    for name, generator in trainer.state.generators.items():
+def restore(trainer: Run, start: dict[str, Any]) -> None:
+    trainer.parts.policy.load_state_dict(start["policy"])
+    trainer.parts.optimizer.load_state_dict(copy.deepcopy(start["optimizer"]))
+    trainer.started.scheduler.load_state_dict(start["scheduler"])
+    for name, generator in trainer.started.state.generators.items():
         generator.set_state(start["generators"][name])
-    trainer.state.step = trainer.state.policy_version = 0
+    trainer.started.state.step = trainer.started.state.policy_version = 0
 
 
-def time_astrai(trainer: Trainer, start: dict[str, Any], steps: int) -> tuple[float, float, dict]:
+def time_astrai(trainer: Run, start: dict[str, Any], steps: int) -> tuple[float, float, dict]:
     """Seconds per ``train_step()`` call, its mean ``perf/step_s`` and the last metrics."""
     restore(trainer, start)
     t0, own = time.perf_counter(), 0.0
@@ -353,12 +353,12 @@ def time_bare(loop: BareLoop, start: dict[str, Any], steps: int) -> tuple[float,
     return (time.perf_counter() - t0) / steps, result
 
 
-def check_same_math(trainer: Trainer, loop: BareLoop, start: dict[str, Any]) -> bool:
+def check_same_math(trainer: Run, loop: BareLoop, start: dict[str, Any]) -> bool:
     """One step of each from the start state (also the warm-up): the weights must agree."""
     _, _, metrics = time_astrai(trainer, start, 1)
-    astrai_weights = copy.deepcopy(trainer.policy.state_dict())
+    astrai_weights = copy.deepcopy(trainer.parts.policy.state_dict())
     _, bare = time_bare(loop, start, 1)
-    bare_weights = trainer.policy.state_dict()
+    bare_weights = trainer.parts.policy.state_dict()
     diff = max((astrai_weights[k] - bare_weights[k]).abs().max().item() for k in bare_weights)
     moved = max((start["policy"][k] - bare_weights[k]).abs().max().item() for k in bare_weights)
     ok = diff <= WEIGHT_TOLERANCE and moved > 100 * WEIGHT_TOLERANCE
@@ -371,7 +371,7 @@ def check_same_math(trainer: Trainer, loop: BareLoop, start: dict[str, Any]) -> 
     return ok
 
 
-def build(args: argparse.Namespace, run_dir: str) -> tuple[Trainer, BareLoop]:
+def build(args: argparse.Namespace, run_dir: str) -> tuple[Run, BareLoop]:
     overrides = [
         f"seed={args.seed}",
         f"train_type.prompts_per_step={args.prompts}",
@@ -382,7 +382,7 @@ def build(args: argparse.Namespace, run_dir: str) -> tuple[Trainer, BareLoop]:
     cfg = compose_train_config(overrides)
     assert cfg.train_type._target_.endswith("GRPOStrategy"), "the bare loop is GRPO"
     hp = Hyper.from_config(cfg)
-    trainer = Trainer(cfg, run_dir, job_context=([], {}))
+    trainer = Run(cfg, run_dir, job_context=([], {}))
     return trainer, BareLoop(trainer, hp, args.bare_decode)
 
 
@@ -418,8 +418,9 @@ def main() -> None:
         trainer, loop = build(args, run_dir)
         hp = loop.hp
         print(
-            f"model: {trainer.policy.num_parameters():,} parameters, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} threads, {trainer.device}"
+            f"model: {trainer.parts.policy.num_parameters():,} parameters, "
+            f"torch {torch.__version__}, "
+            f"{torch.get_num_threads()} threads, {trainer.parts.device}"
         )
         print(
             f"workload: {hp.prompts} prompts x {hp.group} responses, "
@@ -442,7 +443,7 @@ def main() -> None:
                 f"round {r + 1}: astrai {astrai:.3f}s (perf/step_s {own:.3f}s), "
                 f"bare {bare:.3f}s, ratio {astrai / bare:.3f}"
             )
-        trainer.logger.close()
+        trainer.started.logger.close()
     medians = [statistics.median(column) for column in zip(*rows, strict=True)]
     print(
         f"median: astrai {medians[0]:.3f}s (perf/step_s {medians[1]:.3f}s), bare {medians[2]:.3f}s"

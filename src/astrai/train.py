@@ -38,7 +38,6 @@ from astrai.training.stopping import (
     StopInterrupt,
     begin_start_up,
     catch_stop_signals,
-    deferred_stop,
     end_start_up,
     job_budget,
 )
@@ -53,8 +52,8 @@ def run(cfg: DictConfig, run_dir: str | Path, parallel_jobs: int = 1) -> dict[st
         launch_workers,
         needs_launch,
     )
+    from astrai.training.run import fit
     from astrai.training.setup import apply_num_threads
-    from astrai.training.trainer import Trainer
 
     if SIGNALS.received is not None:  # while the job was being composed: build nothing
         log.warning(
@@ -73,13 +72,7 @@ def run(cfg: DictConfig, run_dir: str | Path, parallel_jobs: int = 1) -> dict[st
         end_start_up()  # the launcher's stop is its workers' (``StopForwarder``)
         summary = launch_workers(cfg, Path(run_dir))
     else:
-        trainer = Trainer(cfg, run_dir)  # start-up: a stop signal ends it at once
-        try:
-            with deferred_stop():  # not cut half-way
-                trainer.save_config()
-            summary = trainer.fit()
-        finally:
-            trainer.close()
+        summary = fit(cfg, run_dir)
     if summary.get("step") is None:  # a worker node without global rank 0, or stopped above
         return summary
     log.info(

@@ -20,8 +20,7 @@ from astrai.models.lora import base_fingerprint
 from astrai.models.pretrained import save_policy_dir
 from astrai.models.tokenizer import CharTokenizer
 from astrai.rollout.rollout import Rollout
-from astrai.training.in_flight import batch_record
-from astrai.training.overlap import SampledBatch
+from astrai.training.in_flight import SampledBatch, batch_record
 from astrai.training.setup import capture_rng_state
 
 _CONFIG = LlamaConfig(

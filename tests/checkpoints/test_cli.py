@@ -13,7 +13,7 @@ from tests.checkpoints.checkpoint_dirs import write_checkpoint
 from tests.helpers import compose_config, run_main
 
 from astrai.checkpoints.__main__ import main
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 QUICK = [
     "debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
@@ -41,7 +41,7 @@ def cli(*args: str | Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def ppo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("ppo")
-    Trainer(compose_config(["train_type=online_ppo", *QUICK]), run_dir).fit()
+    Run(compose_config(["train_type=online_ppo", *QUICK]), run_dir).fit()
     return run_dir
 
 
@@ -72,7 +72,7 @@ def test_verify_accepts_complete_and_names_missing_critic_files(ppo_run: Path) -
 
 
 def test_verify_names_a_truncated_file(tmp_path: Path) -> None:
-    Trainer(compose_config(QUICK), tmp_path).fit()
+    Run(compose_config(QUICK), tmp_path).fit()
     optimizer = tmp_path / "checkpoints" / "step_3" / "optimizer.pt"
     optimizer.write_bytes(optimizer.read_bytes()[:50])
     result = cli("verify", tmp_path / "checkpoints" / "step_3")
@@ -81,7 +81,7 @@ def test_verify_names_a_truncated_file(tmp_path: Path) -> None:
 
 
 def test_prune_is_a_dry_run_unless_forced(tmp_path: Path) -> None:
-    Trainer(compose_config(QUICK), tmp_path).fit()
+    Run(compose_config(QUICK), tmp_path).fit()
     root = tmp_path / "checkpoints"
     dry = cli("prune", tmp_path, "--keep", "1")
     assert dry.returncode == 0
@@ -104,7 +104,7 @@ def test_bad_usage_exits_2(tmp_path: Path) -> None:
 def test_list_and_prune_walk_a_sweep_dirs_jobs(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     for job in ("0", "1"):
-        Trainer(compose_config(QUICK), sweep / job).fit()
+        Run(compose_config(QUICK), sweep / job).fit()
     (sweep / "multirun.yaml").write_text("{}\n")
     result = cli("list", sweep)
     assert result.returncode == 0, result.stderr
@@ -135,14 +135,14 @@ def test_retention_in_a_run_keeps_incomplete_dirs_and_counts_complete_ones(
     finished) and an incomplete step_3 in the way of the run's own step 3: step_9 used to be
     the one kept, and step_3 was deleted by the save."""
     config = compose_config([*QUICK, "ckpt.keep_last=1"])
-    Trainer(config, tmp_path).fit(until=1)
+    Run(config, tmp_path).fit(until=1)
     root = tmp_path / "checkpoints"
     for name in ("step_9", "step_3"):
         (root / name).mkdir()
         shutil.copy(root / "step_1" / "model.safetensors", root / name)
     with caplog.at_level(logging.WARNING):
-        resumed = Trainer(config, tmp_path)  # ckpt.resume=auto skips both
-        assert resumed.state.step == 1
+        resumed = Run(config, tmp_path)  # ckpt.resume=auto skips both
+        assert resumed.started.state.step == 1
         resumed.fit()
     assert "skipped newer incomplete checkpoint(s) step_3 (incomplete: missing " in caplog.text
     assert sorted(p.name for p in root.glob("step_*")) == [

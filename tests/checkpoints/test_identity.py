@@ -28,7 +28,7 @@ from astrai.checkpoints.layout import CheckpointError, list_checkpoints, stale_t
 from astrai.metrics.writers import MetricsFileError, read_metrics_for_resume
 from astrai.models.llama import LlamaConfig
 from astrai.training.resume import check_metrics_for_resume
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 TRAIN = str(Path(__file__).resolve().parents[2] / "train.py")
 QUICK = ["debug=quick", "trainer.total_steps=2", "ckpt.every_steps=1", "ckpt.keep_last=3"]
@@ -188,7 +188,7 @@ def test_a_two_process_resume_of_a_one_process_checkpoint_is_one_line(tmp_path: 
 
 
 def test_resume_refuses_a_tampered_step_and_a_ppo_checkpoint_as_grpo(tmp_path: Path) -> None:
-    Trainer(compose_config(["train_type=online_ppo", *QUICK]), tmp_path).fit()
+    Run(compose_config(["train_type=online_ppo", *QUICK]), tmp_path).fit()
     root = tmp_path / "checkpoints"
     state_file = root / "step_2" / "trainer_state.json"
     state = json.loads(state_file.read_text())
@@ -197,31 +197,29 @@ def test_resume_refuses_a_tampered_step_and_a_ppo_checkpoint_as_grpo(tmp_path: P
 
     # a PPO checkpoint resumed as GRPO would drop the critic: refused before anything is loaded
     with pytest.raises(CheckpointError) as err:
-        Trainer(compose_config(QUICK), tmp_path)
+        Run(compose_config(QUICK), tmp_path)
     assert 'train_type="online_ppo", this run "online_grpo"' in str(err.value)
     assert "\n" not in str(err.value)
     # a shorter run than the checkpoint's step
     with pytest.raises(CheckpointError, match="step 2 is beyond trainer.total_steps=1"):
-        Trainer(
-            compose_config(["train_type=online_ppo", *QUICK, "trainer.total_steps=1"]), tmp_path
-        )
+        Run(compose_config(["train_type=online_ppo", *QUICK, "trainer.total_steps=1"]), tmp_path)
     # step 1 written into step_2/: incomplete, so ckpt.resume=auto takes step_1 (as list, prune
     # and verify see it), and naming it is refused
     state_file.write_text(json.dumps({**state, "step": 1}))
-    assert Trainer(compose_config(["train_type=online_ppo", *QUICK]), tmp_path).state.step == 1
+    assert Run(compose_config(["train_type=online_ppo", *QUICK]), tmp_path).started.state.step == 1
     with pytest.raises(CheckpointError, match="step 1 does not match its directory step_2"):
-        Trainer(
+        Run(
             compose_config(["train_type=online_ppo", *QUICK, f"ckpt.resume={root / 'step_2'}"]),
             tmp_path,
         )
     state_file.write_text(json.dumps(state))
     # a longer run resumes (total_steps is not in the fingerprint), as may an allowed change
-    longer = Trainer(
+    longer = Run(
         compose_config(["train_type=online_ppo", *QUICK, "trainer.total_steps=5"]), tmp_path
     )
-    assert longer.state.step == 2
-    allowed = Trainer(compose_config([*QUICK, "ckpt.allow_changes=[train_type]"]), tmp_path)
-    assert allowed.state.step == 2 and allowed.critic is None
+    assert longer.started.state.step == 2
+    allowed = Run(compose_config([*QUICK, "ckpt.allow_changes=[train_type]"]), tmp_path)
+    assert allowed.started.state.step == 2 and allowed.parts.critic is None
 
 
 # --- bad files -----------------------------------------------------------------------------

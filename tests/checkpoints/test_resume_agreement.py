@@ -384,14 +384,14 @@ def _overrides(kind: str, run_dir: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """``written``'s two run dirs, written by real 2-step runs."""
-    from astrai.training.trainer import Trainer
+    from astrai.training.run import Run
 
     runs = {}
     for kind in ("lag", "lora"):
         run_dir = tmp_path_factory.mktemp(kind) / "run"
         if kind == "lora":
             write_base(run_dir.parent / "base", seed=0)
-        trainer = Trainer(compose_config(_overrides(kind, run_dir)), run_dir)
+        trainer = Run(compose_config(_overrides(kind, run_dir)), run_dir)
         trainer.fit(until=STEP)
         trainer.close()
         runs[kind] = run_dir
@@ -400,12 +400,12 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _trainer_refusal(kind: str, step_dir: Path, *extra: str) -> str | None:
     """What a real resume of ``step_dir`` refuses (its one line), None when it starts."""
-    from astrai.training.trainer import Trainer
+    from astrai.training.run import Run
 
     run_dir = step_dir.parents[1]
     cfg = compose_config([*_overrides(kind, run_dir), f"ckpt.resume={step_dir}", *extra])
     try:
-        trainer = Trainer(cfg, run_dir)
+        trainer = Run(cfg, run_dir)
     except CheckpointError as err:
         return str(err)
     trainer.close()

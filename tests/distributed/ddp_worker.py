@@ -47,21 +47,28 @@ def _update(rank: int, world: int, resolved: str, rollout_file: str, run_dir: Pa
     (gathered under FSDP), the critic's, the metrics."""
     from astrai.training.parallel import full_model_state
     from astrai.training.rollout_stats import rollout_metrics
-    from astrai.training.trainer import Trainer
+    from astrai.training.run import Run
 
     cfg = OmegaConf.create(resolved)
-    trainer = Trainer(cfg, run_dir)
+    trainer = Run(cfg, run_dir)
     rollout = torch.load(rollout_file, weights_only=False)
     share = rollout.num_prompts // world
     mine = rollout.select(slice(rank * share, (rank + 1) * share))
-    metrics = trainer.prepare(mine)
-    metrics.update(trainer.update(mine))
+    metrics = trainer.trainer.prepare(mine)
+    metrics.update(trainer.trainer.update(mine))
     metrics.update(
-        rollout_metrics(mine, trainer.tokenizer.eos_id, trainer.reward.accuracy_threshold)
+        rollout_metrics(
+            mine, trainer.parts.tokenizer.eos_id, trainer.parts.reward.accuracy_threshold
+        )
     )
-    critic = trainer.critic.state_dict() if trainer.critic is not None else None
-    policy = full_model_state(trainer.policy, trainer.sharded)  # collective under FSDP
-    result = {"policy": policy, "critic": critic, "metrics": metrics, "sharded": trainer.sharded}
+    critic = trainer.parts.critic.state_dict() if trainer.parts.critic is not None else None
+    policy = full_model_state(trainer.parts.policy, trainer.parts.sharded)  # collective under FSDP
+    result = {
+        "policy": policy,
+        "critic": critic,
+        "metrics": metrics,
+        "sharded": trainer.parts.sharded,
+    }
     # the DDP wrappers (and their reducer threads) go before the process group, or
     # interpreter shutdown can abort the process
     del trainer
@@ -82,10 +89,10 @@ def collectives_under(rank: int, world: int, backend: str, resolved: str, out: s
     torch.distributed.init_process_group(
         backend, init_method=f"file://{Path(out) / 'rendezvous'}", rank=rank, world_size=world
     )
+    from astrai.training.run import Run
     from astrai.training.stop_agreement import agreed_stop_reason
-    from astrai.training.trainer import Trainer
 
-    trainer = Trainer(OmegaConf.create(resolved), Path(out) / "run")
+    trainer = Run(OmegaConf.create(resolved), Path(out) / "run")
     metrics = trainer.train_step()  # rollout, prepare, update, rollout metrics and accuracy
     stopped = agreed_stop_reason("SIGTERM" if rank == 1 else None)
     checkpoint = trainer.save_checkpoint()  # gathers every rank's random state
@@ -124,8 +131,8 @@ def evaluate_then_stop(rank: int, world: int, resolved: str, out: str) -> None:
 
     from astrai.distributed import gather_objects
     from astrai.rollout import engine
+    from astrai.training.run import Run
     from astrai.training.stopping import catch_stop_signals
-    from astrai.training.trainer import Trainer
 
     _join(rank, world, out)
     lockstep: list[bool] = []
@@ -137,7 +144,7 @@ def evaluate_then_stop(rank: int, world: int, resolved: str, out: str) -> None:
         return decode(*args, **kwargs)
 
     engine.generate = recording
-    trainer = Trainer(OmegaConf.create(resolved), Path(out) / "run")
+    trainer = Run(OmegaConf.create(resolved), Path(out) / "run")
     trainer.eval_metrics()
     catch_stop_signals()
     if rank == 0:
@@ -159,13 +166,13 @@ def background_write_fails(rank: int, world: int, resolved: str, out: str) -> No
 
     from astrai.checkpoints import io
     from astrai.cli_errors import error_line
-    from astrai.training.trainer import Trainer
+    from astrai.training.run import Run
 
     def no_space(payload: object, path: Path) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     _join(rank, world, out)
-    trainer = Trainer(OmegaConf.create(resolved), Path(out) / "run")
+    trainer = Run(OmegaConf.create(resolved), Path(out) / "run")
     trainer.train_step()
     if rank == 0:
         io.save_torch = no_space  # type: ignore[assignment]

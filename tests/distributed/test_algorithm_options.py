@@ -18,7 +18,7 @@ from tests.helpers import compose_config
 from astrai.algorithms import scoring_passes
 from astrai.rollout.rollout import Rollout, ended_with_eos
 from astrai.training.rollout_stats import rollout_metrics
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 WORLD = 2
 # Plain SGD without gradient-norm clipping: the weights then move by the gradients themselves.
@@ -93,8 +93,8 @@ def pinned_rollout(tmp_path: Path) -> Path:
     given random rewards (the cut ones end with EOS): token and sequence counts then differ
     between minibatches, micro-batches and ranks, and so do the ranks' reward and return
     statistics."""
-    trainer = Trainer(compose_config([*GRPO, *QUICK]), tmp_path / "sampler")
-    rollout = trainer.rollout()
+    trainer = Run(compose_config([*GRPO, *QUICK]), tmp_path / "sampler")
+    rollout = trainer.trainer.rollout()
     generator = torch.Generator().manual_seed(0)
     width = rollout.response_ids.shape[-1]
     lengths = torch.randint(1, width + 1, rollout.rewards.shape, generator=generator)
@@ -102,15 +102,15 @@ def pinned_rollout(tmp_path: Path) -> Path:
     rollout.response_mask = keep
     # the cut responses end with EOS; the full ones hit the length limit (mask_truncated)
     last = (torch.arange(width) == (lengths - 1)[..., None]) & (lengths < width)[..., None]
-    ids = torch.where(last, trainer.tokenizer.eos_id, rollout.response_ids)
-    rollout.response_ids = torch.where(keep, ids, trainer.tokenizer.pad_id)
+    ids = torch.where(last, trainer.parts.tokenizer.eos_id, rollout.response_ids)
+    rollout.response_ids = torch.where(keep, ids, trainer.parts.tokenizer.pad_id)
     rollout.logprobs = torch.where(keep, rollout.logprobs, 0.0)
     rollout.rewards = torch.rand(rollout.rewards.shape, generator=generator)
     rollout.rewards[0] = 0.5  # a group without signal: advantage exactly 0
     tokens, half = keep.sum(-1), rollout.num_prompts // WORLD
     assert tokens.unique().numel() > 4 and tokens[:half].sum() != tokens[half:].sum()
     # without a loss token under mask_truncated: a different number on each rank
-    truncated = ~ended_with_eos(rollout.response_ids, keep, trainer.tokenizer.eos_id)
+    truncated = ~ended_with_eos(rollout.response_ids, keep, trainer.parts.tokenizer.eos_id)
     assert 0 < truncated[:half].sum() != truncated[half:].sum()
     path = tmp_path / "rollout.pt"
     torch.save(rollout, path)
@@ -119,15 +119,17 @@ def pinned_rollout(tmp_path: Path) -> Path:
 
 def one_update(cfg: DictConfig, rollout_file: Path, run_dir: Path) -> dict:
     """In one process: a fresh trainer's update on the whole rollout (as the worker's)."""
-    trainer = Trainer(cfg, run_dir)
+    trainer = Run(cfg, run_dir)
     rollout: Rollout = torch.load(rollout_file, weights_only=False)
-    metrics = trainer.prepare(rollout)
-    metrics.update(trainer.update(rollout))
+    metrics = trainer.trainer.prepare(rollout)
+    metrics.update(trainer.trainer.update(rollout))
     metrics.update(
-        rollout_metrics(rollout, trainer.tokenizer.eos_id, trainer.reward.accuracy_threshold)
+        rollout_metrics(
+            rollout, trainer.parts.tokenizer.eos_id, trainer.parts.reward.accuracy_threshold
+        )
     )
-    critic = trainer.critic.state_dict() if trainer.critic is not None else None
-    return {"policy": trainer.policy.state_dict(), "critic": critic, "metrics": metrics}
+    critic = trainer.parts.critic.state_dict() if trainer.parts.critic is not None else None
+    return {"policy": trainer.parts.policy.state_dict(), "critic": critic, "metrics": metrics}
 
 
 def assert_same_update(result: dict, expected: dict, name: str) -> None:
@@ -161,7 +163,7 @@ def micro_batched(cfg: DictConfig) -> DictConfig:
 
 
 def initial_weights(cfg: DictConfig, run_dir: Path) -> dict[str, torch.Tensor]:
-    return copy.deepcopy(Trainer(cfg, run_dir).policy.state_dict())
+    return copy.deepcopy(Run(cfg, run_dir).parts.policy.state_dict())
 
 
 @pytest.mark.slow  # every option set, twice: ~5-13 s (moved from the fast lane in issue 34;

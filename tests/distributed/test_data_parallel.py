@@ -17,7 +17,7 @@ from tests.helpers import compose_config
 from tests.train_runs import LAG_1, run_train
 
 from astrai.training.rollout_stats import rollout_metrics
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 QUICK = [
     "debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
@@ -59,13 +59,15 @@ def test_two_processes_make_the_same_update_as_one(
         # nonzero advantages of any rewards.)
         overrides += ALTERNATING
     cfg = compose_config([*overrides, *(LORA if lora else [])])
-    single = Trainer(cfg, tmp_path / "single")
-    rollout = single.rollout()  # the global batch: 8 prompts × 4 responses
+    single = Run(cfg, tmp_path / "single")
+    rollout = single.trainer.rollout()  # the global batch: 8 prompts × 4 responses
     torch.save(rollout, tmp_path / "rollout.pt")
-    metrics = single.prepare(rollout)
-    metrics.update(single.update(rollout))
+    metrics = single.trainer.prepare(rollout)
+    metrics.update(single.trainer.update(rollout))
     metrics.update(
-        rollout_metrics(rollout, single.tokenizer.eos_id, single.reward.accuracy_threshold)
+        rollout_metrics(
+            rollout, single.parts.tokenizer.eos_id, single.parts.reward.accuracy_threshold
+        )
     )
 
     resolved = OmegaConf.to_yaml(cfg, resolve=True)
@@ -74,23 +76,23 @@ def test_two_processes_make_the_same_update_as_one(
     ranks = [torch.load(tmp_path / "rank0.pt", weights_only=False)]  # full weights from rank 0
     assert ranks[0]["sharded"] == (parallel == "fsdp")
 
-    fresh = Trainer(cfg, tmp_path / "initial")
-    initial = fresh.policy.state_dict()
-    moved = max((single.policy.state_dict()[n] - initial[n]).abs().max() for n in initial)
+    fresh = Run(cfg, tmp_path / "initial")
+    initial = fresh.parts.policy.state_dict()
+    moved = max((single.parts.policy.state_dict()[n] - initial[n]).abs().max() for n in initial)
     assert moved > 1e-4  # the update is not trivially zero
     assert metrics["advantages/std"] > 0  # nor weight decay's alone
     # the updates agree to 1e-6 or 0.5% of the update: Adam's first step is lr·g/(|g| + eps),
     # so an element whose gradient is near eps (1e-8) turns the float noise of a different
     # reduction order into ~1e-6 of its update (seen on a CI CPU: one LoRA B element of 256,
     # 1.9e-6 of a 1.3e-3 update); a lost or doubled rank's data moves the metrics below by far more
-    for name, value in single.policy.state_dict().items():
+    for name, value in single.parts.policy.state_dict().items():
         for result in ranks:
             torch.testing.assert_close(
                 result["policy"][name] - initial[name], value - initial[name], atol=1e-6, rtol=5e-3
             )
-    if single.critic is not None:
-        initial_critic = fresh.critic.state_dict()
-        for name, value in single.critic.state_dict().items():
+    if single.parts.critic is not None:
+        initial_critic = fresh.parts.critic.state_dict()
+        for name, value in single.parts.critic.state_dict().items():
             for result in ranks:
                 torch.testing.assert_close(
                     result["critic"][name] - initial_critic[name],

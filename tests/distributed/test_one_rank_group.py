@@ -53,11 +53,11 @@ def test_metric_means_reduce_nothing_over_a_one_rank_group(cuda_only_group: None
 def test_a_run_evaluates_and_trains_under_a_group_it_did_not_make(
     cuda_only_group: None, tmp_path: Path
 ) -> None:
-    from astrai.training.trainer import Trainer
+    from astrai.training.run import Run
 
     # 2 steps, evaluated at step 0 and after step 2
     cfg = compose_config([*QUICK, "trainer.eval_every=2", "logger.tensorboard=false"])
-    trainer = Trainer(cfg, tmp_path / "run")
+    trainer = Run(cfg, tmp_path / "run")
     try:
         summary = trainer.fit()
     finally:

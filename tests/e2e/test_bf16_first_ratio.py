@@ -21,7 +21,7 @@ import pytest
 from tests.helpers import compose_config
 
 import astrai.algorithms.strategy as strategy_module
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 JOB = [
     "task=addition",
@@ -54,7 +54,7 @@ def _minibatch_stats(
 
     monkeypatch.setattr(strategy_module, "clipped_policy_loss", recording)
     cfg = compose_config(["model=hf", f"model.path={model_dir}", *JOB, *overrides])
-    Trainer(cfg, run_dir).fit()
+    Run(cfg, run_dir).fit()
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     rows = [row for row in map(json.loads, lines) if "policy/approx_kl" in row]
     per_step = len(seen) // len(rows)

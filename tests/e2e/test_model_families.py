@@ -15,7 +15,7 @@ from tests.hf_models import save_tiny_hf_model
 from tests.train_runs import QUICK, checkpoint_weights, run_train_in_process
 
 from astrai.checkpoints.layout import MODEL_FILE, OPTIMIZER_FILE, VALUE_MODEL_FILE
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 # one step, stop, resume for the second: the straight 2-step run must be bitwise the same;
 # rewards vary within every group by construction (a random model's answers may all score 0,
@@ -52,7 +52,7 @@ def test_two_steps_run_and_resume_exactly(family: str, train_type: str, tmp_path
     _train(tmp_path, tmp_path / "straight", args)
     # the first step of the split run stops as a signal would stop it (the same total_steps,
     # so the same schedules), then train.py resumes it (ckpt.resume=auto: from step_1)
-    Trainer(compose_config(args), tmp_path / "split").fit(until=1)
+    Run(compose_config(args), tmp_path / "split").fit(until=1)
     _train(tmp_path, tmp_path / "split", args)
     straight = tmp_path / "straight" / "checkpoints" / "step_2"
     resumed = tmp_path / "split" / "checkpoints" / "step_2"

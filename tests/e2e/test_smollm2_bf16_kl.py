@@ -26,7 +26,7 @@ import pytest
 from tests.helpers import compose_config
 
 import astrai.training.trainer as trainer_module
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 JOB = [
     "task=addition",
@@ -76,13 +76,13 @@ def _steps(
     """One step per split ``(micro_batch_size, update_tokens)`` of a run of ``overrides``: its
     ``KL_AND_RATIO`` metrics, and how many micro-batches its first minibatch ran in."""
     cfg = compose_config(["model=hf", f"model.path={model_dir}", *JOB, *overrides])
-    trainer = Trainer(cfg, run_dir)
+    trainer = Run(cfg, run_dir)
     # auto in bf16: π_old recomputed at several updates a step, the update's own at one
-    assert trainer.plan.old_from_update == (trainer.plan.correction is None)
+    assert trainer.started.plan.old_from_update == (trainer.started.plan.correction is None)
     seen: dict[tuple[int | None, Any], dict[str, float]] = {}
     for micro_batch_size, update_tokens in splits:
-        trainer.strategy.micro_batch_size = micro_batch_size
-        trainer.strategy.update_tokens = update_tokens
+        trainer.parts.strategy.micro_batch_size = micro_batch_size
+        trainer.parts.strategy.update_tokens = update_tokens
         micro_batches.clear()
         metrics = trainer.train_step()
         seen[micro_batch_size, update_tokens] = {

@@ -14,7 +14,7 @@ from tests.helpers import compose_config
 
 from astrai.rollout.seeded_vllm import SeededVLLM
 from astrai.training.evaluation import evaluate
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 pytestmark = pytest.mark.vllm
 
@@ -38,8 +38,8 @@ def test_a_user_environment_trains_through_vllm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(EXAMPLE))
-    trainer = Trainer(compose_config(RUN), tmp_path)
-    assert isinstance(trainer.engine, SeededVLLM)
+    trainer = Run(compose_config(RUN), tmp_path)
+    assert isinstance(trainer.started.engine, SeededVLLM)
     try:
         trainer.fit()
         rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").open()]
@@ -48,9 +48,15 @@ def test_a_user_environment_trains_through_vllm(
         for row in steps:
             assert row["rollout/logprob_diff_max"] < VLLM_BOUND, row
             assert row["env/failed"] == 0 and row["rollout/observation_token_frac"] >= 0
-        args = (trainer.policy, trainer.tokenizer, trainer.reward, trainer.eval_problems, 8)
-        ours = evaluate(*args, engine=trainer.engine, env=trainer.parts.env)
+        args = (
+            trainer.parts.policy,
+            trainer.parts.tokenizer,
+            trainer.parts.reward,
+            trainer.parts.eval_problems,
+            8,
+        )
+        ours = evaluate(*args, engine=trainer.started.engine, env=trainer.parts.env)
         reference = evaluate(*args, env=trainer.parts.env)
         assert ours.samples == reference.samples and ours.accuracy == reference.accuracy
     finally:
-        trainer.engine.close()
+        trainer.started.engine.close()

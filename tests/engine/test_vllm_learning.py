@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tests.helpers import compose_config
 
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 pytestmark = pytest.mark.vllm
 
@@ -31,9 +31,7 @@ JOB = [
 
 
 def _rows(run_dir: Path, engine: str, train_type: str) -> list[dict[str, float]]:
-    trainer = Trainer(
-        compose_config([f"engine={engine}", f"train_type={train_type}", *JOB]), run_dir
-    )
+    trainer = Run(compose_config([f"engine={engine}", f"train_type={train_type}", *JOB]), run_dir)
     try:
         trainer.fit()
     finally:

@@ -17,7 +17,7 @@ from tests.helpers import compose_config
 from astrai.models.lora import has_adapters
 from astrai.rollout.seeded_vllm import SeededVLLM
 from astrai.training.evaluation import evaluate
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -42,8 +42,8 @@ RUN = [
 def test_lora_with_the_engine_stays_in_bound_and_answers_as_the_torch_sampler(
     tmp_path: Path,
 ) -> None:
-    trainer = Trainer(compose_config(RUN), tmp_path / "run")
-    assert isinstance(trainer.engine, SeededVLLM) and has_adapters(trainer.policy)
+    trainer = Run(compose_config(RUN), tmp_path / "run")
+    assert isinstance(trainer.started.engine, SeededVLLM) and has_adapters(trainer.parts.policy)
     try:
         trainer.fit()
         rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
@@ -51,13 +51,13 @@ def test_lora_with_the_engine_stays_in_bound_and_answers_as_the_torch_sampler(
         assert [row["step"] for row in steps] == list(range(1, 21))
         for row in steps:
             assert row["rollout/logprob_diff_max"] < VLLM_BOUND, row["step"]
-        adapters = [p for n, p in trainer.policy.named_parameters() if "lora_B" in n]
+        adapters = [p for n, p in trainer.parts.policy.named_parameters() if "lora_B" in n]
         assert max(float(p.abs().max()) for p in adapters) > 1e-3  # the adapters moved
-        problems = trainer.eval_problems[:16]
-        args = (trainer.policy, trainer.tokenizer, trainer.reward, problems, 8)
+        problems = trainer.parts.eval_problems[:16]
+        args = (trainer.parts.policy, trainer.parts.tokenizer, trainer.parts.reward, problems, 8)
         with torch.no_grad():
-            ours = evaluate(*args, engine=trainer.engine)
+            ours = evaluate(*args, engine=trainer.started.engine)
             reference = evaluate(*args)
         assert ours.samples == reference.samples and ours.accuracy == reference.accuracy
     finally:
-        trainer.engine.close()
+        trainer.started.engine.close()

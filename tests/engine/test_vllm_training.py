@@ -17,7 +17,7 @@ from tests.helpers import compose_config
 from astrai.config.validate import ConfigError
 from astrai.rollout.seeded_vllm import SeededVLLM
 from astrai.training.evaluation import evaluate
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 pytestmark = pytest.mark.vllm
 
@@ -39,17 +39,17 @@ RUN = [
 ]
 
 
-def _trainer(run_dir: Path, *extra: str) -> Trainer:
-    return Trainer(compose_config([*RUN, *extra]), run_dir)
+def _trainer(run_dir: Path, *extra: str) -> Run:
+    return Run(compose_config([*RUN, *extra]), run_dir)
 
 
 def test_a_run_samples_through_the_engine_and_its_weights_follow_the_updates(
     tmp_path: Path,
 ) -> None:
     trainer = _trainer(tmp_path / "run")
-    assert isinstance(trainer.engine, SeededVLLM)
+    assert isinstance(trainer.started.engine, SeededVLLM)
     try:
-        initial = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+        initial = {k: v.clone() for k, v in trainer.parts.policy.state_dict().items()}
         trainer.fit()
         rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
         steps = [row for row in rows if "perf/weight_sync_s" in row]
@@ -62,16 +62,18 @@ def test_a_run_samples_through_the_engine_and_its_weights_follow_the_updates(
             assert abs(row["rollout/is_ratio_max"] - 1) < VLLM_BOUND
             assert row["rollout/is_masked_frac"] == 0.0
             assert row["advantages/std"] > 0
-        moved = max((trainer.policy.state_dict()[k] - v).abs().max() for k, v in initial.items())
+        moved = max(
+            (trainer.parts.policy.state_dict()[k] - v).abs().max() for k, v in initial.items()
+        )
         assert moved > 0
         # the engine holds the trained weights: its greedy answers are the torch sampler's
-        problems = trainer.eval_problems[:16]
-        args = (trainer.policy, trainer.tokenizer, trainer.reward, problems, 8)
-        ours = evaluate(*args, engine=trainer.engine)
+        problems = trainer.parts.eval_problems[:16]
+        args = (trainer.parts.policy, trainer.parts.tokenizer, trainer.parts.reward, problems, 8)
+        ours = evaluate(*args, engine=trainer.started.engine)
         reference = evaluate(*args)
         assert ours.samples == reference.samples and ours.accuracy == reference.accuracy
     finally:
-        trainer.engine.close()
+        trainer.started.engine.close()
 
 
 # the engine samples step t+1 on a thread while step t updates, then takes the new weights
@@ -90,11 +92,11 @@ def test_a_resumed_run_equals_the_straight_one(tmp_path: Path, extra: list[str])
     first.fit(until=1)
     first.close()
     resumed = _trainer(tmp_path / "split", *extra)  # ckpt.resume=auto: step_1
-    assert resumed.state.step == 1
+    assert resumed.started.state.step == 1
     resumed.fit()
     resumed.close()
-    for name, value in straight.policy.state_dict().items():
-        assert torch.equal(value, resumed.policy.state_dict()[name]), name
+    for name, value in straight.parts.policy.state_dict().items():
+        assert torch.equal(value, resumed.parts.policy.state_dict()[name]), name
     rows = [json.loads(line) for line in (tmp_path / "split" / "metrics.jsonl").open()]
     lags = [row["rollout/policy_lag"] for row in rows if "rollout/policy_lag" in row]
     assert lags == ([0.0, 1.0, 1.0] if extra else [0.0, 0.0, 0.0])

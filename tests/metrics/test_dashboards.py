@@ -27,7 +27,7 @@ from astrai.metrics.dashboards import (
 )
 from astrai.metrics.names import METRICS, OPTION_METRICS
 from astrai.metrics.writers import RunLogger
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 # final metrics a sweep compares: the HParams tab shows each scalar's last value
 FINAL_METRICS = (
@@ -225,7 +225,7 @@ def test_layout_summary_matches_tags_exactly() -> None:
 @pytest.fixture(scope="module")
 def ppo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     run_dir = tmp_path_factory.mktemp("ppo")
-    summary = Trainer(compose_config(PPO_QUICK), run_dir).fit()
+    summary = Run(compose_config(PPO_QUICK), run_dir).fit()
     return run_dir, summary
 
 
@@ -275,7 +275,7 @@ def test_sample_completions_are_a_text_table_every_n_steps(ppo_run) -> None:  # 
 
 
 def test_resumed_run_keeps_one_hparams_record_and_counts_time_on(tmp_path: Path) -> None:
-    Trainer(compose_config(PPO_QUICK), tmp_path).fit(until=2)  # checkpoint at step 2
+    Run(compose_config(PPO_QUICK), tmp_path).fit(until=2)  # checkpoint at step 2
     first = json.loads((tmp_path / "summary.json").read_text())
     assert first["step"] == 2
     events = _events(tmp_path)
@@ -287,7 +287,7 @@ def test_resumed_run_keeps_one_hparams_record_and_counts_time_on(tmp_path: Path)
     # the files' per-process counter runs on across tests (".9" sorts after ".10"), so the
     # second file must not share the first's second (as in the test below)
     time.sleep(1.1)
-    Trainer(compose_config(PPO_QUICK), tmp_path).fit()  # ckpt.resume=auto
+    Run(compose_config(PPO_QUICK), tmp_path).fit()  # ckpt.resume=auto
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     elapsed = {r["step"]: r["time/elapsed_s"] for r in rows if "time/elapsed_s" in r}
     assert sorted(elapsed) == [1, 2, 3, 4]

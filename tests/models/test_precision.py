@@ -18,7 +18,7 @@ import astrai.models.llama as llama
 from astrai.generate import main as generate_main
 from astrai.rollout.collect import collect_rollout
 from astrai.training.evaluation import evaluate
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 QUICK = ["debug=quick", "logger.tensorboard=false"]
 
@@ -38,28 +38,48 @@ def cache_dtypes(monkeypatch: pytest.MonkeyPatch) -> list[torch.dtype]:
 
 
 @pytest.fixture(scope="module")
-def trainer(tmp_path_factory: pytest.TempPathFactory) -> Trainer:
-    return Trainer(compose_config(QUICK), tmp_path_factory.mktemp("run"))
+def trainer(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return Run(compose_config(QUICK), tmp_path_factory.mktemp("run"))
 
 
 def test_evaluation_decodes_in_the_precision_it_is_told(
-    trainer: Trainer, cache_dtypes: list[torch.dtype]
+    trainer: Run, cache_dtypes: list[torch.dtype]
 ) -> None:
-    problems = trainer.eval_problems[:2]
-    evaluate(trainer.policy, trainer.tokenizer, trainer.reward, problems, 4, precision="bf16")
+    problems = trainer.parts.eval_problems[:2]
+    evaluate(
+        trainer.parts.policy,
+        trainer.parts.tokenizer,
+        trainer.parts.reward,
+        problems,
+        4,
+        precision="bf16",
+    )
     assert cache_dtypes and set(cache_dtypes) == {torch.bfloat16}
     cache_dtypes.clear()
     with torch.autocast("cpu", dtype=torch.bfloat16):  # an autocast left on does not count
-        evaluate(trainer.policy, trainer.tokenizer, trainer.reward, problems, 4, precision="fp32")
+        evaluate(
+            trainer.parts.policy,
+            trainer.parts.tokenizer,
+            trainer.parts.reward,
+            problems,
+            4,
+            precision="fp32",
+        )
     assert cache_dtypes and set(cache_dtypes) == {torch.float32}
 
 
 def test_rollouts_sample_in_the_precision_they_are_told(
-    trainer: Trainer, cache_dtypes: list[torch.dtype]
+    trainer: Run, cache_dtypes: list[torch.dtype]
 ) -> None:
-    problems = trainer.task.train_problems(0, 0, 2)
-    args = (trainer.policy, trainer.tokenizer, problems, 2, trainer.strategy.sampling)
-    collect_rollout(*args, trainer.reward, 0, precision="bf16")
+    problems = trainer.parts.task.train_problems(0, 0, 2)
+    args = (
+        trainer.parts.policy,
+        trainer.parts.tokenizer,
+        problems,
+        2,
+        trainer.parts.strategy.sampling,
+    )
+    collect_rollout(*args, trainer.parts.reward, 0, precision="bf16")
     assert cache_dtypes and set(cache_dtypes) == {torch.bfloat16}
 
 
@@ -67,7 +87,7 @@ def test_generate_decodes_a_bf16_runs_checkpoint_in_bf16(
     tmp_path: Path, cache_dtypes: list[torch.dtype], capsys: pytest.CaptureFixture
 ) -> None:
     run = tmp_path / "run"
-    Trainer(compose_config([*QUICK, "trainer.total_steps=1"]), run).fit()
+    Run(compose_config([*QUICK, "trainer.total_steps=1"]), run).fit()
     cache_dtypes.clear()  # the run's own (fp32) decoding
     checkpoint = run / "checkpoints" / "step_1"
     # the same weights as a bf16 run's: its config says how its rollouts decoded

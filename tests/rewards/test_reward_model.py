@@ -145,12 +145,12 @@ def test_a_run_scores_its_rollouts_with_the_reward_model(tmp_path: Path) -> None
     the model's score of its (prompt, response) pair, logged as reward/reward_model."""
     from tests.helpers import compose_config
 
-    from astrai.training.trainer import Trainer
+    from astrai.training.run import Run
 
     directory = _save_classifier(tmp_path / "rm")
     cfg = compose_config(["debug=quick", "reward=model", f"reward.path={directory}"])
-    trainer = Trainer(cfg, tmp_path / "run")
-    rollout = trainer.rollout()
+    trainer = Run(cfg, tmp_path / "run")
+    rollout = trainer.trainer.rollout()
     pairs = zip(rollout.prompts, rollout.responses, strict=True)
     prompts = [p for p, group in pairs for _ in group]
     responses = [r for group in rollout.responses for r in group]

@@ -40,12 +40,12 @@ def test_the_engine_sleeps_once_the_step_is_sampled_before_the_scoring_passes(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """One step of a real Trainer: the engine's calls and the trainer's passes in order."""
-    from astrai.training.trainer import Trainer
+    from astrai.training.run import Run
 
     recording_vllm.install(monkeypatch)
     recording_vllm.on_cuda(monkeypatch)
     cfg = compose_config([*QUICK, "engine=vllm", "logger.tensorboard=false"])
-    trainer = Trainer(cfg, tmp_path)
+    trainer = Run(cfg, tmp_path)
     shares: dict[str, float] = {}
 
     def recorded(name: str, method: Any) -> Any:
@@ -56,8 +56,8 @@ def test_the_engine_sleeps_once_the_step_is_sampled_before_the_scoring_passes(
 
         return call
 
-    monkeypatch.setattr(trainer, "prepare", recorded("prepare", trainer.prepare))
-    monkeypatch.setattr(trainer, "update", recorded("update", trainer.update))
+    monkeypatch.setattr(trainer.trainer, "prepare", recorded("prepare", trainer.trainer.prepare))
+    monkeypatch.setattr(trainer.trainer, "update", recorded("update", trainer.trainer.update))
     try:
         assert engine_share(CPU) == 0.3  # awake since its start: gpu_memory_utilization
         recording_vllm.CALLS.clear()

@@ -95,7 +95,7 @@ def test_a_run_config_with_the_filter_validates_and_builds_the_filtered_task(
 
 
 def test_a_trainer_trains_on_the_filtered_rows(tmp_path: Path) -> None:
-    from astrai.training.trainer import Trainer
+    from astrai.training.run import Run
 
     train = _file(tmp_path / "train.jsonl", ["1 + 2?", LONG, "3 + 4?"])
     evals = _file(tmp_path / "eval.jsonl", ["5 + 6?", OTHER_LONG])
@@ -108,7 +108,7 @@ def test_a_trainer_trains_on_the_filtered_rows(tmp_path: Path) -> None:
             "logger.tensorboard=false",
         ]
     )
-    task = Trainer(cfg, tmp_path / "run").task
+    task = Run(cfg, tmp_path / "run").parts.task
     assert isinstance(task, DatasetTask)
     assert [p.prompt for p in task.train] == ["1 + 2?", "3 + 4?"]
     assert [p.prompt for p in task.evals] == ["5 + 6?"]

@@ -17,7 +17,7 @@ from astrai.config.errors import ConfigError
 from astrai.config.validate import validate_config
 from astrai.metrics.names import OPTION_METRICS, emitted_metrics, reward_term_names
 from astrai.rollout.rollout import ended_with_eos
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 SMALL = [
     "debug=quick",
@@ -45,11 +45,11 @@ def test_options_log_their_documented_metrics(
     cfg = compose_config(
         [f"train_type={train_type}", f"train_type.advantage={advantage}", *SMALL, *ON]
     )
-    trainer = Trainer(cfg, tmp_path)
+    trainer = Run(cfg, tmp_path)
     trainer.fit()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     emitted = set().union(*(row.keys() for row in rows)) - {"step"}
-    expected = emitted_metrics(trainer.strategy.metric_names, cfg.train_type)
+    expected = emitted_metrics(trainer.parts.strategy.metric_names, cfg.train_type)
     assert set(OPTION_METRICS) <= expected
     assert emitted - reward_term_names(emitted) == expected
     for row in rows[1:]:  # every training step says how it sampled
@@ -63,24 +63,26 @@ def test_default_job_emits_no_option_metric() -> None:
 
 
 def test_dynamic_sampling_keeps_the_step_shape(tmp_path: Path) -> None:
-    trainer = Trainer(compose_config([*SMALL, *ON]), tmp_path)
-    rollout = trainer.rollout()
+    trainer = Run(compose_config([*SMALL, *ON]), tmp_path)
+    rollout = trainer.trainer.rollout()
     assert rollout.rewards.shape == (4, 4) and len(rollout.prompts) == 4
-    assert trainer.sampling_metrics["rollout/resample_rounds"] in (0.0, 1.0)
+    assert trainer.started.rollouts.sampling_metrics["rollout/resample_rounds"] in (0.0, 1.0)
 
 
 def test_mask_truncated_leaves_cut_responses_out_of_the_loss(tmp_path: Path) -> None:
     # max_new_tokens=3 is too short for most answers of the random policy: some are cut
-    trainer = Trainer(
+    trainer = Run(
         compose_config(
             [*SMALL, "train_type.mask_truncated=true", "train_type.sampling.max_new_tokens=3"]
         ),
         tmp_path,
     )
-    rollout = trainer.rollout()
-    ends = ended_with_eos(rollout.response_ids, rollout.response_mask, trainer.tokenizer.eos_id)
+    rollout = trainer.trainer.rollout()
+    ends = ended_with_eos(
+        rollout.response_ids, rollout.response_mask, trainer.parts.tokenizer.eos_id
+    )
     assert not ends.all()  # the check below means something
-    trainer.prepare(rollout)
+    trainer.trainer.prepare(rollout)
     assert rollout.loss_mask is not None
     assert torch.equal(rollout.loss_mask, rollout.response_mask & ends[..., None])
     assert not rollout.loss_mask[~ends].any()

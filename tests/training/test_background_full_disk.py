@@ -15,13 +15,13 @@ from tests.helpers import compose_config
 from astrai.checkpoints import io
 from astrai.checkpoints.completeness import checkpoint_problems
 from astrai.cli_errors import error_line
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 
 def test_a_full_disk_in_the_background_writer_names_the_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    trainer = Trainer(compose_config(["debug=quick", "ckpt.every_steps=0"]), tmp_path)
+    trainer = Run(compose_config(["debug=quick", "ckpt.every_steps=0"]), tmp_path)
     try:
         trainer.train_step()
         monkeypatch.setattr(io, "open", full_disk_open({"optimizer.pt"}), raising=False)

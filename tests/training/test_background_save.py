@@ -29,14 +29,14 @@ from astrai.cli_errors import error_line
 from astrai.models.weights import stored_names
 from astrai.training.background_save import CheckpointWrites
 from astrai.training.checkpointing import settled_state
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 QUICK = ["debug=quick", "ckpt.every_steps=0", *ALTERNATING]
 HOLD_S = 60  # a held write waits at most this long for the test to let it go
 
 
-def _trainer(run_dir: Path, *extra: str) -> Trainer:
-    return Trainer(compose_config([*QUICK, *extra]), run_dir)
+def _trainer(run_dir: Path, *extra: str) -> Run:
+    return Run(compose_config([*QUICK, *extra]), run_dir)
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -50,10 +50,16 @@ def test_a_background_save_writes_the_bytes_a_save_at_once_writes(tmp_path: Path
     critic's files and a lag run's in-flight rollout included."""
     trainer = _trainer(tmp_path / "run", "train_type=online_ppo", *LAG_1)
     trainer.train_step()  # step 1; the sampling thread holds step 2's rollout
-    assert trainer.pipeline is not None
-    state = settled_state(trainer.state, trainer.pipeline.settle(), trainer.pipeline.stream)
+    assert trainer.started.rollouts.pipeline is not None
+    state = settled_state(
+        trainer.started.state,
+        trainer.started.rollouts.pipeline.settle(),
+        trainer.started.rollouts.pipeline.stream,
+    )
     assert state.in_flight  # in_flight.pt is written
-    parts = trainer.parts.checkpoint_parts(trainer.scheduler, trainer.critic_scheduler)
+    parts = trainer.parts.checkpoint_parts(
+        trainer.started.scheduler, trainer.started.critic_scheduler
+    )
     writes = CheckpointWrites()
     writes.save(dataclasses.replace(parts, run_dir=tmp_path / "at_once"), state, background=False)
     path = writes.save(
@@ -69,20 +75,20 @@ def test_a_background_save_writes_the_bytes_a_save_at_once_writes(tmp_path: Path
     assert [name for name in at_once if background[name] != at_once[name]] == []
 
 
-def _state_now(trainer: Trainer) -> dict[str, Any]:
+def _state_now(trainer: Run) -> dict[str, Any]:
     """What a checkpoint of ``trainer`` holds now, copied."""
-    assert trainer.critic is not None and trainer.critic_optimizer is not None
-    assert trainer.critic_scheduler is not None
-    policy = trainer.policy.state_dict()
+    assert trainer.parts.critic is not None and trainer.parts.critic_optimizer is not None
+    assert trainer.started.critic_scheduler is not None
+    policy = trainer.parts.policy.state_dict()
     return copy.deepcopy(
         {
-            "model.safetensors": {k: policy[k] for k in stored_names(trainer.reference)},
-            "optimizer.pt": trainer.optimizer.state_dict(),
-            "scheduler.pt": trainer.scheduler.state_dict(),
-            "value_model.pt": trainer.critic.state_dict(),
-            "value_optimizer.pt": trainer.critic_optimizer.state_dict(),
-            "value_scheduler.pt": trainer.critic_scheduler.state_dict(),
-            "sample_stream": trainer.state.generators["sample"].get_state(),
+            "model.safetensors": {k: policy[k] for k in stored_names(trainer.parts.reference)},
+            "optimizer.pt": trainer.parts.optimizer.state_dict(),
+            "scheduler.pt": trainer.started.scheduler.state_dict(),
+            "value_model.pt": trainer.parts.critic.state_dict(),
+            "value_optimizer.pt": trainer.parts.critic_optimizer.state_dict(),
+            "value_scheduler.pt": trainer.started.critic_scheduler.state_dict(),
+            "sample_stream": trainer.started.state.generators["sample"].get_state(),
         }
     )
 
@@ -140,7 +146,10 @@ def test_a_background_save_writes_the_state_at_the_save(
     }
     assert [name for name in written if not _same(written[name], saved[name])] == []
     record = json.loads((path / "trainer_state.json").read_text())
-    assert record["step"] == 1 and record["policy_version"] == trainer.optimizer_steps_per_step()
+    assert (
+        record["step"] == 1
+        and record["policy_version"] == trainer.trainer.optimizer_steps_per_step()
+    )
     trainer.close()
 
 
@@ -214,7 +223,7 @@ def test_a_failed_background_write_ends_the_run_at_the_next_save(
     with pytest.raises(OSError, match="No space left on device"):
         trainer.fit()
     trainer.close()
-    assert trainer.state.step == 2  # raised by step 2's save, before it wrote anything
+    assert trainer.started.state.step == 2  # raised by step 2's save, before it wrote anything
     assert not (tmp_path / "summary.json").exists()
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["reference.safetensors"]
 
@@ -236,7 +245,7 @@ def test_a_stop_waits_for_the_checkpoint_written_in_the_background(
 
     def save_then_signal(background: bool = False) -> Path:
         path = save(background)
-        if trainer.state.step == 2:
+        if trainer.started.state.step == 2:
             os.kill(os.getpid(), signal.SIGTERM)  # the stop handler's flag; read after the save
         return path
 

@@ -22,7 +22,7 @@ from astrai.training.banner import (
     format_eval_line,
     ignored_gpu_warning,
 )
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 CPU_RUN = RunFacts(
     run_dir="outputs/2026-01-01/12-00-00",
@@ -294,7 +294,7 @@ def test_train_py_logs_banner_eval_lines_and_the_gpu_warning(tmp_path: Path) -> 
 def test_default_run_logs_no_warning(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     cfg = compose_config([*QUICK, "trainer.total_steps=1"])
     with caplog.at_level(logging.INFO, logger="astrai"):
-        Trainer(cfg, tmp_path, job_context=([], {"model": "tiny", "reward": "partial"})).fit()
+        Run(cfg, tmp_path, job_context=([], {"model": "tiny", "reward": "partial"})).fit()
     messages = [r.getMessage() for r in caplog.records if r.name == "astrai.training.trainer"]
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert messages[0] == f"astrai: online_grpo on addition, run dir {tmp_path}"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from tests.helpers import compose_config
 
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 PPO = [
     "train_type=online_ppo",
@@ -36,20 +36,20 @@ def _rows(run_dir: Path) -> list[dict]:
 
 
 def test_the_critic_follows_the_policys_schedule_from_its_own_peak(tmp_path: Path) -> None:
-    trainer = Trainer(compose_config(PPO), tmp_path)
+    trainer = Run(compose_config(PPO), tmp_path)
     trainer.fit()
     step_1 = _rows(tmp_path)[1]
     assert step_1["policy/lr"] == pytest.approx(1e-3 * 0.55)
     assert step_1["value/lr"] == pytest.approx(1e-2 * 0.55)
-    assert trainer.critic_optimizer is not None
-    assert trainer.critic_optimizer.param_groups[0]["lr"] == pytest.approx(1e-2 * 0.1)
-    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3 * 0.1)
+    assert trainer.parts.critic_optimizer is not None
+    assert trainer.parts.critic_optimizer.param_groups[0]["lr"] == pytest.approx(1e-2 * 0.1)
+    assert trainer.parts.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3 * 0.1)
     assert (tmp_path / "checkpoints" / "step_2" / "value_scheduler.pt").is_file()
 
 
 def test_critic_scheduler_null_keeps_the_critics_lr_constant(tmp_path: Path) -> None:
-    trainer = Trainer(compose_config([*PPO, "critic.scheduler=null"]), tmp_path)
+    trainer = Run(compose_config([*PPO, "critic.scheduler=null"]), tmp_path)
     trainer.fit()
     assert [row.get("value/lr") for row in _rows(tmp_path)[1:]] == [1e-2, 1e-2]
-    assert trainer.critic_optimizer is not None
-    assert trainer.critic_optimizer.param_groups[0]["lr"] == 1e-2
+    assert trainer.parts.critic_optimizer is not None
+    assert trainer.parts.critic_optimizer.param_groups[0]["lr"] == 1e-2

@@ -34,7 +34,7 @@ from tests.helpers import compose_config, weights_digest
 from astrai.algorithms.masked import local_sum
 from astrai.algorithms.scoring_passes import ScoringPasses, kl_metrics
 from astrai.rollout.scoring import response_logprobs, score_in_parts
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 SMALL = [
     "debug=quick",
@@ -104,9 +104,11 @@ def run_digest(train_type: str, run_dir: Path, monkeypatch: pytest.MonkeyPatch) 
     overrides = [f"train_type={train_type}", *SMALL, *BEFORE[train_type]]
     if train_type == "online_grpo":  # PPO's digest is the same through either path
         monkeypatch.setattr(ScoringPasses, "score_reference", cached_reference)
-    trainer = Trainer(compose_config(overrides), run_dir)
+    trainer = Run(compose_config(overrides), run_dir)
     trainer.fit()
-    models = [trainer.policy] + ([trainer.critic] if trainer.critic is not None else [])
+    models = [trainer.parts.policy] + (
+        [trainer.parts.critic] if trainer.parts.critic is not None else []
+    )
     return weights_digest(*models)
 
 

@@ -15,7 +15,7 @@ from tests.helpers import compose_config
 import astrai.training.rollout_source as rollout_source  # where the trainer samples
 from astrai.rollout.rollout import Rollout
 from astrai.training.rollout_source import RolloutSource
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 FILTERED = [
     "debug=quick",
@@ -64,7 +64,7 @@ def test_extra_rounds_never_repeat_the_steps_prompts_at_the_default_task(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     steps = _record_rounds(monkeypatch)
-    Trainer(compose_config([*FILTERED, "train_type.prompts_per_step=8"]), tmp_path).fit()
+    Run(compose_config([*FILTERED, "train_type.prompts_per_step=8"]), tmp_path).fit()
     assert len(steps) == 2
     for rounds in steps:
         assert len(rounds) == 4 and len(rounds[0]) == 8  # all-equal groups: every round
@@ -88,7 +88,7 @@ def test_a_dataset_too_small_for_a_round_shrinks_then_ends_the_rounds(
     task = ["task=dataset", f"task.train_path={train}", f"task.eval_path={evals}"]
     cfg = compose_config([*FILTERED, *task, "train_type.prompts_per_step=4"])
     with pytest.warns(UserWarning, match="fewer unseen training prompts"):
-        Trainer(cfg, tmp_path / "run").fit()
+        Run(cfg, tmp_path / "run").fit()
     everything = {"1+2=", "3+4=", "5+1=", "2+2=", "6+3=", "7+1="}
     assert len(steps) == 2
     for rounds in steps:

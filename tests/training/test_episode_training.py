@@ -11,7 +11,7 @@ import pytest
 from tests.episode_envs import TWO_TURNS
 from tests.helpers import compose_config
 
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 JOB = [
     "debug=quick",
@@ -30,11 +30,11 @@ JOB = [
 
 @pytest.mark.slow  # ~1.2 s: the fast suite's budget (tests/rollout/test_episodes.py: the runner)
 def test_hung_raising_and_flooding_steps_each_cost_their_episode(tmp_path: Path) -> None:
-    trainer = Trainer(compose_config(JOB), tmp_path)
+    trainer = Run(compose_config(JOB), tmp_path)
     trainer.fit()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
-    problems = [trainer.task.train_problems(trainer.cfg.seed, i, 8) for i in range(3)]
+    problems = [trainer.parts.task.train_problems(trainer.parts.cfg.seed, i, 8) for i in range(3)]
     for row, batch in zip(rows[1:], problems, strict=True):
         # every prompt of a row starting with 1, 2 or 3 fails both its episodes; 1 hangs
         faulty = sum(p.text[0] in "123" for p in batch) / len(batch)
@@ -45,7 +45,7 @@ def test_hung_raising_and_flooding_steps_each_cost_their_episode(tmp_path: Path)
     assert any(r["env/timeouts"] > 0 for r in rows[1:])
     # the draw holds every kind of fault (hang, raise, flood): each was survived
     assert {"1", "2", "3"} <= {p.text[0] for batch in problems for p in batch}
-    assert trainer.state.step == 3
+    assert trainer.started.state.step == 3
 
 
 def test_recomputed_old_logprobs_agree_with_the_sampler_on_sampled_tokens(tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ def test_recomputed_old_logprobs_agree_with_the_sampler_on_sampled_tokens(tmp_pa
     sampled tokens (an observation's behaviour logprob is no sample's), so the trainer's π_old
     agrees with the torch sampler's logprobs as it does on one-turn responses."""
     cfg = compose_config(["debug=quick", *TWO_TURNS, "engine.old_logprobs=recompute"])
-    trainer = Trainer(cfg, tmp_path)
+    trainer = Run(cfg, tmp_path)
     trainer.fit()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "rollout/logprob_diff_max" in r]

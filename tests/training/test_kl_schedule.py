@@ -12,7 +12,7 @@ from tests.constructed_rewards import ALTERNATING
 from tests.helpers import compose_config, weights_digest
 
 from astrai.metrics.names import KL_METRICS, kl_logged_at
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 SMALL = [
     "debug=quick",
@@ -31,11 +31,13 @@ def test_kl_logged_at_every_step_with_a_penalty_else_on_schedule() -> None:
     assert [s for s in range(1, 5) if kl_logged_at(s, 0.0, 1)] == [1, 2, 3, 4]
 
 
-def _fit(overrides: list[str], run_dir: Path) -> tuple[Trainer, list[int], list[dict]]:
+def _fit(overrides: list[str], run_dir: Path) -> tuple[Run, list[int], list[dict]]:
     """A finished run, the steps at which its reference ran a forward, its metrics rows."""
-    trainer = Trainer(compose_config([*SMALL, *overrides]), run_dir)
+    trainer = Run(compose_config([*SMALL, *overrides]), run_dir)
     scored: list[int] = []
-    trainer.reference.register_forward_hook(lambda *_: scored.append(trainer.state.step + 1))
+    trainer.parts.reference.register_forward_hook(
+        lambda *_: scored.append(trainer.started.state.step + 1)
+    )
     trainer.fit()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return trainer, sorted(set(scored)), rows
@@ -79,16 +81,18 @@ def test_skipping_the_reference_leaves_the_weights_bitwise_unchanged(
         trainer, scored, rows = _fit(run, tmp_path / str(kl_every))
         assert scored == ([1, 2, 3, 4] if kl_every == 1 else [1])
         assert all(row["advantages/std"] > 0 for row in rows[1:])
-        models = [trainer.policy] + ([trainer.critic] if trainer.critic is not None else [])
+        models = [trainer.parts.policy] + (
+            [trainer.parts.critic] if trainer.parts.critic is not None else []
+        )
         digests.append(weights_digest(*models))
     assert digests[0] == digests[1]
 
 
 def test_reference_and_critic_targets_are_ordinary_tensors(tmp_path: Path) -> None:
     # scored under inference mode, they must still be usable by the autograd of the update
-    trainer = Trainer(compose_config([*SMALL, "train_type=online_ppo"]), tmp_path)
-    rollout = trainer.rollout()
-    trainer.prepare(rollout)
+    trainer = Run(compose_config([*SMALL, "train_type=online_ppo"]), tmp_path)
+    rollout = trainer.trainer.rollout()
+    trainer.trainer.prepare(rollout)
     for name in ("ref_logprobs", "values", "advantages", "returns"):
         tensor = getattr(rollout, name)
         assert isinstance(tensor, torch.Tensor) and not tensor.is_inference(), name
@@ -96,19 +100,19 @@ def test_reference_and_critic_targets_are_ordinary_tensors(tmp_path: Path) -> No
 
 def test_an_offloaded_reference_is_not_moved_on_a_step_that_skips_it(tmp_path: Path) -> None:
     overrides = ["train_type=online_ppo", "infra.offload_reference=true", "logger.kl_every=5"]
-    trainer = Trainer(compose_config([*SMALL, *overrides]), tmp_path)
+    trainer = Run(compose_config([*SMALL, *overrides]), tmp_path)
     moves: list[object] = []
-    to = trainer.reference.to
+    to = trainer.parts.reference.to
 
     def recording_to(device: object) -> torch.nn.Module:
         moves.append(device)
         return to(device)
 
-    trainer.reference.to = recording_to  # type: ignore[method-assign, assignment]
+    trainer.parts.reference.to = recording_to  # type: ignore[method-assign, assignment]
     for step, expected in ((0, 2), (1, 0), (4, 2)):  # steps 1, 2 and 5 (kl_coef 0 by default)
-        trainer.state.step = step
-        rollout = trainer.rollout()
-        metrics = trainer.prepare(rollout)
+        trainer.started.state.step = step
+        rollout = trainer.trainer.rollout()
+        metrics = trainer.trainer.prepare(rollout)
         assert len(moves) == expected and ("kl/k3" in metrics) == (expected > 0)
         assert (rollout.ref_logprobs is not None) == (expected > 0)
         moves.clear()

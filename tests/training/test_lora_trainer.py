@@ -21,7 +21,7 @@ from astrai.checkpoints.layout import (
 )
 from astrai.checkpoints.policy import load_checkpoint_policy
 from astrai.models.lora import adapter_parameters, base_fingerprint, has_adapters
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 QUICK = [
     "debug=quick",
@@ -39,8 +39,8 @@ PPO = ["train_type=online_ppo", "critic=value_model"]
 NOISY = ("time/", "perf/")
 
 
-def _trainer(run_dir: Path, *extra: str) -> Trainer:
-    return Trainer(compose_config([*QUICK, *LORA, *extra]), run_dir)
+def _trainer(run_dir: Path, *extra: str) -> Run:
+    return Run(compose_config([*QUICK, *LORA, *extra]), run_dir)
 
 
 def _records(run_dir: Path) -> list[dict]:
@@ -48,11 +48,11 @@ def _records(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in row.items() if not k.startswith(NOISY)} for row in rows]
 
 
-def _base_state(trainer: Trainer) -> dict[str, torch.Tensor]:
-    adapters = {name for name, _ in adapter_parameters(trainer.policy)}
+def _base_state(trainer: Run) -> dict[str, torch.Tensor]:
+    adapters = {name for name, _ in adapter_parameters(trainer.parts.policy)}
     return {
         name.replace(".base_layer", ""): tensor.clone()
-        for name, tensor in trainer.policy.state_dict().items()
+        for name, tensor in trainer.parts.policy.state_dict().items()
         if name not in adapters and "lora_" not in name
     }
 
@@ -62,29 +62,29 @@ def test_only_the_adapters_train_and_the_reference_is_the_base(
     tmp_path: Path, extra: list[str]
 ) -> None:
     trainer = _trainer(tmp_path, *extra)
-    trained = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
-    assert trained == {id(p) for _, p in adapter_parameters(trainer.policy)}
+    trained = {id(p) for group in trainer.parts.optimizer.param_groups for p in group["params"]}
+    assert trained == {id(p) for _, p in adapter_parameters(trainer.parts.policy)}
     base_before = _base_state(trainer)
-    ids = torch.tensor([[1, 5, 9, 12, 3]], device=trainer.device)
+    ids = torch.tensor([[1, 5, 9, 12, 3]], device=trainer.parts.device)
     with torch.no_grad():
-        base_logits = trainer.policy(ids).logits  # B = 0: the adapters add nothing yet
+        base_logits = trainer.parts.policy(ids).logits  # B = 0: the adapters add nothing yet
     trainer.fit()
     for name, tensor in _base_state(trainer).items():  # the base never moves
         assert torch.equal(tensor, base_before[name]), name
     with torch.no_grad():
-        reference = trainer.reference(ids).logits
-        policy = trainer.policy(ids).logits
+        reference = trainer.parts.reference(ids).logits
+        policy = trainer.parts.policy(ids).logits
     assert torch.equal(reference, base_logits)  # the reference is the base, bit for bit
     assert (policy - reference).abs().max() > 1e-3  # ... and the adapters did learn
     # a view of the policy, not a copy: it holds no tensor of its own
-    assert {p.data_ptr() for p in trainer.reference.parameters()} <= {
-        p.data_ptr() for p in trainer.policy.parameters()
+    assert {p.data_ptr() for p in trainer.parts.reference.parameters()} <= {
+        p.data_ptr() for p in trainer.parts.policy.parameters()
     }
 
 
 def test_the_critic_trains_its_own_adapters_on_the_policy_trunk(tmp_path: Path) -> None:
     trainer = _trainer(tmp_path, *PPO)
-    critic, policy = trainer.critic, trainer.policy
+    critic, policy = trainer.parts.critic, trainer.parts.policy
     assert critic is not None and has_adapters(critic)
     trainable = {name for name, p in critic.named_parameters() if p.requires_grad}
     assert {"value_head.weight", "value_head.bias"} <= trainable
@@ -95,12 +95,14 @@ def test_the_critic_trains_its_own_adapters_on_the_policy_trunk(tmp_path: Path) 
     assert critic.model.embed_tokens.weight is policy.model.embed_tokens.weight
     critic_lora = critic.model.layers[0].self_attn.q_proj.lora_A["default"].weight
     assert critic_lora is not policy.model.layers[0].self_attn.q_proj.lora_A["default"].weight
-    trained = {id(p) for group in trainer.critic_optimizer.param_groups for p in group["params"]}
+    trained = {
+        id(p) for group in trainer.parts.critic_optimizer.param_groups for p in group["params"]
+    }
     assert trained == {id(p) for p in critic.parameters() if p.requires_grad}
 
 
 @pytest.fixture(scope="module", params=["grpo", "ppo"])
-def straight_and_resumed(request, tmp_path_factory) -> tuple[Trainer, Trainer, Path, Path]:  # noqa: ANN001
+def straight_and_resumed(request, tmp_path_factory) -> tuple[Run, Run, Path, Path]:  # noqa: ANN001
     extra = PPO if request.param == "ppo" else []
     straight_dir = tmp_path_factory.mktemp("straight")
     straight = _trainer(straight_dir, *extra)
@@ -108,7 +110,7 @@ def straight_and_resumed(request, tmp_path_factory) -> tuple[Trainer, Trainer, P
     resumed_dir = tmp_path_factory.mktemp("resumed")
     _trainer(resumed_dir, *extra).fit(until=2)
     resumed = _trainer(resumed_dir, *extra)
-    assert resumed.state.resumed_from == resumed_dir / "checkpoints" / "step_2"
+    assert resumed.started.state.resumed_from == resumed_dir / "checkpoints" / "step_2"
     resumed.fit()
     return straight, resumed, straight_dir, resumed_dir
 
@@ -126,15 +128,19 @@ def _assert_equal_states(a: dict, b: dict, where: str) -> None:
 
 def test_a_resumed_lora_run_equals_the_straight_one_bitwise(straight_and_resumed) -> None:  # noqa: ANN001
     straight, resumed, straight_dir, resumed_dir = straight_and_resumed
-    _assert_equal_states(straight.policy.state_dict(), resumed.policy.state_dict(), "policy")
     _assert_equal_states(
-        straight.optimizer.state_dict(), resumed.optimizer.state_dict(), "optimizer"
+        straight.parts.policy.state_dict(), resumed.parts.policy.state_dict(), "policy"
     )
-    if straight.critic is not None:
-        _assert_equal_states(straight.critic.state_dict(), resumed.critic.state_dict(), "critic")
+    _assert_equal_states(
+        straight.parts.optimizer.state_dict(), resumed.parts.optimizer.state_dict(), "optimizer"
+    )
+    if straight.parts.critic is not None:
         _assert_equal_states(
-            straight.critic_optimizer.state_dict(),
-            resumed.critic_optimizer.state_dict(),
+            straight.parts.critic.state_dict(), resumed.parts.critic.state_dict(), "critic"
+        )
+        _assert_equal_states(
+            straight.parts.critic_optimizer.state_dict(),
+            resumed.parts.critic_optimizer.state_dict(),
             "critic_optimizer",
         )
     assert _records(resumed_dir) == _records(straight_dir)
@@ -157,17 +163,19 @@ def test_a_lora_checkpoint_holds_what_changed(straight_and_resumed) -> None:  # 
     loaded = load_checkpoint_policy(straight_dir)
     assert not has_adapters(loaded.policy)
     ids = torch.tensor([[1, 5, 9, 12, 3]])  # loaded on the CPU; the run's on its own device
-    on_run = ids.to(straight.device)
+    on_run = ids.to(straight.parts.device)
     with torch.no_grad():
-        expected = straight.policy(on_run).logits.cpu()
+        expected = straight.parts.policy(on_run).logits.cpu()
         torch.testing.assert_close(loaded.policy(ids).logits, expected, rtol=0, atol=1e-5)
-        if straight.critic is not None:
+        if straight.parts.critic is not None:
             assert loaded.critic is not None
-            values = straight.critic(on_run).cpu()
+            values = straight.parts.critic(on_run).cpu()
             torch.testing.assert_close(loaded.critic(ids), values, rtol=0, atol=1e-5)
     # the loader rebuilt the same base: its fingerprint is the recorded one
-    assert base_fingerprint(straight.reference.policy) != base["sha256"]  # adapters now inside
-    if straight.critic is not None:  # the critic file is its adapters and head, not a trunk
+    assert (
+        base_fingerprint(straight.parts.reference.policy) != base["sha256"]
+    )  # adapters now inside
+    if straight.parts.critic is not None:  # the critic file is its adapters and head, not a trunk
         critic_state = torch.load(checkpoint / "value_model.pt", weights_only=True)
         assert all("lora_" in name or name.startswith("value_head.") for name in critic_state)
 
@@ -206,12 +214,12 @@ def test_memory_knobs_make_the_same_lora_update(tmp_path: Path, algo: str, knob:
     extra = [*KNOB_SHAPE[algo], *(["+critic.optimizer.eps=1e-2"] if algo == "ppo" else [])]
     states = []
     for name, overrides in (("plain", []), ("knob", knob)):
-        trainer = Trainer(compose_config([*KNOB_BASE, *extra, *overrides]), tmp_path / name)
+        trainer = Run(compose_config([*KNOB_BASE, *extra, *overrides]), tmp_path / name)
         for _ in range(2):
             trainer.train_step()
-        critic = trainer.critic.state_dict() if trainer.critic is not None else {}
+        critic = trainer.parts.critic.state_dict() if trainer.parts.critic is not None else {}
         critic = {f"critic.{name}": tensor for name, tensor in critic.items()}
-        states.append({**trainer.policy.state_dict(), **critic})
+        states.append({**trainer.parts.policy.state_dict(), **critic})
     plain, other = states
     # the policy's adapters moved (B starts at zero) well past the bound below
     moved = max(t.abs().max() for n, t in plain.items() if "lora_B" in n and "critic" not in n)
@@ -226,6 +234,6 @@ def test_bf16_trains_the_adapters_in_float32(tmp_path: Path) -> None:
     summary = trainer.fit()
     losses = [float(v) for k, v in summary.items() if str(k).startswith("loss/")]
     assert losses and all(torch.isfinite(torch.tensor(losses)))
-    assert all(p.dtype == torch.float32 for _, p in adapter_parameters(trainer.policy))
-    moments = [s["exp_avg"] for s in trainer.optimizer.state.values()]
+    assert all(p.dtype == torch.float32 for _, p in adapter_parameters(trainer.parts.policy))
+    moments = [s["exp_avg"] for s in trainer.parts.optimizer.state.values()]
     assert moments and all(m.dtype == torch.float32 for m in moments)

@@ -12,7 +12,7 @@ from tests.constructed_rewards import ALTERNATING
 from tests.helpers import compose_config
 
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM, set_gradient_checkpointing
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 BASE = [
     "debug=quick",
@@ -71,15 +71,15 @@ def test_micro_batches_make_the_same_update(tmp_path: Path, train_type: str, spl
             *STEADY_ADAM[train_type],
             "train_type.micro_batch_size=null" if micro == "null" else SPLITS[split],
         ]
-        trainer = Trainer(compose_config(overrides), tmp_path / micro)
+        trainer = Run(compose_config(overrides), tmp_path / micro)
         for _ in range(2):
             metrics = trainer.train_step()
-        critic = trainer.critic.state_dict() if trainer.critic is not None else {}
-        states[micro] = (trainer.policy.state_dict(), critic, metrics)
+        critic = trainer.parts.critic.state_dict() if trainer.parts.critic is not None else {}
+        states[micro] = (trainer.parts.policy.state_dict(), critic, metrics)
     whole, micro = states["null"], states["3"]
     initial_config = compose_config([f"train_type={train_type}", *BASE, *SHAPE[train_type]])
-    initial = Trainer(initial_config, tmp_path / "i")
-    moved = max((whole[0][n] - initial.policy.state_dict()[n]).abs().max() for n in whole[0])
+    initial = Run(initial_config, tmp_path / "i")
+    moved = max((whole[0][n] - initial.parts.policy.state_dict()[n]).abs().max() for n in whole[0])
     assert moved > 1e-4  # the update is not trivially zero
     for name, value in whole[0].items():
         torch.testing.assert_close(micro[0][name], value, atol=1e-5, rtol=0)
@@ -92,17 +92,17 @@ def test_micro_batches_make_the_same_update(tmp_path: Path, train_type: str, spl
 @pytest.mark.parametrize("train_type", ["online_grpo", "online_ppo"])
 def test_bf16_trains_three_steps_with_finite_losses(tmp_path: Path, train_type: str) -> None:
     overrides = [f"train_type={train_type}", *BASE, "infra.precision=bf16"]
-    trainer = Trainer(compose_config([*overrides, "trainer.total_steps=3"]), tmp_path)
-    with trainer.autocast():  # forward passes run in bfloat16 ...
+    trainer = Run(compose_config([*overrides, "trainer.total_steps=3"]), tmp_path)
+    with trainer.trainer.autocast():  # forward passes run in bfloat16 ...
         ids = torch.tensor([[5, 6, 7]])
-        assert trainer.policy(ids, attention_mask=ids > 0).logits.dtype == torch.bfloat16
+        assert trainer.parts.policy(ids, attention_mask=ids > 0).logits.dtype == torch.bfloat16
     summary = trainer.fit()
     assert summary["step"] == 3
     losses = [summary[name] for name in summary if str(name).startswith("loss/")]
     assert losses and all(math.isfinite(float(v)) for v in losses)  # type: ignore[arg-type]
     # ... while the weights and the optimizer state stay float32
-    assert all(p.dtype == torch.float32 for p in trainer.policy.parameters())
-    moments = [s["exp_avg"] for s in trainer.optimizer.state.values()]
+    assert all(p.dtype == torch.float32 for p in trainer.parts.policy.parameters())
+    moments = [s["exp_avg"] for s in trainer.parts.optimizer.state.values()]
     assert moments and all(m.dtype == torch.float32 for m in moments)
 
 
@@ -135,14 +135,14 @@ def test_an_offloaded_reference_scores_the_same_and_waits_on_the_cpu(tmp_path: P
     results = []
     for offload in ("false", "true"):
         cfg = compose_config([*BASE, f"infra.offload_reference={offload}"])
-        trainer = Trainer(cfg, tmp_path / offload)
+        trainer = Run(cfg, tmp_path / offload)
         moved_to: list[str] = []
-        _record_moves(trainer.reference, moved_to)
-        rollout = trainer.rollout()
-        trainer.prepare(rollout)
+        _record_moves(trainer.parts.reference, moved_to)
+        rollout = trainer.trainer.rollout()
+        trainer.trainer.prepare(rollout)
         results.append(rollout.ref_logprobs)
         assert moved_to == ([] if offload == "false" else ["cpu", "cpu"])  # device, then back
-        assert all(p.device.type == "cpu" for p in trainer.reference.parameters())
+        assert all(p.device.type == "cpu" for p in trainer.parts.reference.parameters())
     torch.testing.assert_close(results[1], results[0], atol=0, rtol=0)
 
 

@@ -23,7 +23,7 @@ from astrai.rollout.sampler import Generation, SamplingConfig
 from astrai.rollout.scoring import response_values
 from astrai.tasks import AdditionTask
 from astrai.training.evaluation import evaluate
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 # LoRA adapters with heavy dropout: any forward left in train mode shows
 DROPOUT = ["model.lora.rank=4", "model.lora.alpha=8", "model.lora.dropout=0.5"]
@@ -44,12 +44,12 @@ def _record_modes(module: torch.nn.Module) -> list[tuple[bool, str]]:
     return calls
 
 
-def _critic_values(trainer: Trainer, rollout: Rollout) -> torch.Tensor:
-    assert trainer.critic is not None
+def _critic_values(trainer: Run, rollout: Rollout) -> torch.Tensor:
+    assert trainer.parts.critic is not None
     prompt_ids, prompt_mask = rollout.flat_prompts()
     with torch.inference_mode():
         values = response_values(
-            trainer.critic,
+            trainer.parts.critic,
             prompt_ids,
             prompt_mask,
             rollout.flat("response_ids"),
@@ -66,15 +66,15 @@ def test_pi_old_and_critic_values_are_scored_without_dropout(tmp_path: Path) -> 
         [*QUICK, *DROPOUT, "train_type=online_ppo", "engine.old_logprobs=recompute",
          "logger.tensorboard=false", "trainer.total_steps=2"]
     )  # fmt: skip
-    trainer = Trainer(cfg, tmp_path)
+    trainer = Run(cfg, tmp_path)
     trainer.train_step()  # an update: train mode while it ran
-    rollout = trainer.rollout()
-    trainer.prepare(rollout)
-    policy, critic = trainer.policy, trainer.critic
+    rollout = trainer.trainer.rollout()
+    trainer.trainer.prepare(rollout)
+    policy, critic = trainer.parts.policy, trainer.parts.critic
     assert critic is not None and not policy.training and not critic.training
     # π_old is scored by the update's forward (whole sequences, no shared prompt cache)
-    first = trainer.strategy.score_rollout(policy, rollout, share_prompts=False)
-    again = trainer.strategy.score_rollout(policy, rollout, share_prompts=False)
+    first = trainer.parts.strategy.score_rollout(policy, rollout, share_prompts=False)
+    again = trainer.parts.strategy.score_rollout(policy, rollout, share_prompts=False)
     assert torch.equal(first, again)  # deterministic
     assert torch.equal(rollout.logprobs, first)  # π_old: the eval-mode forward
     assert rollout.values is not None
@@ -82,35 +82,35 @@ def test_pi_old_and_critic_values_are_scored_without_dropout(tmp_path: Path) -> 
     # control: in train mode LoRA's dropout makes two forwards differ
     policy.train()
     critic.train()
-    noisy = trainer.strategy.score_rollout(policy, rollout)
-    assert not torch.equal(noisy, trainer.strategy.score_rollout(policy, rollout))
+    noisy = trainer.parts.strategy.score_rollout(policy, rollout)
+    assert not torch.equal(noisy, trainer.parts.strategy.score_rollout(policy, rollout))
     assert not torch.equal(_critic_values(trainer, rollout), _critic_values(trainer, rollout))
 
 
 def test_the_update_runs_in_train_mode_and_leaves_eval(tmp_path: Path) -> None:
     cfg = compose_config([*QUICK, *DROPOUT, "train_type=online_ppo", "logger.tensorboard=false"])
-    trainer = Trainer(cfg, tmp_path)
-    assert not trainer.policy.training  # eval from the start: sampling sees no dropout
+    trainer = Run(cfg, tmp_path)
+    assert not trainer.parts.policy.training  # eval from the start: sampling sees no dropout
     seen: list[tuple[bool, bool]] = []
-    loss = trainer.strategy.loss
+    loss = trainer.parts.strategy.loss
 
     def recording_loss(policy, batch, critic=None, divisors=None):  # type: ignore[no-untyped-def]
         seen.append((policy.training, critic.training))
         return loss(policy, batch, critic, divisors=divisors)
 
-    trainer.strategy.loss = recording_loss  # type: ignore[method-assign]
+    trainer.parts.strategy.loss = recording_loss  # type: ignore[method-assign]
     trainer.train_step()
     assert seen and all(mode == (True, True) for mode in seen)
-    assert trainer.critic is not None
-    assert not trainer.policy.training and not trainer.critic.training
+    assert trainer.parts.critic is not None
+    assert not trainer.parts.policy.training and not trainer.parts.critic.training
 
 
 def test_only_the_training_thread_changes_the_live_policy_mode(tmp_path: Path) -> None:
     """Lag 1 (the sampling thread beside the update): every mode change of the live policy is
     made on the main thread."""
     cfg = compose_config([*QUICK, *DROPOUT, *LAG_1, "trainer.total_steps=3"])
-    trainer = Trainer(cfg, tmp_path)
-    calls = _record_modes(trainer.policy)
+    trainer = Run(cfg, tmp_path)
+    calls = _record_modes(trainer.parts.policy)
     try:
         trainer.fit()
     finally:

@@ -17,30 +17,33 @@ from torch import nn
 
 from astrai.algorithms.grpo import GRPOStrategy
 from astrai.training.nonfinite import NonFiniteGuard, NonFiniteUpdate, Trained
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 # two optimizer steps per RL step (two minibatches of the 4 × 2 responses)
 TWO_UPDATES = [*QUICK, "train_type.minibatches=2", "train_type.ppo_epochs=1"]
 ONE_STEP = [*TWO_UPDATES, "trainer.total_steps=1"]
 
 
-def _nan_after_first_step(trainer: Trainer, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def _nan_after_first_step(trainer: Run, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """The strategy's loss is NaN once the policy has taken its first optimizer step (every
     micro-batch of the second minibatch); returns what the models held when it first was."""
-    original, seen = trainer.strategy.loss, {}
+    original, seen = trainer.parts.strategy.loss, {}
 
     def loss(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         value, metrics = original(*args, **kwargs)
-        if trainer.scheduler.last_epoch == 1:  # one policy step taken
-            models = {"policy": trainer.policy, "critic": trainer.critic}
+        if trainer.started.scheduler.last_epoch == 1:  # one policy step taken
+            models = {"policy": trainer.parts.policy, "critic": trainer.parts.critic}
             seen.setdefault("weights", _weights(models))
-            optimizers = {"policy": trainer.optimizer, "critic": trainer.critic_optimizer}
+            optimizers = {
+                "policy": trainer.parts.optimizer,
+                "critic": trainer.parts.critic_optimizer,
+            }
             seen.setdefault("moments", _moments(optimizers))
             value = value * float("nan")
             metrics["loss/total"] = value.detach()
         return value, metrics
 
-    monkeypatch.setattr(trainer.strategy, "loss", loss)
+    monkeypatch.setattr(trainer.parts.strategy, "loss", loss)
     return seen
 
 
@@ -67,18 +70,18 @@ def _moments(optimizers: dict[str, torch.optim.Optimizer | None]) -> dict[str, t
 def test_a_nan_loss_step_is_skipped_counted_and_changes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, train_type: str
 ) -> None:
-    trainer = Trainer(compose_config([*ONE_STEP, f"train_type={train_type}"]), tmp_path)
+    trainer = Run(compose_config([*ONE_STEP, f"train_type={train_type}"]), tmp_path)
     try:
         before = _nan_after_first_step(trainer, monkeypatch)
         metrics = trainer.train_step()
-        models = {"policy": trainer.policy, "critic": trainer.critic}
+        models = {"policy": trainer.parts.policy, "critic": trainer.parts.critic}
         after = _weights(models)
-        assert (trainer.critic is not None) == (train_type == "online_ppo")
+        assert (trainer.parts.critic is not None) == (train_type == "online_ppo")
         assert after.keys() == before["weights"].keys()
         for name, weight in after.items():  # exactly the first step's weights, finite
             assert torch.equal(weight, before["weights"][name]), name
             assert torch.isfinite(weight).all(), name
-        optimizers = {"policy": trainer.optimizer, "critic": trainer.critic_optimizer}
+        optimizers = {"policy": trainer.parts.optimizer, "critic": trainer.parts.critic_optimizer}
         moments = _moments(optimizers)
         assert moments.keys() == before["moments"].keys() and moments
         for name, value in moments.items():  # Adam's moments and step count as they were
@@ -86,11 +89,11 @@ def test_a_nan_loss_step_is_skipped_counted_and_changes_nothing(
         assert metrics["update/nonfinite_skipped"] == 1.0
         assert math.isfinite(metrics["loss/total"])  # the means are over the step taken
         # the first step only: one policy version, one schedule step (policy and critic)
-        assert metrics["policy/version"] == 1.0 and trainer.state.policy_version == 1
-        assert trainer.scheduler.last_epoch == 1
-        if trainer.critic_scheduler is not None:
-            assert trainer.critic_scheduler.last_epoch == 1
-        assert trainer.nonfinite.in_a_row == 1
+        assert metrics["policy/version"] == 1.0 and trainer.started.state.policy_version == 1
+        assert trainer.started.scheduler.last_epoch == 1
+        if trainer.started.critic_scheduler is not None:
+            assert trainer.started.critic_scheduler.last_epoch == 1
+        assert trainer.trainer.nonfinite.in_a_row == 1
     finally:
         trainer.close()
 
@@ -174,20 +177,20 @@ def test_a_learning_rate_that_overflows_stops_the_run_before_it_samples_nan(
 
 
 def test_a_checkpoint_of_nonfinite_weights_is_refused(tmp_path: Path) -> None:
-    trainer = Trainer(compose_config([*ONE_STEP, "train_type=online_ppo"]), tmp_path)
+    trainer = Run(compose_config([*ONE_STEP, "train_type=online_ppo"]), tmp_path)
     checkpoints = tmp_path / "checkpoints"
     try:
-        assert trainer.critic is not None
-        norm = trainer.policy.model.norm.weight
+        assert trainer.parts.critic is not None
+        norm = trainer.parts.policy.model.norm.weight
         kept = norm.detach().clone()
         with torch.no_grad():
-            trainer.critic.value_head.weight[0, 3] = float("inf")
+            trainer.parts.critic.value_head.weight[0, 3] = float("inf")
         with pytest.raises(
             NonFiniteUpdate, match="refused to write checkpoint step_0: the critic "
         ):
             trainer.save_checkpoint()
         with torch.no_grad():
-            trainer.critic.value_head.weight.zero_()
+            trainer.parts.critic.value_head.weight.zero_()
             norm[1] = float("nan")
         with pytest.raises(
             NonFiniteUpdate, match="the policy weight 'model.norm.weight' holds NaN"

@@ -17,7 +17,7 @@ from astrai.metrics.names import MISMATCH_METRICS, emitted_metrics, reward_term_
 from astrai.policy_lag import engine_choices
 from astrai.rollout.engine import TorchEngine
 from astrai.rollout.sampler import Generation
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 JOB = ["debug=quick", "trainer.total_steps=3", "logger.tensorboard=false"]
 RECOMPUTE = ["engine.old_logprobs=recompute", "engine.correction=token_truncate"]
@@ -34,12 +34,12 @@ def _rows(run_dir: Path) -> list[dict[str, float]]:
 @pytest.mark.parametrize("train_type", ["online_grpo", "online_ppo"])
 def test_the_torch_sampler_shows_no_mismatch_on_any_step(tmp_path: Path, train_type: str) -> None:
     cfg = compose_config([f"train_type={train_type}", *JOB, *RECOMPUTE])
-    trainer = Trainer(cfg, tmp_path)
+    trainer = Run(cfg, tmp_path)
     trainer.fit()
     rows = _rows(tmp_path)
     assert len(rows) == 3
     emitted = set().union(*(row.keys() for row in _rows(tmp_path))) - {"step"}
-    expected = emitted_metrics(trainer.strategy.metric_names, cfg.train_type, cfg.engine)
+    expected = emitted_metrics(trainer.parts.strategy.metric_names, cfg.train_type, cfg.engine)
     assert MISMATCH_METRICS <= expected
     assert emitted - reward_term_names(emitted) - {"time/eval_s"} <= expected
     assert MISMATCH_METRICS <= emitted
@@ -73,9 +73,11 @@ def _first_step(tmp_path: Path, overrides: list[str]) -> dict[str, float]:
     # rewards that vary within every group by construction: advantages of +-1, so a policy
     # loss of 0 is the correction's doing, not that of a batch of all-zero rewards
     cfg = compose_config([*JOB, "trainer.total_steps=1", *ALTERNATING, *overrides])
-    trainer = Trainer(cfg, tmp_path)
-    engine = _OffByOneNat(None, trainer.policy, trainer.tokenizer)
-    trainer.engine = trainer.rollouts.engine = engine  # the step's and the sampler's
+    trainer = Run(cfg, tmp_path)
+    engine = _OffByOneNat(None, trainer.parts.policy, trainer.parts.tokenizer)
+    # the step's and the sampler's engine (a started run's record is frozen: swapped here only)
+    object.__setattr__(trainer.started, "engine", engine)
+    trainer.started.rollouts.engine = engine
     trainer.fit()
     return _rows(tmp_path)[0]
 

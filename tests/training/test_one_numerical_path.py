@@ -32,7 +32,7 @@ from astrai.rollout.minibatch import Minibatch, flatten_rollout
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig
 from astrai.training.accumulation import accumulate_gradients
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 CONFIG = LlamaConfig(
     vocab_size=128,
@@ -163,7 +163,7 @@ def test_a_recomputed_pi_old_is_the_ratios_too_at_one_update(
     cfg = compose_config(
         ["debug=quick", "logger.tensorboard=false", *lora, *one_update, *recompute]
     )
-    trainer = Trainer(cfg, tmp_path)
+    trainer = Run(cfg, tmp_path)
     divided_by: list[torch.Tensor] = []
     clipped = strategy_module.clipped_policy_loss
 
@@ -173,11 +173,11 @@ def test_a_recomputed_pi_old_is_the_ratios_too_at_one_update(
 
     trainer.train_step()  # an update: the adapters' B leaves 0, so their dropout shows
     monkeypatch.setattr(strategy_module, "clipped_policy_loss", recording)
-    rollout = trainer.rollout()
-    trainer.prepare(rollout)
+    rollout = trainer.trainer.rollout()
+    trainer.trainer.prepare(rollout)
     assert rollout.is_weights is not None  # token_truncate's, from rollout.logprobs (π_old)
-    shuffle = torch.Generator().set_state(trainer.state.generators["shuffle"].get_state())
+    shuffle = torch.Generator().set_state(trainer.started.state.generators["shuffle"].get_state())
     order = torch.randperm(rollout.rewards.numel(), generator=shuffle)  # the one minibatch
-    trainer.update(rollout)
+    trainer.trainer.update(rollout)
     (old,) = divided_by  # one minibatch run whole
     assert torch.equal(old, rollout.flat("logprobs")[order])

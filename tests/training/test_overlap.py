@@ -17,7 +17,7 @@ from astrai.config.compose import check_run_config
 from astrai.config.errors import ConfigError
 from astrai.rollout.staleness import StaleRolloutError, check_policy_lag, policy_lag
 from astrai.training.overlap import RolloutPipeline, _load_weights, split_threads
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 QUICK = [
     "debug=quick",
@@ -105,7 +105,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
     for lag in (0, 1, 2):
         run_dir = tmp_path_factory.mktemp(f"lag{lag}")
         extra = [f"train_type.max_policy_lag={lag}", *CORRECTED]
-        trainer = Trainer(compose_config([*QUICK, *extra]), run_dir)
+        trainer = Run(compose_config([*QUICK, *extra]), run_dir)
         trainer.fit()
         trainer.close()
         dirs[lag] = run_dir
@@ -133,7 +133,7 @@ def test_snapshots_sample_what_the_live_policy_samples(runs: dict[int, Path]) ->
 
 
 def _checkpoint_with_a_rollout_in_flight(run_dir: Path) -> Path:
-    trainer = Trainer(compose_config([*QUICK, "train_type.max_policy_lag=1", *CORRECTED]), run_dir)
+    trainer = Run(compose_config([*QUICK, "train_type.max_policy_lag=1", *CORRECTED]), run_dir)
     trainer.fit(until=2)
     trainer.close()
     return run_dir / "checkpoints" / "step_2"
@@ -158,7 +158,7 @@ def test_a_resume_that_would_train_it_past_a_smaller_bound_is_refused(tmp_path: 
         match=rf"{path}: an in-flight rollout: step 3's rollout "
         r"is 1 update\(s\) behind.*max_policy_lag=0, refused",
     ):
-        Trainer(cfg, tmp_path)
+        Run(cfg, tmp_path)
 
 
 def test_a_resume_with_two_rollouts_in_flight_equals_the_straight_run(
@@ -168,12 +168,12 @@ def test_a_resume_with_two_rollouts_in_flight_equals_the_straight_run(
     the initial weights) and step 4 (on the weights after update 1); resumed, steps 3 and 4
     equal the straight run's, weights bitwise and metrics exactly."""
     cfg = compose_config([*QUICK, "train_type.max_policy_lag=2", *CORRECTED])
-    first = Trainer(cfg, tmp_path)
+    first = Run(cfg, tmp_path)
     first.fit(until=2)
     first.close()
     state = json.loads((tmp_path / "checkpoints/step_2/trainer_state.json").read_text())
     assert state["in_flight"] == 2
-    resumed = Trainer(cfg, tmp_path)
+    resumed = Run(cfg, tmp_path)
     resumed.fit()
     resumed.close()
     straight = io.load_tensors(runs[2] / "checkpoints/step_4/model.safetensors")
@@ -205,8 +205,8 @@ def test_a_lora_snapshot_holds_the_adapters_and_shares_the_frozen_base(
     (34× the adapters at SmolLM2's shapes); now ≤ 2× the adapters' bytes (the rest is RoPE's
     buffers), and a snapshot still samples the policy's weights after an update."""
     adapters = ["model.lora.rank=4", "model.lora.alpha=8"] if lora else []
-    trainer = Trainer(compose_config([*QUICK, *adapters]), tmp_path)
-    policy = trainer.policy
+    trainer = Run(compose_config([*QUICK, *adapters]), tmp_path)
+    policy = trainer.parts.policy
     flags = {name: p.requires_grad for name, p in policy.named_parameters()}
     trainable = sum(p.numel() * p.element_size() for p in policy.parameters() if p.requires_grad)
     total = sum(t.numel() * t.element_size() for t in policy.state_dict().values())

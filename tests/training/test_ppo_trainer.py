@@ -15,7 +15,7 @@ import astrai.algorithms.ppo as ppo_module
 from astrai.algorithms.ppo import PPOStrategy
 from astrai.metrics.names import reward_term_names
 from astrai.training.loop import take_step
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 PPO_QUICK = [
     "train_type=online_ppo",
@@ -45,12 +45,14 @@ def test_targets_are_computed_once_and_pinned(
         return real_gae(*args, **kwargs)
 
     monkeypatch.setattr(ppo_module, "compute_gae", counting_gae)
-    trainer = Trainer(_cfg(PPO_QUICK), tmp_path)
-    rollout = trainer.rollout()
-    trainer.prepare(rollout)
+    trainer = Run(_cfg(PPO_QUICK), tmp_path)
+    rollout = trainer.trainer.rollout()
+    trainer.trainer.prepare(rollout)
     pinned = {name: getattr(rollout, name) for name in ("values", "advantages", "returns")}
     copies = {name: t.clone() for name, t in pinned.items()}
-    metrics = trainer.update(rollout)  # 2 epochs × 2 minibatches = 4 replayed gradient steps
+    metrics = trainer.trainer.update(
+        rollout
+    )  # 2 epochs × 2 minibatches = 4 replayed gradient steps
     assert len(calls) == 1
     assert metrics["policy/version"] == 4
     for name, tensor in pinned.items():
@@ -60,9 +62,9 @@ def test_targets_are_computed_once_and_pinned(
 
 @pytest.mark.filterwarnings("ignore:Seems like `optimizer.step")
 def test_critic_steps_after_the_policy_and_outside_the_version_count(tmp_path: Path) -> None:
-    trainer = Trainer(_cfg(PPO_QUICK), tmp_path)
+    trainer = Run(_cfg(PPO_QUICK), tmp_path)
     events: list[str] = []
-    policy_step, critic_step = trainer.optimizer.step, trainer.critic_optimizer.step
+    policy_step, critic_step = trainer.parts.optimizer.step, trainer.parts.critic_optimizer.step
 
     def record_policy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         events.append("policy")
@@ -72,19 +74,19 @@ def test_critic_steps_after_the_policy_and_outside_the_version_count(tmp_path: P
         events.append("critic")
         return critic_step(*args, **kwargs)
 
-    trainer.optimizer.step = record_policy
-    trainer.critic_optimizer.step = record_critic
-    rollout = trainer.rollout()
-    trainer.prepare(rollout)
-    metrics = trainer.update(rollout)
+    trainer.parts.optimizer.step = record_policy
+    trainer.parts.critic_optimizer.step = record_critic
+    rollout = trainer.trainer.rollout()
+    trainer.trainer.prepare(rollout)
+    metrics = trainer.trainer.update(rollout)
     assert events == ["policy", "critic"] * 4  # each minibatch: the policy, then the critic
     assert metrics["policy/version"] == 4  # policy steps only: a critic step is no version
-    assert trainer.state.policy_version == 0  # an update alone: nothing counted
+    assert trainer.started.state.policy_version == 0  # an update alone: nothing counted
     take_step(trainer)  # a whole step: the loop writes the version it reached
-    assert trainer.state.policy_version == 4 and trainer.state.step == 1
+    assert trainer.started.state.policy_version == 4 and trainer.started.state.step == 1
     # gradients are cleared after every step: nothing stale leaks into the next minibatch
-    assert all(p.grad is None for p in trainer.critic.parameters())
-    assert all(p.grad is None for p in trainer.policy.parameters())
+    assert all(p.grad is None for p in trainer.parts.critic.parameters())
+    assert all(p.grad is None for p in trainer.parts.policy.parameters())
 
 
 def test_critic_gradients_are_clipped_with_max_grad_norm(tmp_path: Path) -> None:
@@ -96,21 +98,21 @@ def test_critic_gradients_are_clipped_with_max_grad_norm(tmp_path: Path) -> None
         "~critic.optimizer.betas",
         "~critic.optimizer.weight_decay",
     ]
-    trainer = Trainer(_cfg(overrides), tmp_path)
+    trainer = Run(_cfg(overrides), tmp_path)
     with torch.no_grad():  # V ≡ 1 while returns ≈ 0: a large value-loss gradient
-        trainer.critic.value_head.bias.fill_(1.0)
-    before = torch.cat([p.detach().flatten().clone() for p in trainer.critic.parameters()])
-    rollout = trainer.rollout()
-    trainer.prepare(rollout)
-    metrics = trainer.update(rollout)
-    after = torch.cat([p.detach().flatten() for p in trainer.critic.parameters()])
+        trainer.parts.critic.value_head.bias.fill_(1.0)
+    before = torch.cat([p.detach().flatten().clone() for p in trainer.parts.critic.parameters()])
+    rollout = trainer.trainer.rollout()
+    trainer.trainer.prepare(rollout)
+    metrics = trainer.trainer.update(rollout)
+    after = torch.cat([p.detach().flatten() for p in trainer.parts.critic.parameters()])
     # SGD(lr=1) moves by exactly the clipped gradient: at most 1e-6 per step, 4 steps
     assert (after - before).norm().item() <= 4e-6 * 1.001
     assert metrics["value/grad_norm"] > 1e-2  # the unclipped norm was much larger
 
 
 def test_ppo_run_emits_the_documented_metrics(tmp_path: Path) -> None:
-    summary = Trainer(_cfg(PPO_QUICK), tmp_path).fit()
+    summary = Run(_cfg(PPO_QUICK), tmp_path).fit()
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     emitted = set().union(*(r.keys() for r in records)) - {"step"}
     assert reward_term_names(emitted) == {"reward/partial_credit"}  # the default reward's one term

@@ -23,8 +23,8 @@ from astrai.algorithms.grpo import GRPOStrategy
 from astrai.checkpoints import io
 from astrai.checkpoints.layout import CheckpointError
 from astrai.training.resume import resolve_resume
+from astrai.training.run import Run
 from astrai.training.setup import capture_rng_state, restore_rng_state
-from astrai.training.trainer import Trainer
 
 QUICK = [
     "debug=quick",  # conf/debug/quick.yaml; the lines below differ from it
@@ -49,8 +49,8 @@ OPTIONS = [
 ]  # wall-clock measurements differ between any two runs
 
 
-def _trainer(run_dir: Path, train_type: str, *extra: str) -> Trainer:
-    return Trainer(compose_config([f"train_type={train_type}", *QUICK, *extra]), run_dir)
+def _trainer(run_dir: Path, train_type: str, *extra: str) -> Run:
+    return Run(compose_config([f"train_type={train_type}", *QUICK, *extra]), run_dir)
 
 
 def _records(run_dir: Path) -> list[dict[str, Any]]:
@@ -99,7 +99,7 @@ def _addition_jsonl(directory: Path) -> list[str]:
         pytest.param("episodes_lag_ppo", marks=pytest.mark.slow),  # PPO, episodes in flight
     ],
 )
-def straight_and_resumed(request, tmp_path_factory) -> tuple[Trainer, Trainer, Path, Path]:  # noqa: ANN001
+def straight_and_resumed(request, tmp_path_factory) -> tuple[Run, Run, Path, Path]:  # noqa: ANN001
     # GRPO's rows: rewards that vary within groups by construction (a random model's answers
     # may all score 0: then only weight decay would move the policy)
     train_type, extra = request.param, []
@@ -125,33 +125,41 @@ def straight_and_resumed(request, tmp_path_factory) -> tuple[Trainer, Trainer, P
     resumed_dir = tmp_path_factory.mktemp("resumed")
     first = _trainer(resumed_dir, train_type, *extra)
     first.fit(until=3)
-    assert first.state.step == 3
+    assert first.started.state.step == 3
     second = _trainer(resumed_dir, train_type, *extra)  # ckpt.resume=auto finds step_3
-    assert second.state.resumed_from == resumed_dir / "checkpoints" / "step_3"
-    assert second.state.step == 3
+    assert second.started.state.resumed_from == resumed_dir / "checkpoints" / "step_3"
+    assert second.started.state.step == 3
     second.fit()
     return straight, second, straight_dir, resumed_dir
 
 
 def test_weights_and_optimizer_states_are_bitwise_equal(straight_and_resumed) -> None:  # noqa: ANN001
     straight, resumed, _, _ = straight_and_resumed
-    assert resumed.state.step == straight.state.step == 6
-    assert resumed.state.policy_version == straight.state.policy_version == 6 * 2 * 2
-    _assert_same_tensors(straight.policy.state_dict(), resumed.policy.state_dict(), "policy")
-    _assert_same_tensors(
-        straight.optimizer.state_dict(), resumed.optimizer.state_dict(), "optimizer"
+    assert resumed.started.state.step == straight.started.state.step == 6
+    assert (
+        resumed.started.state.policy_version == straight.started.state.policy_version == 6 * 2 * 2
     )
-    assert straight.scheduler.state_dict() == resumed.scheduler.state_dict()
-    if straight.critic is not None:
-        assert resumed.critic is not None and resumed.critic_optimizer is not None
-        _assert_same_tensors(straight.critic.state_dict(), resumed.critic.state_dict(), "critic")
+    _assert_same_tensors(
+        straight.parts.policy.state_dict(), resumed.parts.policy.state_dict(), "policy"
+    )
+    _assert_same_tensors(
+        straight.parts.optimizer.state_dict(), resumed.parts.optimizer.state_dict(), "optimizer"
+    )
+    assert straight.started.scheduler.state_dict() == resumed.started.scheduler.state_dict()
+    if straight.parts.critic is not None:
+        assert resumed.parts.critic is not None and resumed.parts.critic_optimizer is not None
         _assert_same_tensors(
-            straight.critic_optimizer.state_dict(),
-            resumed.critic_optimizer.state_dict(),
+            straight.parts.critic.state_dict(), resumed.parts.critic.state_dict(), "critic"
+        )
+        _assert_same_tensors(
+            straight.parts.critic_optimizer.state_dict(),
+            resumed.parts.critic_optimizer.state_dict(),
             "critic_optimizer",
         )
     # the policy moved: the equality above is not about untouched weights
-    pairs = zip(straight.policy.parameters(), straight.reference.parameters(), strict=True)
+    pairs = zip(
+        straight.parts.policy.parameters(), straight.parts.reference.parameters(), strict=True
+    )
     assert any(not torch.equal(p, r) for p, r in pairs)
 
 
@@ -172,8 +180,10 @@ def test_logged_metrics_are_identical(straight_and_resumed) -> None:  # noqa: AN
 
 def test_reference_after_resume_is_the_initial_policy(straight_and_resumed, tmp_path) -> None:  # noqa: ANN001
     straight, resumed, _, _ = straight_and_resumed
-    fresh = Trainer(compose_config([f"train_type={straight.strategy.name}", *QUICK]), tmp_path)
-    _assert_same_tensors(fresh.policy.state_dict(), resumed.reference.state_dict(), "reference")
+    fresh = Run(compose_config([f"train_type={straight.parts.strategy.name}", *QUICK]), tmp_path)
+    _assert_same_tensors(
+        fresh.parts.policy.state_dict(), resumed.parts.reference.state_dict(), "reference"
+    )
 
 
 def test_an_evaluation_a_signal_abandoned_runs_first_on_resume(
@@ -184,16 +194,18 @@ def test_an_evaluation_a_signal_abandoned_runs_first_on_resume(
     and the resumed run evaluates step 2 before it samples step 3, so metrics.jsonl and
     TensorBoard read as the uninterrupted run's."""
     straight, _, straight_dir, _ = straight_and_resumed
-    first = Trainer(copy.deepcopy(straight.cfg), tmp_path)
-    evaluate = first.evaluate
+    first = Run(copy.deepcopy(straight.parts.cfg), tmp_path)
+    evaluate = first.trainer.evaluate
 
     def evaluate_after_a_signal():  # noqa: ANN202
-        if first.state.step == 2:  # raises StopInterrupt inside ``eval_metrics``' interruptible
+        if (
+            first.started.state.step == 2
+        ):  # raises StopInterrupt inside ``eval_metrics``' interruptible
             os.kill(os.getpid(), signal.SIGTERM)
         return evaluate()
 
-    first.evaluate = evaluate_after_a_signal  # type: ignore[method-assign]
-    assert first.fit()["stopped"] == "SIGTERM" and first.state.step == 2
+    first.trainer.evaluate = evaluate_after_a_signal  # type: ignore[method-assign]
+    assert first.fit()["stopped"] == "SIGTERM" and first.started.state.step == 2
     state_file = tmp_path / "checkpoints" / "step_2" / "trainer_state.json"
     state = json.loads(state_file.read_text())
     assert state["eval_pending"] is True
@@ -203,7 +215,7 @@ def test_an_evaluation_a_signal_abandoned_runs_first_on_resume(
     state_file.write_text(json.dumps({**state, "eval_pending": "yes"}))
     before = (tmp_path / "metrics.jsonl").read_bytes()
     with pytest.raises(CheckpointError, match=r"trainer_state\.json: invalid 'eval_pending'"):
-        Trainer(copy.deepcopy(straight.cfg), tmp_path)
+        Run(copy.deepcopy(straight.parts.cfg), tmp_path)
     assert (tmp_path / "metrics.jsonl").read_bytes() == before
     state_file.write_text(json.dumps(state))
 
@@ -211,8 +223,8 @@ def test_an_evaluation_a_signal_abandoned_runs_first_on_resume(
     # per-process counter); in this one process, the same second's counter can sort ".10"
     # before ".9", and TensorBoard reads the files in name order
     time.sleep(1.1)
-    second = Trainer(copy.deepcopy(straight.cfg), tmp_path)
-    assert second.state.step == 2 and second.state.eval_pending
+    second = Run(copy.deepcopy(straight.parts.cfg), tmp_path)
+    assert second.started.state.step == 2 and second.started.state.eval_pending
     second.fit()
     assert _records(tmp_path) == _records(straight_dir)
     assert "eval/accuracy" in _records(tmp_path)[2]
@@ -239,7 +251,7 @@ def test_a_checkpoint_from_another_device_type_is_refused_unless_allowed(
 ) -> None:
     first = _trainer(tmp_path, "online_grpo")
     first.fit(until=2)
-    saved_shuffle = first.state.generators["shuffle"].get_state()
+    saved_shuffle = first.started.state.generators["shuffle"].get_state()
     _as_if_written_on_cuda(tmp_path / "checkpoints" / "step_2")
     with pytest.raises(CheckpointError) as err:
         _trainer(tmp_path, "online_grpo")
@@ -247,16 +259,17 @@ def test_a_checkpoint_from_another_device_type_is_refused_unless_allowed(
     assert "ckpt.allow_changes=[device]" in str(err.value)
 
     resumed = _trainer(tmp_path, "online_grpo", "ckpt.allow_changes=[device]")
-    assert resumed.state.step == 2
+    assert resumed.started.state.step == 2
     assert "step_2 was written on cuda, this run is on cpu" in caplog.text
     # the sampling stream starts from the seed; the CPU shuffling stream is restored
     fresh = _trainer(tmp_path / "fresh", "online_grpo")
     assert torch.equal(
-        resumed.state.generators["sample"].get_state(), fresh.state.generators["sample"].get_state()
+        resumed.started.state.generators["sample"].get_state(),
+        fresh.started.state.generators["sample"].get_state(),
     )
-    assert torch.equal(resumed.state.generators["shuffle"].get_state(), saved_shuffle)
+    assert torch.equal(resumed.started.state.generators["shuffle"].get_state(), saved_shuffle)
     resumed.fit()
-    assert resumed.state.step == 6
+    assert resumed.started.state.step == 6
 
 
 def test_global_cuda_states_of_gpus_this_process_cannot_see_are_left_out(
@@ -283,7 +296,7 @@ def test_rows_logged_after_the_checkpoint_are_replaced_on_resume(tmp_path: Path)
     first.fit(until=4)  # checkpoints at 2 and 4
     (tmp_path / "checkpoints" / "step_4").rename(tmp_path / "gone")  # as if 4 never saved
     second = _trainer(tmp_path, "online_grpo", "ckpt.every_steps=2")
-    assert second.state.step == 2
+    assert second.started.state.step == 2
     second.fit()
     steps = [r["step"] for r in _records(tmp_path)]
     assert steps == [0, 1, 2, 3, 4, 5, 6]
@@ -305,7 +318,7 @@ def test_ppo_refuses_a_checkpoint_without_the_critic_files(tmp_path: Path) -> No
 
 def test_resume_null_starts_fresh_and_a_bad_path_is_named(tmp_path: Path) -> None:
     first = _trainer(tmp_path / "a", "online_grpo", "ckpt.resume=null")
-    assert first.state.step == 0 and first.state.resumed_from is None
+    assert first.started.state.step == 0 and first.started.state.resumed_from is None
     first.fit(until=2)
     with pytest.raises(CheckpointError, match=r"ckpt.resume=null but .* step_2"):
         _trainer(tmp_path / "a", "online_grpo", "ckpt.resume=null")
@@ -347,7 +360,7 @@ def test_a_failed_save_keeps_the_previous_checkpoint_usable(
         torch.save(payload, path)
 
     monkeypatch.setattr(io, "save_torch", fail_after_first_file)
-    trainer.state.step = 3  # pretend one more step ran; its save dies after optimizer.pt
+    trainer.started.state.step = 3  # pretend one more step ran; its save dies after optimizer.pt
     with pytest.raises(OSError, match="no space"):
         trainer.save_checkpoint()
     assert calls[0] == "optimizer.pt"
@@ -357,20 +370,22 @@ def test_a_failed_save_keeps_the_previous_checkpoint_usable(
         "step_2",
     ]
     resumed = _trainer(tmp_path, "online_ppo", "ckpt.every_steps=2")
-    assert resumed.state.resumed_from == tmp_path / "checkpoints" / "step_2"
-    _assert_same_tensors(trainer.reference.state_dict(), resumed.reference.state_dict(), "ref")
+    assert resumed.started.state.resumed_from == tmp_path / "checkpoints" / "step_2"
+    _assert_same_tensors(
+        trainer.parts.reference.state_dict(), resumed.parts.reference.state_dict(), "ref"
+    )
 
 
 def test_a_restart_before_the_first_checkpoint_logs_each_step_once(tmp_path: Path) -> None:
     # a run that logged steps 0-2 and died before any checkpoint (no checkpoints/ at all)
     crashed = _trainer(tmp_path, "online_grpo")
     for step in range(3):
-        crashed.logger.log(step, {"rollout/reward_mean": 0.5, "eval/accuracy": 0.25})
-    crashed.logger.close()
+        crashed.started.logger.log(step, {"rollout/reward_mean": 0.5, "eval/accuracy": 0.25})
+    crashed.started.logger.close()
     assert not (tmp_path / "checkpoints").exists()
 
     restarted = _trainer(tmp_path, "online_grpo")  # ckpt.resume=auto: nothing to resume
-    assert restarted.state.resumed_from is None and restarted.logger.latest == {}
+    assert restarted.started.state.resumed_from is None and restarted.started.logger.latest == {}
     restarted.fit()
     steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").open()]
     assert steps == list(range(7))  # 0..6 once: the crashed run's rows are gone

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from tests.helpers import compose_config
 
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 RUN = [
     "debug=quick",
@@ -32,10 +32,10 @@ RUN = [
 
 def _resume_longer(run_dir: Path, mode: str, caplog: pytest.LogCaptureFixture) -> float:
     """Train 2 steps, resume to 4 under ``mode``; returns the lr step 3 logged."""
-    Trainer(compose_config([*RUN, "trainer.total_steps=2"]), run_dir).fit()
+    Run(compose_config([*RUN, "trainer.total_steps=2"]), run_dir).fit()
     cfg = compose_config([*RUN, "trainer.total_steps=4", f"ckpt.resume_schedule={mode}"])
     with caplog.at_level(logging.WARNING, logger="astrai.training.trainer"):
-        resumed = Trainer(cfg, run_dir)
+        resumed = Run(cfg, run_dir)
     resumed.fit(until=3)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return next(row["policy/lr"] for row in rows if row["step"] == 3)
@@ -69,5 +69,5 @@ def test_the_same_total_says_nothing_and_a_kept_curve_stays_kept(
     caplog.clear()
     cfg = compose_config([*RUN, "trainer.total_steps=4"])  # rescale, but total_steps as saved
     with caplog.at_level(logging.WARNING, logger="astrai.training.trainer"):
-        again = Trainer(cfg, tmp_path)
-    assert caplog.records == [] and again.state.schedule_steps == 2
+        again = Run(cfg, tmp_path)
+    assert caplog.records == [] and again.started.state.schedule_steps == 2

@@ -18,8 +18,8 @@ from tests.train_runs import QUICK, run_train_in_process
 
 from astrai.rollout.rollout import Rollout
 from astrai.training.rollout_stats import rollout_metrics
+from astrai.training.run import Run
 from astrai.training.signal_watch import SignalWatch, no_signal_message
-from astrai.training.trainer import Trainer
 
 EOS = 1
 # the tiny model on addition with the shortest limit the task allows (answers up to 2 digits +
@@ -165,7 +165,7 @@ def test_ppo_with_a_constant_reward_says_so(
 ) -> None:
     cfg = compose_config([*SHORT, *CONSTANT, "train_type=online_ppo", "logger.tensorboard=false"])
     with caplog.at_level(logging.WARNING, logger="astrai.training.trainer"):
-        Trainer(cfg, tmp_path).fit()
+        Run(cfg, tmp_path).fit()
     [message] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert message.startswith(
         "no learning signal from the reward in steps 1-3: every reward of the batch was equal, "

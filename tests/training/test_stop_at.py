@@ -16,7 +16,7 @@ from tests.helpers import compose_config
 from astrai.config.errors import ConfigError
 from astrai.config.validate import validate_config
 from astrai.metrics.targets import MetricTarget, parse_targets, targets_reached
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 # 4 steps, evaluated at 2 and 4; the alternating reward gives every group advantages of +-1,
 # so the policy moves at every step whatever the random model samples
@@ -76,8 +76,8 @@ def test_every_target_must_hold_and_one_of_them_was_just_logged() -> None:
     assert targets_reached([], latest, latest) is None
 
 
-def _trainer(run_dir: Path, *extra: str) -> Trainer:
-    return Trainer(compose_config([*RUN, *extra]), run_dir)
+def _trainer(run_dir: Path, *extra: str) -> Run:
+    return Run(compose_config([*RUN, *extra]), run_dir)
 
 
 def test_the_run_stops_at_the_step_that_reached_it_and_resumes_exactly(tmp_path: Path) -> None:
@@ -88,7 +88,7 @@ def test_the_run_stops_at_the_step_that_reached_it_and_resumes_exactly(tmp_path:
     stopped_dir = tmp_path / "stopped"
     first = _trainer(stopped_dir, "trainer.stop_at={eval/accuracy:0}")
     summary = first.fit()
-    assert first.state.step == 2 and summary["step"] == 2
+    assert first.started.state.step == 2 and summary["step"] == 2
     assert summary["stopped"] == "stop_at"
     rows = [json.loads(line) for line in (stopped_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [0, 1, 2]
@@ -99,13 +99,17 @@ def test_the_run_stops_at_the_step_that_reached_it_and_resumes_exactly(tmp_path:
     assert written["checkpoint"] == str(stopped_dir / "checkpoints" / "step_2")
     # resumed without the target (a user training on past it): the straight run's weights
     second = _trainer(stopped_dir)
-    assert second.state.resumed_from == stopped_dir / "checkpoints" / "step_2"
-    assert second.fit()["stopped"] is None and second.state.step == 4
+    assert second.started.state.resumed_from == stopped_dir / "checkpoints" / "step_2"
+    assert second.fit()["stopped"] is None and second.started.state.step == 4
     for (name, ours), theirs in zip(
-        second.policy.state_dict().items(), straight.policy.state_dict().values(), strict=True
+        second.parts.policy.state_dict().items(),
+        straight.parts.policy.state_dict().values(),
+        strict=True,
     ):
         assert torch.equal(ours, theirs), name
-    pairs = zip(straight.policy.parameters(), straight.reference.parameters(), strict=True)
+    pairs = zip(
+        straight.parts.policy.parameters(), straight.parts.reference.parameters(), strict=True
+    )
     assert any(not torch.equal(p, r) for p, r in pairs)  # the weights moved: not a trivial match
 
 

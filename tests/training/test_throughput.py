@@ -13,13 +13,13 @@ from astrai.models.flops import matmul_weights, training_flops
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.value_model import ValueModel
 from astrai.training.device_peak import DevicePeak, datasheet_peak, device_peak
+from astrai.training.run import Run
 from astrai.training.throughput import (
     UpdateShape,
     sequence_lengths,
     throughput_metrics,
     update_flops,
 )
-from astrai.training.trainer import Trainer
 
 # hidden 4, 2 heads of width 2 (one key/value head), MLP 8, 2 layers, vocabulary 10
 SMALL = LlamaConfig(
@@ -119,21 +119,21 @@ def test_a_step_logs_mfu_from_its_own_numbers(tmp_path: Path) -> None:
     """A PPO step's ``perf/mfu`` is its rollout's FLOPs (policy and critic, every epoch) over
     its logged ``time/update_s`` and the CPU's measured peak."""
     overrides = ["train_type=online_ppo", "debug=quick", "train_type.group_size=2"]
-    trainer = Trainer(compose_config([*overrides, "train_type.ppo_epochs=2"]), tmp_path)
+    trainer = Run(compose_config([*overrides, "train_type.ppo_epochs=2"]), tmp_path)
     batches = []
-    next_batch = trainer.rollouts.next_batch
+    next_batch = trainer.started.rollouts.next_batch
 
     def recording_next_batch():  # noqa: ANN202
         batches.append(next_batch())
         return batches[-1]
 
-    trainer.rollouts.next_batch = recording_next_batch
-    metrics = trainer.run_step().metrics
+    trainer.started.rollouts.next_batch = recording_next_batch
+    metrics = trainer.trainer.run_step().metrics
     rollout = batches[0].rollout
     lengths = sequence_lengths(rollout.prompt_mask, rollout.response_mask)
     flops = 2 * (
-        training_flops(trainer.policy.config, lengths)
-        + training_flops(trainer.critic.config, lengths, head_outputs=1)
+        training_flops(trainer.parts.policy.config, lengths)
+        + training_flops(trainer.parts.critic.config, lengths, head_outputs=1)
     )
     peak = device_peak(torch.device("cpu"), torch.float32).flops_per_s
     assert metrics["perf/mfu"] == pytest.approx(flops / metrics["time/update_s"] / peak)

@@ -99,7 +99,7 @@ class HangAfter:
 def test_a_trainer_with_a_hung_reward_stops_at_the_budget_with_its_last_step_saved(
     tmp_path: Path,
 ) -> None:
-    from astrai.training.trainer import Trainer
+    from astrai.training.run import Run
 
     cfg = compose_config(
         [
@@ -112,7 +112,7 @@ def test_a_trainer_with_a_hung_reward_stops_at_the_budget_with_its_last_step_sav
             "+reward.calls=2",  # the step-0 evaluation, step 1's rollout; step 2's hangs
         ]
     )
-    trainer = Trainer(cfg, tmp_path)
+    trainer = Run(cfg, tmp_path)
     start = time.monotonic()
     summary = trainer.fit()
     elapsed = time.monotonic() - start

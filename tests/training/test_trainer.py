@@ -15,7 +15,7 @@ from tests.helpers import compose_config, weights_digest
 from astrai.algorithms.grpo import GRPOStrategy
 from astrai.metrics.names import reward_term_names
 from astrai.rollout.minibatch import flatten_rollout
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 METRICS = GRPOStrategy.metric_names
 
@@ -39,7 +39,7 @@ def _cfg(overrides: list[str]) -> DictConfig:
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     run_dir = tmp_path_factory.mktemp("run")
-    trainer = Trainer(_cfg(QUICK), run_dir)
+    trainer = Run(_cfg(QUICK), run_dir)
     summary = trainer.fit()
     return run_dir, summary
 
@@ -85,11 +85,11 @@ def test_first_grpo_loss_is_minus_mean_advantage(tmp_path: Path) -> None:
     # KL = 0, so loss = -token_mean(A) and the logprobs re-scored by the trainer match.
     # rewards that vary within every group by construction: the advantages are +-1, not the 0
     # of a random model whose answers all scored 0 (then 0 == -mean(0) proves nothing)
-    trainer = Trainer(_cfg([*QUICK, *ALTERNATING]), tmp_path)
-    rollout = trainer.rollout()
-    trainer.prepare(rollout)
+    trainer = Run(_cfg([*QUICK, *ALTERNATING]), tmp_path)
+    rollout = trainer.trainer.rollout()
+    trainer.trainer.prepare(rollout)
     batch = flatten_rollout(rollout)
-    loss, metrics = trainer.strategy.loss(trainer.policy, batch)
+    loss, metrics = trainer.parts.strategy.loss(trainer.parts.policy, batch)
     mask = batch.response_mask
     assert batch.advantages[mask].abs().min().item() > 0.5
     expected = -(batch.advantages * mask).sum() / mask.sum()
@@ -101,14 +101,14 @@ def test_first_grpo_loss_is_minus_mean_advantage(tmp_path: Path) -> None:
 
 
 def test_update_counts_optimizer_steps_and_pins_targets(tmp_path: Path) -> None:
-    trainer = Trainer(_cfg([*QUICK, "train_type.ppo_epochs=3"]), tmp_path)
-    rollout = trainer.rollout()
-    trainer.prepare(rollout)
+    trainer = Run(_cfg([*QUICK, "train_type.ppo_epochs=3"]), tmp_path)
+    rollout = trainer.trainer.rollout()
+    trainer.trainer.prepare(rollout)
     pinned = rollout.advantages
     advantages = pinned.clone()
-    metrics = trainer.update(rollout)
+    metrics = trainer.trainer.update(rollout)
     assert metrics["policy/version"] == 6.0  # 3 epochs × 2 minibatches
-    assert trainer.state.policy_version == 0  # the loop writes it (loop.take_step)
+    assert trainer.started.state.policy_version == 0  # the loop writes it (loop.take_step)
     assert rollout.advantages is pinned  # pinned, not recomputed
     assert torch.equal(rollout.advantages, advantages)
 
@@ -118,14 +118,14 @@ def test_same_seed_same_run(tmp_path: Path) -> None:
     # group by construction, so the runs train (all-zero rewards would make 0.0 == 0.0)
     runs = []
     for name in ("a", "b"):
-        trainer = Trainer(_cfg([*QUICK, *ALTERNATING]), tmp_path / name)
+        trainer = Run(_cfg([*QUICK, *ALTERNATING]), tmp_path / name)
         trainer.fit()
         lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
         rows = [
             {k: v for k, v in json.loads(line).items() if not k.startswith(("time/", "perf/"))}
             for line in lines
         ]
-        runs.append((rows, weights_digest(trainer.policy)))
+        runs.append((rows, weights_digest(trainer.parts.policy)))
     assert runs[0] == runs[1]
     rows = runs[0][0]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]

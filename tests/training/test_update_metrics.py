@@ -16,7 +16,7 @@ import torch.distributed as dist
 from tests.constructed_rewards import ALTERNATING
 from tests.helpers import compose_config
 
-from astrai.training.trainer import Trainer
+from astrai.training.run import Run
 
 # rewards that vary within every group by construction: the advantages are +-1, so the update's
 # metrics are not the zeros of a batch whose rewards all came out 0
@@ -26,14 +26,14 @@ JOB = ["debug=quick", "logger.tensorboard=false", *ALTERNATING]
 def test_an_update_reduces_its_metrics_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    trainer = Trainer(compose_config(JOB), tmp_path)
-    rollout = trainer.rollout()
-    trainer.prepare(rollout)
+    trainer = Run(compose_config(JOB), tmp_path)
+    rollout = trainer.trainer.rollout()
+    trainer.trainer.prepare(rollout)
     assert rollout.advantages.abs().max().item() > 0.5
-    alone = Trainer(compose_config(JOB), tmp_path / "b")
-    twin = alone.rollout()
-    alone.prepare(twin)
-    expected = alone.update(twin)  # one process: no collective at all
+    alone = Run(compose_config(JOB), tmp_path / "b")
+    twin = alone.trainer.rollout()
+    alone.trainer.prepare(twin)
+    expected = alone.trainer.update(twin)  # one process: no collective at all
     calls: list[torch.Size] = []
 
     def all_reduce(tensor: torch.Tensor, *args: object, **kwargs: object) -> None:
@@ -43,6 +43,6 @@ def test_an_update_reduces_its_metrics_once(
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_world_size", lambda *args: 2)
     monkeypatch.setattr(dist, "all_reduce", all_reduce)
-    metrics = trainer.update(rollout)
+    metrics = trainer.trainer.update(rollout)
     assert len(calls) == 1  # was 2: MetricMeans.compute, then mean_over_ranks
     assert metrics == pytest.approx(expected)

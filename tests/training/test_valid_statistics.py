@@ -13,8 +13,7 @@ from astrai.checkpoints.in_flight import RunShape, check_in_flight_object
 from astrai.rollout.rollout import Rollout, cat_rollouts
 from astrai.tasks.base import Problem
 from astrai.training.dynamic_sampling import informative_groups, sample_informative
-from astrai.training.in_flight import batch_from_record, batch_record
-from astrai.training.overlap import SampledBatch
+from astrai.training.in_flight import SampledBatch, batch_from_record, batch_record
 from astrai.training.rollout_stats import rollout_metrics
 
 EOS = 1

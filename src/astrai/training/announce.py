@@ -6,28 +6,20 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
-from typing import Protocol
 
-import torch
 from omegaconf import DictConfig
-from torch import nn
 
-from astrai.algorithms.strategy import Strategy
 from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan
 from astrai.config.env_checks import configured_env
 from astrai.config.validate import plan_here
-from astrai.distributed import DistContext
 from astrai.metrics.dashboards import (
     hparams_start_summary,
     layout_summary,
     run_hparams,
 )
 from astrai.metrics.names import emitted_metrics
-from astrai.metrics.writers import RunLogger
-from astrai.rewards.base import Reward
 from astrai.rollout.engine import engine_class
-from astrai.tasks.base import Problem, ProblemSource
+from astrai.tasks.base import ProblemSource
 from astrai.training.banner import (
     EnvFacts,
     RunFacts,
@@ -36,108 +28,83 @@ from astrai.training.banner import (
     format_banner,
     ignored_gpu_warning,
 )
-from astrai.training.plan import StepPlan
-from astrai.training.state import TrainState
+from astrai.training.build import BuiltRun
+from astrai.training.loop import RunStart
 
 log = logging.getLogger("astrai.training.trainer")  # the trainer's lines, one logger name
 
 
-def count_parameters(module: nn.Module) -> int:
-    """Parameters of ``module``; a tied weight (embedding = LM head) counts once."""
-    return sum(parameter.numel() for parameter in module.parameters())
-
-
-class StartingRun(Protocol):
-    """What the dashboards and the banner read of a run (``Trainer``)."""
-
-    cfg: DictConfig
-    run_dir: Path
-    dist: DistContext
-    device: torch.device
-    job_overrides: list[str]
-    job_choices: dict[str, object]
-    strategy: Strategy
-    task: ProblemSource
-    eval_problems: list[Problem]
-    reward: Reward
-    parameter_counts: tuple[int, int | None]
-    adapter_counts: tuple[int, int | None] | None
-    logger: RunLogger
-    state: TrainState
-    plan: StepPlan
-
-
-def write_dashboards(trainer: StartingRun) -> None:
+def write_dashboards(parts: BuiltRun, started: RunStart) -> None:
     """Custom-scalars layout and HParams record (the job's overrides and key knobs) into the
     run's own event files; written at every start, TensorBoard keeps the first."""
-    engine = trainer.cfg.get("engine")
+    engine = parts.cfg.get("engine")
     own_weights = not engine_class(engine).samples_live_policy
     emitted = emitted_metrics(
-        trainer.strategy.metric_names,
-        trainer.cfg.train_type,
+        parts.strategy.metric_names,
+        parts.cfg.train_type,
         engine,
         own_weights,
-        trainer.cfg.infra.precision,
-        trainer.cfg.get("env"),
+        parts.cfg.infra.precision,
+        parts.cfg.get("env"),
     )
-    hparams = run_hparams(trainer.cfg, trainer.job_overrides, trainer.job_choices)
+    hparams = run_hparams(parts.cfg, parts.job_overrides, parts.job_choices)
     summaries = [layout_summary(emitted), hparams_start_summary(hparams)]
-    trainer.logger.log_summaries(trainer.state.step, summaries)
+    started.logger.log_summaries(started.state.step, summaries)
 
 
-def announce_run(trainer: StartingRun) -> None:
+def announce_run(parts: BuiltRun, started: RunStart) -> None:
     """Rank 0, once per run: the warning for GPU settings no visible GPU can honour
     (``banner.ignored_gpu_warning``), then the start banner, to the console and
     ``train.log``."""
-    if not trainer.dist.is_main:
+    if not parts.dist.is_main:
         return
-    plan = plan_here(trainer.cfg.infra, "worker")
-    warning = ignored_gpu_warning(trainer.cfg.infra, plan, trainer.job_overrides)
+    plan = plan_here(parts.cfg.infra, "worker")
+    warning = ignored_gpu_warning(parts.cfg.infra, plan, parts.job_overrides)
     if warning is not None:
         log.warning(warning)
-    for line in format_banner(run_facts(trainer, plan)):
+    for line in format_banner(run_facts(parts, started, plan)):
         log.info(line)
 
 
-def run_facts(trainer: StartingRun, plan: DevicePlan) -> RunFacts:
+def run_facts(parts: BuiltRun, started: RunStart, plan: DevicePlan) -> RunFacts:
     """What the start banner says about this run; ``plan``: this process's device plan."""
-    cfg = trainer.cfg
+    cfg = parts.cfg
     nnodes = max(int(cfg.infra.nnodes), 1)
-    local_processes = max(trainer.dist.world_size // nnodes, 1)
+    local_processes = max(parts.dist.world_size // nnodes, 1)
     local_devices = tuple(plan.local_devices or ())[:local_processes]
-    if trainer.device.type == "cuda" and not local_devices:
-        local_devices = (trainer.device.index or 0,)
-    model, reward = trainer.job_choices.get("model"), trainer.job_choices.get("reward")
+    if parts.device.type == "cuda" and not local_devices:
+        local_devices = (parts.device.index or 0,)
+    model, reward = parts.job_choices.get("model"), parts.job_choices.get("reward")
     has_critic = cfg.critic.name != "none"
     return RunFacts(
-        run_dir=str(trainer.run_dir),
-        train_type=trainer.strategy.name,
-        task=trainer.task.name,
+        run_dir=str(parts.run_dir),
+        train_type=parts.strategy.name,
+        task=parts.task.name,
         train_file=str(cfg.task.train_path) if "train_path" in cfg.task else None,
         reward=None if reward is None else str(reward),
-        reward_terms=trainer.reward.names,
+        reward_terms=parts.reward.names,
         model=None if model is None else str(model),
-        policy_parameters=trainer.parameter_counts[0],
-        critic_parameters=trainer.parameter_counts[1],
-        device=trainer.device.type,
-        local_devices=local_devices if trainer.device.type == "cuda" else (),
-        processes=trainer.dist.world_size,
+        policy_parameters=parts.parameter_counts[0],
+        critic_parameters=parts.parameter_counts[1],
+        device=parts.device.type,
+        local_devices=local_devices if parts.device.type == "cuda" else (),
+        processes=parts.dist.world_size,
         nnodes=nnodes,
         parallel=str(cfg.infra.parallel),
         cpu_reason=cpu_reason(cfg.infra, plan),
         cuda_visible_devices=os.environ.get(CUDA_VISIBLE_DEVICES),
         total_steps=int(cfg.trainer.total_steps),
-        start_step=trainer.state.step,
+        start_step=started.state.step,
         tensorboard=bool(cfg.logger.tensorboard),
         learning_rate=float(cfg.train_type.optimizer.lr),
         critic_learning_rate=float(cfg.critic.optimizer.lr) if has_critic else None,
-        schedule=describe_schedule(cfg.train_type.scheduler, trainer.state.schedule_steps),
+        schedule=describe_schedule(cfg.train_type.scheduler, started.state.schedule_steps),
         critic_schedule=critic_schedule(cfg) if has_critic else None,
-        adapters=describe_adapters(cfg, trainer.adapter_counts),
-        max_new_tokens=int(trainer.strategy.sampling.max_new_tokens),
-        prompt_counts=task_prompt_counts(trainer.task),
-        evaluated_prompts=len(trainer.eval_problems),
-        policy_lag=trainer.plan.lag_facts(),  # the lag and the correction it chose
+        adapters=describe_adapters(cfg, parts.adapter_counts),
+        max_new_tokens=int(parts.strategy.sampling.max_new_tokens),
+        prompt_counts=task_prompt_counts(parts.task),
+        evaluated_prompts=len(parts.eval_problems),
+        policy_lag=started.plan.lag_facts(),  # the lag and the correction it chose
         env=env_facts(cfg),
     )
 

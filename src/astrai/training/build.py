@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
 
 import torch
 from hydra.utils import instantiate
@@ -43,14 +42,17 @@ from astrai.training.adapters import (
     trainable_counts,
     trainable_parameters,
 )
-from astrai.training.announce import count_parameters
 from astrai.training.checkpointing import CheckpointParts, Stateful, critic_parts
 from astrai.training.parallel import shard_policy
 from astrai.training.setup import resolve_device, seed_everything
 from astrai.training.weight_format import WeightFormat, weight_format
 
 JobContext = tuple[list[str], dict[str, object]]
-T = TypeVar("T")
+
+
+def count_parameters(module: torch.nn.Module) -> int:
+    """Parameters of ``module``; a tied weight (embedding = LM head) counts once."""
+    return sum(parameter.numel() for parameter in module.parameters())
 
 
 @dataclass(frozen=True)
@@ -184,20 +186,3 @@ def build_run(
         weights=weight_format(lora, base),
         env=configured_env(cfg.get("env")),
     )
-
-
-class Forward(Generic[T]):
-    """A ``Trainer`` attribute read off one of its records (``holder``: ``parts``, the built
-    run, ``run``, the started one, or ``rollouts``), so the step reads ``self.policy`` while
-    the records stay the one home of each object. Assigning the attribute shadows it on that
-    trainer."""
-
-    def __init__(self, holder: str) -> None:
-        self.holder = holder
-        self.name = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, trainer: Any, owner: type | None = None) -> T:
-        return getattr(getattr(trainer, self.holder), self.name)  # type: ignore[no-any-return]

@@ -45,8 +45,8 @@ from astrai.checkpoints.reissue import check_reissue_file
 from astrai.distributed import DistContext
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
-from astrai.training.in_flight import load_in_flight, run_shape
-from astrai.training.overlap import Reissue, Settled
+from astrai.training.in_flight import Reissue, load_in_flight, run_shape
+from astrai.training.overlap import Settled
 from astrai.training.parallel import (
     load_optimizer_state,
 )

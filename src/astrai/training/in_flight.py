@@ -1,12 +1,15 @@
-"""In-flight rollouts across a checkpoint (``train_type.max_policy_lag`` > 0): each rank's
-``SampledBatch``es as plain data for ``in_flight.pt`` and back, checked on the way in by the
-check ``verify`` runs (``astrai.checkpoints.in_flight``), and the staleness refusal a resumed
-run would otherwise meet only when it came to them.
+"""In-flight rollouts across a checkpoint (``train_type.max_policy_lag`` > 0).
+
+What they are: ``SampledBatch`` (sampled, waiting for its step) and ``Reissue`` (abandoned
+unsampled, sampled again exactly on resume), plain records with no thread or stream code, which
+the ``TrainState`` holds. Each rank's ``SampledBatch``es as plain data for ``in_flight.pt`` and
+back, checked on the way in by the check ``verify`` runs (``astrai.checkpoints.in_flight``), and
+the staleness refusal a resumed run would otherwise meet only when it came to them.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,40 @@ from astrai.checkpoints.layout import CheckpointError
 from astrai.distributed import DistContext
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.staleness import StaleRolloutError, check_policy_lag
-from astrai.training.overlap import SampledBatch
+
+
+@dataclass
+class SampledBatch:
+    """One step's sampled, scored rollout (not yet prepared) and how it was drawn.
+
+    Attributes:
+        step: the step (1-based) that trains it.
+        rollout: the sampled rollout; ``rollout.sample_versions`` say which policy drew it.
+        metrics: the sampling's own step metrics (dynamic sampling's ``rollout/*`` counts).
+        sample_s: seconds the sampling took (on the sampling thread when overlapped).
+    """
+
+    step: int
+    rollout: Rollout
+    metrics: dict[str, float] = field(default_factory=dict)
+    sample_s: float = 0.0
+
+
+@dataclass
+class Reissue:
+    """A rollout submitted and abandoned by a stop before it finished: what samples it again
+    exactly (the sampling stream is rewound to before the first of them).
+
+    Attributes:
+        step: the step that trains it.
+        version: the policy version it is sampled on (stamped on its samples).
+        weights: the trainable tensors of the snapshot it samples with (CPU); None for an
+            engine with its own weights (vLLM), which samples the weights it then holds.
+    """
+
+    step: int
+    version: int
+    weights: dict[str, torch.Tensor] | None = None
 
 
 def run_shape(cfg: DictConfig, world_size: int) -> RunShape:

@@ -67,7 +67,7 @@ def needs_launch(infra: DictConfig) -> bool:
 
 
 def launch_workers(cfg: DictConfig, run_dir: Path) -> dict[str, object]:
-    """Run ``Trainer(cfg, run_dir).fit()`` on every rank; return rank 0's summary (its
+    """Run ``training.run.fit`` on every rank; return rank 0's summary (its
     ``stopped`` says why the run ended: ``SIGTERM`` when this process was signalled)."""
     infra = cfg.infra
     grace_s = stop_grace_s(infra)
@@ -174,7 +174,7 @@ def run_worker(
         files: log files rank 0 appends to (``log_files()`` of the launcher).
         errors: the launch's folder for a known error's one line (``worker_errors``).
     """
-    from astrai.training.trainer import Trainer
+    from astrai.training.run import fit
 
     # a session of its own, as torchrun gives its workers: a terminal's Ctrl-C (sent to the
     # whole foreground process group) then reaches the launcher alone, which forwards it once;
@@ -191,16 +191,10 @@ def run_worker(
     assert isinstance(cfg, DictConfig)
     # a number is every rank's own count; auto: torch's default, as each rank had before
     apply_num_threads(cfg.infra.num_threads)
-    trainer = None
     try:
-        trainer = Trainer(cfg, run_dir, job_context)
-        trainer.save_config()
-        summary = trainer.fit()
+        summary = fit(cfg, run_dir, job_context)
     except Exception as err:
         if errors is not None:
             report_worker_error(Path(errors), err)
         raise  # elastic fails the launch (and stops the other workers)
-    finally:
-        if trainer is not None:
-            trainer.close()
-    return summary if trainer.dist.is_main else None
+    return summary if os.environ.get("RANK", "0") == "0" else None

@@ -1,4 +1,4 @@
-"""The run on top of the steps, and the only writer of its ``TrainState``.
+"""A run's start and its loop around the steps, the only writer of its ``TrainState``.
 
 ``start_run``: resume or start (the ``TrainState``, restored from a checkpoint or fresh), the
 learning-rate schedules, the engine, the rollout source and the logger, for a run
@@ -8,7 +8,7 @@ module writes it), an evaluation every ``trainer.eval_every``, logging, checkpoi
 and when the run stops (a signal at any time, ``trainer.max_duration``, metrics reaching
 ``trainer.stop_at``), the summary. How soon a stop takes effect (the bound) is
 ``training.stopping``'s; under ``python train.py`` the budget counts from start-up
-(``stopping.job_budget``), for a ``Trainer.fit`` called directly from the loop's start.
+(``stopping.job_budget``), for a ``Run.fit`` called directly from the loop's start.
 """
 
 from __future__ import annotations
@@ -20,12 +20,10 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
-from omegaconf import DictConfig
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 from tqdm import tqdm
 
-from astrai.algorithms.strategy import Strategy
 from astrai.config.duration import parse_duration
 from astrai.metrics.dashboards import hparams_end_summary
 from astrai.metrics.loggers import open_run_logger
@@ -64,7 +62,7 @@ class StepResult:
 
 @dataclass(frozen=True)
 class RunStart:
-    """What ``start_run`` started for a built run (``Trainer`` reads it as ``run``).
+    """What ``start_run`` started for a built run (``Run.started``; the step reads it too).
 
     Attributes:
         state: the run's ``TrainState``, fresh or restored; this module writes it.
@@ -167,20 +165,31 @@ def logged_up_to(state: TrainState, run_dir: Path) -> int | None:
     return -1 if (run_dir / METRICS_FILE).is_file() else None
 
 
-class SteppedRun(Protocol):
-    """What the loop drives (``Trainer``): its ``state`` is the loop's to read and advance."""
+class Step(Protocol):
+    """The step a run takes (``training.trainer.Trainer``)."""
 
-    cfg: DictConfig
-    run_dir: Path
-    strategy: Strategy
-    logger: RunLogger
-    state: TrainState
+    def run_step(self) -> StepResult:
+        """One RL step; reads the state and returns what it did."""
+
+
+class LoopedRun(Protocol):
+    """What the loop drives (``training.run.Run``): its ``started.state`` is the loop's to read
+    and advance; everything else it asks of the run is between the steps."""
+
+    @property
+    def parts(self) -> BuiltRun:
+        """What ``build_run`` built."""
+
+    @property
+    def started(self) -> RunStart:
+        """What ``start_run`` started."""
+
+    @property
+    def trainer(self) -> Step:
+        """The step."""
 
     def announce(self) -> None:
         """The dashboards and the start banner."""
-
-    def run_step(self) -> StepResult:
-        """One RL step; reads ``state`` and returns what it did."""
 
     def log_samples(self, tag: str, rows: list[tuple[str, str, float]]) -> None:
         """Log ``rows`` (prompt, response, reward) at the current step."""
@@ -189,7 +198,7 @@ class SteppedRun(Protocol):
         """The evaluation's metrics; {} when a stop signal abandoned it."""
 
     def save_checkpoint(self, background: bool = False) -> Path:
-        """A checkpoint of ``state`` and the trained objects (``background``: written on a
+        """A checkpoint of the state and the trained objects (``background``: written on a
         thread after a host copy, when ``ckpt.background``)."""
 
     def wait_for_checkpoint(self) -> None:
@@ -202,31 +211,31 @@ class SteppedRun(Protocol):
         """The task's train and held-out prompt counts, for the summary."""
 
 
-def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]:
-    """``Trainer.fit``: train up to ``trainer.total_steps`` (or ``until``, if smaller); returns
-    the summary also written to ``summary.json``."""
-    state = trainer.state
-    total = trainer.cfg.trainer.total_steps
+def run_loop(run: LoopedRun, until: int | None = None) -> dict[str, object]:
+    """Train up to ``trainer.total_steps`` (or ``until``, if smaller); returns the summary also
+    written to ``summary.json``. Its one caller is the run's ``fit`` (``training.run``)."""
+    state = run.started.state
+    total = run.parts.cfg.trainer.total_steps
     last_step = total if until is None else min(until, total)
-    targets = parse_targets(trainer.cfg.trainer.stop_at)  # validated at start
+    targets = parse_targets(run.parts.cfg.trainer.stop_at)  # validated at start
     reached: dict[str, float] | None = None
-    budget = trainer.cfg.trainer.max_duration
+    budget = run.parts.cfg.trainer.max_duration
     start = time.perf_counter()
-    elapsed_before = trainer.logger.latest.get("time/elapsed_s", 0.0)  # earlier segments
-    trainer.announce()
+    elapsed_before = run.started.logger.latest.get("time/elapsed_s", 0.0)  # earlier segments
+    run.announce()
     saved_step = state.step if state.resumed_from is not None else None
     checkpoint: Path | None = state.resumed_from
-    show_bar = bool(trainer.cfg.trainer.progress_bar)  # drawn on a terminal only
+    show_bar = bool(run.parts.cfg.trainer.progress_bar)  # drawn on a terminal only
     budget_s = parse_duration(budget) if budget is not None else None
     with progress_bar(show_bar, total, state.step) as bar, StopRequest(budget_s) as stop:
-        stopped = evaluate_before_the_steps(trainer, stop)
+        stopped = evaluate_before_the_steps(run, stop)
         while stopped is None and state.step < last_step:
             try:
-                metrics = take_step(trainer)
+                metrics = take_step(run)
             except StopInterrupt as interrupt:  # sampling abandoned (``abandonable``): a
                 stopped = interrupt.signal_name  # signal, or the time budget (``max_duration``)
                 if saved_step != state.step:
-                    checkpoint, saved_step = trainer.save_checkpoint(), state.step
+                    checkpoint, saved_step = run.save_checkpoint(), state.step
                 log.warning(
                     "stopped (%s) while sampling step %d: %s",
                     stopped,
@@ -235,23 +244,23 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
                 )
                 break
             elapsed = elapsed_before + time.perf_counter() - start
-            evaluate_and_log(trainer, metrics, elapsed, bar)
+            evaluate_and_log(run, metrics, elapsed, bar)
             if state.step < total:  # the last step ends the run anyway
-                reached = targets_reached(targets, metrics, trainer.logger.latest)
+                reached = targets_reached(targets, metrics, run.started.logger.latest)
             stopped = agreed_stop_reason(stop.reason or ("stop_at" if reached else None))
             if stopped == "stop_at":
                 log.info("trainer.stop_at reached at step %d: %s", state.step, _reached(reached))
-            every = trainer.cfg.ckpt.every_steps
+            every = run.parts.cfg.ckpt.every_steps
             if stopped is not None or (every > 0 and state.step % every == 0):
                 # in the background while the next steps run; a stop's or the last one's at
                 # once: nothing follows that the write could overlap
                 background = stopped is None and state.step < last_step
-                checkpoint, saved_step = trainer.save_checkpoint(background), state.step
+                checkpoint, saved_step = run.save_checkpoint(background), state.step
                 # a stop asked for while it waited on the sampling thread: that checkpoint
                 # abandoned the unfinished rollouts (``overlap``), so this is the stop's
                 stopped = stopped or agreed_stop_reason(stop.reason)
             if stopped is not None:
-                trainer.wait_for_checkpoint()  # complete before it is named
+                run.wait_for_checkpoint()  # complete before it is named
                 pending = " (its evaluation, abandoned, runs first on resume)"
                 log.warning(
                     "stopped (%s) at step %d: %s%s",
@@ -262,25 +271,25 @@ def run_loop(trainer: SteppedRun, until: int | None = None) -> dict[str, object]
                 )
                 break
         if saved_step != state.step and state.step > 0:  # the end of the run (or ``until``)
-            checkpoint = trainer.save_checkpoint()
-        trainer.wait_for_checkpoint()  # the summary names a complete checkpoint only
-    return close_run(trainer, time.perf_counter() - start, stopped, checkpoint, reached)
+            checkpoint = run.save_checkpoint()
+        run.wait_for_checkpoint()  # the summary names a complete checkpoint only
+    return close_run(run, time.perf_counter() - start, stopped, checkpoint, reached)
 
 
-def evaluate_before_the_steps(trainer: SteppedRun, stop: StopRequest) -> str | None:
+def evaluate_before_the_steps(run: LoopedRun, stop: StopRequest) -> str | None:
     """The step-0 evaluation (a fresh run) and a resumed step's abandoned one, unless a stop
     came first; returns the agreed reason to stop before any step (None: go on)."""
-    state = trainer.state
+    state = run.started.state
     # the ranks agree before evaluating: under FSDP an evaluation is collectives (weight
     # gathers) that a rank signalled during start-up would leave waiting
     stopped = agreed_stop_reason(stop.signal_name)
     if state.step == 0 and stopped is None:
-        state.initial_metrics = trainer.eval_metrics()
+        state.initial_metrics = run.eval_metrics()
         if state.initial_metrics:
-            trainer.logger.log(state.step, state.initial_metrics)
-            trainer.log_eval_line(state.initial_metrics)
+            run.started.logger.log(state.step, state.initial_metrics)
+            run.log_eval_line(state.initial_metrics)
     if state.eval_pending and stopped is None:
-        evaluate_pending_step(trainer)
+        evaluate_pending_step(run)
     # a signal during start-up or an evaluation before the first step (or the time budget
     # spent there): none was taken, so the state is the one the run started from (fresh, or
     # the checkpoint resumed)
@@ -290,82 +299,80 @@ def evaluate_before_the_steps(trainer: SteppedRun, stop: StopRequest) -> str | N
     return stopped
 
 
-def evaluate_and_log(
-    trainer: SteppedRun, metrics: dict[str, float], elapsed: float, bar: tqdm
-) -> None:
+def evaluate_and_log(run: LoopedRun, metrics: dict[str, float], elapsed: float, bar: tqdm) -> None:
     """The evaluation when ``trainer.eval_every`` (or the last step) falls on this step, then
     its row, logged with ``elapsed`` (the run's seconds so far), and the progress bar."""
-    state, total = trainer.state, trainer.cfg.trainer.total_steps
-    evaluated = state.step % trainer.cfg.trainer.eval_every == 0 or state.step == total
+    state, total = run.started.state, run.parts.cfg.trainer.total_steps
+    evaluated = state.step % run.parts.cfg.trainer.eval_every == 0 or state.step == total
     if evaluated:
-        evaluation = trainer.eval_metrics()  # {}: a stop signal abandoned it
+        evaluation = run.eval_metrics()  # {}: a stop signal abandoned it
         metrics.update(evaluation)
         evaluated = bool(evaluation)
         state.eval_pending = not evaluated  # the checkpoint the stop writes says so
     metrics["time/elapsed_s"] = elapsed
-    trainer.logger.log(state.step, metrics)
+    run.started.logger.log(state.step, metrics)
     if evaluated:
-        trainer.log_eval_line(metrics)
+        run.log_eval_line(metrics)
     bar.update(1)
     bar.set_postfix(
         reward=f"{metrics['rollout/reward_mean']:.3f}",
-        eval_acc=f"{trainer.logger.latest.get('eval/accuracy', float('nan')):.2f}",
+        eval_acc=f"{run.started.logger.latest.get('eval/accuracy', float('nan')):.2f}",
         step_s=f"{metrics['perf/step_s']:.2f}",
     )
 
 
 def close_run(
-    trainer: SteppedRun,
+    run: LoopedRun,
     wall_time_s: float,
     stopped: str | None,
     checkpoint: Path | None,
     reached: dict[str, float] | None,
 ) -> dict[str, object]:
     """Write ``summary.json`` and close the logger; returns the summary and the last metrics."""
-    state, total = trainer.state, trainer.cfg.trainer.total_steps
+    state, total = run.started.state, run.parts.cfg.trainer.total_steps
     summary: dict[str, object] = {
         "step": state.step,
         "wall_time_s": wall_time_s,
         "initial/eval/accuracy": state.initial_metrics.get("eval/accuracy"),
-        "train_type": trainer.strategy.name,
-        "run_dir": str(trainer.run_dir),
+        "train_type": run.parts.strategy.name,
+        "run_dir": str(run.parts.run_dir),
         "stopped": stopped,
         "checkpoint": str(checkpoint) if checkpoint is not None else None,
-        **trainer.prompt_counts(),
+        **run.prompt_counts(),
     }
     if stopped == "stop_at":  # the values that met trainer.stop_at (None on a rank that
         summary["stop_at"] = reached  # stopped because another one reached them)
     if state.step == total:  # HParams status: complete (a stopped run may be resumed)
-        trainer.logger.log_summaries(state.step, [hparams_end_summary()])
-    trainer.logger.write_summary(summary)
-    trainer.logger.close()
-    return {**trainer.logger.latest, **summary}
+        run.started.logger.log_summaries(state.step, [hparams_end_summary()])
+    run.started.logger.write_summary(summary)
+    run.started.logger.close()
+    return {**run.started.logger.latest, **summary}
 
 
-def take_step(trainer: SteppedRun) -> dict[str, float]:
+def take_step(run: LoopedRun) -> dict[str, float]:
     """One RL step and what it changes in the ``TrainState``: the step count and the policy
     version its optimizer steps reached; then its samples, logged at the new step. Returns its
     metrics."""
-    result = trainer.run_step()
-    state = trainer.state
+    result = run.trainer.run_step()
+    state = run.started.state
     state.step += 1
     state.policy_version = result.policy_version
     if result.samples is not None:
-        trainer.log_samples("samples/rollout", result.samples)
+        run.log_samples("samples/rollout", result.samples)
     return result.metrics
 
 
-def evaluate_pending_step(trainer: SteppedRun) -> None:
+def evaluate_pending_step(run: LoopedRun) -> None:
     """Run the evaluation a stop signal abandoned at the resumed step and add it to that step's
     row: greedy, with the weights the checkpoint holds, as the uninterrupted run evaluated
     them. Abandoned again by a signal, it stays pending in the checkpoint."""
-    state = trainer.state
-    evaluation = trainer.eval_metrics()
+    state = run.started.state
+    evaluation = run.eval_metrics()
     if not evaluation:
         return
-    trainer.logger.amend(state.step, evaluation)
+    run.started.logger.amend(state.step, evaluation)
     state.eval_pending = False
-    trainer.log_eval_line(trainer.logger.latest)  # the step's row, evaluation included
+    run.log_eval_line(run.started.logger.latest)  # the step's row, evaluation included
 
 
 def _reached(values: dict[str, float] | None) -> str:

@@ -48,6 +48,7 @@ from torch import nn
 from astrai.distributed import all_reduce_max
 from astrai.rollout.rollout import Rollout
 from astrai.training.cuda_streams import hand_over
+from astrai.training.in_flight import Reissue, SampledBatch
 from astrai.training.sampling_thread import SamplingThread
 from astrai.training.stopping import interruptible, stop_requested
 
@@ -57,23 +58,6 @@ log = logging.getLogger(__name__)
 # abandoned job (its reward calls ended: ``RewardCallAbandoned`` within ~1 s)
 WAIT_SLICE_S = 0.1
 ABANDON_WAIT_S = 2.0
-
-
-@dataclass
-class SampledBatch:
-    """One step's sampled, scored rollout (not yet prepared) and how it was drawn.
-
-    Attributes:
-        step: the step (1-based) that trains it.
-        rollout: the sampled rollout; ``rollout.sample_versions`` say which policy drew it.
-        metrics: the sampling's own step metrics (dynamic sampling's ``rollout/*`` counts).
-        sample_s: seconds the sampling took (on the sampling thread when overlapped).
-    """
-
-    step: int
-    rollout: Rollout
-    metrics: dict[str, float] = field(default_factory=dict)
-    sample_s: float = 0.0
 
 
 # (the step's index: steps completed when it trains; the model to sample with; its version)
@@ -294,23 +278,6 @@ class RolloutPipeline:
         start = time.perf_counter()
         rollout, metrics = self.sample(step - 1, model, version)
         return SampledBatch(step, rollout, metrics, time.perf_counter() - start)
-
-
-@dataclass
-class Reissue:
-    """A rollout submitted and abandoned by a stop before it finished: what samples it again
-    exactly (the sampling stream is rewound to before the first of them).
-
-    Attributes:
-        step: the step that trains it.
-        version: the policy version it is sampled on (stamped on its samples).
-        weights: the trainable tensors of the snapshot it samples with (CPU); None for an
-            engine with its own weights (vLLM), which samples the weights it then holds.
-    """
-
-    step: int
-    version: int
-    weights: dict[str, torch.Tensor] | None = None
 
 
 @dataclass

@@ -31,7 +31,8 @@ from astrai.rollout.rollout import Rollout
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.build import BuiltRun
 from astrai.training.dynamic_sampling import RESAMPLE_SEED_STRIDE, sample_informative
-from astrai.training.overlap import RolloutPipeline, SampledBatch
+from astrai.training.in_flight import SampledBatch
+from astrai.training.overlap import RolloutPipeline
 from astrai.training.plan import StepPlan
 from astrai.training.setup import capture_rng_state, restore_rng_state
 from astrai.training.state import TrainState
