@@ -198,13 +198,13 @@ def test_resume_skips_it_and_refuses_it_by_name(
         assert needle in str(auto.value)
         return
     with caplog.at_level(logging.WARNING, logger="astrai.training.resume"):
-        assert resolve_resume("auto", run_dir, strategy_class(train_type)) == root / "step_9"
+        chosen = resolve_resume("auto", run_dir, strategy_class(train_type))
+        assert chosen is not None and chosen.path == root / "step_9"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "step_10 (incomplete: " in warnings[0]
     assert needle in warnings[0] and warnings[0].endswith("resuming from step_9")
-    assert (
-        resolve_resume(str(root / "step_9"), run_dir, strategy_class(train_type)) == root / "step_9"
-    )
+    named = resolve_resume(str(root / "step_9"), run_dir, strategy_class(train_type))
+    assert named is not None and named.path == root / "step_9"
 
 
 @ROWS

@@ -21,6 +21,7 @@ from tests.train_runs import LAG_1
 
 from astrai.algorithms.grpo import GRPOStrategy
 from astrai.checkpoints import io
+from astrai.checkpoints import io as checkpoint_io
 from astrai.checkpoints.layout import CheckpointError
 from astrai.training.resume import resolve_resume
 from astrai.training.run import Run
@@ -393,3 +394,28 @@ def test_a_restart_before_the_first_checkpoint_logs_each_step_once(tmp_path: Pat
     events.Reload()
     assert [e.step for e in events.Scalars("eval/accuracy")] == [0, 2, 4, 6]
     assert [e.step for e in events.Scalars("rollout/reward_mean")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_resume_reads_its_checkpoint_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 60: the in-flight rollouts are loaded once (read and checked by ``resolve_resume``,
+    then checked for this run's batch and restored from what was read), and
+    ``trainer_state.json`` is parsed by the resume once beside the completeness check's
+    header read; a resumed run then trains on them as the straight one would."""
+    lag = ["train_type.max_policy_lag=1", "trainer.total_steps=3", "ckpt.every_steps=2"]
+    _trainer(tmp_path, "online_grpo", *lag).fit(until=2)
+    loads: list[str] = []
+    load_json, load_torch = checkpoint_io.load_json, checkpoint_io.load_torch
+
+    def counted(load: Any) -> Any:
+        return lambda path, *a, **k: loads.append(Path(path).name) or load(path, *a, **k)
+
+    monkeypatch.setattr(checkpoint_io, "load_json", counted(load_json))
+    monkeypatch.setattr(checkpoint_io, "load_torch", counted(load_torch))
+    resumed = _trainer(tmp_path, "online_grpo", *lag)
+    assert resumed.started.state.resumed_from == tmp_path / "checkpoints" / "step_2"
+    assert loads.count("in_flight.pt") == 1
+    assert loads.count("trainer_state.json") == 1
+    # the in-flight rollout was handed to the sampling thread: step 3 trains on it
+    assert resumed.fit()["step"] == 3

@@ -23,9 +23,6 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from astrai.checkpoints import io
-from astrai.checkpoints.completeness import (
-    check_state,
-)
 from astrai.checkpoints.identity import (
     check_checkpoint_identity,
     model_fingerprint,
@@ -41,15 +38,15 @@ from astrai.checkpoints.layout import (
     CheckpointError,
     recorded_extra_files,
 )
-from astrai.checkpoints.reissue import check_reissue_file
 from astrai.distributed import DistContext
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
-from astrai.training.in_flight import Reissue, load_in_flight, run_shape
+from astrai.training.in_flight import Reissue, in_flight_batches, run_shape
 from astrai.training.overlap import Settled
 from astrai.training.parallel import (
     load_optimizer_state,
 )
+from astrai.training.resume import ResumePoint
 from astrai.training.setup import restore_rng_state
 from astrai.training.state import TrainState
 from astrai.training.weight_format import FullWeights, WeightFormat
@@ -149,19 +146,13 @@ def settled_state(
     )
 
 
-def read_trainer_state(path: Path) -> dict[str, Any]:
-    """``path``'s parsed ``trainer_state.json``, checked (``completeness.check_state``)."""
-    record = io.load_json(path / TRAINER_STATE_FILE)
-    check_state(record, path / TRAINER_STATE_FILE)
-    return record
-
-
 def restore_training_checkpoint(
-    parts: CheckpointParts, path: Path, fresh: TrainState
+    parts: CheckpointParts, resume: ResumePoint, fresh: TrainState
 ) -> TrainState:
-    """Load every saved object of ``parts`` from ``path`` in place, ``fresh``'s random streams
-    too; return the run's state at the checkpoint (``fresh``: the state a fresh start has)."""
-    record = io.load_json(path / TRAINER_STATE_FILE)
+    """Load every saved object of ``parts`` from the checkpoint ``resume`` read and checked,
+    ``fresh``'s random streams too; return the run's state at the checkpoint (``fresh``: the
+    state a fresh start has)."""
+    path, record = resume.path, resume.record
     # before anything is loaded: a checkpoint of another setup (or world size) fails in one line
     warning = check_checkpoint_identity(
         path,
@@ -172,7 +163,6 @@ def restore_training_checkpoint(
     )
     if warning is not None:
         log.warning("%s", warning)
-    check_state(record, path / TRAINER_STATE_FILE)
     parts.weights.restore(parts.policy, parts.reference, path, parts.sharded)
     if parts.sharded:
         optimizer_state = io.load_torch(path / OPTIMIZER_FILE)
@@ -182,10 +172,9 @@ def restore_training_checkpoint(
     io.load_state_dict_into(parts.scheduler, path / SCHEDULER_FILE)
     _restore_extra(parts, path, record)
     _restore_rng(parts, fresh.generators, record, path)
-    # none where the checkpoint lists none; checked as verify checks them, and for this run
-    in_flight = load_in_flight(
-        path, record, run_shape(parts.cfg, parts.dist.world_size), parts.dist, parts.device
-    )
+    # none where the checkpoint lists none; checked for this run's batch as well
+    shape = run_shape(parts.cfg, parts.dist.world_size)
+    in_flight = in_flight_batches(resume.in_flight, path, record, shape, parts.dist, parts.device)
     return dataclasses.replace(
         fresh,
         step=record["step"],
@@ -194,16 +183,11 @@ def restore_training_checkpoint(
         eval_pending=record.get("eval_pending", False),  # absent before it was saved
         resumed_from=path,
         in_flight=in_flight,
-        reissue=_load_reissue(path, record),
+        reissue=[
+            Reissue(int(job["step"]), int(job["policy_version"]), job["weights"])
+            for job in resume.reissue  # the rollouts a stop abandoned (``reissue.pt``)
+        ],
     )
-
-
-def _load_reissue(path: Path, record: dict[str, Any]) -> list[Reissue]:
-    """The rollouts a stop abandoned (``reissue.pt``), checked as ``verify`` checks them."""
-    return [
-        Reissue(int(job["step"]), int(job["policy_version"]), job["weights"])
-        for job in check_reissue_file(path, record)
-    ]
 
 
 def _restore_extra(parts: CheckpointParts, path: Path, record: dict[str, Any]) -> None:

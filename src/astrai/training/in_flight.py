@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from astrai.checkpoints.in_flight import RunShape, check_in_flight_file
-from astrai.checkpoints.layout import CheckpointError
+from astrai.checkpoints.in_flight import RunShape, check_in_flight_file, check_in_flight_object
+from astrai.checkpoints.layout import IN_FLIGHT_FILE, CheckpointError
 from astrai.distributed import DistContext
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.staleness import StaleRolloutError, check_policy_lag
@@ -122,6 +122,24 @@ def load_in_flight(
     if not per_rank:
         return []
     return [batch_from_record(batch, device) for batch in per_rank[dist.rank]]
+
+
+def in_flight_batches(
+    loaded: Any,
+    checkpoint: Path,
+    state: dict[str, Any],
+    shape: RunShape,
+    dist: DistContext,
+    device: torch.device,
+) -> list[SampledBatch]:
+    """This rank's in-flight rollouts from ``loaded``, the ``in_flight.pt`` of ``checkpoint``
+    that the resume read once (``resume.ResumePoint``: checked as ``verify`` checks them),
+    checked for this run's ``shape`` (another world size, prompts_per_step or group_size:
+    ``CheckpointError``); [] for none (``loaded`` None)."""
+    if loaded is None:
+        return []
+    per_rank = check_in_flight_object(loaded, state, checkpoint / IN_FLIGHT_FILE, shape)
+    return [batch_from_record(batch, device) for batch in per_rank[dist.rank]] if per_rank else []
 
 
 def batch_from_record(record: dict[str, Any], device: torch.device) -> SampledBatch:

@@ -31,7 +31,7 @@ from astrai.metrics.targets import parse_targets, targets_reached
 from astrai.metrics.writers import METRICS_FILE, RunLogger
 from astrai.rollout.engine import Engine, build_engine
 from astrai.training.build import BuiltRun
-from astrai.training.checkpointing import read_trainer_state, restore_training_checkpoint
+from astrai.training.checkpointing import restore_training_checkpoint
 from astrai.training.in_flight import check_in_flight
 from astrai.training.parallel import replicas
 from astrai.training.plan import StepPlan, step_plan
@@ -98,7 +98,7 @@ def start_run(parts: BuiltRun) -> RunStart:
     )
     # read before the schedules are built: a resume with another total_steps may keep the
     # curve the checkpoint's schedules were built for (``ckpt.resume_schedule``)
-    saved = read_trainer_state(resume) if resume is not None else None
+    saved = resume.record if resume is not None else None
     plan = step_plan(cfg, strategy)
     span = resumed_schedule_steps(cfg, saved, plan.updates_per_step, strategy.scheduler)
     scheduler, critic_scheduler = build_schedulers(parts, span.steps)
@@ -112,7 +112,7 @@ def start_run(parts: BuiltRun) -> RunStart:
         checkpoint_parts = parts.checkpoint_parts(scheduler, critic_scheduler)
         state = restore_training_checkpoint(checkpoint_parts, resume, state)
         check_resumed_in_flight(state, plan)  # before anything is started or written
-        log.info("resumed from %s at step %d", resume, state.step)
+        log.info("resumed from %s at step %d", resume.path, state.step)
         if span.notice is not None:  # said once the checkpoint is accepted
             log.warning("%s", span.notice)
     engine = build_engine(cfg.get("engine"), parts.policy, parts.tokenizer, cfg.infra.precision)

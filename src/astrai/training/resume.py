@@ -1,29 +1,36 @@
 """Which checkpoint a run resumes from (``ckpt.resume``), checked before anything is loaded or
 written: the latest complete one of the run dir (``auto``), a given path, or none (a fresh start
-that refuses a run dir holding checkpoints). ``training.checkpointing`` then restores it.
+that refuses a run dir holding checkpoints). What it reads to check it, it reads once: the
+``ResumePoint`` (its ``trainer_state.json``, its in-flight and re-issued rollouts, checked) is
+what the schedules and ``training.checkpointing``'s restore then consume.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints import io
 from astrai.checkpoints.completeness import (
     CheckpointStatus,
+    check_state,
     checkpoint_problems,
     latest_complete,
     scan_checkpoints,
     short_problems,
 )
-from astrai.checkpoints.in_flight import RunShape
+from astrai.checkpoints.identity import adapter_config_problem
+from astrai.checkpoints.in_flight import RunShape, check_in_flight_object, recorded_shape
 from astrai.checkpoints.layout import (
     ADAPTER_FILES,
     ADAPTERS_KEY,
     CHECKPOINTS_DIR,
     EXTRA_FILES_KEY,
+    IN_FLIGHT_FILE,
     TRAINER_STATE_FILE,
     CheckpointError,
     CheckpointInfo,
@@ -32,11 +39,29 @@ from astrai.checkpoints.layout import (
     recorded_extra_files,
     required_files,
 )
-from astrai.checkpoints.verify import content_problems
+from astrai.checkpoints.reissue import check_reissue_file
 from astrai.metrics.writers import METRICS_FILE, MetricsFileError, read_metrics_for_resume
 from astrai.paths import missing_reason
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """A checkpoint to resume, read and checked once (``resolve_resume``).
+
+    Attributes:
+        path: its directory.
+        record: its ``trainer_state.json``, checked (``completeness.check_state``).
+        in_flight: its ``in_flight.pt`` as loaded and checked against the record (None: it
+            holds none); the restore checks it against this run's batch before taking it.
+        reissue: the records of its ``reissue.pt``, checked ([]: none).
+    """
+
+    path: Path
+    record: dict[str, Any]
+    in_flight: Any = None
+    reissue: tuple[dict[str, Any], ...] = ()
 
 
 def resolve_resume(
@@ -45,8 +70,8 @@ def resolve_resume(
     strategy: type[Strategy] | Strategy,
     adapters: bool = False,
     shape: RunShape | None = None,
-) -> Path | None:
-    """``ckpt.resume`` -> the checkpoint directory to restore, or None to start fresh.
+) -> ResumePoint | None:
+    """``ckpt.resume`` -> the checkpoint to restore, read and checked, or None to start fresh.
 
     ``auto`` picks the latest *complete* checkpoint of ``run_dir`` (``completeness``, the check
     list, prune and retention use), warning in one line about each newer incomplete one it
@@ -80,8 +105,9 @@ def resolve_resume(
             why = "" if path.exists() else f" ({path} {missing_reason(path)})"
             raise CheckpointError(f"ckpt.resume: no checkpoint directory at {path}{why}")
     check_metrics_for_resume(run_dir)
-    check_adapter_kind(path, adapters)
-    expected = [*(ADAPTER_FILES if adapters else ()), *_expected_extra_files(strategy, path)]
+    record = _read_record(path)  # None: unreadable, which ``checkpoint_problems`` names
+    check_adapter_kind(path, record, adapters)
+    expected = [*(ADAPTER_FILES if adapters else ()), *_expected_extra_files(strategy, record)]
     missing = missing_files(path, required_files(expected))
     if missing:
         recorded = CheckpointInfo(0, path).train_type()
@@ -97,30 +123,44 @@ def resolve_resume(
         raise CheckpointError(problems[0])  # already one line naming the file: verify's line
     if problems:
         raise CheckpointError(f"{path}: incomplete checkpoint: {short_problems(problems, path)}")
-    check_contents(path, shape)
-    return path
+    assert record is not None  # readable: ``checkpoint_problems`` found nothing
+    check_state(record, path / TRAINER_STATE_FILE)
+    return read_contents(path, record, shape)
 
 
-def check_contents(path: Path, shape: RunShape | None = None) -> None:
-    """The checks of what a complete checkpoint's files hold, as ``verify`` runs them
-    (``verify.content_problems``: in-flight rollouts, a LoRA checkpoint's adapter config), the
-    first as a one-line ``CheckpointError``. ``shape``: this run's batch (None: the one the
-    checkpoint's run sampled; the restore checks this run's again). The base's identity is
-    compared at restore, against this run's base (``identity.check_fingerprint``)."""
-    state = io.load_json(path / TRAINER_STATE_FILE)
-    problems = content_problems(path, state, shape) if isinstance(state, dict) else []
-    if problems:
-        raise CheckpointError(problems[0])
-
-
-def check_adapter_kind(path: Path, adapters: bool) -> None:
-    """Refuse, in one line, a full fine-tuning checkpoint for a LoRA run and the reverse (an
-    unreadable ``trainer_state.json`` is left to ``checkpoint_problems``)."""
+def _read_record(path: Path) -> dict[str, Any] | None:
+    """``path``'s ``trainer_state.json``; None when it is unreadable or not an object."""
     try:
         record = io.load_json(path / TRAINER_STATE_FILE)
     except CheckpointError:
-        return
-    if not isinstance(record, dict):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def read_contents(path: Path, record: dict[str, Any], shape: RunShape | None) -> ResumePoint:
+    """What a complete checkpoint's files hold, loaded once and checked as ``verify`` checks
+    them (``verify.content_problems``, in its order: in-flight rollouts, re-issued ones, a
+    LoRA checkpoint's adapter config), the first problem a one-line ``CheckpointError``.
+    ``shape``: this run's batch (None: the one the checkpoint's run sampled; the restore checks
+    this run's). The base's identity is compared at restore, against this run's base
+    (``identity.check_fingerprint``)."""
+    in_flight = None
+    if IN_FLIGHT_FILE in recorded_extra_files(record):
+        file = path / IN_FLIGHT_FILE
+        in_flight = io.load_torch(file)
+        check_in_flight_object(in_flight, record, file, shape or recorded_shape(path, record))
+    reissue = tuple(check_reissue_file(path, record))
+    if record.get(ADAPTERS_KEY) is not None:
+        problem = adapter_config_problem(path, record)
+        if problem is not None:
+            raise CheckpointError(problem)
+    return ResumePoint(path, record, in_flight, reissue)
+
+
+def check_adapter_kind(path: Path, record: dict[str, Any] | None, adapters: bool) -> None:
+    """Refuse, in one line, a full fine-tuning checkpoint for a LoRA run and the reverse (an
+    unreadable ``trainer_state.json``, ``record`` None, is left to ``checkpoint_problems``)."""
+    if record is None:
         return
     saved = record.get(ADAPTERS_KEY)
     if adapters and saved is None:
@@ -138,14 +178,13 @@ def check_adapter_kind(path: Path, adapters: bool) -> None:
         )
 
 
-def _expected_extra_files(strategy: type[Strategy] | Strategy, path: Path) -> Sequence[str]:
+def _expected_extra_files(
+    strategy: type[Strategy] | Strategy, record: dict[str, Any] | None
+) -> Sequence[str]:
     """The strategy's ``checkpoint_files``; for a format-1 checkpoint it wrote (which listed
-    none), the files format 1 had (PPO's critic had no schedule file yet)."""
-    try:
-        record = io.load_json(path / TRAINER_STATE_FILE)
-    except CheckpointError:
-        return strategy.checkpoint_files  # unreadable: ``checkpoint_problems`` says why
-    if isinstance(record, dict) and EXTRA_FILES_KEY not in record:
+    none), the files format 1 had (PPO's critic had no schedule file yet). ``record`` None:
+    unreadable, ``checkpoint_problems`` says why."""
+    if record is not None and EXTRA_FILES_KEY not in record:
         if record.get("train_type") == strategy.name:
             return recorded_extra_files(record)
     return strategy.checkpoint_files
