@@ -49,8 +49,8 @@ def test_a_user_environment_trains_through_vllm(
             assert row["rollout/logprob_diff_max"] < VLLM_BOUND, row
             assert row["env/failed"] == 0 and row["rollout/observation_token_frac"] >= 0
         args = (trainer.policy, trainer.tokenizer, trainer.reward, trainer.eval_problems, 8)
-        ours = evaluate(*args, engine=trainer.engine, env=trainer.parts.env)
-        reference = evaluate(*args, env=trainer.parts.env)
+        ours = evaluate(*args, engine=trainer.engine, collector=trainer.parts.collector)
+        reference = evaluate(*args, collector=trainer.parts.collector)
         assert ours.samples == reference.samples and ours.accuracy == reference.accuracy
     finally:
         trainer.engine.close()

@@ -15,7 +15,6 @@ from torch import nn
 
 from astrai.algorithms.strategy import Strategy
 from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan
-from astrai.config.env_checks import configured_env
 from astrai.config.validate import plan_here
 from astrai.distributed import DistContext
 from astrai.metrics.dashboards import (
@@ -26,10 +25,10 @@ from astrai.metrics.dashboards import (
 from astrai.metrics.names import emitted_metrics
 from astrai.metrics.writers import RunLogger
 from astrai.rewards.base import Reward
+from astrai.rollout.collectors import Collector
 from astrai.rollout.engine import engine_class
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.banner import (
-    EnvFacts,
     RunFacts,
     cpu_reason,
     describe_schedule,
@@ -45,6 +44,13 @@ log = logging.getLogger("astrai.training.trainer")  # the trainer's lines, one l
 def count_parameters(module: nn.Module) -> int:
     """Parameters of ``module``; a tied weight (embedding = LM head) counts once."""
     return sum(parameter.numel() for parameter in module.parameters())
+
+
+class BuiltParts(Protocol):
+    """What they read of its built parts (``BuiltRun``)."""
+
+    @property
+    def collector(self) -> Collector: ...
 
 
 class StartingRun(Protocol):
@@ -66,6 +72,9 @@ class StartingRun(Protocol):
     state: TrainState
     plan: StepPlan
 
+    @property
+    def parts(self) -> BuiltParts: ...
+
 
 def write_dashboards(trainer: StartingRun) -> None:
     """Custom-scalars layout and HParams record (the job's overrides and key knobs) into the
@@ -78,7 +87,7 @@ def write_dashboards(trainer: StartingRun) -> None:
         engine,
         own_weights,
         trainer.cfg.infra.precision,
-        trainer.cfg.get("env"),
+        trainer.parts.collector.episodes,
     )
     hparams = run_hparams(trainer.cfg, trainer.job_overrides, trainer.job_choices)
     summaries = [layout_summary(emitted), hparams_start_summary(hparams)]
@@ -138,23 +147,7 @@ def run_facts(trainer: StartingRun, plan: DevicePlan) -> RunFacts:
         prompt_counts=task_prompt_counts(trainer.task),
         evaluated_prompts=len(trainer.eval_problems),
         policy_lag=trainer.plan.lag_facts(),  # the lag and the correction it chose
-        env=env_facts(cfg),
-    )
-
-
-def env_facts(cfg: DictConfig) -> EnvFacts | None:
-    """The banner's ``env:`` line of a run with an environment (its ``EnvSpec``, validated
-    at start); None for ``env=single_turn``."""
-    spec = configured_env(cfg.get("env"))
-    if spec is None:
-        return None
-    return EnvFacts(
-        target=spec.target,
-        parser=spec.parser,
-        max_turns=spec.limits.max_turns,
-        max_episode_tokens=spec.limits.max_episode_tokens,
-        step_timeout_s=spec.limits.step_timeout_s,
-        workers=spec.workers,
+        collector=trainer.parts.collector.facts(),
     )
 
 

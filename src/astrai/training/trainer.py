@@ -30,7 +30,7 @@ from astrai.models.value_model import ValueModel
 from astrai.rewards.base import Reward
 from astrai.rollout.engine import Engine
 from astrai.rollout.minibatch import EpochSplit, Minibatch, flatten_rollout
-from astrai.rollout.rollout import Rollout, ended_with_eos
+from astrai.rollout.rollout import Rollout
 from astrai.rollout.staleness import check_policy_lag
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.accumulation import accumulate_gradients, ranks_divisors
@@ -140,8 +140,8 @@ class Trainer:
         """2. Reference logprobs, (critic values,) advantages, pinned on the rollout; statistics
         of the whole rollout are summed over the ranks. ``engine.old_logprobs: recompute``:
         first the trainer's own π_old and the mismatch correction's weights
-        (``Strategy.recompute_old_logprobs``). ``train_type.mask_truncated``: the
-        responses cut at the length limit leave the loss (``rollout.loss_mask``).
+        (``Strategy.recompute_old_logprobs``). ``train_type.mask_truncated`` was applied by the
+        collector (``rollout.loss_mask``: ``rollout.collectors``).
 
         π_old and the reference run ``split``'s forwards, the update's first epoch (default: the
         next ``update``'s), so the first ratio is exactly 1 (docs/how-it-works.md). At
@@ -157,11 +157,6 @@ class Trainer:
                     rollout, self.policy, self.plan.correction, all_reduce_sum, all_reduce_max,
                     no_grad_for(self.policy), split,
                 )  # fmt: skip
-        if self.strategy.mask_truncated and rollout.sampled_mask is None:  # episodes: at collect
-            eos = ended_with_eos(
-                rollout.response_ids, rollout.response_mask, self.tokenizer.stop_ids
-            )
-            rollout.loss_mask = rollout.response_mask & eos[..., None]
         score = kl_logged_at(self.state.step + 1, self.strategy.kl_coef, self.cfg.logger.kl_every)
         reference = self.reference if score else None
         scoring = self.strategy.scoring_through(split)
@@ -324,7 +319,7 @@ class Trainer:
             self.strategy.sampling.max_new_tokens,
             precision=self.cfg.infra.precision,
             engine=self.engine,
-            env=self.parts.env,
+            collector=self.parts.collector,
         )
 
     def eval_metrics(self) -> dict[str, float]:
