@@ -55,8 +55,8 @@ def test_a_user_environment_trains_through_vllm(
             trainer.parts.eval_problems,
             8,
         )
-        ours = evaluate(*args, engine=trainer.started.engine, env=trainer.parts.env)
-        reference = evaluate(*args, env=trainer.parts.env)
+        ours = evaluate(*args, engine=trainer.started.engine, collector=trainer.parts.collector)
+        reference = evaluate(*args, collector=trainer.parts.collector)
         assert ours.samples == reference.samples and ours.accuracy == reference.accuracy
     finally:
         trainer.started.engine.close()

@@ -82,8 +82,8 @@ def test_mask_truncated_leaves_cut_responses_out_of_the_loss(tmp_path: Path) -> 
         rollout.response_ids, rollout.response_mask, trainer.parts.tokenizer.eos_id
     )
     assert not ends.all()  # the check below means something
+    assert rollout.loss_mask is not None  # the collector applied it (rollout.collectors)
     trainer.trainer.prepare(rollout)
-    assert rollout.loss_mask is not None
     assert torch.equal(rollout.loss_mask, rollout.response_mask & ends[..., None])
     assert not rollout.loss_mask[~ends].any()
 

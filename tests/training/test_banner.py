@@ -13,8 +13,12 @@ from tests.helpers import compose_config
 from tests.train_runs import QUICK, run_train_in_process
 
 from astrai.config.devices import plan_devices
+from astrai.config.env_checks import configured_env
+from astrai.models.tokenizer import CharTokenizer
+from astrai.rewards.build import build_reward
+from astrai.rewards.config import reward_node
+from astrai.rollout.collectors import CollectorFacts, CollectorParts, build_collector
 from astrai.training.banner import (
-    EnvFacts,
     RunFacts,
     cpu_reason,
     format_banner,
@@ -143,28 +147,33 @@ def test_banner_of_a_resumed_ppo_run_on_a_dataset_on_two_gpus() -> None:
 def test_banner_of_an_episode_run_names_the_environment_not_the_reward_group() -> None:
     """Under ``env=...`` the environment scores the episodes: the task line says so (not the
     reward group's terms, which score nothing), ``max_new_tokens`` bounds each turn, and a line
-    of its own names the environment, its parser and its limits (issue 58)."""
-    env = EnvFacts("lookup_env.Lookup", "hermes", 4, 4096, 30.0)
-    facts = dataclasses.replace(CPU_RUN, task="dataset", max_new_tokens=48, env=env)
+    of its own names the environment, its parser and its limits (issue 58), as the episode
+    collector describes itself (``Collector.facts``)."""
+    line = "env: lookup_env.Lookup (parser hermes); max_turns 4, max_episode_tokens 4,096"
+    mode = CollectorFacts(reward="the environment's", per_turn=True, line=line)
+    facts = dataclasses.replace(CPU_RUN, task="dataset", max_new_tokens=48, collector=mode)
     lines = format_banner(facts)
     assert lines[3:5] == [
         "  task: dataset; reward: the environment's; 1,200 steps, max_new_tokens 48 a turn",
-        "  env: lookup_env.Lookup (parser hermes); max_turns 4, max_episode_tokens 4,096, "
-        "step_timeout_s 30",
+        f"  {line}",
     ]
     assert lines[5].startswith("  lr: ") and len(lines) == 7
-    env = dataclasses.replace(env, workers="thread", step_timeout_s=2.5)
-    with_workers = dataclasses.replace(facts, env=env)
-    assert format_banner(with_workers)[4].endswith(", step_timeout_s 2.5, workers thread")
 
 
-def test_env_facts_come_from_the_composed_env_node() -> None:
-    from astrai.training.announce import env_facts
-
+def test_the_episode_collector_describes_the_composed_env_node() -> None:
     cfg = compose_config(["experiment=calculator"], validate=False)
-    assert env_facts(cfg) == EnvFacts("astrai.envs.calculator.Calculator", "calc_line", 3,
-                                      1024, 10.0, "process")  # fmt: skip
-    assert env_facts(compose_config([], validate=False)) is None  # env=single_turn
+    spec = configured_env(cfg.env)
+    assert spec is not None
+    parts = CollectorParts(CharTokenizer(), build_reward(reward_node(cfg.reward)), 64, env=spec)
+    assert build_collector(cfg.collector, parts).facts() == CollectorFacts(
+        "the environment's",
+        True,
+        "env: astrai.envs.calculator.Calculator (parser calc_line); max_turns 3, "
+        "max_episode_tokens 1,024, step_timeout_s 10, workers process",
+    )
+    single = compose_config([], validate=False)  # env=single_turn: nothing beyond the reward
+    parts = dataclasses.replace(parts, env=configured_env(single.env))
+    assert build_collector(single.collector, parts).facts() == CollectorFacts()
 
 
 @pytest.mark.parametrize(

@@ -157,6 +157,22 @@ def test_cat_rollouts_refuses_prepared_rollouts() -> None:
         raise AssertionError("a prepared rollout was joined")
 
 
+def test_cat_rollouts_keeps_the_collectors_loss_masks() -> None:
+    """``mask_truncated`` and an episode's failures are in ``loss_mask`` from collection on
+    (``rollout.collectors``): joined rounds keep them, right-padded False; a round without one
+    trains on its every response token."""
+    masked = _rollout([[0, 1]], "a", length=2)
+    masked.loss_mask = torch.tensor([[[True, True], [False, False]]])
+    plain = _rollout([[1, 0]], "b", length=3)
+    joined = cat_rollouts([masked, plain], PAD)
+    assert joined.loss_mask is not None
+    assert joined.loss_mask.tolist() == [
+        [[True, True, False], [False, False, False]],
+        [[True, True, True], [True, True, True]],
+    ]
+    assert cat_rollouts([plain, plain], PAD).loss_mask is None
+
+
 def test_ended_with_eos_marks_responses_cut_at_the_limit() -> None:
     eos = 2
     ids = torch.tensor([[7, 2, 0, 0], [7, 7, 7, 7], [7, 7, 7, 2], [0, 0, 0, 0]])

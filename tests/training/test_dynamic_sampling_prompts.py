@@ -12,7 +12,7 @@ import pytest
 import torch
 from tests.helpers import compose_config
 
-import astrai.training.rollout_source as rollout_source  # where the trainer samples
+import astrai.rollout.collectors as collectors  # where the single-turn rollouts are sampled
 from astrai.rollout.rollout import Rollout
 from astrai.training.rollout_source import RolloutSource
 from astrai.training.run import Run
@@ -34,7 +34,7 @@ def _record_rounds(monkeypatch: pytest.MonkeyPatch) -> list[list[list[str]]]:
     """Every group all-equal (so each step samples all the rounds it can); returns, per step,
     each round's prompts in sampling order."""
     steps: list[list[list[str]]] = []
-    collect = rollout_source.collect_rollout
+    collect = collectors.collect_rollout
     rollout = RolloutSource.rollout
 
     def collect_equal(*args: Any, **kwargs: Any) -> Rollout:
@@ -48,7 +48,7 @@ def _record_rounds(monkeypatch: pytest.MonkeyPatch) -> list[list[list[str]]]:
         steps.append([])
         return rollout(self)
 
-    monkeypatch.setattr(rollout_source, "collect_rollout", collect_equal)
+    monkeypatch.setattr(collectors, "collect_rollout", collect_equal)
     monkeypatch.setattr(RolloutSource, "rollout", step_rollout)
     return steps
 

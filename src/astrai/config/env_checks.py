@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from astrai.config.collector_checks import configured_collector
 from astrai.config.env_reward import check_env_reward
 from astrai.config.errors import ConfigError
 from astrai.envs.base import Message
@@ -47,8 +48,10 @@ def configured_env(node: Any) -> EnvSpec | None:
 def validate_env(
     cfg: DictConfig, tokenizer: Tokenizer, task: ProblemSource, engine: type[Engine]
 ) -> None:
-    """``env`` against the run: see the module docstring."""
+    """``env`` against the run: see the module docstring; first the collector that plays its
+    episodes, or none (``config.collector_checks``)."""
     spec = configured_env(cfg.env)
+    configured_collector(cfg.get("collector"), spec)
     if spec is None:
         return
     check_env_reward(cfg)  # a reward group the environment would leave unused: refused

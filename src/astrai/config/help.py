@@ -13,7 +13,18 @@ from astrai.paths import CONFIG_DIR
 
 # groups chosen with ``group=option`` (tests/config/test_help.py: with the two below, every folder
 # of conf/ that is a group)
-GROUPS = ("train_type", "model", "engine", "task", "reward", "env", "critic", "infra", "logger")
+GROUPS = (
+    "train_type",
+    "model",
+    "engine",
+    "task",
+    "reward",
+    "env",
+    "collector",
+    "critic",
+    "infra",
+    "logger",
+)
 # groups composed into train_type (and the critic's optimizer): ``group@train_type.group=option``
 SHARED_BLOCKS = ("sampling", "optimizer", "scheduler")
 PRESETS = ("experiment", "debug")

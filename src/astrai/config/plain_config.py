@@ -29,6 +29,7 @@ CHOICE_KEYS = {
     "task": "_target_",
     "reward": "_target_",
     "env": "_target_",
+    "collector": "_target_",
     "infra": "name",
 }
 LOGGERS = ("tensorboard", "wandb", "mlflow")  # conf/logger/'s options, each its own key

@@ -148,6 +148,16 @@ VLLMEngineSchema = engine_schema(SeededVLLM)
 
 
 @dataclass
+class CollectorConfig:
+    """The key of every ``collector`` node: the class that collects rollouts and held-out
+    answers (``_target_``, an ``rollout.collectors.Collector``; null: ``auto``, the one that fits
+    ``env``). A collector's own keys (its constructor's keyword-only arguments) come in YAML
+    files of its own, checked against its constructor (``config.collector_checks``)."""
+
+    _target_: str | None = MISSING
+
+
+@dataclass
 class CriticConfig:
     """``critic=none``: no value model (GRPO needs none)."""
 
@@ -367,6 +377,7 @@ class TrainConfig:
     task: Any = MISSING
     reward: Any = MISSING
     env: Any = MISSING  # an environment (multi-turn episodes) or single_turn (its _target_ null)
+    collector: Any = MISSING  # how rollouts are collected (CollectorConfig; auto: by env)
     infra: Any = MISSING
     logger: Any = MISSING
     seed: int = MISSING

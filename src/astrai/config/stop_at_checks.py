@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from astrai.config.collector_checks import configured_collector
 from astrai.config.engine_checks import configured_engine
+from astrai.config.env_checks import configured_env
 from astrai.config.errors import ConfigError
 from astrai.config.train_type_checks import strategy_class_of
 from astrai.metrics.names import REWARD_TERM_PREFIX, emitted_metrics
@@ -34,7 +36,7 @@ def validate_stop_at(cfg: DictConfig, reward_terms: list[str]) -> None:
             cfg.get("engine"),
             own_weights,
             cfg.infra.precision,
-            cfg.get("env"),
+            configured_collector(cfg.get("collector"), configured_env(cfg.get("env"))).episodes,
         )
     )
     emitted |= {REWARD_TERM_PREFIX + term for term in reward_terms}

@@ -54,6 +54,7 @@ GROUP_SCHEMAS: dict[str, dict[str, type]] = {
         "base_lora": schema.LoraSchema,
     },
     "engine": {"base_engine": schema.TorchEngineSchema, "base_vllm": schema.VLLMEngineSchema},
+    "collector": {"base_collector": schema.CollectorConfig},
     "critic": {"base_critic": schema.CriticConfig, "base_value_model": schema.ValueModelConfig},
     "task": {
         "base_addition": schema.AdditionTaskConfig,

@@ -127,7 +127,7 @@ ENGINE_METRICS: frozenset[str] = frozenset({"perf/weight_sync_s"})
 MISMATCH_METRICS: frozenset[str] = frozenset(
     name for name in METRICS if name.startswith(("rollout/logprob_diff", "rollout/is_"))
 ) | {"rollout/mismatch_kl"}
-# what an environment's episodes add (env=..., not env=single_turn), beside its own env/<name>
+# what an environment's episodes add (a collector that plays them), beside its own env/<name>
 ENV_METRICS: frozenset[str] = frozenset(name for name in METRICS if name.startswith("env/")) | {
     "rollout/observation_token_frac"
 }
@@ -169,7 +169,7 @@ def emitted_metrics(
     engine: Mapping[str, object] | None = None,
     own_weights: bool = False,
     precision: object = "fp32",
-    env: Mapping[str, object] | None = None,
+    episodes: bool = False,
 ) -> frozenset[str]:
     """The metric names a run emits (reward terms aside): its algorithm's (``base``, the
     strategy's ``metric_names``), plus those of the options that are on (``options``: the
@@ -178,14 +178,14 @@ def emitted_metrics(
     sync of an engine with its own weights (``own_weights``: the engine class does not sample
     the live policy, ``Engine.samples_live_policy``), the mismatch metrics where π_old is
     recomputed (``astrai.policy_lag.engine_choices``, for the run's ``precision``), and the
-    episodes' of an environment (``env``: the ``env`` node, one with a ``_target_``)."""
+    episodes' (``episodes``: the run's collector plays an environment's, ``Collector.episodes``)."""
     extra = {
         name for name, (key, _) in OPTION_METRICS.items() if options.get(key) not in (None, False)
     }
     engine = engine or {}
     if own_weights:
         extra |= ENGINE_METRICS
-    if env is not None and env.get("_target_") is not None:
+    if episodes:
         extra |= ENV_METRICS
     lag = options.get("max_policy_lag", 0)
     if engine_choices(engine, lag, precision, updates_per_step(options))[0] == "recompute":

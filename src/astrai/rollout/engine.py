@@ -307,22 +307,31 @@ def engine_class(node: Mapping[str, Any] | None) -> type[Engine]:
     one line naming ``engine._target_``, when it cannot be imported or is not an engine."""
     if node is None:
         return TorchEngine
-    target = node.get("_target_")
+    example = "astrai.rollout.engine.TorchEngine"
+    cls = named_class(node.get("_target_"), Engine, "engine", "an engine", example)
+    return cast(type[Engine], cls)
+
+
+def named_class(target: object, base: type, group: str, kind: str, example: str) -> type:
+    """The subclass of ``base`` that ``<group>._target_`` (``target``, ``module.Class``) names:
+    how an engine's and a collector's (``rollout.collectors``) classes are imported. ValueError,
+    one line naming the key, when it is not a dotted name, cannot be imported, or is not a
+    ``base`` (``kind``: "an engine")."""
     if not isinstance(target, str) or "." not in target:
         raise ValueError(
-            f"engine._target_={target!r} must name an engine class (module.Class, e.g. "
-            "astrai.rollout.engine.TorchEngine); select an engine with engine=<name>"
+            f"{group}._target_={target!r} must name {kind} class (module.Class, e.g. "
+            f"{example}); select {kind} with {group}=<name>"
         )
     module, _, attribute = target.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module), attribute)
     except (ImportError, AttributeError) as err:
         reason = (str(err).splitlines() or [type(err).__name__])[0]
-        raise ValueError(f"engine._target_={target!r} cannot be imported ({reason})") from err
-    if not (isinstance(cls, type) and issubclass(cls, Engine)):
+        raise ValueError(f"{group}._target_={target!r} cannot be imported ({reason})") from err
+    if not (isinstance(cls, type) and issubclass(cls, base)):
         raise ValueError(
-            f"engine._target_={target!r} is not an engine (a subclass of "
-            "astrai.rollout.engine.Engine)"
+            f"{group}._target_={target!r} is not {kind} (a subclass of "
+            f"{base.__module__}.{base.__qualname__})"
         )
     return cls
 

@@ -204,6 +204,10 @@ def cat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
     valid = [
         torch.ones_like(p.rewards, dtype=torch.bool) if p.valid is None else p.valid for p in parts
     ]
+    # the loss mask (mask_truncated, an episode's failures: set by the collector) where any part
+    # has one; a part without it trains on every response token
+    loss = [p.response_mask if p.loss_mask is None else p.loss_mask for p in parts]
+    has_loss_mask = any(p.loss_mask is not None for p in parts)
     episodes = [p.sampled_mask is not None for p in parts]
     if any(episodes) and not all(episodes):
         raise ValueError("cat_rollouts joins episodes with episodes, one-turn with one-turn")
@@ -217,6 +221,7 @@ def cat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
         policy_version=parts[0].policy_version,
         sample_versions=torch.cat(versions) if len(versions) == len(parts) else None,
         valid=torch.cat(valid) if any(p.valid is not None for p in parts) else None,
+        loss_mask=torch.cat([right(m, False) for m in loss]) if has_loss_mask else None,
         prompts=[text for p in parts for text in p.prompts],
         responses=[group for p in parts for group in p.responses],
         reward_terms={

@@ -10,7 +10,6 @@ import os
 from omegaconf import DictConfig
 
 from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan
-from astrai.config.env_checks import configured_env
 from astrai.config.validate import plan_here
 from astrai.metrics.dashboards import (
     hparams_start_summary,
@@ -21,7 +20,6 @@ from astrai.metrics.names import emitted_metrics
 from astrai.rollout.engine import engine_class
 from astrai.tasks.base import ProblemSource
 from astrai.training.banner import (
-    EnvFacts,
     RunFacts,
     cpu_reason,
     describe_schedule,
@@ -45,7 +43,7 @@ def write_dashboards(parts: BuiltRun, started: RunStart) -> None:
         engine,
         own_weights,
         parts.cfg.infra.precision,
-        parts.cfg.get("env"),
+        parts.collector.episodes,
     )
     hparams = run_hparams(parts.cfg, parts.job_overrides, parts.job_choices)
     summaries = [layout_summary(emitted), hparams_start_summary(hparams)]
@@ -105,23 +103,7 @@ def run_facts(parts: BuiltRun, started: RunStart, plan: DevicePlan) -> RunFacts:
         prompt_counts=task_prompt_counts(parts.task),
         evaluated_prompts=len(parts.eval_problems),
         policy_lag=started.plan.lag_facts(),  # the lag and the correction it chose
-        env=env_facts(cfg),
-    )
-
-
-def env_facts(cfg: DictConfig) -> EnvFacts | None:
-    """The banner's ``env:`` line of a run with an environment (its ``EnvSpec``, validated
-    at start); None for ``env=single_turn``."""
-    spec = configured_env(cfg.get("env"))
-    if spec is None:
-        return None
-    return EnvFacts(
-        target=spec.target,
-        parser=spec.parser,
-        max_turns=spec.limits.max_turns,
-        max_episode_tokens=spec.limits.max_episode_tokens,
-        step_timeout_s=spec.limits.step_timeout_s,
-        workers=spec.workers,
+        collector=parts.collector.facts(),
     )
 
 

@@ -14,25 +14,7 @@ from typing import Any
 from omegaconf import ListConfig, OmegaConf
 
 from astrai.config.devices import ALL, NONE, DevicePlan
-
-
-@dataclass(frozen=True)
-class EnvFacts:
-    """What the banner says about a run's environment (``env=...``, its ``EnvSpec``).
-
-    Attributes:
-        target: the environment class (``env._target_``).
-        parser: the tool-call format its turns are read with (``env.parser``).
-        max_turns, max_episode_tokens, step_timeout_s: the episode's limits (``env.*``).
-        workers: ``env.workers`` (``process`` or ``thread``); None to say nothing.
-    """
-
-    target: str
-    parser: str
-    max_turns: int
-    max_episode_tokens: int
-    step_timeout_s: float
-    workers: str | None = None
+from astrai.rollout.collectors import CollectorFacts
 
 
 @dataclass(frozen=True)
@@ -75,9 +57,9 @@ class RunFacts:
         policy_lag: ``train_type.max_policy_lag`` and the ``(old_logprobs, correction)`` the run
             uses (``astrai.policy_lag.engine_choices``: ``auto`` resolved); a line of its own
             when the lag is above 0, None otherwise.
-        env: the environment of an episode run, a line of its own; None: ``env=single_turn``.
-            It scores the episodes, so the task line says ``reward: the environment's``
-            instead of the reward group's terms.
+        collector: what the run's collector says of its mode (``Collector.facts``): who
+            scores, whether ``max_new_tokens`` is a turn's, a line of its own (an episode run's
+            environment, which scores the episodes instead of the reward group's terms).
     """
 
     run_dir: str
@@ -108,7 +90,7 @@ class RunFacts:
     prompt_counts: tuple[int, int, bool] | None = None
     evaluated_prompts: int | None = None
     policy_lag: tuple[int, str, str] | None = None
-    env: EnvFacts | None = None
+    collector: CollectorFacts = CollectorFacts()
 
 
 def format_banner(facts: RunFacts) -> list[str]:
@@ -124,8 +106,8 @@ def format_banner(facts: RunFacts) -> list[str]:
           tensorboard --logdir outputs/2026-01-01/12-00-00/tb
 
     where the task line ends ``; 1,200 steps, max_new_tokens 4``. An episode run
-    (``facts.env``) has ``reward: the environment's`` and ``max_new_tokens 48 a turn`` there,
-    and an ``env:`` line after it (``format_env``).
+    (``facts.collector``: ``EpisodeCollector.facts``) has ``reward: the environment's`` and
+    ``max_new_tokens 48 a turn`` there, and an ``env:`` line after it.
 
     With a critic the ``lr`` line reads ``lr: policy 0.001, critic 0.001 (critic.optimizer.lr);
     <schedule>; critic: the policy's``.
@@ -139,11 +121,10 @@ def format_banner(facts: RunFacts) -> list[str]:
         steps += f" (resumed at step {facts.start_step:,})"
     if facts.max_new_tokens is not None:
         steps += f", max_new_tokens {facts.max_new_tokens:,}"
-        steps += " a turn" if facts.env is not None else ""
+        steps += " a turn" if facts.collector.per_turn else ""
     terms = " + ".join(facts.reward_terms)
     reward = terms if facts.reward in (None, terms) else f"{facts.reward} ({terms})"
-    if facts.env is not None:  # the reward group scores nothing (config.env_reward)
-        reward = "the environment's"
+    reward = facts.collector.reward or reward  # an environment's: the reward group scores nothing
     model = f"model: {facts.model or 'policy'}, {facts.policy_parameters:,} parameters"
     if facts.critic_parameters is not None:
         model += f"; critic: {facts.critic_parameters:,} parameters"
@@ -155,28 +136,17 @@ def format_banner(facts: RunFacts) -> list[str]:
         else "tensorboard: off (logger.tensorboard=false)"
     )
     lag = [] if facts.policy_lag is None else [f"  {format_policy_lag(*facts.policy_lag)}"]
-    env = [] if facts.env is None else [f"  {format_env(facts.env)}"]
+    own = [] if facts.collector.line is None else [f"  {facts.collector.line}"]
     return [
         f"astrai: {facts.train_type} on {facts.task}, run dir {facts.run_dir}",
         f"  device: {format_device(facts)}",
         f"  {model}",
         f"  task: {task}; reward: {reward}; {steps}",
-        *env,
+        *own,
         f"  {format_learning_rates(facts)}",
         *lag,
         f"  {tensorboard}",
     ]
-
-
-def format_env(env: EnvFacts) -> str:
-    """``env: lookup_env.Lookup (parser hermes); max_turns 4, max_episode_tokens 4,096,
-    step_timeout_s 30, workers process`` (without ``workers`` when it is None)."""
-    workers = "" if env.workers is None else f", workers {env.workers}"
-    return (
-        f"env: {env.target} (parser {env.parser}); max_turns {env.max_turns}, "
-        f"max_episode_tokens {env.max_episode_tokens:,}, step_timeout_s "
-        f"{env.step_timeout_s:g}{workers}"
-    )
 
 
 def format_policy_lag(lag: int, old_logprobs: str, correction: str) -> str:

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from astrai.algorithms.strategy import Strategy
 from astrai.config.env_checks import configured_env
+from astrai.config.errors import ConfigError
 from astrai.config.lag_checks import check_lag_world
 from astrai.config.lora_checks import builder_node, lora_settings
 from astrai.config.run_task import build_task, max_prompt_tokens
@@ -33,7 +34,7 @@ from astrai.rewards.base import Reward
 from astrai.rewards.build import build_reward
 from astrai.rewards.config import overlong_from_config, reward_node
 from astrai.rewards.overlong import OverlongPenalty
-from astrai.rollout.env_spec import EnvSpec
+from astrai.rollout.collectors import Collector, CollectorParts, build_collector
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.adapters import (
     BaseIdentity,
@@ -69,7 +70,8 @@ class BuiltRun:
         adapter_counts: a LoRA run's trainable ``(policy, critic)`` counts.
         overlong: the overlong-response penalty (training rollouts only).
         eval_problems: the held-out prompts every evaluation answers.
-        env: the environment of multi-turn episodes (``env=...``); None: ``env=single_turn``.
+        collector: how its rollouts and held-out answers are collected (``collector``, by
+            default the one that fits ``env``: ``rollout.collectors``).
     """
 
     cfg: DictConfig
@@ -95,7 +97,7 @@ class BuiltRun:
     overlong: OverlongPenalty | None
     eval_problems: list[Problem]
     weights: WeightFormat  # what its checkpoints hold of the policy: full, or adapters
-    env: EnvSpec | None = None  # env=...: multi-turn episodes; None: one answer per prompt
+    collector: Collector  # one answer per prompt, or env=...'s multi-turn episodes
 
     def checkpoint_parts(
         self, scheduler: Stateful, critic_scheduler: Stateful | None
@@ -160,6 +162,7 @@ def build_run(
         reward = build_reward(reward_node(cfg.reward)).to(device)
     if sharded:  # in place; the optimizer must then see the sharded parameters
         shard_policy(policy, device)
+    overlong = overlong_from_config(cfg)  # training rollouts only, never evaluation
     return BuiltRun(
         cfg=cfg,
         run_dir=Path(run_dir),
@@ -181,8 +184,33 @@ def build_run(
         parameter_counts=counts,
         adapter_counts=None if lora is None else trainable_counts(policy, critic),
         reward=reward,
-        overlong=overlong_from_config(cfg),  # training rollouts only, never evaluation
+        overlong=overlong,
         eval_problems=task.eval_problems(cfg.trainer.eval_prompts),
         weights=weight_format(lora, base),
+        collector=run_collector(cfg, tokenizer, strategy, reward, overlong, policy),
+    )
+
+
+def run_collector(
+    cfg: DictConfig,
+    tokenizer: Tokenizer,
+    strategy: Strategy,
+    reward: Reward,
+    overlong: OverlongPenalty | None,
+    policy: LlamaForCausalLM,
+) -> Collector:
+    """The run's collector (``collector`` and ``env``, validated at start)."""
+    parts = CollectorParts(
+        tokenizer=tokenizer,
+        reward=reward,
+        max_positions=policy.config.max_position_embeddings,
+        group_size=strategy.group_size,
+        sampling=strategy.sampling,
+        mask_truncated=strategy.mask_truncated,
+        overlong=overlong,
         env=configured_env(cfg.get("env")),
     )
+    try:
+        return build_collector(cfg.get("collector"), parts)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None

@@ -15,15 +15,9 @@ from astrai.distributed import is_fsdp, rank, world_size
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
-from astrai.rollout.collect import decode_responses, left_pad, prompt_context, sampling_mode
+from astrai.rollout.collect import sampling_mode
+from astrai.rollout.collectors import Collector, CollectorParts, SingleTurnCollector
 from astrai.rollout.engine import Engine, torch_engine
-from astrai.rollout.env_spec import EnvSpec
-from astrai.rollout.episode_rollout import (
-    episode_reward,
-    episode_solved,
-    play_episodes,
-    split_opening,
-)
 from astrai.rollout.sampler import SamplingConfig
 from astrai.tasks.base import Problem
 
@@ -55,7 +49,7 @@ def evaluate(
     shard: bool = True,
     precision: str = "fp32",
     engine: Engine | None = None,
-    env: EnvSpec | None = None,
+    collector: Collector | None = None,
 ) -> EvalResult:
     """Greedy-decode the problems in ``precision`` (``infra.precision``, as the run's rollouts
     decode) and score them; correct = the reward reaches the reward's ``accuracy_threshold``.
@@ -66,9 +60,8 @@ def evaluate(
             own problems (under a sharded policy every rank must then run as many batches).
         shard: split ``problems`` over the ranks (no-op in one process).
         engine: what decodes (default: the torch sampler on ``policy``).
-        env: the environment of multi-turn episodes (``env=...``): each problem is one greedy
-            episode, correct when it is ``solved`` (``rollout.episode_rollout.episode_stats``),
-            its response the episode's tokens after its opening.
+        collector: how each problem is answered and scored (``Collector.evaluate``; default:
+            one answer per prompt, scored by ``reward``); the run's: ``BuiltRun.collector``.
 
     Returns:
         The metrics over every rank's problems (synchronised under a process group: every rank
@@ -79,28 +72,13 @@ def evaluate(
     greedy = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.0)
     # a sharded policy gathers its weights in every decoding step: ranks stop together
     engine = engine or torch_engine(policy, tokenizer, precision, lockstep=is_fsdp(policy))
+    collector = collector or SingleTurnCollector(
+        CollectorParts(tokenizer, reward, policy.config.max_position_embeddings)
+    )
     with sampling_mode(policy, engine):  # eval mode, where the torch sampler decodes it
-        if env is None:
-            responses, lengths, rewards, correct = _answers(
-                engine, tokenizer, reward, problems, greedy, batch_size, device
-            )
-        else:  # multi-turn held-out episodes, one each
-            episodes = play_episodes(
-                engine,
-                tokenizer,
-                env,
-                problems,
-                1,
-                greedy,
-                policy.config.max_position_embeddings,
-                None,
-                0,
-                device,
-            )
-            after = [split_opening(e)[1] for e in episodes]
-            responses, lengths = [tokenizer.decode(ids) for ids in after], [len(a) for a in after]
-            rewards = [episode_reward(e) for e in episodes]
-            correct = [episode_solved(e, reward.accuracy_threshold) for e in episodes]
+        responses, lengths, rewards, correct = collector.evaluate(
+            engine, problems, greedy, batch_size, device
+        )
     texts = [p.text for p in problems]
     totals = weighted_totals(correct, rewards, lengths, weights)
     if world_size() > 1:
@@ -118,30 +96,6 @@ def evaluate(
         response_len=length_sum / n,
         samples=[(text, response, r) for text, response, r, w in rows if w > 0],
     )
-
-
-def _answers(
-    engine: Engine,
-    tokenizer: Tokenizer,
-    reward: Reward,
-    problems: list[Problem],
-    greedy: SamplingConfig,
-    batch_size: int,
-    device: torch.device,
-) -> tuple[list[str], list[int], list[float], list[bool]]:
-    """One greedy answer to each problem, scored: texts, lengths, rewards, correct."""
-    responses: list[str] = []
-    lengths: list[int] = []
-    for start in range(0, len(problems), batch_size):
-        chunk = [p.prompt for p in problems[start : start + batch_size]]
-        ids, mask = left_pad(tokenizer, chunk, device)
-        gen = engine.sample(ids, mask, 1, greedy, tokenizer.stop_ids)
-        responses += decode_responses(tokenizer, gen.response_ids, gen.response_mask)
-        lengths += gen.response_mask.sum(-1).tolist()
-    texts = [p.text for p in problems]
-    context = prompt_context(reward, problems, tokenizer)  # the turns, for a reward that asks
-    rewards, _ = reward.score(texts, responses, [p.answer for p in problems], **context)
-    return responses, lengths, rewards, reward.correct(rewards)
 
 
 def weighted_totals(

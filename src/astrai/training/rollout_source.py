@@ -12,6 +12,7 @@ import contextlib
 import functools
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 from omegaconf import DictConfig
 from torch import nn
@@ -22,11 +23,8 @@ from astrai.envs.hosts import close_all_pools
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
-from astrai.rewards.overlong import OverlongPenalty
-from astrai.rollout.collect import collect_rollout
+from astrai.rollout.collectors import Collector
 from astrai.rollout.engine import Engine
-from astrai.rollout.env_spec import EnvSpec
-from astrai.rollout.episode_rollout import collect_episodes
 from astrai.rollout.rollout import Rollout
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.build import BuiltRun
@@ -56,8 +54,7 @@ class RolloutSource:
         self.policy: LlamaForCausalLM = parts.policy
         self.strategy: Strategy = parts.strategy
         self.reward: Reward = parts.reward
-        self.overlong: OverlongPenalty | None = parts.overlong
-        self.env: EnvSpec | None = parts.env
+        self.collector: Collector = parts.collector
         self.engine = engine
         self.state = state
         self.plan = plan
@@ -80,7 +77,12 @@ class RolloutSource:
             stream=self.state.generators["sample"],  # rewound when a stop abandons a job
             abandonable=self.dist.world_size == 1,
         )
-        self.pipeline.restore(self.state.in_flight, self.state.step + 1, self.state.reissue)
+        # a checkpoint written before collectors applied mask_truncated: applied here
+        in_flight = [
+            replace(batch, rollout=self.collector.restored(batch.rollout))
+            for batch in self.state.in_flight
+        ]
+        self.pipeline.restore(in_flight, self.state.step + 1, self.state.reissue)
 
     def rollout(self) -> Rollout:
         """1. This step's rollout with the live policy (``sample_rollout``); the dynamic
@@ -131,32 +133,9 @@ class RolloutSource:
         (the policy at ``version``) and scored."""
         share = len(problems) // self.dist.world_size  # divides evenly (validated, or cut to)
         problems = problems[self.dist.rank * share : (self.dist.rank + 1) * share]
-        if self.env is not None:  # multi-turn episodes (env=...)
-            return collect_episodes(
-                model,  # type: ignore[arg-type]
-                self.tokenizer,
-                problems,
-                self.strategy.group_size,
-                self.strategy.sampling,
-                self.env,
-                version,
-                self.engine.on(model),
-                self.state.generators["sample"],
-                self.reward.accuracy_threshold,
-                self.strategy.mask_truncated,
-            )
-        return collect_rollout(
-            model,  # type: ignore[arg-type]
-            self.tokenizer,
-            problems,
-            self.strategy.group_size,
-            self.strategy.sampling,
-            self.reward,
-            version,
-            self.state.generators["sample"],
-            overlong=self.overlong,
-            engine=self.engine.on(model),  # the torch sampler samples the module it is given
-        )
+        # the torch sampler samples the module it is given
+        engine, generator = self.engine.on(model), self.state.generators["sample"]
+        return self.collector.collect(problems, model, version, engine, generator)
 
     def next_batch(self) -> SampledBatch:
         """This step's sampled rollout: the sampling thread's (``max_policy_lag`` > 0, a

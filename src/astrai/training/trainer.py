@@ -19,7 +19,7 @@ from astrai.metrics.names import kl_logged_at
 from astrai.models.merged_weights import engine_weights
 from astrai.models.precision import autocast
 from astrai.rollout.minibatch import EpochSplit, Minibatch, flatten_rollout
-from astrai.rollout.rollout import Rollout, ended_with_eos
+from astrai.rollout.rollout import Rollout
 from astrai.rollout.staleness import check_policy_lag
 from astrai.training.accumulation import accumulate_gradients, ranks_divisors
 from astrai.training.build import BuiltRun
@@ -72,8 +72,8 @@ class Trainer:
         """2. Reference logprobs, (critic values,) advantages, pinned on the rollout; statistics
         of the whole rollout are summed over the ranks. ``engine.old_logprobs: recompute``:
         first the trainer's own π_old and the mismatch correction's weights
-        (``Strategy.recompute_old_logprobs``). ``train_type.mask_truncated``: the
-        responses cut at the length limit leave the loss (``rollout.loss_mask``).
+        (``Strategy.recompute_old_logprobs``). ``train_type.mask_truncated`` was applied by the
+        collector (``rollout.loss_mask``: ``rollout.collectors``).
 
         π_old and the reference run ``split``'s forwards, the update's first epoch (default: the
         next ``update``'s), so the first ratio is exactly 1 (docs/how-it-works.md). At
@@ -90,13 +90,6 @@ class Trainer:
                     rollout, policy, correction, all_reduce_sum, all_reduce_max,
                     no_grad_for(policy), split,
                 )  # fmt: skip
-        if (
-            self.parts.strategy.mask_truncated and rollout.sampled_mask is None
-        ):  # episodes: at collect
-            eos = ended_with_eos(
-                rollout.response_ids, rollout.response_mask, self.parts.tokenizer.stop_ids
-            )
-            rollout.loss_mask = rollout.response_mask & eos[..., None]
         score = kl_logged_at(
             self.started.state.step + 1, self.parts.strategy.kl_coef, self.parts.cfg.logger.kl_every
         )
@@ -279,5 +272,5 @@ class Trainer:
             self.parts.strategy.sampling.max_new_tokens,
             precision=self.parts.cfg.infra.precision,
             engine=self.started.engine,
-            env=self.parts.env,
+            collector=self.parts.collector,
         )
