@@ -11,6 +11,7 @@ from astrai.config.errors import ConfigError
 from astrai.config.train_type_checks import strategy_class_of
 from astrai.metrics.names import REWARD_TERM_PREFIX, emitted_metrics
 from astrai.metrics.targets import STOP_AT_KEY, parse_targets
+from astrai.policy_lag import lag_plan
 
 
 def validate_stop_at(cfg: DictConfig, reward_terms: list[str]) -> None:
@@ -29,12 +30,7 @@ def validate_stop_at(cfg: DictConfig, reward_terms: list[str]) -> None:
     own_weights = not configured_engine(cfg.get("engine")).samples_live_policy
     emitted = set(
         emitted_metrics(
-            strategy.metric_names,
-            cfg.train_type,
-            cfg.get("engine"),
-            own_weights,
-            cfg.infra.precision,
-            cfg.get("env"),
+            strategy.metric_names, cfg.train_type, lag_plan(cfg), own_weights, cfg.get("env")
         )
     )
     emitted |= {REWARD_TERM_PREFIX + term for term in reward_terms}

@@ -75,9 +75,8 @@ def write_dashboards(trainer: StartingRun) -> None:
     emitted = emitted_metrics(
         trainer.strategy.metric_names,
         trainer.cfg.train_type,
-        engine,
+        trainer.plan.lag,
         own_weights,
-        trainer.cfg.infra.precision,
         trainer.cfg.get("env"),
     )
     hparams = run_hparams(trainer.cfg, trainer.job_overrides, trainer.job_choices)

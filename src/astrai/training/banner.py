@@ -73,7 +73,7 @@ class RunFacts:
         evaluated_prompts: held-out prompts each evaluation decodes (``trainer.eval_prompts``,
             capped by the pool); said when fewer than the held-out ones.
         policy_lag: ``train_type.max_policy_lag`` and the ``(old_logprobs, correction)`` the run
-            uses (``astrai.policy_lag.engine_choices``: ``auto`` resolved); a line of its own
+            uses (``astrai.policy_lag.lag_plan``: ``auto`` resolved); a line of its own
             when the lag is above 0, None otherwise.
         env: the environment of an episode run, a line of its own; None: ``env=single_turn``.
             It scores the episodes, so the task line says ``reward: the environment's``
