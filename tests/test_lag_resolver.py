@@ -150,21 +150,30 @@ def test_a_validated_config_records_the_resolved_choices(
     assert AUTO not in (cfg.engine.old_logprobs, cfg.engine.correction)
 
 
-def test_a_runs_saved_config_records_what_ran(tmp_path: Path) -> None:
+def _recorded(path: Path) -> tuple[str, str]:
+    engine = yaml.safe_load(path.read_text())["engine"]
+    return engine["old_logprobs"], engine["correction"]
+
+
+def test_a_runs_saved_config_records_what_ran_and_an_auto_one_still_resumes(
+    tmp_path: Path,
+) -> None:
     run_dir = tmp_path / "run"
-    args = [
-        *QUICK,
-        "train_type.max_policy_lag=1",
-        f"hydra.run.dir={run_dir}",
-        "logger.tensorboard=false",
-    ]
+    args = [*QUICK, "train_type.max_policy_lag=1", f"hydra.run.dir={run_dir}"]
+    args.append("logger.tensorboard=false")
     result = run_train_in_process(args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    saved = [run_dir / "config.yaml", *sorted(run_dir.glob("checkpoints/step_*/config.yaml"))]
-    assert len(saved) >= 2  # the run dir's and at least one checkpoint's
-    for path in saved:
-        engine = yaml.safe_load(path.read_text())["engine"]
-        assert (engine["old_logprobs"], engine["correction"]) == ("recompute", "token_truncate")
+    last = run_dir / "checkpoints" / "step_2" / "config.yaml"
+    for path in (run_dir / "config.yaml", last):  # the run dir's and the checkpoint's
+        assert _recorded(path) == ("recompute", "token_truncate")
     # Hydra's own record keeps what was asked for
-    asked = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())["engine"]
-    assert (asked["old_logprobs"], asked["correction"]) == (AUTO, AUTO)
+    assert _recorded(run_dir / ".hydra" / "config.yaml") == (AUTO, AUTO)
+    # a checkpoint written before the plan was recorded says auto: it resumes all the same
+    # (the engine node is in no fingerprint, and the resumed run resolves its own config)
+    last.write_text(last.read_text().replace("recompute", AUTO).replace("token_truncate", AUTO))
+    assert _recorded(last) == (AUTO, AUTO)
+    result = run_train_in_process([*args, "trainer.total_steps=3"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resumed from " in (run_dir / "train.log").read_text()
+    resumed = run_dir / "checkpoints" / "step_3" / "config.yaml"
+    assert _recorded(resumed) == ("recompute", "token_truncate")
