@@ -259,7 +259,8 @@ def test_a_runs_saved_config_comes_back_as_the_config_it_ran() -> None:
         "task=reverse",
         "logger=[tensorboard,wandb]",
     ]
-    again = job_config(saved)
+    again = job_config(saved)  # validated: the lag plan recorded, as fit records it
     assert OmegaConf.to_container(again, resolve=True) == OmegaConf.to_container(
-        composed, resolve=True
+        job_config(composed), resolve=True
     )
+    assert composed.engine.old_logprobs == "auto"  # fit validated a copy of the caller's

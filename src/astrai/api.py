@@ -27,6 +27,7 @@ once, as one from another process does. Jobs side by side are processes (the com
 
 from __future__ import annotations
 
+import copy
 import datetime
 import errno
 import logging
@@ -57,17 +58,21 @@ _CLAIMED: dict[Path, str] = {}
 
 def compose(overrides: Sequence[str] = ()) -> DictConfig:
     """The config ``astrai-train overrides...`` would run (``conf/`` with ``overrides``),
-    checked as the command line checks it.
+    checked as the command line checks it. ``engine.old_logprobs``/``engine.correction`` stay
+    as written (``auto``): ``fit`` resolves them for the config it runs, edits in code included.
 
     Raises:
         ConfigError: an unknown key or option, a wrong type, a value out of range; one line
             naming the key.
     """
-    from astrai.config.compose import check_run_config
+    from astrai.config.compose import check_overrides
+    from astrai.config.validate import check_config
 
     if isinstance(overrides, str) or not _strings(overrides):  # "a=b" would be iterated
         raise TypeError("overrides is a list of strings: compose(['trainer.total_steps=5'])")
-    return check_run_config(list(overrides))
+    cfg = check_overrides(list(overrides))
+    check_config(cfg)
+    return cfg
 
 
 def _strings(value: object) -> bool:
@@ -142,12 +147,14 @@ def fit(
 def job_config(job: object) -> DictConfig:
     """``fit``'s ``job`` as the validated config it runs: overrides composed (``compose``), a
     config from ``compose`` validated as it is, a plain one (``OmegaConf.create``) merged onto
-    the defaults first (``config.plain_config``); ``TypeError`` for anything else."""
+    the defaults first (``config.plain_config``); ``TypeError`` for anything else. Validation
+    records the lag plan in the config it returns (``validate_config``), a copy: the caller's
+    config keeps its ``auto`` for the next edit and ``fit``."""
     from astrai.config.plain_config import is_composed, typed_config
     from astrai.config.validate import validate_config
 
     if isinstance(job, DictConfig):
-        cfg = job if is_composed(job) else typed_config(job)
+        cfg = copy.deepcopy(job) if is_composed(job) else typed_config(job)
         validate_config(cfg)  # unknown keys first, as the command line checks them
         return cfg
     if isinstance(job, str) or not _strings(job):

@@ -11,11 +11,12 @@ import torch
 from astrai.algorithms.correction import (
     Correction,
     correct_mismatch,
-    correction_from_config,
+    correction_for,
     correction_weights,
     mismatch_ratio,
 )
 from astrai.algorithms.losses import clipped_policy_loss
+from astrai.policy_lag import lag_plan
 
 
 def _logs(*probs: float) -> torch.Tensor:
@@ -99,19 +100,22 @@ def test_truncation_masks_nothing_and_none_leaves_the_weights_out() -> None:
     assert weights is None and metrics["rollout/is_ratio_max"] == pytest.approx(3.0)
 
 
-def test_the_engine_node_decides_whether_pi_old_is_recomputed() -> None:
-    assert correction_from_config(None) is None  # a config without an engine node: torch
+def test_the_lag_plan_decides_whether_pi_old_is_recomputed() -> None:
+    def correction(engine: dict | None, lag: int = 0) -> Correction | None:
+        cfg = {"train_type": {"max_policy_lag": lag}}
+        return correction_for(lag_plan(cfg if engine is None else {**cfg, "engine": engine}))
+
+    assert correction(None) is None  # a config without an engine node: torch
     auto = {"old_logprobs": "auto", "correction": "auto", "correction_low": None}
     auto |= {"correction_high": None}
-    assert correction_from_config(auto) is None  # in step with the policy: the sampler's
+    assert correction(auto) is None  # in step with the policy: the sampler's
     # rollouts behind it: π_old recomputed, token weights truncated to the published [0, 2]
-    assert correction_from_config(auto, max_policy_lag=2) == Correction("token_truncate", 0.0, 2.0)
-    assert correction_from_config(None, max_policy_lag=1) == Correction("token_truncate", 0.0, 2.0)
-    node = {"old_logprobs": "bypass", "correction": "none"}
-    assert correction_from_config(node) is None
+    assert correction(auto, 2) == Correction("token_truncate", 0.0, 2.0)
+    assert correction(None, 1) == Correction("token_truncate", 0.0, 2.0)
+    assert correction({"old_logprobs": "bypass", "correction": "none"}) is None
     node = {"old_logprobs": "recompute", "correction": "icepop"}
     node |= {"correction_low": None, "correction_high": 4.0}
-    assert correction_from_config(node) == Correction("icepop", 0.5, 4.0)
+    assert correction(node) == Correction("icepop", 0.5, 4.0)
 
 
 def test_the_clipped_loss_weights_each_token_by_its_correction() -> None:

@@ -7,7 +7,7 @@ logprobs as π_old, where it must be 0).
   detached (``StepPlan.old_from_update``): ``policy/approx_kl`` 0 and ``policy/clipfrac`` 0 on
   every step;
 - one epoch × two minibatches: ``auto`` recomputes π_old in bf16 through the update's forward
-  (``astrai.policy_lag.engine_choices``): the first minibatch's ratio is exactly 1; with
+  (``astrai.policy_lag.lag_plan``): the first minibatch's ratio is exactly 1; with
   ``engine.old_logprobs=bypass`` (the control) it is not, so the test can fail.
 
 Slow (~1 min on 2 cores): three 2-step runs of a 135M-parameter model."""

@@ -14,7 +14,7 @@ from tests.helpers import compose_config
 
 from astrai.config.errors import ConfigError
 from astrai.metrics.names import MISMATCH_METRICS, emitted_metrics, reward_term_names
-from astrai.policy_lag import engine_choices
+from astrai.policy_lag import lag_plan
 from astrai.rollout.engine import TorchEngine
 from astrai.rollout.sampler import Generation
 from astrai.training.run import Run
@@ -39,7 +39,7 @@ def test_the_torch_sampler_shows_no_mismatch_on_any_step(tmp_path: Path, train_t
     rows = _rows(tmp_path)
     assert len(rows) == 3
     emitted = set().union(*(row.keys() for row in _rows(tmp_path))) - {"step"}
-    expected = emitted_metrics(trainer.parts.strategy.metric_names, cfg.train_type, cfg.engine)
+    expected = emitted_metrics(trainer.parts.strategy.metric_names, cfg.train_type, lag_plan(cfg))
     assert MISMATCH_METRICS <= expected
     assert emitted - reward_term_names(emitted) - {"time/eval_s"} <= expected
     assert MISMATCH_METRICS <= emitted
@@ -53,10 +53,11 @@ def test_the_torch_sampler_shows_no_mismatch_on_any_step(tmp_path: Path, train_t
 
 
 def test_the_default_torch_job_trusts_its_sampler_and_logs_no_mismatch(tmp_path: Path) -> None:
-    cfg = compose_config(JOB)
+    cfg = compose_config(JOB, validate=False)
     assert (cfg.engine.old_logprobs, cfg.engine.correction) == ("auto", "auto")
-    assert engine_choices(cfg.engine, cfg.train_type.max_policy_lag) == ("bypass", "none")
-    assert not MISMATCH_METRICS & emitted_metrics(frozenset(), cfg.train_type, cfg.engine)
+    plan = lag_plan(cfg)
+    assert (plan.old_logprobs, plan.correction) == ("bypass", "none")
+    assert not MISMATCH_METRICS & emitted_metrics(frozenset(), cfg.train_type, plan)
 
 
 class _OffByOneNat(TorchEngine):

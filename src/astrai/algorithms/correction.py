@@ -25,16 +25,15 @@ clamped to ``[-20, 20]`` before ``exp`` (verl's bound), so a sequence product ca
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from astrai.algorithms.kl import kl_estimate
 from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean
-from astrai.policy_lag import engine_choices
+from astrai.policy_lag import LagPlan
 
 OLD_LOGPROBS = ("recompute", "bypass")
 CORRECTIONS = (
@@ -97,23 +96,13 @@ class Correction:
         return self.mode in ("token_mask", "sequence_mask", "icepop")
 
 
-def correction_from_config(
-    engine: Mapping[str, Any] | None,
-    max_policy_lag: int = 0,
-    precision: str = "fp32",
-    updates_per_step: int = 1,
-) -> Correction | None:
-    """The ``engine`` node's correction where the trainer recomputes π_old
-    (``old_logprobs: recompute``; ``none`` then still logs the mismatch), else None (bypass).
-    ``auto`` choices (and a config without an engine node) are resolved for ``max_policy_lag``,
-    the precision and the updates a step makes (``astrai.policy_lag.engine_choices``)."""
-    old_logprobs, correction = engine_choices(engine, max_policy_lag, precision, updates_per_step)
-    if old_logprobs == "bypass":
+def correction_for(plan: LagPlan) -> Correction | None:
+    """The run's correction where the trainer recomputes π_old (``old_logprobs: recompute``;
+    ``none`` then still logs the mismatch), else None (bypass): the lag plan's choices
+    (``astrai.policy_lag.lag_plan``: ``auto`` resolved) with its band."""
+    if not plan.recomputes:
         return None
-    node = engine or {}
-    return Correction.from_config(
-        correction, node.get("correction_low"), node.get("correction_high")
-    )
+    return Correction.from_config(plan.correction, plan.correction_low, plan.correction_high)
 
 
 def mismatch_ratio(

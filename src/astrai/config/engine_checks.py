@@ -17,7 +17,7 @@ from astrai.config.errors import ConfigError, require
 from astrai.config.ranges import check_number
 from astrai.config.schema import EngineConfig, engine_schema
 from astrai.models.llama import LlamaConfig
-from astrai.policy_lag import AUTO, engine_choices, updates_per_step
+from astrai.policy_lag import AUTO, LagPlan, lag_plan
 from astrai.rollout.engine import Engine, EngineJob, engine_class
 from astrai.tasks.base import ProblemSource
 
@@ -36,9 +36,7 @@ def validate_engine(
     longest request, the processes. Nothing starts here."""
     engine = cfg.engine
     cls = configured_engine(engine)
-    tt = cfg.train_type
-    lag = tt.get("max_policy_lag", 0)
-    validate_correction(engine, lag, cfg.infra.precision, updates_per_step(tt))
+    validate_correction(lag_plan(cfg))
     check_knobs(cls, engine)
     world = (
         cfg.infra.nproc_per_node * cfg.infra.nnodes
@@ -101,47 +99,37 @@ def check_knobs(cls: type[Engine], node: Mapping[str, Any]) -> None:
             require(isinstance(value, bool), f"{key} must be true or false")
 
 
-def validate_correction(
-    engine: DictConfig,
-    max_policy_lag: object = 0,
-    precision: object = "fp32",
-    updates_per_step: object = 1,
-) -> None:
-    """``engine.old_logprobs``, ``engine.correction`` and its band (``algorithms.correction``):
-    each a known choice or ``auto`` (``astrai.policy_lag``: resolved for ``max_policy_lag``);
+def validate_correction(plan: LagPlan) -> None:
+    """``engine.old_logprobs``, ``engine.correction`` and its band (``algorithms.correction``)
+    as ``plan`` holds them (``astrai.policy_lag.lag_plan``): each a known choice or ``auto``;
     a correction needs the trainer's own π_old, and its band is a floor in [0, 1) and a
     ceiling above 1 (so the weight 1 of no mismatch is always inside), set only where a
     correction reads it."""
+    configured = plan.configured
     require(
-        engine.old_logprobs in (*OLD_LOGPROBS, AUTO),
-        f"engine.old_logprobs={engine.old_logprobs!r} is not one of "
+        configured.old_logprobs in (*OLD_LOGPROBS, AUTO),
+        f"engine.old_logprobs={configured.old_logprobs!r} is not one of "
         f"{', '.join((*OLD_LOGPROBS, AUTO))}",
     )
     require(
-        engine.correction in (*CORRECTIONS, AUTO),
-        f"engine.correction={engine.correction!r} is not one of {', '.join((*CORRECTIONS, AUTO))}",
+        configured.correction in (*CORRECTIONS, AUTO),
+        f"engine.correction={configured.correction!r} is not one of "
+        f"{', '.join((*CORRECTIONS, AUTO))}",
     )
-    old_logprobs, correction = engine_choices(engine, max_policy_lag, precision, updates_per_step)
-    if correction == "none":
-        for key in ("correction_low", "correction_high"):
+    low, high = configured.correction_low, configured.correction_high
+    if plan.correction == "none":
+        for key, value in (("correction_low", low), ("correction_high", high)):
             require(
-                engine[key] is None,
-                f"engine.{key}={engine[key]} is set but engine.correction=none reads no band",
+                value is None,
+                f"engine.{key}={value} is set but engine.correction=none reads no band",
             )
         return
     require(
-        old_logprobs == "recompute",
-        f"engine.correction={correction} needs engine.old_logprobs=recompute (with "
+        plan.recomputes,
+        f"engine.correction={plan.correction} needs engine.old_logprobs=recompute (with "
         "bypass, π_old is the engine's own logprobs: there is no mismatch to correct)",
     )
+    check_number(low, "engine.correction_low", 0, 1, high_open=True, optional=True)
     check_number(
-        engine.correction_low, "engine.correction_low", 0, 1, high_open=True, optional=True
-    )
-    check_number(
-        engine.correction_high,
-        "engine.correction_high",
-        1,
-        MAX_CORRECTION_HIGH,
-        low_open=True,
-        optional=True,
+        high, "engine.correction_high", 1, MAX_CORRECTION_HIGH, low_open=True, optional=True
     )

@@ -13,6 +13,7 @@ from astrai.config.errors import ConfigError
 from astrai.config.train_type_checks import strategy_class_of
 from astrai.metrics.names import REWARD_TERM_PREFIX, emitted_metrics
 from astrai.metrics.targets import STOP_AT_KEY, parse_targets
+from astrai.policy_lag import lag_plan
 
 
 def validate_stop_at(cfg: DictConfig, reward_terms: list[str]) -> None:
@@ -33,9 +34,8 @@ def validate_stop_at(cfg: DictConfig, reward_terms: list[str]) -> None:
         emitted_metrics(
             strategy.metric_names,
             cfg.train_type,
-            cfg.get("engine"),
+            lag_plan(cfg),
             own_weights,
-            cfg.infra.precision,
             configured_collector(cfg.get("collector"), configured_env(cfg.get("env"))).episodes,
         )
     )

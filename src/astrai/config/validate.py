@@ -16,7 +16,7 @@ from astrai.config.env_checks import validate_env
 from astrai.config.errors import ConfigError, require
 from astrai.config.infra_checks import plan_here, validate_infra
 from astrai.config.keys import check_known_keys
-from astrai.config.lag_checks import validate_policy_lag
+from astrai.config.lag_checks import record_lag_plan, validate_policy_lag
 from astrai.config.logger_checks import validate_logger_backends
 from astrai.config.lora_checks import validate_lora
 from astrai.config.ranges import (
@@ -301,7 +301,17 @@ def _validate_ckpt(ckpt: DictConfig) -> None:
 
 
 def validate_config(cfg: DictConfig, where: Where = "host") -> None:
-    """Raise ``ConfigError`` for the first invalid key of a composed config.
+    """Raise ``ConfigError`` for the first invalid key of a composed config (``check_config``),
+    then record its lag plan in it (``lag_checks.record_lag_plan``: ``engine.old_logprobs``
+    and ``engine.correction`` resolved in place of ``auto``, so the ``config.yaml`` a run saves
+    says what ran). Validating a validated config again changes nothing."""
+    check_config(cfg, where)
+    record_lag_plan(cfg)
+
+
+def check_config(cfg: DictConfig, where: Where = "host") -> None:
+    """Raise ``ConfigError`` for the first invalid key of a composed config; ``cfg`` is left as
+    it is (``auto`` stays ``auto``).
 
     Args:
         where: ``host`` for a job that runs here (its GPU indices are checked against what

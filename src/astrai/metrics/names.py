@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from astrai.policy_lag import engine_choices, updates_per_step
+from astrai.policy_lag import LagPlan
 
 METRICS: dict[str, str] = {
     # rollout (sampled with the live policy)
@@ -166,28 +166,25 @@ OPTION_METRICS: dict[str, tuple[str, str]] = {
 def emitted_metrics(
     base: frozenset[str],
     options: Mapping[str, object],
-    engine: Mapping[str, object] | None = None,
+    lag: LagPlan | None = None,
     own_weights: bool = False,
-    precision: object = "fp32",
     episodes: bool = False,
 ) -> frozenset[str]:
     """The metric names a run emits (reward terms aside): its algorithm's (``base``, the
     strategy's ``metric_names``), plus those of the options that are on (``options``: the
     ``train_type`` node; an option is on when its value is neither null nor false), plus the
-    engine's (``engine``: the ``engine`` node; None = ``engine=torch``'s defaults): the weight
-    sync of an engine with its own weights (``own_weights``: the engine class does not sample
-    the live policy, ``Engine.samples_live_policy``), the mismatch metrics where π_old is
-    recomputed (``astrai.policy_lag.engine_choices``, for the run's ``precision``), and the
-    episodes' (``episodes``: the run's collector plays an environment's, ``Collector.episodes``)."""
+    engine's: the weight sync of an engine with its own weights (``own_weights``: the engine
+    class does not sample the live policy, ``Engine.samples_live_policy``), the mismatch
+    metrics where the run's lag plan recomputes π_old (``lag``: ``astrai.policy_lag.lag_plan``
+    of the run's config; None = it does not), and the episodes' (``episodes``: the run's
+    collector plays an environment's, ``Collector.episodes``)."""
     extra = {
         name for name, (key, _) in OPTION_METRICS.items() if options.get(key) not in (None, False)
     }
-    engine = engine or {}
     if own_weights:
         extra |= ENGINE_METRICS
     if episodes:
         extra |= ENV_METRICS
-    lag = options.get("max_policy_lag", 0)
-    if engine_choices(engine, lag, precision, updates_per_step(options))[0] == "recompute":
+    if lag is not None and lag.recomputes:
         extra |= MISMATCH_METRICS
     return base | extra

@@ -40,9 +40,8 @@ def write_dashboards(parts: BuiltRun, started: RunStart) -> None:
     emitted = emitted_metrics(
         parts.strategy.metric_names,
         parts.cfg.train_type,
-        engine,
+        started.plan.lag,
         own_weights,
-        parts.cfg.infra.precision,
         parts.collector.episodes,
     )
     hparams = run_hparams(parts.cfg, parts.job_overrides, parts.job_choices)

@@ -55,7 +55,7 @@ class RunFacts:
         evaluated_prompts: held-out prompts each evaluation decodes (``trainer.eval_prompts``,
             capped by the pool); said when fewer than the held-out ones.
         policy_lag: ``train_type.max_policy_lag`` and the ``(old_logprobs, correction)`` the run
-            uses (``astrai.policy_lag.engine_choices``: ``auto`` resolved); a line of its own
+            uses (``astrai.policy_lag.lag_plan``: ``auto`` resolved); a line of its own
             when the lag is above 0, None otherwise.
         collector: what the run's collector says of its mode (``Collector.facts``): who
             scores, whether ``max_new_tokens`` is a turn's, a line of its own (an episode run's

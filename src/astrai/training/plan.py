@@ -1,9 +1,8 @@
 """What the loop and the step read off the algorithm and the engine, decided once per run.
 
-``train_type.max_policy_lag`` lives here: read from the config by ``step_plan`` alone (no
-algorithm uses it), with the π_old source and correction it implies (``astrai.policy_lag``:
-``auto`` resolved for the lag), so the sampling thread, the version check, the restored
-in-flight rollouts and the start banner all read one decision.
+``train_type.max_policy_lag`` and the π_old source and correction it implies come from the lag
+plan (``astrai.policy_lag.lag_plan``, the one reader of those keys), so the sampling thread, the
+version check, the restored in-flight rollouts and the start banner all read one decision.
 """
 
 from __future__ import annotations
@@ -12,9 +11,9 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
-from astrai.algorithms.correction import Correction, correction_from_config
+from astrai.algorithms.correction import Correction, correction_for
 from astrai.algorithms.strategy import Strategy
-from astrai.policy_lag import engine_choices
+from astrai.policy_lag import LagPlan, lag_plan
 from astrai.rollout.engine import engine_class
 
 
@@ -27,6 +26,7 @@ class StepPlan:
         live policy just before its update; > 0: on a sampling thread, ``training.overlap``).
     old_logprobs, correction_name: ``engine.old_logprobs`` and ``engine.correction`` as
         resolved for the lag (``auto`` chosen).
+    lag: the lag plan all of these come from (``astrai.policy_lag.lag_plan``).
     correction: where π_old comes from: None for the engine's own logprobs (bypass).
     old_from_update: π_old is the update's own forward, detached (``Minibatch.old_logprobs``
         None), where a step makes one update (``ppo_epochs × minibatches`` = 1) and π_old is
@@ -42,6 +42,7 @@ class StepPlan:
     correction_name: str
     correction: Correction | None
     old_from_update: bool
+    lag: LagPlan
 
     def lag_facts(self) -> tuple[int, str, str] | None:
         """``(lag, old_logprobs, correction)`` for the start banner when rollouts lag."""
@@ -52,17 +53,15 @@ class StepPlan:
 
 def step_plan(cfg: DictConfig, strategy: Strategy) -> StepPlan:
     """The plan of ``cfg``'s run, whose algorithm is ``strategy``."""
-    lag = int(cfg.train_type.max_policy_lag)
-    engine = cfg.get("engine")
+    lag = lag_plan(cfg)
     updates = strategy.ppo_epochs * strategy.minibatches
-    precision = cfg.infra.precision
-    old_logprobs, correction = engine_choices(engine, lag, precision, updates)
-    same_weights = old_logprobs == "recompute" or engine_class(engine).samples_live_policy
+    same_weights = lag.recomputes or engine_class(cfg.get("engine")).samples_live_policy
     return StepPlan(
         updates_per_step=updates,
-        max_policy_lag=lag,
-        old_logprobs=old_logprobs,
-        correction_name=correction,
-        correction=correction_from_config(engine, lag, precision, updates),
+        max_policy_lag=lag.max_policy_lag,
+        old_logprobs=lag.old_logprobs,
+        correction_name=lag.correction,
+        correction=correction_for(lag),
         old_from_update=updates == 1 and same_weights,
+        lag=lag,
     )
