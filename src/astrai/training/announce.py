@@ -108,7 +108,7 @@ def run_facts(trainer: StartingRun, plan: DevicePlan) -> RunFacts:
     if trainer.device.type == "cuda" and not local_devices:
         local_devices = (trainer.device.index or 0,)
     model, reward = trainer.job_choices.get("model"), trainer.job_choices.get("reward")
-    has_critic = cfg.critic.name != "none"
+    has_critic = "critic" in trainer.strategy.requires
     return RunFacts(
         run_dir=str(trainer.run_dir),
         train_type=trainer.strategy.name,

@@ -164,12 +164,13 @@ class Trainer:
             rollout.loss_mask = rollout.response_mask & eos[..., None]
         score = kl_logged_at(self.state.step + 1, self.strategy.kl_coef, self.cfg.logger.kl_every)
         reference = self.reference if score else None
+        models = {role: reference if role == "reference" else model
+                  for role, model in self.parts.models.items()}  # fmt: skip
         scoring = self.strategy.scoring_through(split)
         with self.reference_on_device(score), self.autocast(), scoring:
             metrics |= self.strategy.prepare(
                 rollout,
-                reference,
-                self.critic,
+                models,
                 sum_over_ranks=all_reduce_sum,
                 no_grad=no_grad_for(reference) if reference is not None else torch.no_grad,
             )
