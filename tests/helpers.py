@@ -34,12 +34,10 @@ __all__ = [
 
 
 @functools.cache
-def _hydra_config(
-    overrides: tuple[str, ...], config_dir: str, strategies: tuple[str, ...]
-) -> DictConfig:
+def _hydra_config(overrides: tuple[str, ...], config_dir: str) -> DictConfig:
     """Hydra's composition of ``overrides`` (not validated), once per worker: a function of the
-    overrides, the config files and the registered strategies (the schemas' source), so those
-    are the key; a compose that raises is not cached."""
+    overrides and the config files, so those are the key; a compose that raises is not
+    cached."""
     return compose_train_config(list(overrides), validate=False)
 
 
@@ -50,12 +48,11 @@ def compose_config(overrides: list[str] | None = None, validate: bool = True) ->
     one composition and is validated afresh (validation reads files and the environment). Not
     cached: a ``hydra.searchpath`` override (files a test writes and may rewrite)."""
     from astrai import paths
-    from astrai.algorithms.registry import STRATEGIES
     from astrai.config.validate import validate_config
 
     if any("searchpath" in override for override in overrides or []):
         return compose_train_config(overrides, validate=validate)
-    key = tuple(overrides or []), str(paths.CONFIG_DIR), tuple(STRATEGIES)
+    key = tuple(overrides or []), str(paths.CONFIG_DIR)
     cfg = copy.deepcopy(_hydra_config(*key))
     if validate:
         validate_config(cfg)

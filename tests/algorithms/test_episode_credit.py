@@ -83,7 +83,7 @@ def _critic() -> ValueModel:
 def test_grpo_gives_the_group_advantage_to_sampled_tokens_only() -> None:
     strategy = GRPOStrategy(**SHARED, adv_eps=1e-6, scale_rewards="none", advantage="grpo")
     rollout = _episode(observations=4)
-    strategy.prepare(rollout, None)
+    strategy.prepare(rollout, {"reference": None})
     assert rollout.advantages is not None
     # rewards 1.5 and 0.5: ±0.5 on every sampled token, 0 on the observation span
     expected = torch.where(rollout.sampled_mask, torch.tensor([[[0.5], [-0.5]]]), 0.0)
@@ -93,7 +93,7 @@ def test_grpo_gives_the_group_advantage_to_sampled_tokens_only() -> None:
 def test_ppo_gae_runs_over_sampled_tokens_with_rewards_on_their_turns() -> None:
     critic = _critic()
     rollout = _episode(observations=4)
-    _ppo().prepare(rollout, None, critic)
+    _ppo().prepare(rollout, {"reference": None, "critic": critic})
     assert rollout.values is not None and rollout.advantages is not None
     assert rollout.returns is not None
     sampled = rollout.sampled_mask[0]
@@ -112,7 +112,7 @@ def test_ppo_gae_runs_over_sampled_tokens_with_rewards_on_their_turns() -> None:
 def test_ppo_turn_level_gives_each_turn_one_advantage() -> None:
     critic = _critic()
     rollout = _episode(observations=4)
-    _ppo("turn").prepare(rollout, None, critic)
+    _ppo("turn").prepare(rollout, {"reference": None, "critic": critic})
     assert rollout.values is not None and rollout.advantages is not None
     v = rollout.values[0, 0]
     # turn 2 (last): r = 1, A_2 = 1 - V(first token of turn 2) = 1 - v[7]

@@ -190,7 +190,7 @@ def test_ppo_whitening_counts_the_valid_responses_only(whiten: bool) -> None:
     critic = ValueModel(config)
     rewards = torch.tensor([[1.0, 0.0, 3.0]])
     rollout = _rollout(rewards, torch.tensor([[True, True, False]]), vocab=config.vocab_size)
-    metrics = _ppo(whiten).prepare(rollout, None, critic)
+    metrics = _ppo(whiten).prepare(rollout, {"reference": None, "critic": critic})
     if whiten:
         a = 0.5 / (0.25 + 1e-8) ** 0.5
         expected = torch.tensor([[[a, a], [-a, -a], [0.0, 0.0]]])

@@ -13,6 +13,9 @@ from typing import Any
 
 import torch
 
+from astrai.algorithms.grpo import GRPOStrategy
+from astrai.algorithms.ppo import PPOStrategy
+from astrai.algorithms.strategy import Strategy
 from astrai.checkpoints import io
 from astrai.files import FileWriter
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
@@ -30,6 +33,11 @@ _CONFIG = LlamaConfig(
     num_attention_heads=2,
     num_key_value_heads=1,
 )
+
+
+def strategy_named(train_type: str) -> type[Strategy]:
+    """The shipped strategy whose checkpoints record ``train_type`` (``Strategy.name``)."""
+    return {cls.name: cls for cls in (GRPOStrategy, PPOStrategy)}[train_type]
 
 
 def fingerprint(train_type: str) -> dict[str, Any]:

@@ -14,10 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.checkpoints.checkpoint_dirs import copy_run, edit_state, truncate, write_checkpoint
+from tests.checkpoints.checkpoint_dirs import (
+    copy_run,
+    edit_state,
+    strategy_named,
+    truncate,
+    write_checkpoint,
+)
 from tests.helpers import run_main
 
-from astrai.algorithms.registry import strategy_class
 from astrai.checkpoints import io
 from astrai.checkpoints.__main__ import main as checkpoints_cli
 from astrai.checkpoints.layout import CheckpointError, CheckpointInfo
@@ -189,21 +194,21 @@ def test_resume_skips_it_and_refuses_it_by_name(
     run_dir, train_type = _damaged_run(templates, tmp_path, row)
     root, needle = run_dir / "checkpoints", DAMAGED[row][2]
     with pytest.raises(CheckpointError) as explicit:
-        resolve_resume(str(root / "step_10"), run_dir, strategy_class(train_type))
+        resolve_resume(str(root / "step_10"), run_dir, strategy_named(train_type))
     assert needle in str(explicit.value) and "\n" not in str(explicit.value)
     assert str(root / "step_10") in str(explicit.value)
     if not _complete(row):  # nothing to resume from, and starting over beside it is refused
         with pytest.raises(CheckpointError, match="no complete checkpoint") as auto:
-            resolve_resume("auto", run_dir, strategy_class(train_type))
+            resolve_resume("auto", run_dir, strategy_named(train_type))
         assert needle in str(auto.value)
         return
     with caplog.at_level(logging.WARNING, logger="astrai.training.resume"):
-        chosen = resolve_resume("auto", run_dir, strategy_class(train_type))
+        chosen = resolve_resume("auto", run_dir, strategy_named(train_type))
         assert chosen is not None and chosen.path == root / "step_9"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "step_10 (incomplete: " in warnings[0]
     assert needle in warnings[0] and warnings[0].endswith("resuming from step_9")
-    named = resolve_resume(str(root / "step_9"), run_dir, strategy_class(train_type))
+    named = resolve_resume(str(root / "step_9"), run_dir, strategy_named(train_type))
     assert named is not None and named.path == root / "step_9"
 
 

@@ -27,13 +27,13 @@ from tests.checkpoints.checkpoint_dirs import (
     edit_json,
     edit_rollout,
     edit_state,
+    strategy_named,
     write_base,
     write_lag_checkpoint,
     write_lora_checkpoint,
 )
 from tests.helpers import compose_config, run_main
 
-from astrai.algorithms.registry import strategy_class
 from astrai.checkpoints.__main__ import main as checkpoints_cli
 from astrai.checkpoints.identity import check_checkpoint_identity
 from astrai.checkpoints.in_flight import ROLLOUT_FIELDS, RunShape
@@ -90,7 +90,7 @@ def _resume_checks(step_dir: Path, shape: RunShape | None = None) -> str | None:
         resolve_resume(
             str(step_dir),
             step_dir.parents[1],
-            strategy_class(state["train_type"]),
+            strategy_named(state["train_type"]),
             adapters=lora is not None,
         )
         current = dict(state["fingerprint"])

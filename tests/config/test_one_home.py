@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from tests.helpers import compose_config
 
 from astrai.config import schema
-from astrai.config.store import group_schemas
+from astrai.config.store import GROUP_SCHEMAS
 from astrai.models.llama import LlamaConfig
 from astrai.paths import CONFIG_DIR
 
@@ -161,7 +161,7 @@ def _target_nodes(node: Any) -> list[DictConfig]:
 
 def test_schemas_hold_types_only() -> None:
     schemas = [schema.TrainConfig] + [
-        node for nodes in group_schemas().values() for node in nodes.values()
+        node for nodes in GROUP_SCHEMAS.values() for node in nodes.values()
     ]
     for node in schemas:
         structured = OmegaConf.structured(node)

@@ -212,7 +212,7 @@ def bad(**node: Any) -> dict[str, Any]:
         (bad(terms=[{"weight": 1.0}]), r"reward\.terms\[0\]\._target_: name the reward"),
         (
             bad(_target_="no_such_module_xyz.fn"),
-            r"reward\._target_: cannot import 'no_such_module_xyz' \(ModuleNotFoundError",
+            r"reward\._target_ 'no_such_module_xyz.fn' cannot be imported: No module named ",
         ),
         (bad(_target_="mymod.NOT_CALLABLE"), r"reward\._target_: mymod\.NOT_CALLABLE is not call"),
         (

@@ -127,7 +127,7 @@ def test_the_pre_run_check_turns_an_exit_into_a_config_error(modules: None) -> N
 @pytest.mark.parametrize(
     ("target", "message"),
     [
-        ("exit_on_import.quits", r"cannot import 'exit_on_import' \(SystemExit: 1\)"),
+        ("exit_on_import.quits", r"'exit_on_import.quits' cannot be imported: SystemExit: 1"),
         ("quitting.QuitsInInit", r"its constructor raised KeyboardInterrupt"),
     ],
     ids=["import", "constructor"],

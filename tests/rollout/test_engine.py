@@ -56,10 +56,10 @@ def test_the_config_names_the_engine_class() -> None:
     assert isinstance(engine, TorchEngine) and engine.policy is policy
     assert (engine.precision, engine.lockstep) == ("bf16", False)
     with pytest.raises(
-        ConfigError, match=r"engine._target_='astrai.rollout.sglang.SGLang' cannot be imported"
+        ConfigError, match=r"engine._target_ 'astrai.rollout.sglang.SGLang' cannot be imported"
     ):
         compose_config(["debug=quick", "engine._target_=astrai.rollout.sglang.SGLang"])
-    with pytest.raises(ConfigError, match=r"engine._target_='torch.nn.Linear' is not an engine"):
+    with pytest.raises(ConfigError, match=r"engine._target_ 'torch.nn.Linear' is not an engine"):
         compose_config(["debug=quick", "engine._target_=torch.nn.Linear"])
 
 

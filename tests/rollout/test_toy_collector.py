@@ -72,11 +72,11 @@ def test_a_key_the_toy_collector_does_not_take_is_one_line(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["collector._target_=astrai.rollout.collectors.Nope"], r"^collector._target_='astrai."
-         r"rollout.collectors.Nope' cannot be imported \("),
-        (["collector._target_=astrai.rollout.rollout.Rollout"], r"^collector._target_='astrai."
+        (["collector._target_=astrai.rollout.collectors.Nope"], r"^collector._target_ 'astrai."
+         r"rollout.collectors.Nope': module 'astrai.rollout.collectors' has no 'Nope'$"),
+        (["collector._target_=astrai.rollout.rollout.Rollout"], r"^collector._target_ 'astrai."
          r"rollout.rollout.Rollout' is not a collector \(a subclass of astrai.rollout."
-         r"collectors.Collector\)$"),
+         r"collectors.Collector; select one with collector=<name>\)$"),
         (["collector=episodes"], r"^collector._target_='astrai.rollout.collectors."
          r"EpisodeCollector' plays an environment's episodes: choose one"),
         (["collector=single_turn", "experiment=calculator"], r"^collector._target_='astrai."

@@ -102,7 +102,7 @@ def test_pi_old_the_reference_and_the_update_agree_bitwise_in_bf16(
     bf16 = torch.autocast("cpu", dtype=torch.bfloat16)
     with bf16:
         strategy.recompute_old_logprobs(rollout, policy, Correction("none"))
-        metrics = strategy.prepare(rollout, reference)
+        metrics = strategy.prepare(rollout, {"reference": reference})
     # the update's forwards (train mode, autograd on) of a minibatch of every row, in order
     minibatch = flatten_rollout(rollout)
     parts = strategy.update_parts(policy, minibatch)
@@ -134,7 +134,7 @@ def test_at_one_update_a_step_the_update_measures_the_kl_of_its_own_forward() ->
     strategy = _grpo(None, 60)
     bf16 = torch.autocast("cpu", dtype=torch.bfloat16)
     with bf16:
-        engine_kl = strategy.prepare(rollout, reference)["kl/k1"]
+        engine_kl = strategy.prepare(rollout, {"reference": reference})["kl/k1"]
     minibatch = flatten_rollout(rollout, old_from_update=True)
     parts = strategy.update_parts(policy, minibatch)
     assert len(parts) > 1

@@ -1,39 +1,36 @@
-"""Adding an algorithm is its module plus one registration line, and ``training/`` has no import
-circle (issue 32: the Trainer's state is one record; per-algorithm facts live on the Strategy).
+"""Adding an algorithm is its module plus its YAML (issue 60: no registry, the ``train_type`` is
+its ``_target_`` class), and ``training/`` has no import circle (issue 32: the Trainer's state is
+one record; per-algorithm facts live on the Strategy).
 
-The toy algorithm (``tests/training/toy_strategy.py``) is registered with one line and run by
-the real ``train.py`` main for one step with its own ``conf/train_type/toy.yaml`` on Hydra's
-search path: its schema is derived from its constructor, its metrics are its class's, its
-checkpoint lists its files."""
+The toy algorithm (``tests/training/toy_strategy.py``) is named by nothing but the
+``_target_`` of its own ``conf/train_type/toy.yaml`` on Hydra's search path, and run by the real
+``train.py`` main for one step: its knobs are checked against its constructor, its metrics are
+its class's, its checkpoint lists its files."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import grimp
 import pytest
+from tests.helpers import compose_config
 from tests.train_runs import QUICK, REPO, run_train_in_process
 from tests.training.toy_strategy import ToyStrategy
 
-from astrai.algorithms.registry import STRATEGIES, register_strategy
+from astrai.algorithms.grpo import GRPOStrategy
+from astrai.algorithms.ppo import PPOStrategy
 from astrai.checkpoints.layout import COMMON_FILES
+from astrai.config.errors import ConfigError
 from astrai.metrics.names import METRICS, reward_term_names
 
 
-@pytest.fixture
-def toy_registered() -> Iterator[None]:
-    register_strategy(ToyStrategy)  # the one line a new algorithm adds (algorithms/registry.py)
-    yield
-    del STRATEGIES[ToyStrategy.name]
-
-
 def _toy_conf(root: Path) -> Path:
-    """``conf/train_type/toy.yaml`` under ``root``: GRPO's file with the toy's target, schema and
-    knob in place of GRPO's own two."""
+    """``conf/train_type/toy.yaml`` under ``root``: GRPO's file with the toy's target and knob in
+    place of GRPO's schema and its own two knobs (a YAML outside ``conf/`` has no stored schema:
+    validation checks it against the class's constructor)."""
     text = (REPO / "conf" / "train_type" / "online_grpo.yaml").read_text()
-    text = text.replace("base_online_grpo", "base_toy")
+    text = text.replace("  - /schema/train_type/base_online_grpo@_here_\n", "")
     target = "tests.training.toy_strategy.ToyStrategy"
     text = text.replace("astrai.algorithms.grpo.GRPOStrategy", target)
     lines = [
@@ -48,8 +45,7 @@ def _toy_conf(root: Path) -> Path:
     return path.parent.parent
 
 
-@pytest.mark.usefixtures("toy_registered")
-def test_a_registered_toy_strategy_runs_a_step_logs_its_metrics_and_checkpoints(
+def test_a_toy_strategy_named_by_its_target_runs_a_step_logs_its_metrics_and_checkpoints(
     tmp_path: Path,
 ) -> None:
     conf, run = _toy_conf(tmp_path), tmp_path / "run"
@@ -64,30 +60,40 @@ def test_a_registered_toy_strategy_runs_a_step_logs_its_metrics_and_checkpoints(
     assert (state["train_type"], state["extra_files"]) == ("toy", [])
     saved = (run / "config.yaml").read_text()
     assert "baseline_scale: 0.5" in saved and "ToyStrategy" in saved
-    # the schema derived from the constructor types the knob: a wrong type fails at compose
+    # the schema derived from the constructor types the knob (after compose: validation), and
+    # a key it does not take is refused, each one line naming the key
     bad = run_train_in_process([*args, "train_type.baseline_scale=lots"], cwd=tmp_path)
     assert bad.returncode != 0
     assert "train_type.baseline_scale" in bad.stderr and "\n" not in bad.stderr.strip()
+    typo = run_train_in_process([*args, "+train_type.baseline_scal=0.5"], cwd=tmp_path)
+    assert typo.returncode != 0
+    assert (
+        "train_type.baseline_scal is not a config key (did you mean train_type.baseline_scale?)"
+        in typo.stderr
+    )
+    assert "\n" not in typo.stderr.strip()
 
 
-def test_every_registered_strategy_names_documented_metrics_and_its_own_files() -> None:
-    assert set(STRATEGIES) == {"online_grpo", "online_ppo"}
-    for cls in STRATEGIES.values():
+def test_the_shipped_strategies_name_documented_metrics_roles_and_their_own_files() -> None:
+    for cls in (GRPOStrategy, PPOStrategy):
         assert cls.metric_names <= set(METRICS), cls.name
         assert not set(cls.checkpoint_files) & set(COMMON_FILES), cls.name
-    assert STRATEGIES["online_ppo"].checkpoint_files == (
+    assert (GRPOStrategy.requires, PPOStrategy.requires) == (
+        ("reference",),
+        ("reference", "critic"),
+    )
+    assert PPOStrategy.checkpoint_files == (
         "value_model.pt",
         "value_optimizer.pt",
         "value_scheduler.pt",
     )
 
 
-def test_a_name_registered_twice_is_refused() -> None:
-    class Impostor(ToyStrategy):
-        name = "online_grpo"
-
-    with pytest.raises(ValueError, match="'online_grpo' is already registered"):
-        register_strategy(Impostor)
+def test_a_train_type_target_that_is_no_strategy_is_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"^train_type._target_ 'torch.nn.Linear' is not an "):
+        compose_config([*QUICK, "train_type._target_=torch.nn.Linear"])
+    with pytest.raises(ConfigError, match=r"^train_type._target_ 'no_such_mod.Toy' cannot be "):
+        compose_config([*QUICK, "train_type._target_=no_such_mod.Toy"])
 
 
 def _cycles(graph: grimp.ImportGraph, package: str) -> list[list[str]]:

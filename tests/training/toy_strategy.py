@@ -1,10 +1,13 @@
-"""A toy algorithm for the registry test: REINFORCE with a batch-mean baseline, written as a user
-would add one — this module plus ``register_strategy(ToyStrategy)``, nothing else in astrai.
+"""A toy algorithm for ``test_strategy_registry``: REINFORCE with a batch-mean baseline, written
+as a user would add one — this module plus its YAML (``_target_`` names the class), nothing else
+in astrai.
 
 Not a test module (no ``test_`` prefix): ``hydra.utils.instantiate`` imports it by name from
 ``conf/train_type/toy.yaml``, which the test writes."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor, nn
@@ -22,6 +25,7 @@ class ToyStrategy(Strategy):
     token; the clipped surrogate, no KL term."""
 
     name = "toy"
+    requires = ("reference",)
     ADVANTAGES = ("batch_baseline",)
     metric_names = CORE_METRICS  # nothing of its own beyond what every algorithm logs
 
@@ -32,12 +36,11 @@ class ToyStrategy(Strategy):
     def prepare(
         self,
         rollout: Rollout,
-        reference: nn.Module | None,
-        critic: nn.Module | None = None,
+        models: Mapping[str, nn.Module | None],
         sum_over_ranks: SumFn = local_sum,
         no_grad: NoGradMode = torch.inference_mode,
     ) -> dict[str, float]:
-        metrics = self.score_reference(rollout, reference, sum_over_ranks, no_grad)
+        metrics = self.score_reference(rollout, models["reference"], sum_over_ranks, no_grad)
         with torch.no_grad():
             centred = self.baseline_scale * (rollout.rewards - rollout.rewards.mean())  # [B, G]
             rollout.advantages = centred[..., None] * rollout.response_mask

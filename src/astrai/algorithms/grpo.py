@@ -4,6 +4,8 @@ the batch (REINFORCE++), the clipped surrogate, and KL to the frozen reference."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor, nn
 
@@ -35,6 +37,7 @@ class GRPOStrategy(Strategy):
     """
 
     name = "online_grpo"
+    requires = ("reference",)
     ADVANTAGES = ("grpo", "dr_grpo", "rloo", "reinforce_pp")
     # the group baselines (grpo, dr_grpo, rloo) compare a response with the rest of its group
     min_group_size = 2
@@ -65,11 +68,11 @@ class GRPOStrategy(Strategy):
     def prepare(
         self,
         rollout: Rollout,
-        reference: nn.Module | None,
-        critic: nn.Module | None = None,
+        models: Mapping[str, nn.Module | None],
         sum_over_ranks: SumFn = local_sum,
         no_grad: NoGradMode = torch.inference_mode,
     ) -> dict[str, float]:
+        reference = models.get("reference")
         metrics = self.score_reference(rollout, reference, sum_over_ranks, no_grad)
         rollout.advantages = self.advantages(rollout, sum_over_ranks)
         return metrics

@@ -8,6 +8,8 @@ regression onto the pinned returns.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor, nn
 
@@ -56,7 +58,7 @@ class PPOStrategy(Strategy):
     """
 
     name = "online_ppo"
-    requires_critic = True
+    requires = ("reference", "critic")
     ADVANTAGES = ("gae",)
     metric_names = CORE_METRICS | CRITIC_METRICS
     checkpoint_files = CRITIC_FILES  # the critic's weights, optimizer and schedule
@@ -87,14 +89,14 @@ class PPOStrategy(Strategy):
     def prepare(
         self,
         rollout: Rollout,
-        reference: nn.Module | None,
-        critic: nn.Module | None = None,
+        models: Mapping[str, nn.Module | None],
         sum_over_ranks: SumFn = local_sum,
         no_grad: NoGradMode = torch.inference_mode,
     ) -> dict[str, float]:
+        critic = models.get("critic")
         if critic is None:
             raise ValueError("online_ppo needs a critic (critic=value_model)")
-        metrics = self.score_reference(rollout, reference, sum_over_ranks, no_grad)
+        metrics = self.score_reference(rollout, models.get("reference"), sum_over_ranks, no_grad)
         mask = rollout.action_mask()  # an episode's observations are not time steps
         rewards = token_rewards(rollout.rewards, self.reward_kl(rollout), mask, self.kl_coef)
         if rollout.token_scores is not None:  # an episode's rewards on its turns' last tokens

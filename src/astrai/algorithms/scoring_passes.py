@@ -3,7 +3,7 @@ critic, in the passes the update's first epoch runs (``rollout.minibatch.EpochSp
 a ratio or a KL against the update compares one computation with itself (issue 59: in bf16 the
 shared-prompt cache and another micro-batch split round apart). A mixin of ``Strategy``: it reads
 the strategy's knobs (``sampling``, ``kl_coef``, ``micro_batch_size``, ``score_tokens``,
-``update_tokens``) and its class's ``requires_critic``."""
+``update_tokens``) and its class's ``requires`` (a critic among them)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def kl_metrics(rollout: Rollout, sum_over_ranks: SumFn = local_sum) -> dict[str,
 class ScoringPasses:
     """The scoring half of ``Strategy`` (module docstring)."""
 
-    requires_critic: ClassVar[bool] = False
+    requires: ClassVar[tuple[str, ...]] = ()
     sampling: SamplingConfig
     kl_coef: float
     minibatches: int
@@ -196,7 +196,7 @@ class ScoringPasses:
         if self.micro_batch_size is not None:
             rows = prompt_mask.shape[0]
             return consecutive_parts(rows, self.micro_batch_size, prompt_mask.device)
-        budget = update_token_budget(policy, self.requires_critic, self.update_tokens)
+        budget = update_token_budget(policy, "critic" in self.requires, self.update_tokens)
         return length_parts(prompt_mask, response_mask, budget)
 
     def recompute_old_logprobs(

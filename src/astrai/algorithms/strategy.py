@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -41,9 +41,12 @@ class Strategy(ScoringPasses, ABC):
     ``max_resample_rounds`` (DAPO dynamic sampling, carried out by the trainer).
     """
 
-    # --- what the rest of the trainer asks of an algorithm (``algorithms.registry``) ---
-    name: ClassVar[str] = "strategy"  # the ``train_type`` option and its checkpoints' label
-    requires_critic: ClassVar[bool] = False  # ``critic=value_model`` must be composed with it
+    # --- what the rest of astrai asks of an algorithm (``train_type._target_`` names the class) ---
+    name: ClassVar[str] = "strategy"  # the label its checkpoints and the banner give the run
+    # the models ``prepare`` receives by role (``training.roles`` builds them): ``reference``
+    # (the frozen initial policy), ``critic`` (``critic=value_model``), ``teacher``
+    # (``teacher.path``); a role not named here is not built
+    requires: ClassVar[tuple[str, ...]] = ()
     ADVANTAGES: ClassVar[tuple[str, ...]] = ()
     # the smallest ``group_size`` it accepts (a group baseline needs two responses to compare)
     min_group_size: ClassVar[int] = 1
@@ -136,18 +139,18 @@ class Strategy(ScoringPasses, ABC):
     def prepare(
         self,
         rollout: Rollout,
-        reference: nn.Module | None,
-        critic: nn.Module | None = None,
+        models: Mapping[str, nn.Module | None],
         sum_over_ranks: SumFn = local_sum,
         no_grad: NoGradMode = torch.inference_mode,
     ) -> dict[str, float]:
         """Compute and pin every target the replayed gradient steps optimise; return metrics.
 
-        ``sum_over_ranks`` sums a tensor over the data-parallel ranks, so statistics of the
-        whole rollout (advantage whitening, logged means) cover every rank's share.
-        ``reference`` None skips the reference forward (``score_reference``; ``kl_coef`` 0
-        only): no ``kl/*`` metrics and ``rollout.ref_logprobs`` None. ``no_grad``: how the
-        reference's forward turns gradients off (``NoGradMode``).
+        ``models``: the models of ``requires`` by role. ``sum_over_ranks`` sums a tensor over
+        the data-parallel ranks, so statistics of the whole rollout (advantage whitening,
+        logged means) cover every rank's share. ``models["reference"]`` None (or absent) skips
+        the reference forward (``score_reference``; ``kl_coef`` 0 only): no ``kl/*`` metrics
+        and ``rollout.ref_logprobs`` None. ``no_grad``: how the reference's forward turns
+        gradients off (``NoGradMode``).
         """
 
     @abstractmethod

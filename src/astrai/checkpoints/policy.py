@@ -94,6 +94,28 @@ def _run_chat_template(checkpoint: Path) -> tuple[bool, dict]:
         return True, {}
 
 
+def _checkpoint_config(checkpoint: Path) -> LlamaConfig:
+    fields = io.load_json(checkpoint / MODEL_CONFIG_FILE)
+    try:
+        return LlamaConfig(**fields)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{checkpoint / MODEL_CONFIG_FILE}: {err}") from err
+
+
+def read_tokenizer_and_config(path: str | Path) -> tuple[Tokenizer, LlamaConfig]:
+    """The tokenizer and model config of what ``load_policy`` would load, without its weights
+    (a teacher is checked against the policy before anything is built)."""
+    path = Path(path)
+    if is_hf_model_dir(path):
+        return load_tokenizer(path), read_hf_config(path)
+    checkpoint = resolve_checkpoint(path)
+    config = _checkpoint_config(checkpoint)
+    try:
+        return load_tokenizer(checkpoint), config
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{checkpoint}: {err}") from err
+
+
 def load_checkpoint_policy(path: str | Path, chat_template: bool | None = None) -> LoadedPolicy:
     """Policy, tokenizer and (PPO) critic of a training checkpoint or run dir.
 
@@ -101,11 +123,7 @@ def load_checkpoint_policy(path: str | Path, chat_template: bool | None = None) 
     ``model.chat_template_kwargs`` always apply where a template is used.
     """
     checkpoint = resolve_checkpoint(path)
-    fields = io.load_json(checkpoint / MODEL_CONFIG_FILE)
-    try:
-        config = LlamaConfig(**fields)
-    except (TypeError, ValueError) as err:
-        raise CheckpointError(f"{checkpoint / MODEL_CONFIG_FILE}: {err}") from err
+    config = _checkpoint_config(checkpoint)
     state_file = checkpoint / TRAINER_STATE_FILE
     adapters = io.load_json(state_file).get(ADAPTERS_KEY) if state_file.is_file() else None
     critic = None

@@ -165,6 +165,15 @@ class CriticConfig:
 
 
 @dataclass
+class TeacherConfig:
+    """``teacher``: the frozen model a strategy that requires a ``teacher`` scores with
+    (``training.roles``); a top-level key, not a group: one kind of teacher, found by its
+    path."""
+
+    path: str | None = MISSING  # an HF model dir, an astrai checkpoint or run dir; null: none
+
+
+@dataclass
 class ValueModelConfig(CriticConfig):
     """``critic=value_model``: the policy's trunk + a zero-initialised scalar head."""
 
@@ -384,3 +393,4 @@ class TrainConfig:
     optimized_metric: str = MISSING
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ckpt: CheckpointConfig = field(default_factory=CheckpointConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)

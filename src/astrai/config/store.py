@@ -6,6 +6,7 @@ options name in their defaults (``- /schema/train_type/base_online_ppo@_here_``)
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from dataclasses import field, make_dataclass
@@ -13,18 +14,23 @@ from dataclasses import field, make_dataclass
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from astrai.algorithms.registry import STRATEGIES
+from astrai.algorithms.grpo import GRPOStrategy
+from astrai.algorithms.ppo import PPOStrategy
 from astrai.algorithms.strategy import Strategy
 from astrai.config import schema
 
 SCHEMA_GROUP = "schema"
 
 
+@functools.cache
 def strategy_schema(cls: type[Strategy]) -> type:
-    """``schema/train_type/base_<name>``: the knobs every strategy shares
+    """The schema of a ``train_type`` whose ``_target_`` is ``cls``: the knobs every strategy shares
     (``schema.StrategyConfig``) plus the keyword arguments its own constructors add, typed by
     their annotations, every value ``MISSING`` (the YAML holds them): an algorithm's knobs have
-    one home, its constructor, and a new one needs no schema of its own."""
+    one home, its constructor, and a new one needs no schema of its own. The built-in ones are
+    stored as ``schema/train_type/base_<name>`` (their YAML's compose is typed); a strategy's
+    YAML outside ``conf/`` is checked against it after compose
+    (``config.train_type_checks.check_strategy_keys``), as an engine's is."""
     own: dict[str, object] = {}
     for klass in reversed(cls.__mro__):
         if klass is Strategy or not issubclass(klass, Strategy) or "__init__" not in vars(klass):
@@ -40,14 +46,9 @@ def strategy_schema(cls: type[Strategy]) -> type:
     return derived
 
 
-def group_schemas() -> dict[str, dict[str, type]]:
-    """Every group's schemas by name; ``train_type``'s from the registered strategies (read
-    when the store is filled, so a strategy registered later is in it)."""
-    strategies = {f"base_{name}": strategy_schema(cls) for name, cls in STRATEGIES.items()}
-    return {"train_type": strategies, **GROUP_SCHEMAS}
-
-
 GROUP_SCHEMAS: dict[str, dict[str, type]] = {
+    # the algorithms astrai ships (conf/train_type/); another is its module and its YAML
+    "train_type": {f"base_{cls.name}": strategy_schema(cls) for cls in (GRPOStrategy, PPOStrategy)},
     "model": {
         "base_llama": schema.ModelConfig,
         "base_hf": schema.HFModelConfig,
@@ -99,8 +100,8 @@ def schema_node(node: type) -> type | DictConfig:
     return structured
 
 
-# the key of what ``register_configs`` last stored (one per process, as Hydra's store)
-_STORED: list[tuple[object, ...] | None] = [None]
+# whether ``register_configs`` has stored the schemas (once per process, as Hydra's store)
+_STORED: list[bool] = [False]
 
 
 def register_configs() -> None:
@@ -108,13 +109,10 @@ def register_configs() -> None:
     ``schema/<group>/base_<name>``; once per process (Hydra's store is process-wide and hands
     out deep copies, so a second ``main()`` in one interpreter finds them there)."""
     cs = ConfigStore.instance()
-    # what is stored depends on the registered strategies alone (a strategy registered since,
-    # e.g. a test's toy algorithm, stores again)
-    key = tuple((name, id(cls)) for name, cls in STRATEGIES.items())
-    if key == _STORED[0] and "train_schema.yaml" in cs.repo:
+    if _STORED[0] and "train_schema.yaml" in cs.repo:
         return
-    for group, nodes in group_schemas().items():
+    for group, nodes in GROUP_SCHEMAS.items():
         for name, node in nodes.items():
             cs.store(group=f"{SCHEMA_GROUP}/{group}", name=name, node=schema_node(node))
     cs.store(name="train_schema", node=schema.TrainConfig)
-    _STORED[0] = key
+    _STORED[0] = True

@@ -4,12 +4,18 @@ message naming the key."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
 import torch
-from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from astrai.algorithms.strategy import Strategy
 from astrai.config.errors import ConfigError, first_line, require
+from astrai.config.keys import unknown_key_message
 from astrai.config.ranges import (
     MAX_EPOCHS,
     MAX_RESAMPLE_ROUNDS,
@@ -19,6 +25,8 @@ from astrai.config.ranges import (
     check_number,
     check_token_budget,
 )
+from astrai.config.store import strategy_schema
+from astrai.imports import import_target
 
 
 def _check_optimizer(node: DictConfig, key: str) -> torch.optim.Optimizer:
@@ -37,10 +45,7 @@ def _check_optimizer(node: DictConfig, key: str) -> torch.optim.Optimizer:
         check_number(node.eps, f"{key}.eps", 0, low_open=True)
     if "momentum" in node:
         check_number(node.momentum, f"{key}.momentum", 0, 1, high_open=True)
-    try:
-        get_class(node._target_)
-    except Exception as err:
-        raise ConfigError(f"{key}._target_ {node.get('_target_')!r} cannot be imported") from err
+    import_target(node.get("_target_"), f"{key}._target_", error=ConfigError)
     try:
         return instantiate(node)([torch.nn.Parameter(torch.zeros(1))])
     except Exception as err:
@@ -59,27 +64,40 @@ def _check_scheduler(
         raise ConfigError(f"{key}: {first_line(err.__cause__ or err)}") from err
 
 
-def strategy_class_of(tt: DictConfig) -> type[Strategy]:
-    """The ``Strategy`` class ``train_type._target_`` names; a ``ConfigError`` otherwise."""
-    try:
-        cls = get_class(tt._target_)
-    except Exception as err:
-        raise ConfigError(f"train_type._target_ {tt._target_!r} cannot be imported") from err
-    require(
-        isinstance(cls, type) and issubclass(cls, Strategy),
-        f"train_type._target_ {tt._target_!r} is not an astrai Strategy",
+def strategy_class_of(tt: Mapping[str, Any]) -> type[Strategy]:
+    """The ``Strategy`` class ``train_type._target_`` names (the algorithm is its class: no
+    registry); a ``ConfigError`` naming the key otherwise."""
+    return import_target(  # type: ignore[no-any-return]
+        tt.get("_target_"),
+        "train_type._target_",
+        Strategy,
+        "an astrai Strategy (a subclass of astrai.algorithms.strategy.Strategy)",
+        error=ConfigError,
     )
-    return cls
+
+
+def check_strategy_keys(cls: type[Strategy], tt: DictConfig) -> None:
+    """The node's keys and types against ``cls``'s schema (``config.store.strategy_schema``:
+    its constructor's keywords): a YAML outside ``conf/`` composes untyped, so a typo or a
+    wrong type is caught here, one line naming the key, as an engine's is."""
+    schema = strategy_schema(cls)
+    known = [f"train_type.{f.name}" for f in dataclasses.fields(schema)]
+    unknown = [f"train_type.{key!s}" for key in tt.keys() if f"train_type.{key!s}" not in known]
+    if unknown:
+        raise ConfigError(unknown_key_message(unknown[0], known))
+    try:
+        OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.to_container(tt))
+    except OmegaConfBaseException as err:
+        reason = str(err).splitlines()[0]
+        raise ConfigError(f"train_type.{err.full_key or ''}: {reason}") from None
 
 
 def validate_train_type(tt: DictConfig, critic: DictConfig, allow_large: bool = False) -> None:
+    """The ``train_type`` node and, where its strategy requires a critic, the critic's
+    optimizer and schedule (whether the models it requires are given: ``role_checks``)."""
     strategy = strategy_class_of(tt)
-    if strategy.requires_critic:
-        require(
-            critic.name != "none",
-            f"train_type={strategy.name} needs a critic: use critic=value_model "
-            f"(got critic={critic.name})",
-        )
+    check_strategy_keys(strategy, tt)
+    if "critic" in strategy.requires and critic.name != "none":
         critic_optimizer = _check_optimizer(critic.optimizer, "critic.optimizer")
         scheduler = critic.get("scheduler")
         require(
@@ -97,12 +115,6 @@ def validate_train_type(tt: DictConfig, critic: DictConfig, allow_large: bool = 
         check_number(tt.ppo_vf_coef, "train_type.ppo_vf_coef", 0)
     if "value_clip" in tt:
         check_number(tt.value_clip, "train_type.value_clip", 0, low_open=True, optional=True)
-    if not strategy.requires_critic:
-        require(
-            critic.name == "none",
-            f"train_type={strategy.name} uses no critic: use critic=none "
-            f"(got critic={critic.name})",
-        )
     _check_shape(tt, allow_large)
     check_number(tt.clip_eps, "train_type.clip_eps", 0, low_open=True)
     _check_option_ranges(tt)

@@ -27,6 +27,7 @@ from astrai.config.ranges import (
     check_large,
     check_number,
 )
+from astrai.config.role_checks import check_roles, validate_teacher
 from astrai.config.stop_at_checks import validate_stop_at
 from astrai.config.train_type_checks import check_world_batch, validate_train_type
 from astrai.models.llama import LlamaConfig
@@ -328,6 +329,7 @@ def check_config(cfg: DictConfig, where: Where = "host") -> None:
     _validate_logger(cfg.logger, allow_large)
     if where != "container":  # the image's packages cannot be looked up from the host
         validate_logger_backends(cfg.logger)
+    check_roles(cfg)  # the models train_type requires (critic, teacher) and no others
     validate_train_type(cfg.train_type, cfg.critic, allow_large)
     _validate_overlong(cfg)
     if where == "container":  # its files, as the container will read them
@@ -342,6 +344,8 @@ def check_config(cfg: DictConfig, where: Where = "host") -> None:
         tokenizer = CharTokenizer()
         model = _validate_model(cfg.model, tokenizer)
     _check_model_size(model, cfg.train_type.sampling.max_new_tokens, allow_large)
+    if where != "container":  # the container's files are not the host's
+        validate_teacher(cfg, tokenizer, model)
     task = _validate_task(cfg, tokenizer, model)
     reward_terms = _validate_reward(cfg.reward, task, tokenizer)
     overlong = ["overlong"] if cfg.reward.get("overlong_buffer") is not None else []

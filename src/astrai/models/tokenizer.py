@@ -89,6 +89,13 @@ class CharTokenizer:
             raise ValueError("chat messages need a tokenizer with a chat template")
         return self.encode(prompt, add_bos=True)
 
+    def token_text(self, token_id: int) -> str | None:
+        """The text of one token of the vocabulary (a special token's name too), None if
+        none (as ``HFTokenizer.token_text``)."""
+        if 0 <= token_id < len(SPECIAL_TOKENS):
+            return SPECIAL_TOKENS[token_id]
+        return self._id_to_char.get(token_id)
+
     def decode(self, ids: list[int]) -> str:
         """ids -> text; special tokens are dropped, decoding stops at nothing (masks decide)."""
         return "".join(self._id_to_char.get(i, "") for i in ids)

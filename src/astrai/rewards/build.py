@@ -9,12 +9,12 @@ line naming the key; a term that runs in a reward worker (all but the ``inline``
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from astrai.imports import import_target
 from astrai.rewards.base import (
     PROMPT_CONTEXT,
     RUN_KEYS,
@@ -26,7 +26,7 @@ from astrai.rewards.base import (
     context_keywords,
     default_name,
 )
-from astrai.rewards.user_code import USER_ERRORS, USER_EXITS, describe_failure
+from astrai.rewards.user_code import USER_EXITS, describe_failure
 
 DEFAULT_TIMEOUT_SCORE = 0.0
 
@@ -141,20 +141,8 @@ def build_term(node: Any, where: str, weight: float | None = None) -> RewardTerm
 
 
 def _import(target: str, where: str) -> Any:
-    """``module.attribute`` -> the object; one line naming the key when it cannot be had."""
-    module_name, _, attribute = target.rpartition(".")
-    if not module_name:
-        raise RewardConfigError(f"{where}._target_: {target!r} is no module.function path")
-    try:
-        module = importlib.import_module(module_name)
-    except USER_ERRORS as err:  # the user's module may fail in any way while importing
-        raise RewardConfigError(
-            f"{where}._target_: cannot import {module_name!r} ({type(err).__name__}: "
-            f"{str(err).splitlines()[0] if str(err) else ''})"
-        ) from err
-    obj = getattr(module, attribute, None)
-    if obj is None:
-        raise RewardConfigError(f"{where}._target_: {module_name!r} has no {attribute!r}")
+    """``module.attribute`` -> the callable; one line naming the key when it cannot be had."""
+    obj = import_target(target, f"{where}._target_", error=RewardConfigError)
     if not callable(obj):
         raise RewardConfigError(f"{where}._target_: {target} is not callable")
     return obj

@@ -29,11 +29,12 @@ from typing import Any, ClassVar, NamedTuple, cast
 import torch
 from torch import nn
 
+from astrai.imports import import_target
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
 from astrai.rewards.overlong import OverlongPenalty
 from astrai.rollout.collect import collect_rollout, decode_responses, left_pad, prompt_context
-from astrai.rollout.engine import Engine, named_class
+from astrai.rollout.engine import Engine
 from astrai.rollout.env_spec import EnvSpec
 from astrai.rollout.episode_rollout import (
     collect_episodes,
@@ -282,16 +283,16 @@ def env_line(env: EnvSpec) -> str:
 
 
 def collector_class(node: Mapping[str, Any] | None, env: EnvSpec | None) -> type[Collector]:
-    """The ``Collector`` subclass ``node["_target_"]`` names (imported as an engine's is:
-    ``rollout.engine.named_class``); ``collector=auto`` (no node, or ``_target_`` null) is
+    """The ``Collector`` subclass ``node["_target_"]`` names (imported as every plug point's is:
+    ``astrai.imports.import_target``); ``collector=auto`` (no node, or ``_target_`` null) is
     ``EpisodeCollector`` with an environment (``env``), else ``SingleTurnCollector``.
     ValueError, one line naming the key, for a class that cannot be imported, is not a
     collector, or plays episodes without an environment (or none with one)."""
     target = None if node is None else node.get("_target_")
     if target is None:
         return SingleTurnCollector if env is None else EpisodeCollector
-    example = f"{__name__}.SingleTurnCollector"
-    cls = cast(type[Collector], named_class(target, Collector, GROUP, "a collector", example))
+    kind = f"a collector (a subclass of {__name__}.Collector; select one with collector=<name>)"
+    cls = cast(type[Collector], import_target(target, f"{GROUP}._target_", Collector, kind))
     if cls.episodes and env is None:
         raise ValueError(
             f"collector._target_={target!r} plays an environment's episodes: choose one "

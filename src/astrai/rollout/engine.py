@@ -19,7 +19,6 @@ further engine is one module and one YAML (docs/engines.md, "Writing an engine")
 from __future__ import annotations
 
 import copy
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -29,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from astrai.distributed import all_reduce_max, is_fsdp
+from astrai.imports import import_target
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.pass_memory import kv_bytes_per_token, rows_per_pass, token_budget
 from astrai.models.precision import compute_dtype
@@ -307,33 +307,12 @@ def engine_class(node: Mapping[str, Any] | None) -> type[Engine]:
     one line naming ``engine._target_``, when it cannot be imported or is not an engine."""
     if node is None:
         return TorchEngine
-    example = "astrai.rollout.engine.TorchEngine"
-    cls = named_class(node.get("_target_"), Engine, "engine", "an engine", example)
-    return cast(type[Engine], cls)
-
-
-def named_class(target: object, base: type, group: str, kind: str, example: str) -> type:
-    """The subclass of ``base`` that ``<group>._target_`` (``target``, ``module.Class``) names:
-    how an engine's and a collector's (``rollout.collectors``) classes are imported. ValueError,
-    one line naming the key, when it is not a dotted name, cannot be imported, or is not a
-    ``base`` (``kind``: "an engine")."""
-    if not isinstance(target, str) or "." not in target:
-        raise ValueError(
-            f"{group}._target_={target!r} must name {kind} class (module.Class, e.g. "
-            f"{example}); select {kind} with {group}=<name>"
-        )
-    module, _, attribute = target.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError) as err:
-        reason = (str(err).splitlines() or [type(err).__name__])[0]
-        raise ValueError(f"{group}._target_={target!r} cannot be imported ({reason})") from err
-    if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise ValueError(
-            f"{group}._target_={target!r} is not {kind} (a subclass of "
-            f"{base.__module__}.{base.__qualname__})"
-        )
-    return cls
+    return import_target(  # type: ignore[no-any-return]
+        node.get("_target_"),
+        "engine._target_",
+        Engine,
+        "an engine (a subclass of astrai.rollout.engine.Engine; select one with engine=<name>)",
+    )
 
 
 def engine_knobs(cls: type[Engine], node: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -11,18 +11,17 @@ line naming the key; the config layer turns it into a ``ConfigError`` (exit 2).
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 from astrai.envs.base import Environment
 from astrai.envs.calculator import parse_calc_line
 from astrai.envs.hosts import check_mode
 from astrai.envs.tool_calls import PARSERS, STOP_STRINGS, ParsedTurn
+from astrai.imports import import_target
 from astrai.rollout.episodes import EpisodeLimits
 from astrai.rollout.observation_limit import TRUNCATION_SIDES
 
@@ -85,57 +84,21 @@ def turn_parser(name: str) -> Callable[[str], ParsedTurn]:
         raise ValueError(
             f"env.parser={name!r} is not one of {', '.join(TURN_PARSERS)} nor a module.function"
         )
-    parser = _imported(name, "env.parser")
+    parser = import_target(name, "env.parser")
     if not callable(parser):
         raise ValueError(f"env.parser {name!r} is not a function (text -> ParsedTurn)")
     return parser  # type: ignore[no-any-return]
 
 
-def _imported(target: str, key: str) -> Any:
-    """The attribute ``module.name`` names; ``ValueError`` naming ``key`` when it cannot be
-    imported or the module lacks it."""
-    module_name, _, name = target.rpartition(".")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as err:  # noqa: BLE001 (a user's module: any error it raises on import)
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ValueError(
-            f"{key} {target!r} cannot be imported: {reason}{_search_path_hint(err, module_name)}"
-        ) from None
-    if not hasattr(module, name):
-        raise ValueError(f"{key} {target!r}: module {module_name!r} has no {name!r}")
-    return getattr(module, name)
-
-
-def _search_path_hint(err: Exception, module_name: str) -> str:
-    """For the user's own module not found (not a module it imports): where Python looked and
-    how to add its folder; empty otherwise."""
-    missing = getattr(err, "name", None)
-    if not isinstance(err, ModuleNotFoundError) or not missing:
-        return ""
-    if not (module_name == missing or module_name.startswith(f"{missing}.")):
-        return ""  # found, but it imports something that is not installed
-    file = f"{missing.replace('.', '/')}.py"
-    if Path(file).is_file() or Path(missing.replace(".", "/"), "__init__.py").is_file():
-        return f" ({file} is in the working directory, which is not on sys.path: PYTHONPATH=.)"
-    return (
-        f" (not on Python's search path: put the folder holding {file} on PYTHONPATH, e.g. "
-        "PYTHONPATH=path/to/that/folder python train.py ...)"
-    )
-
-
 def environment_class(target: object) -> type[Environment]:
     """The class ``env._target_`` names (``module.Class``, importable from the working
     directory or ``PYTHONPATH``); ``ValueError`` naming the key otherwise."""
-    if not isinstance(target, str) or "." not in target:
-        raise ValueError(f"env._target_ must be module.Class (got {target!r})")
-    cls = _imported(target, "env._target_")
-    if not (inspect.isclass(cls) and issubclass(cls, Environment)):
-        raise ValueError(
-            f"env._target_ {target!r} is not an astrai.envs.Environment subclass "
-            "(reset(row) -> messages, step(turn) -> StepResult)"
-        )
-    return cls
+    return import_target(  # type: ignore[no-any-return]
+        target,
+        "env._target_",
+        Environment,
+        "an astrai.envs.Environment subclass (reset(row) -> messages, step(turn) -> StepResult)",
+    )
 
 
 def env_spec(node: Mapping[str, Any] | None) -> EnvSpec | None:

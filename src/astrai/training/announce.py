@@ -72,7 +72,7 @@ def run_facts(parts: BuiltRun, started: RunStart, plan: DevicePlan) -> RunFacts:
     if parts.device.type == "cuda" and not local_devices:
         local_devices = (parts.device.index or 0,)
     model, reward = parts.job_choices.get("model"), parts.job_choices.get("reward")
-    has_critic = cfg.critic.name != "none"
+    has_critic = "critic" in parts.strategy.requires
     return RunFacts(
         run_dir=str(parts.run_dir),
         train_type=parts.strategy.name,

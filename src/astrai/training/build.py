@@ -9,6 +9,7 @@ the global random stream), the reference and critic before any sharding, the opt
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,12 +40,12 @@ from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.adapters import (
     BaseIdentity,
     base_identity,
-    build_reference_and_critic,
     trainable_counts,
     trainable_parameters,
 )
 from astrai.training.checkpointing import CheckpointParts, Stateful, critic_parts
 from astrai.training.parallel import shard_policy
+from astrai.training.roles import build_roles
 from astrai.training.setup import resolve_device, seed_everything
 from astrai.training.weight_format import WeightFormat, weight_format
 
@@ -65,6 +66,8 @@ class BuiltRun:
         lora: the adapters' settings (None: full fine-tuning); ``base``: what they sit on.
         reference: the frozen initial policy (LoRA: the base with its adapters off).
         critic, critic_optimizer: PPO's value model and its optimizer (None otherwise).
+        models: the models ``strategy.requires``, by role (``training.roles``): the reference,
+            the critic, a teacher.
         sharded: the policy is sharded over the ranks (``infra.parallel=fsdp``).
         parameter_counts: ``(policy, critic)`` parameters, counted before any sharding.
         adapter_counts: a LoRA run's trainable ``(policy, critic)`` counts.
@@ -88,6 +91,7 @@ class BuiltRun:
     reference: torch.nn.Module
     critic: ValueModel | None
     critic_optimizer: torch.optim.Optimizer | None
+    models: Mapping[str, torch.nn.Module]  # what ``strategy.prepare`` receives, by role
     strategy: Strategy
     optimizer: torch.optim.Optimizer
     sharded: bool
@@ -148,14 +152,10 @@ def build_run(
     policy.to(device)
     sharded = cfg.infra.parallel == "fsdp" and dist.world_size > 1
     strategy: Strategy = instantiate(cfg.train_type)
-    # LoRA: the reference is the base with its adapters off, the critic its own adapters on the
-    # policy's trunk; both before any sharding
-    reference, critic = build_reference_and_critic(
-        policy, lora, cfg.critic, cfg.infra.offload_reference, sharded
-    )
-    critic_optimizer = (
-        None if critic is None else instantiate(cfg.critic.optimizer)(trainable_parameters(critic))
-    )
+    # the models it requires, by role (LoRA: the reference is the base with its adapters off,
+    # the critic its own adapters on the policy's trunk); before any sharding
+    roles = build_roles(strategy, cfg, policy, tokenizer, lora, sharded, device)
+    critic = roles.critic
     counts = (count_parameters(policy), None if critic is None else count_parameters(critic))
     # after every model init: a reward model's construction must not move the global RNG
     with torch.random.fork_rng(devices=[]):
@@ -175,9 +175,10 @@ def build_run(
         lora=lora,
         base=base,
         policy=policy,
-        reference=reference,
+        reference=roles.reference,
         critic=critic,
-        critic_optimizer=critic_optimizer,
+        critic_optimizer=roles.critic_optimizer,
+        models=roles.models,
         strategy=strategy,
         optimizer=strategy.optimizer(trainable_parameters(policy)),
         sharded=sharded,

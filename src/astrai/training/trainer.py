@@ -95,11 +95,12 @@ class Trainer:
         )
         reference = self.parts.reference if score else None
         scoring = self.parts.strategy.scoring_through(split)
+        models = {role: reference if role == "reference" else model
+                  for role, model in self.parts.models.items()}  # fmt: skip
         with self.reference_on_device(score), self.autocast(), scoring:
             metrics |= self.parts.strategy.prepare(
                 rollout,
-                reference,
-                self.parts.critic,
+                models,
                 sum_over_ranks=all_reduce_sum,
                 no_grad=no_grad_for(reference) if reference is not None else torch.no_grad,
             )
