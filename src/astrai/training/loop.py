@@ -37,10 +37,10 @@ from astrai.training.parallel import replicas
 from astrai.training.plan import StepPlan, step_plan
 from astrai.training.progress import progress_bar
 from astrai.training.resume import resolve_resume
+from astrai.training.reward_signal import GROUP_BASELINES, RewardSignalWatch
 from astrai.training.rollout_source import RolloutSource
 from astrai.training.schedule import build_schedulers, resumed_schedule_steps
 from astrai.training.setup import make_generator
-from astrai.training.signal_watch import GROUP_BASELINES, SignalWatch
 from astrai.training.state import TrainState
 from astrai.training.stop_agreement import agreed_stop_reason
 from astrai.training.stopping import StopInterrupt, StopRequest
@@ -73,7 +73,7 @@ class RunStart:
         logger: metrics.jsonl, TensorBoard, W&B, MLflow, as ``cfg.logger`` selects.
         train_policy, train_critic: what the update's forward runs (DDP replicas when
             replicated; the modules themselves otherwise).
-        signal_watch: says, after a few steps in a row, that the rewards carry no signal.
+        reward_signal_watch: says, after a few steps in a row, that the rewards carry no signal.
     """
 
     state: TrainState
@@ -85,7 +85,7 @@ class RunStart:
     logger: RunLogger
     train_policy: nn.Module
     train_critic: nn.Module | None
-    signal_watch: SignalWatch
+    reward_signal_watch: RewardSignalWatch
 
 
 def start_run(parts: BuiltRun) -> RunStart:
@@ -135,7 +135,7 @@ def start_run(parts: BuiltRun) -> RunStart:
         train_policy=train_policy,
         train_critic=train_critic,
         # a run whose rewards carry no signal says so (rank 0), after a few such steps in a row
-        signal_watch=SignalWatch(
+        reward_signal_watch=RewardSignalWatch(
             strategy.advantage in GROUP_BASELINES,
             strategy.sampling.max_new_tokens,
             enabled=parts.dist.is_main,

@@ -247,7 +247,7 @@ class Trainer:
         threshold = self.parts.reward.accuracy_threshold
         timeouts = batch.metrics.get("rollout/reward_timeouts", 0.0)  # this rank's (sample_rollout)
         metrics.update(rollout_metrics(rollout, self.parts.tokenizer.stop_ids, threshold, timeouts))
-        self.started.signal_watch.observe(
+        self.started.reward_signal_watch.observe(
             self.started.state.step + 1, rollout, metrics, all_reduce_max
         )
         metrics["time/rollout_s"] = t1 - t0
