@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class StepResult:
+class StepOutcome:
     """What one RL step did, for the loop to write into the ``TrainState``: its ``metrics``,
     the ``policy_version`` its optimizer steps reached, and the rollout's ``samples`` to log
     (prompt, response, reward) when the step logs them (``training.sample_log``: every
@@ -168,7 +168,7 @@ def logged_up_to(state: TrainState, run_dir: Path) -> int | None:
 class Step(Protocol):
     """The step a run takes (``training.trainer.Trainer``)."""
 
-    def run_step(self) -> StepResult:
+    def run_step(self) -> StepOutcome:
         """One RL step; reads the state and returns what it did."""
 
 
