@@ -18,11 +18,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from astrai.models.precision import PRECISION_DTYPE_NAMES
 from astrai.models.tokenizer import Tokenizer
 from astrai.rollout.engine import Engine, EngineJob, NamedTensors
 from astrai.rollout.in_process_vllm import InProcessVLLM, check_head_dim
 from astrai.rollout.sampler import Generation, SamplingConfig
-from astrai.rollout.vllm_settings import PRECISION_DTYPES, VLLMEngineConfig
+from astrai.rollout.vllm_settings import VLLMEngineConfig
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ def precision_notice(dtype: str, precision: str) -> str | None:
     (``auto``, the default, is the trainer's). Not refused: sampling more precisely than the
     update is a valid choice, whose cost is a larger engine/trainer mismatch, which
     ``engine.correction`` weighs."""
-    expected = PRECISION_DTYPES.get(precision)
+    expected = PRECISION_DTYPE_NAMES.get(precision)
     if expected is None or dtype in (expected, "auto"):
         return None
     return (
