@@ -109,8 +109,8 @@ def start_run(parts: BuiltRun) -> RunStart:
     }
     state = TrainState(generators, span.steps)
     if resume is not None:  # before anything is written: a bad checkpoint leaves the dir alone
-        checkpoint_parts = parts.checkpoint_parts(scheduler, critic_scheduler)
-        state = restore_training_checkpoint(checkpoint_parts, resume, state)
+        objects = parts.checkpointed_objects(scheduler, critic_scheduler)
+        state = restore_training_checkpoint(objects, resume, state)
         check_resumed_in_flight(state, plan)  # before anything is started or written
         log.info("resumed from %s at step %d", resume, state.step)
         if span.notice is not None:  # said once the checkpoint is accepted
