@@ -3,7 +3,7 @@
 A ~100M-parameter astrai Llama (random weights: hidden 768, 12 layers, 12 query and 4 key/value
 heads, SwiGLU 2048, a 32,000-token vocabulary, tied embeddings) with its AdamW state (one
 optimizer step of the run's own optimizer, so both moments exist) is put into the
-``CheckpointParts`` that a default ``Trainer`` builds (its config, tokenizer and schedule) and
+``CheckpointedObjects`` that a default ``Trainer`` builds (its config, tokenizer and schedule) and
 saved through ``training.background_save.CheckpointWrites``, the code every save of the trainer
 runs, both ways in alternating order, each into its own run dir:
 
@@ -37,7 +37,7 @@ import torch
 from astrai.config.compose import compose_train_config
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.training.background_save import CheckpointWrites
-from astrai.training.checkpointing import CheckpointParts
+from astrai.training.checkpointing import CheckpointedObjects
 from astrai.training.optim import clip_and_step
 from astrai.training.run import Run
 from astrai.training.state import TrainState
@@ -54,7 +54,7 @@ FULL = LlamaConfig(
 QUICK = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2)
 
 
-def build_parts(config: LlamaConfig, run_dir: Path) -> tuple[CheckpointParts, TrainState]:
+def build_parts(config: LlamaConfig, run_dir: Path) -> tuple[CheckpointedObjects, TrainState]:
     """A default Trainer's checkpoint parts with ``config``'s model, its copy as the reference,
     and the run's optimizer after one step on a random batch."""
     trainer = Run(compose_train_config(["debug=quick"]), run_dir / "tiny")
@@ -64,7 +64,7 @@ def build_parts(config: LlamaConfig, run_dir: Path) -> tuple[CheckpointParts, Tr
     tokens = torch.randint(config.vocab_size, (2, 16))
     policy(tokens).logits.logsumexp(-1).mean().backward()
     clip_and_step(policy, optimizer, 1.0)
-    parts = trainer.parts.checkpoint_parts(
+    parts = trainer.parts.checkpointed_objects(
         trainer.started.scheduler, trainer.started.critic_scheduler
     )
     parts = dataclasses.replace(
@@ -76,7 +76,7 @@ def build_parts(config: LlamaConfig, run_dir: Path) -> tuple[CheckpointParts, Tr
 
 
 def time_saves(
-    parts: CheckpointParts, state: TrainState, root: Path, rounds: int
+    parts: CheckpointedObjects, state: TrainState, root: Path, rounds: int
 ) -> dict[str, list[float]]:
     """Seconds per round: ``at_once``, ``blocking`` (the background save's call) and
     ``write`` (from its return to the end of its write)."""

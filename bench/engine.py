@@ -1,13 +1,14 @@
 """Sampled tokens/s: astrai's torch sampler vs vLLM's CPU build, side by side in one run.
 
 Both engines serve the same random-init weights (float32) through astrai's ``Engine`` interface
-(``rollout.engine.TorchEngine`` and ``rollout.seeded_vllm.SeededVLLM`` over ``rollout.vllm_engine``,
-as the trainer calls them): the same left-padded prompts, G samples per prompt, temperature 1 and an
-empty stop set, so every response runs to ``--new-tokens`` (vLLM refuses a stop id outside the
-vocabulary). Each repetition draws fresh prompts, the same for both engines, so vLLM's prefix cache
-cannot reuse an earlier repetition's prompts. Timed interleaved after one warm-up, tokens/s =
-prompts x G x new tokens over the best of ``--repeats``. vLLM's engine start (policy export +
-``vllm.LLM``) and one ``sync_weights`` are timed on their own. Two shapes:
+(``rollout.engine.TorchEngine`` and ``rollout.seeded_vllm.SeededVLLM`` over
+``rollout.in_process_vllm``, as the trainer calls them): the same left-padded prompts, G samples
+per prompt, temperature 1 and an empty stop set, so every response runs to ``--new-tokens`` (vLLM
+refuses a stop id outside the vocabulary). Each repetition draws fresh prompts, the same for both
+engines, so vLLM's prefix cache cannot reuse an earlier repetition's prompts. Timed interleaved
+after one warm-up, tokens/s = prompts x G x new tokens over the best of ``--repeats``. vLLM's
+engine start (policy export + ``vllm.LLM``) and one ``sync_weights`` are timed on their own. Two
+shapes:
 
 - ``tiny``: ``model=tiny`` with 2 attention heads of 32 and 1 KV head (vLLM's CPU attention has
   no kernel for ``tiny``'s head size 16).
@@ -161,7 +162,7 @@ def best_tokens_per_second(
 
 
 def bench_shape(name: str, work: Workload, repeats: int, kv_cache_gib: int) -> Result:
-    from astrai.rollout.vllm_engine import VLLMEngineConfig
+    from astrai.rollout.vllm_settings import VLLMEngineConfig
 
     config = shape_config(name)
     torch.manual_seed(0)

@@ -131,7 +131,7 @@ def best_tokens_per_second(
 
 
 def bench_shape(name: str, work: Workload, repeats: int, kv_cache_gib: int) -> dict:
-    from astrai.rollout.vllm_engine import VLLMEngineConfig
+    from astrai.rollout.vllm_settings import VLLMEngineConfig
 
     config = shape_config(name)
     # an episode is longer than a turn: the tiny preset's 64 positions would not hold one

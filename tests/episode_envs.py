@@ -103,6 +103,13 @@ class ResetConnectionError(TwoTurns):
         raise ConnectionError("the sandbox is down")
 
 
+class NoStep(Environment):
+    """Opens an episode but has no ``step``: ``Environment`` is abstract, so it cannot be built."""
+
+    def reset(self, row: dict) -> list[Message]:
+        return [{"role": "user", "content": "?"}]
+
+
 class StepReturnsNone(TwoTurns):
     """Every step returns ``None`` (a forgotten ``return``): every episode fails."""
 

@@ -1,4 +1,4 @@
-"""A recording stand-in for the ``vllm`` package: every call ``rollout.vllm_engine`` makes is
+"""A recording stand-in for the ``vllm`` package: every call ``rollout.in_process_vllm`` makes is
 appended to ``CALLS`` as ``(name, args, kwargs)``, with answers shaped as vLLM's, so the engine's
 per-step call sequence on CUDA (sleep mode, sync, prefix-cache reset, generate) is checked
 without a GPU or vLLM; ``torch.cuda.empty_cache`` is recorded too (``empty_cache``), and the
@@ -22,7 +22,7 @@ import torch
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.merged_weights import engine_weights
 from astrai.models.tokenizer import CharTokenizer
-from astrai.rollout import vllm_engine
+from astrai.rollout import in_process_vllm
 from astrai.rollout.collect import left_pad
 from astrai.rollout.sampler import SamplingConfig
 from astrai.rollout.seeded_vllm import SeededVLLM
@@ -167,7 +167,7 @@ def on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     """``engine=vllm``'s knobs resolved as on CUDA, whatever the policy's device (the CPU's
     policy stands for a GPU's): CUDA's defaults, sleep mode on."""
     monkeypatch.setattr(
-        vllm_engine,
+        in_process_vllm,
         "resolve",
         lambda config, _cuda, precision: resolve(config, True, precision),
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from astrai.envs import Environment, ParsedTurn, StepResult, ToolCall, ToolEnvironment, tool
+from astrai.envs import ParsedTurn, StepResult, ToolCall, ToolEnvironment, tool
 
 CODES = {"kiwi": 47, "plum": 12, "fig": 83, "lime": 35, "pear": 60, "date": 29}
 
@@ -29,7 +29,7 @@ def parse_lookup(text: str) -> ParsedTurn:
     return ParsedTurn(content="", calls=[ToolCall("lookup", {"word": match.group(1)})])
 
 
-class Lookup(ToolEnvironment, Environment):
+class Lookup(ToolEnvironment):
     """Asks the row's question; a ``lookup`` call is answered ``=<code>``; the first answer
     ends the episode, reward 1 when it is the row's answer (``solved``).
 

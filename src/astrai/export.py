@@ -43,7 +43,8 @@ from astrai.checkpoints.policy import (
 )
 from astrai.cli_errors import ArgumentParser, one_line_errors, report_error
 from astrai.files import write_dir_atomic
-from astrai.models.pretrained import DTYPES, save_critic_dir, save_policy_dir
+from astrai.models.precision import DTYPES
+from astrai.models.pretrained import save_critic_dir, save_policy_dir
 
 CRITIC_SUBDIR = "critic"
 

@@ -27,6 +27,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from astrai.config.ranges import MAX_SEED
+from astrai.models.precision import PRECISION_DTYPE_NAMES
 from astrai.paths import CONFIG_DIR
 from astrai.rollout.engine import Engine, EngineJob, build_engine, engine_class
 from astrai.rollout.env_spec import EnvSpec
@@ -34,11 +35,8 @@ from astrai.rollout.episode_rollout import episode_reward, episode_solved, play_
 from astrai.rollout.episode_view import episode_view
 from astrai.rollout.episodes import Episode
 from astrai.rollout.sampler import Generation, SamplingConfig
-from astrai.rollout.vllm_settings import PRECISION_DTYPES
 from astrai.tasks.base import Problem
 
-# --precision -> engine.dtype: a precision given on the command line wins over the engine's
-ENGINE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 # the engines --engine offers: the options of conf/engine
 ENGINE_NAMES = tuple(sorted(path.stem for path in (Path(CONFIG_DIR) / "engine").glob("*.yaml")))
 
@@ -125,7 +123,8 @@ def engine_config(
     if "seed" in knobs:
         node.seed = seed
     if precision is not None and "dtype" in knobs:
-        node.dtype = ENGINE_DTYPES[precision]
+        # --precision -> engine.dtype: a precision given on the command line wins over the engine's
+        node.dtype = PRECISION_DTYPE_NAMES[precision]
     return node
 
 
@@ -176,7 +175,7 @@ def decoding_numbers(engine_cfg: DictConfig, precision: str) -> str:
         return precision
     dtype = engine_cfg.get("dtype", precision)
     if dtype == "auto":  # engine=vllm's default: the trainer's precision (rollout.vllm_settings)
-        dtype = PRECISION_DTYPES.get(precision, precision)
+        dtype = PRECISION_DTYPE_NAMES.get(precision, precision)
     return f"{engine.name} {dtype}"
 
 

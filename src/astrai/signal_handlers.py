@@ -1,5 +1,6 @@
 """Installing and restoring signal handlers, shared by the trainer's stop handling
-(``astrai.training.stopping``) and the Docker launcher's signal relay."""
+(``astrai.training.stopping``) and the Docker launcher's signal relay; and how often a blocked
+wait looks whether the run was asked to stop (``WAIT_SLICE_S``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from types import FrameType
 Handler = Callable[[int, FrameType | None], None]
 # the signals that ask a run to stop: checkpoint and exit 0 (docker stop, Slurm, Ctrl-C)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# how often a wait looks whether the run was asked to stop: the training thread's wait for a
+# rollout (``training.overlap``) and a wait for an environment's step, whose thread a stop
+# abandons (``envs.tool_limits``)
+WAIT_SLICE_S = 0.1
 
 
 def install_handlers(handlers: dict[int, Handler]) -> dict[int, object]:

@@ -273,7 +273,7 @@ def _run_job(cfg: DictConfig, start: StartUp, run_dir: Path) -> float | None:
         log.error("stopped: %s", err)
         print(f"astrai: non-finite update: {err}", file=sys.stderr)
         sys.exit(2)
-    except EnvironmentFailing as err:  # every episode failed, steps in a row (signal_watch)
+    except EnvironmentFailing as err:  # every episode failed, steps in a row (reward_signal)
         log.error("stopped: %s", err)
         print(f"astrai: environment error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -28,6 +28,7 @@ def test_an_async_reset_passes_the_check() -> None:
         ),
         ("ResetHangs", "tests.episode_envs.ResetHangs.reset of task=addition's row"),
         ("ResetConnectionError", "ConnectionError: the sandbox is down"),
+        ("NoStep", "TypeError: Can't instantiate abstract class NoStep"),
     ],
 )
 def test_an_opening_the_run_cannot_use_is_refused_in_one_line(target: str, message: str) -> None:

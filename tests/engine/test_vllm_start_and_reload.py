@@ -19,8 +19,9 @@ from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.tokenizer import CharTokenizer
 from astrai.models.weights import named_weights
 from astrai.rollout.collect import left_pad
+from astrai.rollout.in_process_vllm import InProcessVLLM
 from astrai.rollout.sampler import SamplingConfig, generate
-from astrai.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+from astrai.rollout.vllm_settings import VLLMEngineConfig
 
 pytestmark = pytest.mark.vllm
 
@@ -31,7 +32,7 @@ PROBE = "astrai's test: a record of vLLM's renderer logger, after the engine sta
 
 @dataclass
 class Started:
-    engine: VLLMEngine
+    engine: InProcessVLLM
     policy: LlamaForCausalLM
     records: list[logging.LogRecord]  # what vLLM's renderer logger printed as the engine started
 
@@ -57,7 +58,7 @@ def started() -> Iterator[Started]:
 
     renderer_logs.callHandlers = recording  # type: ignore[method-assign]
     try:
-        engine = VLLMEngine(policy, CharTokenizer(), VLLMEngineConfig(kv_cache_space_gib=1))
+        engine = InProcessVLLM(policy, CharTokenizer(), VLLMEngineConfig(kv_cache_space_gib=1))
         renderer_logs.warning(PROBE)  # after vLLM's logging config: the recording still works
     finally:
         del renderer_logs.callHandlers

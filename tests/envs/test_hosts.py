@@ -273,6 +273,9 @@ def test_what_cannot_cross_to_a_worker_is_named(pool: HostPool) -> None:
         def reset(self, row: dict) -> list[dict]:
             return []
 
+        def step(self, turn: ParsedTurn) -> StepResult:
+            return StepResult(done=True)
+
     host = pool.hosts(1)[0]
     out = one(host, "make", Local, {})
     assert out.kind == "unsent"

@@ -3,9 +3,12 @@ calls checked against their signatures (issue 50, part 1)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from astrai.envs.tool_calls import ToolCall
+from astrai.envs.base import Environment, Message, StepResult
+from astrai.envs.tool_calls import ParsedTurn, ToolCall
 from astrai.envs.tools import ToolEnvironment, ToolError, tool
 
 
@@ -28,6 +31,12 @@ class Calculator(ToolEnvironment):
 
     def helper(self) -> None:  # not a tool
         raise AssertionError
+
+    def reset(self, row: dict[str, Any]) -> list[Message]:  # an Environment's own two methods
+        return []
+
+    def step(self, turn: ParsedTurn) -> StepResult:
+        return StepResult(done=True)
 
 
 def test_tools_become_openai_function_schemas() -> None:
@@ -58,3 +67,15 @@ def test_calls_run_and_bad_ones_are_tool_errors() -> None:
         calc.call(ToolCall("multiply", {"a": 1}))
     with pytest.raises(ToolError, match="helper"):
         calc.call(ToolCall("helper", {}))
+
+
+def test_a_tool_environment_is_an_environment_and_needs_reset_and_step() -> None:
+    calc = Calculator()
+    assert isinstance(calc, Environment) and calc.tools() == calc.schemas()
+
+    class NoStep(ToolEnvironment):
+        def reset(self, row: dict[str, Any]) -> list[Message]:
+            return []
+
+    with pytest.raises(TypeError, match="abstract method.*step"):
+        NoStep()  # type: ignore[abstract]

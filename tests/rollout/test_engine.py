@@ -172,7 +172,7 @@ def test_vllm_sampling_in_another_precision_than_the_trainer_says_so_at_start(
     assert line.endswith("set engine.dtype=bfloat16 to sample in the trainer's precision")
     assert precision_notice("auto", "bf16") is None  # the default: the trainer's
     fake = SimpleNamespace(close=dict, settings=SimpleNamespace(cuda=False))
-    monkeypatch.setattr(seeded_vllm, "VLLMEngine", lambda *args: fake)
+    monkeypatch.setattr(seeded_vllm, "InProcessVLLM", lambda *args: fake)
     policy = LlamaForCausalLM(LlamaConfig())
     with caplog.at_level(logging.WARNING, logger=seeded_vllm.__name__):
         SeededVLLM(VLLMEngineConfig(dtype="float32"), policy, CharTokenizer(), "bf16")

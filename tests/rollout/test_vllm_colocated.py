@@ -18,7 +18,7 @@ from tests.scripted_engine import GREEDY, TOKENIZER, Scripted
 from tests.train_runs import QUICK
 
 from astrai.models.pass_memory import engine_share, token_budget
-from astrai.rollout import vllm_engine
+from astrai.rollout import in_process_vllm
 from astrai.rollout.engine import torch_engine
 from astrai.rollout.env_spec import env_spec
 from astrai.rollout.episode_rollout import engine_positions, play_episodes
@@ -101,8 +101,8 @@ def test_auto_budgets_leave_out_the_share_of_an_awake_engine(
 
 
 def test_each_rank_s_engine_draws_its_own_stream(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vllm_engine, "rank", lambda: 3)  # rank 3 of a torchrun job of 4
-    monkeypatch.setattr(vllm_engine, "world_size", lambda: 4)
+    monkeypatch.setattr(in_process_vllm, "rank", lambda: 3)  # rank 3 of a torchrun job of 4
+    monkeypatch.setattr(in_process_vllm, "world_size", lambda: 4)
     engine = recording_vllm.engine_on(monkeypatch, cuda=True, seed=7)
     engine.close()
     (_, _, init), *_ = recording_vllm.CALLS

@@ -57,7 +57,7 @@ def test_a_background_save_writes_the_bytes_a_save_at_once_writes(tmp_path: Path
         trainer.started.rollouts.pipeline.stream,
     )
     assert state.in_flight  # in_flight.pt is written
-    parts = trainer.parts.checkpoint_parts(
+    parts = trainer.parts.checkpointed_objects(
         trainer.started.scheduler, trainer.started.critic_scheduler
     )
     writes = CheckpointWrites()

@@ -14,14 +14,19 @@ environment sees and returns messages only.
             hint = "higher" if guess < self.target else "lower"
             return StepResult([{"role": "user", "content": hint}])
 
+``Environment`` is an abstract base class: a subclass without ``reset`` or ``step`` cannot be
+built. ``envs.tools.ToolEnvironment`` is one, whose ``@tool`` methods are its ``tools``.
+
 The episode runner (``rollout.episodes``) builds, resets and steps each episode's environment
 in a slot of its own (``envs.hosts``: a worker process by default, killed at a timeout), within
-the limits; an ``async def`` method is awaited on the slot's event loop, which lives as long as
-the episode; what each method returns is checked at the door (``envs.values``).
+the limits; an ``async def`` method is awaited on the slot's event loop, which outlives each
+call (an ``asyncio`` object made in ``reset`` works in every later ``step``); what each method
+returns is checked at the door (``envs.values``).
 """
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,10 +42,14 @@ class StepResult:
     Attributes:
         observations: the messages that follow the turn (tool replies, the user's next words);
             rendered as observation tokens, never trained on.
-        reward: this turn's reward, placed on the turn's last sampled token.
+        reward: this turn's reward, placed on the turn's last sampled token (the episode's
+            reward sums its turns' and ``final_reward``).
         done: the episode ended (solved, failed, or the environment says so).
-        truncated: the episode was cut by a limit (turns, tokens), not ended.
-        metrics: numbers to average over episodes (``env/<name>``).
+        truncated: the episode was cut short, not ended, as the runner cuts one at a limit
+            (``max_turns``, ``max_episode_tokens``); out of the loss under
+            ``train_type.mask_truncated``.
+        metrics: numbers for ``env/<name>``, summed over the episode's turns and averaged over
+            episodes (``solved`` decides the episode's accuracy).
     """
 
     observations: list[Message] = field(default_factory=list)
@@ -50,18 +59,18 @@ class StepResult:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-class Environment:
-    """One episode's environment. Subclasses implement ``reset`` and ``step``; ``final_reward``
-    (the episode's, on its last sampled token) and ``tools`` (OpenAI function schemas, see
-    ``envs.tools.ToolEnvironment``) are optional."""
+class Environment(abc.ABC):
+    """One episode's environment. Subclasses implement ``reset`` and ``step`` (abstract);
+    ``final_reward`` (the episode's, on its last sampled token) and ``tools`` (OpenAI function
+    schemas, see ``envs.tools.ToolEnvironment``) are optional."""
 
+    @abc.abstractmethod
     def reset(self, row: dict[str, Any]) -> list[Message]:
         """The opening messages of the episode built from the task ``row``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def step(self, turn: ParsedTurn) -> StepResult:
         """Answer the assistant's ``turn`` (its content and parsed tool calls)."""
-        raise NotImplementedError
 
     def final_reward(self) -> float:
         """The episode's reward once it is over (on top of the turns'); 0 by default."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from astrai.envs.base import Environment, Message, StepResult
+from astrai.envs.base import Message, StepResult
 from astrai.envs.tool_calls import ParsedTurn, ParseError, ToolCall
 from astrai.envs.tools import ToolEnvironment, ToolError, tool
 from astrai.tasks.rewards import positional_match_reward
@@ -52,7 +52,7 @@ def parse_calc_line(text: str) -> ParsedTurn:
 _QUESTION = re.compile(r"^(-?\d+)\*(-?\d+)=?\??$")
 
 
-class Calculator(ToolEnvironment, Environment):
+class Calculator(ToolEnvironment):
     """``reset`` of a ``task=products`` row (``"12*34="``) asks ``12*34=``; a call is answered
     ``=<product>`` (a malformed or failed one ``e``), the first answer ends the episode.
 

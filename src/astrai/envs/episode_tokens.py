@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-Message = dict[str, Any]
+from astrai.envs.base import Message
+
 # chat turns -> text (``add_generation_prompt``): ``HFTokenizer.render_messages``
 Render = Callable[[Sequence[Message], bool], str]
 Encode = Callable[[str], list[int]]  # text -> ids, no special tokens added

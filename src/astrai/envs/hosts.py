@@ -41,7 +41,8 @@ from collections.abc import Sequence
 from multiprocessing import connection
 
 from astrai.envs.host_slot import HOST_MODES, EnvHost, HostCall, Run, ThreadRun, check_mode, reap
-from astrai.envs.tool_limits import WAIT_SLICE_S, Limited, check_abandoned
+from astrai.envs.tool_limits import Limited, check_abandoned
+from astrai.signal_handlers import WAIT_SLICE_S
 
 __all__ = [
     "HOST_MODES",

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from weakref import WeakSet
 
-# how often a wait for a step looks whether its thread was abandoned
-WAIT_SLICE_S = 0.1
+from astrai.signal_handlers import WAIT_SLICE_S
+
 _abandoned: WeakSet[threading.Thread] = WeakSet()
 _abandoned_lock = threading.Lock()
 

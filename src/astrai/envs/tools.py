@@ -13,8 +13,12 @@ functions), and calls by name run them with their arguments checked.
             \"\"\"
             return a * b
 
-``Calculator().schemas()`` is what a chat template's ``tools=`` takes; ``call(ToolCall)`` runs
-one, and a wrong name or argument is a ``ToolError`` whose text the policy sees.
+        def reset(self, row): ...           # an Environment's own two methods
+        def step(self, turn): ...
+
+``Calculator().schemas()`` is what a chat template's ``tools=`` takes (``tools()`` returns
+them); ``call(ToolCall)`` runs one, and a wrong name or argument is a ``ToolError`` whose text
+the policy sees. A ``ToolEnvironment`` is an ``envs.base.Environment``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+from astrai.envs.base import Environment
 from astrai.envs.tool_calls import ToolCall
 
 TOOL_MARK = "__astrai_tool__"
@@ -101,8 +106,9 @@ def function_schema(method: Callable[..., Any]) -> dict[str, Any]:
     }
 
 
-class ToolEnvironment:
-    """A base class whose ``@tool`` methods are its tools (``schemas``, ``call``)."""
+class ToolEnvironment(Environment):
+    """An ``Environment`` whose ``@tool`` methods are its tools (``schemas``, ``call``); its
+    subclasses implement ``reset`` and ``step`` as any environment does."""
 
     def tool_methods(self) -> dict[str, Callable[..., Any]]:
         """The bound ``@tool`` methods by name, in definition order."""

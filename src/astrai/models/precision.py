@@ -6,6 +6,9 @@ precision because they are told it, not because of torch's ambient autocast stat
 (weights, gradients and optimizer state stay float32; log-softmax, ratios and KL run in float32,
 ``rollout.scoring``), and KV caches stored in bfloat16 (attention casts its keys and values to it
 anyway, so storing them cast is the same arithmetic at half the memory).
+
+The one home of the precision -> dtype maps: ``PRECISION_DTYPE_NAMES`` (what an engine with its
+own weights samples in to compute as the trainer does) and ``DTYPES`` (a dtype's name -> torch's).
 """
 
 from __future__ import annotations
@@ -13,6 +16,11 @@ from __future__ import annotations
 import torch
 
 PRECISIONS = ("fp32", "bf16")
+# infra.precision -> the name of the dtype a forward computes in over float32 weights (bf16:
+# bfloat16 autocast): engine.dtype's value that samples as the trainer computes
+PRECISION_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16"}
+# a dtype's name (an export's --dtype, an engine.dtype) -> torch's dtype
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def check_precision(precision: str) -> str:
@@ -24,8 +32,8 @@ def check_precision(precision: str) -> str:
 def compute_dtype(precision: str, weights: torch.dtype) -> torch.dtype:
     """The dtype activations (and KV caches) hold under ``precision`` for float32 ``weights``;
     weights already in a lower precision keep theirs."""
-    if check_precision(precision) == "bf16" and weights == torch.float32:
-        return torch.bfloat16
+    if weights == torch.float32:
+        return DTYPES[PRECISION_DTYPE_NAMES[check_precision(precision)]]
     return weights
 
 

@@ -34,6 +34,7 @@ from astrai.models.hf_config import (
 )
 from astrai.models.hf_tokenizer import GENERATION_CONFIG_FILE, HFTokenizer
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM, set_gradient_checkpointing
+from astrai.models.precision import DTYPES
 from astrai.models.tokenizer import TOKENIZER_FILE, CharTokenizer, Tokenizer
 from astrai.models.value_model import ValueModel
 from astrai.models.weights import stored_names
@@ -44,7 +45,6 @@ WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
 VALUE_HEAD_PREFIX = "value_head."
 SCORE_PREFIX = "score."  # transformers' *ForTokenClassification head
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # where `make smollm2` writes SmolLM2-135M-Instruct (the Makefile's SMOLLM2_DIR), under the repo
 SMOLLM2_DIR = Path("models/smollm2")
 # buffers some older checkpoints store; recomputed from the config here

@@ -33,7 +33,7 @@ _told_lock = threading.Lock()
 
 
 class EnvironmentFailing(RuntimeError):
-    """Every episode failed, several steps in a row (``training.signal_watch``): the
+    """Every episode failed, several steps in a row (``training.reward_signal``): the
     environment is broken, not unlucky; the run stops with this one line."""
 
 

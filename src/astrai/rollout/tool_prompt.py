@@ -29,7 +29,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-Message = dict[str, Any]
+from astrai.envs.base import Message
+
 Tools = list[dict[str, Any]]
 # (messages, add_generation_prompt, tools) -> text: ``HFTokenizer.render_messages``
 RenderWithTools = Callable[[Sequence[Message], bool, Tools | None], str]

@@ -1,6 +1,7 @@
-"""What a vLLM request carries and what its answer becomes (``vllm_engine.VLLMEngine.sample``):
-astrai's sampling settings as ``vllm.SamplingParams``, and the completions' token ids and
-logprobs packed into a right-padded ``Generation``, as ``sampler.generate`` returns it.
+"""What a vLLM request carries and what its answer becomes (``InProcessVLLM.sample``, in
+``in_process_vllm``): astrai's sampling settings as ``vllm.SamplingParams``, and the
+completions' token ids and logprobs packed into a right-padded ``Generation``, as
+``sampler.generate`` returns it.
 
 vLLM is imported only inside these functions, so importing astrai never needs it."""
 

@@ -22,12 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from astrai.models.precision import DTYPES, PRECISION_DTYPE_NAMES
 from astrai.rollout.engine import knob
 
-VLLM_DTYPES = ("float32", "bfloat16", "float16")
 MAX_ENGINE_SEED = 2**62  # config.ranges.MAX_SEED: the run's seed, which engine.seed defaults to
-# the engine.dtype that computes as infra.precision does (bf16: autocast over fp32 weights)
-PRECISION_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 CUDA_BATCHED_TOKENS = 4096  # TRL's max_num_batched_tokens in colocate mode
 SLEEP_LEVEL = 2  # weights discarded too: the sync after the update reloads them all
 
@@ -58,7 +56,7 @@ class VLLMEngineConfig:
             rank r's engine takes ``seed + r``.
     """
 
-    dtype: str = knob("auto", choices=("auto", *VLLM_DTYPES))
+    dtype: str = knob("auto", choices=("auto", *DTYPES))
     # at most the model's positions (``seeded_vllm.SeededVLLM.check``)
     max_model_len: int | None = knob(None, low=1, integer=True, optional=True)
     kv_cache_space_gib: int = knob(1, low=1, high=4096, integer=True)
@@ -93,7 +91,7 @@ def resolve(config: VLLMEngineConfig, cuda: bool, precision: str = "fp32") -> VL
     """``config`` on a GPU (``cuda``) or the CPU, for a trainer in ``precision``."""
     values: dict[str, Any] = {f.name: getattr(config, f.name) for f in fields(config)}
     if values["dtype"] == "auto":
-        values["dtype"] = PRECISION_DTYPES.get(precision, "float32")
+        values["dtype"] = PRECISION_DTYPE_NAMES.get(precision, "float32")
     if values["max_num_batched_tokens"] is None and cuda:
         values["max_num_batched_tokens"] = CUDA_BATCHED_TOKENS
     for key, on_cuda, on_cpu in (

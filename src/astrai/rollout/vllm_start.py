@@ -1,4 +1,4 @@
-"""Starting vLLM inside the trainer's process (``rollout.vllm_engine``'s engine): the
+"""Starting vLLM inside the trainer's process (``rollout.in_process_vllm.InProcessVLLM``): the
 ``vllm.LLM`` itself, its one-time warm-up, the trainer's process group kept through vLLM's
 shutdown, the log line vLLM's start prints for nothing, and the allocator's cache emptied
 before a wake-up. vLLM is imported only inside these functions."""

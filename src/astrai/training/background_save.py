@@ -29,7 +29,7 @@ from astrai.training.checkpoint_files import (
     prepare_checkpoints_root,
     save_training_checkpoint,
 )
-from astrai.training.checkpointing import CheckpointParts
+from astrai.training.checkpointing import CheckpointedObjects
 from astrai.training.state import TrainState
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class CheckpointWrites:
         # rank 0: the last snapshot's host memory, the next one's (a full copy of the state)
         self._buffers = HostBuffers()
 
-    def save(self, parts: CheckpointParts, state: TrainState, background: bool) -> Path:
+    def save(self, parts: CheckpointedObjects, state: TrainState, background: bool) -> Path:
         """The checkpoint of ``state`` at ``<run dir>/checkpoints/step_<N>/``, pruned to
         ``ckpt.keep_last`` after it; returns its path. ``background``: returns once the state
         is copied (the step waits for the copy only); the directory appears when the write

@@ -43,7 +43,7 @@ from astrai.training.adapters import (
     trainable_counts,
     trainable_parameters,
 )
-from astrai.training.checkpointing import CheckpointParts, Stateful, critic_parts
+from astrai.training.checkpointing import CheckpointedObjects, Stateful, critic_objects
 from astrai.training.parallel import shard_policy
 from astrai.training.roles import build_roles
 from astrai.training.setup import resolve_device, seed_everything
@@ -103,15 +103,15 @@ class BuiltRun:
     weights: WeightFormat  # what its checkpoints hold of the policy: full, or adapters
     collector: Collector  # one answer per prompt, or env=...'s multi-turn episodes
 
-    def checkpoint_parts(
+    def checkpointed_objects(
         self, scheduler: Stateful, critic_scheduler: Stateful | None
-    ) -> CheckpointParts:
+    ) -> CheckpointedObjects:
         """What a checkpoint saves besides the ``TrainState``: the trained objects (loaded in
         place on restore; ``scheduler``s: the started run's) and the facts its fingerprint
         records."""
         strategy = self.strategy
         critic = None if self.critic is None else self.weights.critic_state(self.critic)
-        return CheckpointParts(
+        return CheckpointedObjects(
             cfg=self.cfg,
             run_dir=self.run_dir,
             strategy_name=strategy.name,
@@ -122,7 +122,7 @@ class BuiltRun:
             optimizer=self.optimizer,
             scheduler=scheduler,
             tokenizer=self.tokenizer,
-            extra=critic_parts(critic, self.critic_optimizer, critic_scheduler),
+            extra=critic_objects(critic, self.critic_optimizer, critic_scheduler),
             dist=self.dist,
             device=self.device,
             sharded=self.sharded,

@@ -37,7 +37,7 @@ from astrai.checkpoints.reissue import REISSUE_FILE, REISSUE_KEY
 from astrai.distributed import all_reduce_max, gather_objects
 from astrai.files import FileWriter
 from astrai.models.tokenizer import Tokenizer
-from astrai.training.checkpointing import CheckpointParts, run_fingerprint
+from astrai.training.checkpointing import CheckpointedObjects, run_fingerprint
 from astrai.training.in_flight import batch_record
 from astrai.training.parallel import full_optimizer_state
 from astrai.training.setup import capture_rng_state
@@ -58,7 +58,7 @@ class GatheredState:
     optimizer_state: Any
 
 
-def gather_checkpoint_state(parts: CheckpointParts, state: TrainState) -> GatheredState:
+def gather_checkpoint_state(parts: CheckpointedObjects, state: TrainState) -> GatheredState:
     """Called on every rank at a save: the collectives of a checkpoint, before any file."""
     rng_per_rank = gather_objects(capture_rng_state(state.generators))
     # each rank's rollouts for the next steps, sampled and not yet trained (as many on every
@@ -77,12 +77,12 @@ def gather_checkpoint_state(parts: CheckpointParts, state: TrainState) -> Gather
     return GatheredState(rng_per_rank, in_flight_per_rank, policy_state, optimizer_state)
 
 
-def checkpoint_path(parts: CheckpointParts, step: int) -> Path:
+def checkpoint_path(parts: CheckpointedObjects, step: int) -> Path:
     """Where step ``step``'s checkpoint goes: ``<run dir>/checkpoints/step_<step>``."""
     return parts.run_dir / CHECKPOINTS_DIR / step_dir_name(step)
 
 
-def save_training_checkpoint(parts: CheckpointParts, state: TrainState) -> Path:
+def save_training_checkpoint(parts: CheckpointedObjects, state: TrainState) -> Path:
     """Write ``<run dir>/checkpoints/step_<state.step>/`` atomically; return its path.
 
     Called on every rank: each rank's RNG streams are gathered, rank 0 alone writes, and all
@@ -110,7 +110,7 @@ def agree_on_failure(failure: BaseException | None, path: Path) -> None:
         raise CheckpointError(f"rank 0 failed to write {path}")
 
 
-def prepare_checkpoints_root(parts: CheckpointParts) -> Path:
+def prepare_checkpoints_root(parts: CheckpointedObjects) -> Path:
     """Rank 0: ``<run dir>/checkpoints/``, made, with the frozen reference written (once per
     run, the first save's)."""
     root = parts.run_dir / CHECKPOINTS_DIR
@@ -124,7 +124,7 @@ def _as_is(value: Any) -> Any:
 
 
 def checkpoint_writers(
-    parts: CheckpointParts,
+    parts: CheckpointedObjects,
     state: TrainState,
     gathered: GatheredState,
     copy: Callable[[Any], Any] = _as_is,
@@ -154,7 +154,7 @@ def checkpoint_writers(
 
 
 def _trainer_record(
-    parts: CheckpointParts, state: TrainState, rng_per_rank: list[Any]
+    parts: CheckpointedObjects, state: TrainState, rng_per_rank: list[Any]
 ) -> dict[str, Any]:
     """``trainer_state.json``'s content."""
     fingerprint = run_fingerprint(parts)

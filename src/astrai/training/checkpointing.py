@@ -1,7 +1,7 @@
 """Save a run's full state as one checkpoint and restore it exactly.
 
 What a checkpoint holds is listed in ``astrai.checkpoints.layout``; this module names what a
-run saves (its ``TrainState`` and the objects it trains, ``CheckpointParts``) and its
+run saves (its ``TrainState`` and the objects it trains, ``CheckpointedObjects``) and its
 fingerprint, and restores them: a restore returns the ``TrainState`` it read. The files a save
 writes are ``training.checkpoint_files``'s (at once, or in the background:
 ``training.background_save``). The frozen reference (the initial policy) is written
@@ -61,7 +61,7 @@ class Stateful(Protocol):
 
 
 @dataclass(frozen=True)
-class CheckpointParts:
+class CheckpointedObjects:
     """What a checkpoint saves besides the ``TrainState``, and the facts its fingerprint
     records. The objects are loaded in place on restore.
 
@@ -93,7 +93,7 @@ class CheckpointParts:
             raise ValueError(f"no object to save as {', '.join(sorted(unsaved))}")
 
 
-def critic_parts(
+def critic_objects(
     critic: Stateful | None, optimizer: Stateful | None, scheduler: Stateful | None
 ) -> dict[str, Stateful]:
     """A PPO critic's three checkpoint files and their objects ({} without a critic); a LoRA
@@ -107,14 +107,14 @@ def critic_parts(
     }
 
 
-def run_fingerprint(parts: CheckpointParts) -> dict[str, Any]:
+def run_fingerprint(parts: CheckpointedObjects) -> dict[str, Any]:
     """What must not change across a resume (``astrai.checkpoints.identity``): saved with
     every checkpoint and compared on resume. A LoRA run adds ``adapters``: its settings and
     the base model's SHA-256 (another base is refused; its path may change)."""
     return {**_setup_fingerprint(parts), **parts.weights.fingerprint()}
 
 
-def _setup_fingerprint(parts: CheckpointParts) -> dict[str, Any]:
+def _setup_fingerprint(parts: CheckpointedObjects) -> dict[str, Any]:
     return {
         "train_type": parts.strategy_name,
         "model": model_fingerprint(dataclasses.asdict(parts.policy.config)),
@@ -147,7 +147,7 @@ def settled_state(
 
 
 def restore_training_checkpoint(
-    parts: CheckpointParts, resume: ResumePoint, fresh: TrainState
+    parts: CheckpointedObjects, resume: ResumePoint, fresh: TrainState
 ) -> TrainState:
     """Load every saved object of ``parts`` from the checkpoint ``resume`` read and checked,
     ``fresh``'s random streams too; return the run's state at the checkpoint (``fresh``: the
@@ -190,7 +190,7 @@ def restore_training_checkpoint(
     )
 
 
-def _restore_extra(parts: CheckpointParts, path: Path, record: dict[str, Any]) -> None:
+def _restore_extra(parts: CheckpointedObjects, path: Path, record: dict[str, Any]) -> None:
     """The algorithm's objects. A format-1 PPO checkpoint has no critic schedule: the critic
     then had a constant learning rate, and its schedule starts where the policy's is."""
     saved = set(recorded_extra_files(record))
@@ -208,7 +208,7 @@ def _restore_extra(parts: CheckpointParts, path: Path, record: dict[str, Any]) -
 
 
 def _restore_rng(
-    parts: CheckpointParts,
+    parts: CheckpointedObjects,
     generators: dict[str, torch.Generator],
     state: dict[str, Any],
     path: Path,

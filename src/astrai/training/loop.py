@@ -37,10 +37,10 @@ from astrai.training.parallel import replicas
 from astrai.training.plan import StepPlan, step_plan
 from astrai.training.progress import progress_bar
 from astrai.training.resume import resolve_resume
+from astrai.training.reward_signal import GROUP_BASELINES, RewardSignalWatch
 from astrai.training.rollout_source import RolloutSource
 from astrai.training.schedule import build_schedulers, resumed_schedule_steps
 from astrai.training.setup import make_generator
-from astrai.training.signal_watch import GROUP_BASELINES, SignalWatch
 from astrai.training.state import TrainState
 from astrai.training.stop_agreement import agreed_stop_reason
 from astrai.training.stopping import StopInterrupt, StopRequest
@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class StepResult:
+class StepOutcome:
     """What one RL step did, for the loop to write into the ``TrainState``: its ``metrics``,
     the ``policy_version`` its optimizer steps reached, and the rollout's ``samples`` to log
     (prompt, response, reward) when the step logs them (``training.sample_log``: every
@@ -73,7 +73,7 @@ class RunStart:
         logger: metrics.jsonl, TensorBoard, W&B, MLflow, as ``cfg.logger`` selects.
         train_policy, train_critic: what the update's forward runs (DDP replicas when
             replicated; the modules themselves otherwise).
-        signal_watch: says, after a few steps in a row, that the rewards carry no signal.
+        reward_signal_watch: says, after a few steps in a row, that the rewards carry no signal.
     """
 
     state: TrainState
@@ -85,7 +85,7 @@ class RunStart:
     logger: RunLogger
     train_policy: nn.Module
     train_critic: nn.Module | None
-    signal_watch: SignalWatch
+    reward_signal_watch: RewardSignalWatch
 
 
 def start_run(parts: BuiltRun) -> RunStart:
@@ -109,8 +109,8 @@ def start_run(parts: BuiltRun) -> RunStart:
     }
     state = TrainState(generators, span.steps)
     if resume is not None:  # before anything is written: a bad checkpoint leaves the dir alone
-        checkpoint_parts = parts.checkpoint_parts(scheduler, critic_scheduler)
-        state = restore_training_checkpoint(checkpoint_parts, resume, state)
+        objects = parts.checkpointed_objects(scheduler, critic_scheduler)
+        state = restore_training_checkpoint(objects, resume, state)
         check_resumed_in_flight(state, plan)  # before anything is started or written
         log.info("resumed from %s at step %d", resume.path, state.step)
         if span.notice is not None:  # said once the checkpoint is accepted
@@ -135,7 +135,7 @@ def start_run(parts: BuiltRun) -> RunStart:
         train_policy=train_policy,
         train_critic=train_critic,
         # a run whose rewards carry no signal says so (rank 0), after a few such steps in a row
-        signal_watch=SignalWatch(
+        reward_signal_watch=RewardSignalWatch(
             strategy.advantage in GROUP_BASELINES,
             strategy.sampling.max_new_tokens,
             enabled=parts.dist.is_main,
@@ -168,7 +168,7 @@ def logged_up_to(state: TrainState, run_dir: Path) -> int | None:
 class Step(Protocol):
     """The step a run takes (``training.trainer.Trainer``)."""
 
-    def run_step(self) -> StepResult:
+    def run_step(self) -> StepOutcome:
         """One RL step; reads the state and returns what it did."""
 
 

@@ -28,7 +28,7 @@ Decisions:
 - The count of skips in a row lives here, not in ``TrainState``: a skipped step leaves the
   weights as they were, so a checkpoint between two skips is a good one, and a run resumed from
   it that meets the same fault stops after ``trainer.max_nonfinite_updates`` more (as
-  ``SignalWatch``'s counts start again at a resume). Resuming stays exact: the count changes
+  ``RewardSignalWatch``'s counts start again at a resume). Resuming stays exact: the count changes
   nothing a step computes.
 """
 

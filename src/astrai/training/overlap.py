@@ -47,6 +47,7 @@ from torch import nn
 
 from astrai.distributed import all_reduce_max
 from astrai.rollout.rollout import Rollout
+from astrai.signal_handlers import WAIT_SLICE_S
 from astrai.training.cuda_streams import hand_over
 from astrai.training.in_flight import Reissue, SampledBatch
 from astrai.training.sampling_thread import SamplingThread
@@ -54,9 +55,8 @@ from astrai.training.stopping import interruptible, stop_requested
 
 log = logging.getLogger(__name__)
 
-# how often a waiting training thread looks at a stop request; how long a stop waits for an
-# abandoned job (its reward calls ended: ``RewardCallAbandoned`` within ~1 s)
-WAIT_SLICE_S = 0.1
+# how long a stop waits for an abandoned job (its reward calls ended: ``RewardCallAbandoned``
+# within ~1 s)
 ABANDON_WAIT_S = 2.0
 
 

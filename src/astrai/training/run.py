@@ -116,7 +116,7 @@ class Run:
         pipeline = self.started.rollouts.pipeline
         if pipeline is not None:  # the rollouts sampled for the next steps go with it
             state = settled_state(state, pipeline.settle(), pipeline.stream)
-        saved = parts.checkpoint_parts(self.started.scheduler, self.started.critic_scheduler)
+        saved = parts.checkpointed_objects(self.started.scheduler, self.started.critic_scheduler)
         background = background and bool(parts.cfg.ckpt.get("background", False))
         return self.checkpoint_writes.save(saved, state, background)
 

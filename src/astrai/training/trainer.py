@@ -24,7 +24,7 @@ from astrai.rollout.staleness import check_policy_lag
 from astrai.training.accumulation import accumulate_gradients, ranks_divisors
 from astrai.training.build import BuiltRun
 from astrai.training.evaluation import EvalResult, evaluate
-from astrai.training.loop import RunStart, StepResult
+from astrai.training.loop import RunStart, StepOutcome
 from astrai.training.nonfinite import SKIPPED_METRIC, NonFiniteGuard, Trained
 from astrai.training.rollout_stats import rollout_metrics
 from astrai.training.sample_log import logged_samples
@@ -47,7 +47,7 @@ class Trainer:
     values, the advantages), update, and the held-out evaluation. It reads what ``build_run``
     built (``parts``) and what ``loop.start_run`` started (``started``: the ``TrainState``, the
     schedules, the engine, the rollout source) and writes neither: a step returns what it did
-    (``StepResult``) and the loop writes it into the state (``training.loop``).
+    (``StepOutcome``) and the loop writes it into the state (``training.loop``).
     ``training.run.Run`` makes one for each run.
     """
 
@@ -208,7 +208,7 @@ class Trainer:
             )
         return self.nonfinite.step(trained, metrics, self.started.state.step + 1)
 
-    def run_step(self) -> StepResult:
+    def run_step(self) -> StepOutcome:
         """One RL step: sample (or take) the rollout, score it, update; reads ``state`` and
         returns what the step did, for the loop to write into it."""
         t0 = time.perf_counter()
@@ -241,7 +241,7 @@ class Trainer:
         threshold = self.parts.reward.accuracy_threshold
         timeouts = batch.metrics.get("rollout/reward_timeouts", 0.0)  # this rank's (sample_rollout)
         metrics.update(rollout_metrics(rollout, self.parts.tokenizer.stop_ids, threshold, timeouts))
-        self.started.signal_watch.observe(
+        self.started.reward_signal_watch.observe(
             self.started.state.step + 1, rollout, metrics, all_reduce_max
         )
         metrics["time/rollout_s"] = t1 - t0
@@ -259,7 +259,7 @@ class Trainer:
         samples = logged_samples(
             rollout, self.started.state.step + 1, self.parts.cfg.logger, self.parts.tokenizer
         )
-        return StepResult(metrics, int(metrics["policy/version"]), samples)
+        return StepOutcome(metrics, int(metrics["policy/version"]), samples)
 
     # --- evaluation -----------------------------------------------------------------------------
 

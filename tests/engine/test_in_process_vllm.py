@@ -23,9 +23,10 @@ from astrai.models.pretrained import load_pretrained_policy
 from astrai.models.tokenizer import CharTokenizer
 from astrai.models.weights import named_weights
 from astrai.rollout.collect import left_pad
+from astrai.rollout.in_process_vllm import InProcessVLLM
 from astrai.rollout.sampler import Generation, SamplingConfig, generate
 from astrai.rollout.scoring import response_logprobs
-from astrai.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+from astrai.rollout.vllm_settings import VLLMEngineConfig
 
 pytestmark = pytest.mark.vllm
 
@@ -47,7 +48,7 @@ class Served:
     name: str
     policy: LlamaForCausalLM
     tokenizer: CharTokenizer
-    engine: VLLMEngine
+    engine: InProcessVLLM
     prompt_ids: torch.Tensor  # [16, P]
     prompt_mask: torch.Tensor  # [16, P]
 
@@ -77,7 +78,7 @@ def test_a_head_size_the_cpu_kernel_lacks_is_refused_in_one_line() -> None:
     pytest.importorskip("vllm", reason="vLLM is not installed: make test-vllm")
     policy = LlamaForCausalLM(LlamaConfig())  # model=tiny: 4 heads of 16
     with pytest.raises(ValueError, match="no kernel for head_dim=16"):
-        VLLMEngine(policy, CharTokenizer())
+        InProcessVLLM(policy, CharTokenizer())
 
 
 POLICIES = {"tiny": _tiny_policy, "qwen2": _qwen2_policy}
@@ -92,7 +93,7 @@ def served(
     policy = POLICIES[name](tmp_path_factory.mktemp(name))
     tokenizer = CharTokenizer()
     prompt_ids, prompt_mask = left_pad(tokenizer, PROMPTS)
-    with VLLMEngine(policy, tokenizer, VLLMEngineConfig(kv_cache_space_gib=1)) as engine:
+    with InProcessVLLM(policy, tokenizer, VLLMEngineConfig(kv_cache_space_gib=1)) as engine:
         yield Served(name, policy, tokenizer, engine, prompt_ids, prompt_mask)
 
 

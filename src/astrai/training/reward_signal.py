@@ -7,7 +7,7 @@ from the reward at all (TRL logs the share as ``frac_reward_zero_std``). Under a
 the advantages are then the critic's error or the KL alone. The usual cause with a pretrained
 chat model is a response limit shorter than its answers: every response is cut at
 ``max_new_tokens`` and scores the same. A run like that used to finish with ``done:`` and exit
-0; ``SignalWatch`` warns after a few such steps in a row, once, and again only if the signal
+0; ``RewardSignalWatch`` warns after a few such steps in a row, once, and again only if the signal
 comes back and is lost again.
 
 Under an environment (``env=...``), a step whose every episode failed (``env/failed`` 1.0: the
@@ -53,7 +53,7 @@ def rewards_all_equal(rollout: Rollout, max_over_ranks: MaxFn) -> bool:
     return highest == lowest
 
 
-class SignalWatch:
+class RewardSignalWatch:
     """Counts the consecutive steps with no learning signal from the reward and warns (rank 0)
     when they reach ``patience``.
 

@@ -17,9 +17,9 @@ from tests.helpers import compose_config
 from tests.train_runs import QUICK, run_train_in_process
 
 from astrai.rollout.rollout import Rollout
+from astrai.training.reward_signal import RewardSignalWatch, no_signal_message
 from astrai.training.rollout_stats import rollout_metrics
 from astrai.training.run import Run
-from astrai.training.signal_watch import SignalWatch, no_signal_message
 
 EOS = 1
 # the tiny model on addition with the shortest limit the task allows (answers up to 2 digits +
@@ -96,7 +96,7 @@ def test_the_message_names_the_cause_and_the_key() -> None:
 
 
 def test_the_watch_warns_once_per_streak(caplog: pytest.LogCaptureFixture) -> None:
-    watch = SignalWatch(group_baseline=True, max_new_tokens=4)
+    watch = RewardSignalWatch(group_baseline=True, max_new_tokens=4)
     silent = {"rollout/frac_reward_zero_std": 1.0, "rollout/truncated_frac": 1.0}
     signal = {**silent, "rollout/frac_reward_zero_std": 0.5}
     steps = [silent, silent, silent, silent, signal, silent, silent, silent, silent]
@@ -115,7 +115,7 @@ def test_the_watch_warns_once_per_streak(caplog: pytest.LogCaptureFixture) -> No
 
 
 def test_a_batch_baseline_needs_every_reward_equal_over_every_rank() -> None:
-    watch = SignalWatch(group_baseline=False, max_new_tokens=4, enabled=False, patience=1)
+    watch = RewardSignalWatch(group_baseline=False, max_new_tokens=4, enabled=False, patience=1)
     equal_groups = SimpleNamespace(rewards=torch.tensor([[1.0, 1.0], [0.0, 0.0]]))
     metrics = {"rollout/frac_reward_zero_std": 1.0}
     # every group constant, but not the batch: PPO's critic baseline still sees the difference
@@ -176,7 +176,7 @@ def test_ppo_with_a_constant_reward_says_so(
 def test_every_episode_failing_three_steps_in_a_row_stops_the_run() -> None:
     from astrai.rollout.episode_calls import EnvironmentFailing
 
-    watch = SignalWatch(group_baseline=True, max_new_tokens=8, enabled=False)
+    watch = RewardSignalWatch(group_baseline=True, max_new_tokens=8, enabled=False)
     rollout = _rollout([[0.0, 0.0]], [[1, 1]], [[True, True]])
     failing = {"rollout/frac_reward_zero_std": 1.0, "env/failed": 1.0, "env/failed_invalid": 0.75}
     failing["env/failed_timeout"] = 0.25

