@@ -18,9 +18,9 @@ Allowed (``ALLOWED``): the collectors module, which makes the one choice (``coll
 the env node's own readers, which must tell ``env=single_turn`` (``_target_: null``) from an
 environment: ``rollout/env_spec.py`` (the node into an ``EnvSpec`` or None) and the config
 checks of the env node (``config/env_checks.py``, ``config/env_reward.py``,
-``config/checkpoint_run.py``, which reads a checkpoint's saved env node); and
-``generate.py``, whose episode transcripts (``--show-tokens``, each turn printed) are a display
-of their own, not a collection a collector makes (issue 60 leaves it: see its report).
+``config/checkpoint_run.py``, which reads a checkpoint's saved env node). ``generate.py`` asks
+the run's collector class (``run_collector``: ``Collector.episodes``) whether to print episode
+transcripts.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ ALLOWED = {
     "config/env_checks.py",
     "config/env_reward.py",
     "config/checkpoint_run.py",
-    "generate.py",
 }
 ENV_NAMES = {"env", "env_spec", "env_node"}
 ENV_READERS = {"configured_env", "env_spec", "run_env"}

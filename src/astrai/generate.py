@@ -28,7 +28,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -38,6 +38,7 @@ from astrai.checkpoints.policy import LoadedPolicy, load_policy
 from astrai.cli_errors import ArgumentParser, one_line_errors
 from astrai.config.checkpoint_run import (
     read_run_config,
+    run_collector,
     run_env,
     run_precision,
     run_sampling_default,
@@ -47,12 +48,14 @@ from astrai.generation_engine import (
     ENGINE_NAMES,
     check_engine,
     check_length,
+    check_prompts,
     decoding_numbers,
     device_error,
     engine_config,
     engine_error,
     episode_report,
     play_transcripts,
+    prompt_error,
     sample_groups,
 )
 from astrai.models.hf_tokenizer import TokenizerFileError
@@ -63,6 +66,7 @@ from astrai.rewards.base import Reward, RewardConfigError, RewardError
 from astrai.rewards.build import build_reward
 from astrai.rewards.config import reward_node
 from astrai.rollout.collect import decode_responses, left_pad, prompt_context
+from astrai.rollout.collectors import Collector, SingleTurnCollector
 from astrai.rollout.env_spec import EnvSpec
 from astrai.rollout.sampler import SamplingConfig
 from astrai.tasks.base import Problem, ProblemSource, Task
@@ -119,12 +123,17 @@ def compose_task(name: str) -> Task:
 
 
 def task_scoring(
-    name: str, run: DictConfig | None, loaded: LoadedPolicy, n: int, env: EnvSpec | None = None
+    name: str,
+    run: DictConfig | None,
+    loaded: LoadedPolicy,
+    n: int,
+    collector: type[Collector] = SingleTurnCollector,
 ) -> Scoring:
     """What ``--task name`` answers: the run's task (scored by its reward) or an embedded one.
     The run's task is built as its trainer built it (``build_task``: a dataset's over-long rows
     dropped under ``task.filter_overlong_prompts``), so its eval prompts are the run's. A run
-    with an environment (``env``) answers its own task only: the environment opens its rows."""
+    whose ``collector`` plays episodes answers its own task only: its environment opens the
+    rows."""
     from hydra.utils import instantiate
 
     from astrai.config.run_task import build_task, max_prompt_tokens
@@ -141,9 +150,10 @@ def task_scoring(
         if run is None or OmegaConf.select(run, "task._target_") != task_cfg.get("_target_"):
             if name not in task_names():
                 raise ValueError(f"--task {name}: the run did not train on a {name} task")
-            if env is not None:
+            if collector.episodes:
+                target = OmegaConf.select(run, "env._target_")
                 raise ValueError(
-                    f"--task {name}: a run of env={env.target} plays its own task's episodes "
+                    f"--task {name}: a run of env={target} plays its own task's episodes "
                     "only (--task)"
                 )
             task: Task = instantiate(task_cfg)
@@ -201,42 +211,6 @@ def option_error(args: argparse.Namespace) -> str | None:
     if not 0 < args.top_p <= 1:  # NaN fails too
         return f"--top-p must be in (0, 1], 1 = off (got {args.top_p})"
     return None
-
-
-def unknown_characters(tokenizer: Any, text: str) -> list[str]:
-    """The characters of ``text`` that ``tokenizer`` cannot encode: encoding one alone raises
-    (the character tokenizer) or does not decode back to it (a vocabulary's unknown token)."""
-    unknown = []
-    for char in dict.fromkeys(text):
-        if not char.strip():
-            continue  # decoding may strip whitespace
-        try:
-            known = char in tokenizer.decode(tokenizer.encode(char, False))
-        except ValueError:
-            known = False
-        if not known:
-            unknown.append(char)
-    return unknown
-
-
-def check_prompts(tokenizer: Any, prompts: list[str]) -> None:
-    """ValueError naming the first prompt character the tokenizer does not know."""
-    for prompt in prompts:
-        unknown = unknown_characters(tokenizer, prompt)
-        if unknown:
-            chars = ", ".join(repr(c) for c in unknown)
-            raise ValueError(
-                f"prompt {prompt!r}: the tokenizer does not know the character(s) {chars}"
-            )
-
-
-def prompt_error(tokenizer: Any, err: ValueError) -> str:
-    """A prompt that does not encode, as one line naming the chat template's file where the
-    template is the cause."""
-    template = getattr(tokenizer, "template_file", None)
-    if template is not None and "chat template" in str(err):
-        return f"{template}: {err} (--no-chat-template feeds the prompts without it)"
-    return str(err)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -313,10 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         run = read_run_config(loaded, args.source)
         precision = args.precision or run_precision(run)
         engine_cfg = engine_config(args.engine, run, args.seed, args.precision)
-        scoring, env = None, run_env(run)
+        scoring, env, collector = None, run_env(run), run_collector(run)
         if args.task is not None:
             n = args.n or DEFAULT_TASK_PROMPTS
-            scoring = task_scoring(args.task, run, loaded, n, env)
+            scoring = task_scoring(args.task, run, loaded, n, collector)
     except (
         CheckpointError,
         ModelDirError,
@@ -349,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     check_length(policy, ids.shape[1], max_new_tokens)
     check_engine(engine_cfg, policy, ids.shape[1], max_new_tokens, args.device)
-    if env is not None:  # the run trained episodes: each prompt (or held-out row) is one
+    if collector.episodes:  # the run trained episodes: each prompt (or held-out row) is one
+        env = cast(EnvSpec, env)  # what the run's environment node holds (run_env)
         problems = [Problem(prompt=p, answer=None, text=p) for p in rows]
         threshold, task_part = 1.0, ""
         if scoring is not None:  # the run's own task, scored by its reward (task_scoring)

@@ -12,7 +12,8 @@ and, through the sampling stream, each request. What can refuse a request is the
 lacks, a prompt + ``--max-new-tokens`` past the engine's ``max_model_len``), run before the
 model loads and again with it, before the engine starts; the engine is closed when sampling
 ends, also on an error. A checkpoint of a run with an environment (``env=...``) plays each
-prompt as an episode through the run's episode runner (``play_transcripts``).
+prompt as an episode through the run's episode runner (``play_transcripts``). A prompt with a
+character the tokenizer cannot encode is refused by name (``check_prompts``).
 """
 
 from __future__ import annotations
@@ -310,3 +311,39 @@ def _transcript(tokenizer: Any, episode: Episode) -> str:
         else ("solved" if solved else "truncated" if episode.truncated else "done")
     )
     return f"{' | '.join(parts)}  reward {episode_reward(episode):.3f}, {ending}"
+
+
+def unknown_characters(tokenizer: Any, text: str) -> list[str]:
+    """The characters of ``text`` that ``tokenizer`` cannot encode: encoding one alone raises
+    (the character tokenizer) or does not decode back to it (a vocabulary's unknown token)."""
+    unknown = []
+    for char in dict.fromkeys(text):
+        if not char.strip():
+            continue  # decoding may strip whitespace
+        try:
+            known = char in tokenizer.decode(tokenizer.encode(char, False))
+        except ValueError:
+            known = False
+        if not known:
+            unknown.append(char)
+    return unknown
+
+
+def check_prompts(tokenizer: Any, prompts: list[str]) -> None:
+    """ValueError naming the first prompt character the tokenizer does not know."""
+    for prompt in prompts:
+        unknown = unknown_characters(tokenizer, prompt)
+        if unknown:
+            chars = ", ".join(repr(c) for c in unknown)
+            raise ValueError(
+                f"prompt {prompt!r}: the tokenizer does not know the character(s) {chars}"
+            )
+
+
+def prompt_error(tokenizer: Any, err: ValueError) -> str:
+    """A prompt that does not encode, as one line naming the chat template's file where the
+    template is the cause."""
+    template = getattr(tokenizer, "template_file", None)
+    if template is not None and "chat template" in str(err):
+        return f"{template}: {err} (--no-chat-template feeds the prompts without it)"
+    return str(err)

@@ -14,6 +14,7 @@ from astrai.config.env_checks import configured_env
 from astrai.config.errors import ConfigError
 from astrai.models.precision import PRECISIONS
 from astrai.models.pretrained import is_hf_model_dir
+from astrai.rollout.collectors import Collector, collector_class
 from astrai.rollout.env_spec import EnvSpec
 
 if TYPE_CHECKING:
@@ -87,3 +88,14 @@ def run_env(run: DictConfig | None) -> EnvSpec | None:
         return configured_env(run.env)
     except ConfigError as err:
         raise ValueError(f"the run's env: {err}") from None
+
+
+def run_collector(run: DictConfig | None) -> type[Collector]:
+    """The collector class the run trained with (its ``collector`` node, ``auto`` for a run
+    saved before it had one, or a model directory): whether it plays an environment's
+    episodes is the collector's to say (``Collector.episodes``)."""
+    node = None if run is None else run.get("collector")
+    try:
+        return collector_class(node, run_env(run))
+    except ValueError as err:
+        raise ValueError(f"the run's collector: {err}") from None
