@@ -280,7 +280,7 @@ def bare_loss(loop: BareLoop, part: dict[str, Tensor]) -> Tensor:
     hp, mask = loop.hp, part["response_mask"]
     inputs = ("prompt_ids", "prompt_mask", "response_ids", "response_mask")
     logprobs = token_logprobs(
-        loop.trainer.policy, *(part[k] for k in inputs), hp.sampling.temperature
+        loop.trainer.parts.policy, *(part[k] for k in inputs), hp.sampling.temperature
     )
     ratio = torch.exp(logprobs - part["old_logprobs"])
     adv = part["advantages"]
@@ -296,9 +296,9 @@ def bare_step(loop: BareLoop, step: int, state: dict[str, Any]) -> dict[str, flo
     batch = bare_rollout(loop, step, state["sample_gen"])
     reward_mean = batch.pop("reward_mean")
     n, losses = batch["response_ids"].shape[0], []
-    params = list(loop.trainer.policy.parameters())
+    params = list(loop.trainer.parts.policy.parameters())
     for _ in range(hp.epochs):
-        order = torch.randperm(n, generator=state["shuffle_gen"]).to(loop.trainer.device)
+        order = torch.randperm(n, generator=state["shuffle_gen"]).to(loop.trainer.parts.device)
         for rows in order.chunk(hp.minibatches):
             loss = bare_loss(loop, {k: v[rows] for k, v in batch.items()})
             loss.backward()
@@ -345,7 +345,7 @@ def time_astrai(trainer: Run, start: dict[str, Any], steps: int) -> tuple[float,
 
 def time_bare(loop: BareLoop, start: dict[str, Any], steps: int) -> tuple[float, dict]:
     """Seconds per bare step from the same start, and the last step's reward mean and loss."""
-    loop.trainer.policy.load_state_dict(start["policy"])
+    loop.trainer.parts.policy.load_state_dict(start["policy"])
     state = loop.fresh_state()
     t0 = time.perf_counter()
     for step in range(steps):
