@@ -21,6 +21,7 @@ from types import ModuleType
 import torch
 from omegaconf import DictConfig
 
+from astrai.algorithms.pass_plan import PassPlan
 from astrai.config.compose import compose_train_config
 
 __all__ = [
@@ -138,3 +139,23 @@ def weights_digest(*models: torch.nn.Module) -> str:
             digest.update(name.encode())
             digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()
+
+
+def pass_plan(
+    micro_batch_size: int | None = None,
+    score_tokens: object = "auto",
+    update_tokens: object = "auto",
+    temperature: float = 1.0,
+    trains_critic: bool = False,
+) -> PassPlan:
+    """The passes of one minibatch a step (``algorithms.pass_plan.PassPlan``) for a strategy
+    built by hand, its ``prepare`` called directly: by default the budgets a run's ``auto``
+    gives, and no ``micro_batch_size``."""
+    return PassPlan(
+        minibatches=1,
+        micro_batch_size=micro_batch_size,
+        score_tokens=score_tokens,
+        update_tokens=update_tokens,
+        temperature=temperature,
+        trains_critic=trains_critic,
+    )

@@ -6,6 +6,7 @@ observation span."""
 from __future__ import annotations
 
 import torch
+from tests.helpers import pass_plan
 from torch.testing import assert_close
 
 from astrai.algorithms.advantages import compute_gae
@@ -20,7 +21,6 @@ from astrai.rollout.sampler import SamplingConfig
 
 SHARED: dict[str, object] = dict(
     group_size=2, prompts_per_step=1, clip_eps=0.2, kl_coef=0.0, kl_estimator="k1",
-    ppo_epochs=1, minibatches=1, micro_batch_size=None,
     sampling=SamplingConfig(max_new_tokens=8), optimizer=torch.optim.SGD, scheduler=None,
     loss_agg="token_mean", clip_eps_low=None, clip_eps_high=None, clip_ratio_c=None,
     ratio_level="token", mask_truncated=False, filter_groups=False, max_resample_rounds=0,
@@ -83,7 +83,7 @@ def _critic() -> ValueModel:
 def test_grpo_gives_the_group_advantage_to_sampled_tokens_only() -> None:
     strategy = GRPOStrategy(**SHARED, adv_eps=1e-6, scale_rewards="none", advantage="grpo")
     rollout = _episode(observations=4)
-    strategy.prepare(rollout, {"reference": None})
+    strategy.prepare(rollout, {"reference": None}, pass_plan())
     assert rollout.advantages is not None
     # rewards 1.5 and 0.5: ±0.5 on every sampled token, 0 on the observation span
     expected = torch.where(rollout.sampled_mask, torch.tensor([[[0.5], [-0.5]]]), 0.0)
@@ -93,7 +93,7 @@ def test_grpo_gives_the_group_advantage_to_sampled_tokens_only() -> None:
 def test_ppo_gae_runs_over_sampled_tokens_with_rewards_on_their_turns() -> None:
     critic = _critic()
     rollout = _episode(observations=4)
-    _ppo().prepare(rollout, {"reference": None, "critic": critic})
+    _ppo().prepare(rollout, {"reference": None, "critic": critic}, pass_plan(trains_critic=True))
     assert rollout.values is not None and rollout.advantages is not None
     assert rollout.returns is not None
     sampled = rollout.sampled_mask[0]
@@ -112,7 +112,9 @@ def test_ppo_gae_runs_over_sampled_tokens_with_rewards_on_their_turns() -> None:
 def test_ppo_turn_level_gives_each_turn_one_advantage() -> None:
     critic = _critic()
     rollout = _episode(observations=4)
-    _ppo("turn").prepare(rollout, {"reference": None, "critic": critic})
+    _ppo("turn").prepare(
+        rollout, {"reference": None, "critic": critic}, pass_plan(trains_critic=True)
+    )
     assert rollout.values is not None and rollout.advantages is not None
     v = rollout.values[0, 0]
     # turn 2 (last): r = 1, A_2 = 1 - V(first token of turn 2) = 1 - v[7]

@@ -22,8 +22,7 @@ def _grpo(**kwargs: object) -> GRPOStrategy:
     # below assume, not the shipped conf/train_type/online_grpo.yaml
     defaults: dict[str, object] = dict(
         group_size=4, prompts_per_step=2, clip_eps=0.2, kl_coef=0.1, kl_estimator="k1",
-        ppo_epochs=1, minibatches=1, micro_batch_size=None,
-        sampling=SamplingConfig(max_new_tokens=8), optimizer=torch.optim.SGD, scheduler=None,
+            sampling=SamplingConfig(max_new_tokens=8), optimizer=torch.optim.SGD, scheduler=None,
         adv_eps=EPS, scale_rewards="group", advantage="grpo", loss_agg="token_mean",
         clip_eps_low=None, clip_eps_high=None, clip_ratio_c=None, ratio_level="token",
         mask_truncated=False, filter_groups=False, max_resample_rounds=0,

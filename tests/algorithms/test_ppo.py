@@ -21,8 +21,7 @@ def _ppo(**kwargs: object) -> PPOStrategy:
     # assume, not the shipped conf/train_type/online_ppo.yaml
     defaults: dict[str, object] = dict(
         group_size=2, prompts_per_step=2, clip_eps=0.2, kl_coef=0.1, kl_estimator="k3",
-        ppo_epochs=1, minibatches=1, micro_batch_size=None,
-        sampling=SamplingConfig(max_new_tokens=8), optimizer=torch.optim.SGD, scheduler=None,
+            sampling=SamplingConfig(max_new_tokens=8), optimizer=torch.optim.SGD, scheduler=None,
         ppo_gamma=1.0, ppo_gae_lambda=0.95,
         ppo_vf_coef=0.5, value_clip=None, whiten_advantages=True, entropy_coef=0.0,
         advantage="gae", loss_agg="token_mean", clip_eps_low=None, clip_eps_high=None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.helpers import pass_plan
 from torch.testing import assert_close
 
 from astrai.algorithms.advantages import alike_groups, group_advantages, rloo_advantages
@@ -107,8 +108,7 @@ def _grpo(**kwargs: object) -> GRPOStrategy:
     # every knob explicit (the strategy has no defaults)
     defaults: dict[str, object] = dict(
         group_size=4, prompts_per_step=2, clip_eps=0.2, kl_coef=0.1, kl_estimator="k1",
-        ppo_epochs=1, minibatches=1, micro_batch_size=None,
-        sampling=SamplingConfig(max_new_tokens=8), optimizer=torch.optim.SGD, scheduler=None,
+            sampling=SamplingConfig(max_new_tokens=8), optimizer=torch.optim.SGD, scheduler=None,
         adv_eps=EPS, scale_rewards="group", advantage="grpo", loss_agg="token_mean",
         clip_eps_low=None, clip_eps_high=None, clip_ratio_c=None, ratio_level="token",
         mask_truncated=False, filter_groups=False, max_resample_rounds=0,
@@ -170,8 +170,7 @@ def test_reinforce_pp_whitens_over_the_valid_responses_only() -> None:
 def _ppo(whiten: bool) -> PPOStrategy:
     defaults: dict[str, object] = dict(
         group_size=3, prompts_per_step=1, clip_eps=0.2, kl_coef=0.0, kl_estimator="k3",
-        ppo_epochs=1, minibatches=1, micro_batch_size=None,
-        sampling=SamplingConfig(max_new_tokens=8), optimizer=torch.optim.SGD, scheduler=None,
+            sampling=SamplingConfig(max_new_tokens=8), optimizer=torch.optim.SGD, scheduler=None,
         ppo_gamma=1.0, ppo_gae_lambda=1.0, ppo_vf_coef=0.5, value_clip=None,
         whiten_advantages=whiten, entropy_coef=0.0, advantage="gae", loss_agg="token_mean",
         clip_eps_low=None, clip_eps_high=None, clip_ratio_c=None, ratio_level="token",
@@ -190,7 +189,9 @@ def test_ppo_whitening_counts_the_valid_responses_only(whiten: bool) -> None:
     critic = ValueModel(config)
     rewards = torch.tensor([[1.0, 0.0, 3.0]])
     rollout = _rollout(rewards, torch.tensor([[True, True, False]]), vocab=config.vocab_size)
-    metrics = _ppo(whiten).prepare(rollout, {"reference": None, "critic": critic})
+    metrics = _ppo(whiten).prepare(
+        rollout, {"reference": None, "critic": critic}, pass_plan(trains_critic=True)
+    )
     if whiten:
         a = 0.5 / (0.25 + 1e-8) ** 0.5
         expected = torch.tensor([[[a, a], [-a, -a], [0.0, 0.0]]])

@@ -13,6 +13,7 @@ from astrai.algorithms.grpo import GRPOStrategy
 from astrai.algorithms.ppo import PPOStrategy
 from astrai.config.devices import parse_gpu_devices
 from astrai.config.lora_checks import builder_node
+from astrai.config.train_type_checks import build_strategy
 from astrai.config.validate import ConfigError, validate_config
 from astrai.models.llama import LlamaForCausalLM
 from astrai.paths import CONFIG_DIR
@@ -34,7 +35,7 @@ def _options(group: str) -> list[str]:
 def test_default_composes_validates_and_instantiates() -> None:
     cfg = _compose()
     validate_config(cfg)
-    strategy = instantiate(cfg.train_type)
+    strategy = build_strategy(cfg.train_type)
     assert isinstance(strategy, GRPOStrategy)
     assert strategy.group_size == 8 and strategy.kl_estimator == "k3"
     assert isinstance(strategy.sampling, SamplingConfig)
@@ -104,7 +105,7 @@ def test_each_train_type_brings_its_critic(train_type: str, critic: str, strateg
     cfg = _compose([f"train_type={train_type}"])
     validate_config(cfg)
     assert cfg.critic.name == critic
-    assert isinstance(instantiate(cfg.train_type), strategy)
+    assert isinstance(build_strategy(cfg.train_type), strategy)
 
 
 def test_ppo_sweep_composes() -> None:
@@ -118,7 +119,7 @@ def test_ppo_sweep_composes() -> None:
                 ]
             )
             validate_config(cfg)
-            ppo = instantiate(cfg.train_type)
+            ppo = build_strategy(cfg.train_type)
             assert (ppo.ppo_gamma, ppo.ppo_gae_lambda) == (gamma, lam)
 
 
@@ -126,7 +127,7 @@ def test_optimizer_and_scheduler_are_partials() -> None:
     import torch
 
     cfg = _compose(["train_type.optimizer.lr=0.01", "trainer.total_steps=10"])
-    strategy = instantiate(cfg.train_type)
+    strategy = build_strategy(cfg.train_type)
     params = [torch.nn.Parameter(torch.zeros(2))]
     optimizer = strategy.optimizer(params)
     assert isinstance(optimizer, torch.optim.AdamW)

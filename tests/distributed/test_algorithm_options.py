@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from tests.distributed.ddp_worker import many_updates
 from tests.helpers import compose_config
 
-from astrai.algorithms import scoring_passes
+from astrai.algorithms import pass_plan
 from astrai.rollout.rollout import Rollout, ended_with_eos
 from astrai.training.rollout_stats import rollout_metrics
 from astrai.training.run import Run
@@ -214,7 +214,7 @@ def test_two_processes_make_the_same_update_as_one(
     rollout_file = pinned_rollout(tmp_path)
     jobs, expected = {}, {}
     with monkeypatch.context() as patch:
-        patch.setattr(scoring_passes, "minibatch_rows", rankwise_minibatch_rows)
+        patch.setattr(pass_plan, "minibatch_rows", rankwise_minibatch_rows)
         for name, options in OPTIONS.items():
             cfg = compose_config([*options, *QUICK])
             expected[name] = one_update(cfg, rollout_file, tmp_path / "single" / name)

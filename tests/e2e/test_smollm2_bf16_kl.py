@@ -19,6 +19,7 @@ steps."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +82,12 @@ def _steps(
     assert trainer.started.plan.old_from_update == (trainer.started.plan.correction is None)
     seen: dict[tuple[int | None, Any], dict[str, float]] = {}
     for micro_batch_size, update_tokens in splits:
-        trainer.parts.strategy.micro_batch_size = micro_batch_size
-        trainer.parts.strategy.update_tokens = update_tokens
+        # the step's passes cut another way (``StepPlan.passes``), the run's state the same
+        plan = trainer.started.plan
+        passes = replace(
+            plan.passes, micro_batch_size=micro_batch_size, update_tokens=update_tokens
+        )
+        trainer.trainer.started = replace(trainer.started, plan=replace(plan, passes=passes))
         micro_batches.clear()
         metrics = trainer.train_step()
         seen[micro_batch_size, update_tokens] = {

@@ -15,7 +15,7 @@ old constant schedule (``critic.scheduler=null``), every other line of the code 
 default's. ``tests/training/test_critic_schedule.py`` checks the new default's rates.
 
 GRPO's default job changed on purpose in issue 59: the reference is scored through the update's
-own forwards (whole sequences, the update's micro-batches: ``algorithms.scoring_passes``) instead
+own forwards (whole sequences, the update's micro-batches: ``algorithms.pass_plan``) instead
 of the shared-prompt cache, so that a KL to the reference reads exactly 0 at step 1 in every
 precision; in fp32 its logprobs move by up to 4.8e-7. Its digest is of the job with the
 reference scored the old way (``cached_reference``, the pre-issue-59 code of
@@ -32,7 +32,7 @@ import torch
 from tests.helpers import compose_config, weights_digest
 
 from astrai.algorithms.masked import local_sum
-from astrai.algorithms.scoring_passes import ScoringPasses, kl_metrics
+from astrai.algorithms.strategy import Strategy, kl_metrics
 from astrai.rollout.scoring import response_logprobs, score_in_parts
 from astrai.training.run import Run
 
@@ -75,7 +75,7 @@ def cpu_name() -> str:
 BEFORE = {"online_grpo": [], "online_ppo": ["critic.scheduler=null"]}
 
 
-def cached_reference(self, rollout, reference, sum_over_ranks=local_sum, no_grad=None, split=None):  # noqa: ANN001, ANN201, ARG001
+def cached_reference(self, rollout, reference, passes, sum_over_ranks=local_sum, no_grad=None):  # noqa: ANN001, ANN201, ARG001
     """``score_reference`` as the recorded digests' code ran it (before issue 59): the
     reference through the shared-prompt cache, in the scoring passes of ``score_tokens``."""
     prompt_ids, prompt_mask = rollout.flat_prompts()
@@ -90,7 +90,7 @@ def cached_reference(self, rollout, reference, sum_over_ranks=local_sum, no_grad
     with torch.inference_mode():
         scored = score_in_parts(
             score,
-            self.scoring_parts(reference, rollout, prompt_mask, by_length=False),
+            passes.scoring_parts(reference, rollout, prompt_mask, by_length=False),
             prompt_ids,
             prompt_mask,
             rollout.flat("response_ids"),
@@ -103,7 +103,7 @@ def cached_reference(self, rollout, reference, sum_over_ranks=local_sum, no_grad
 def run_digest(train_type: str, run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     overrides = [f"train_type={train_type}", *SMALL, *BEFORE[train_type]]
     if train_type == "online_grpo":  # PPO's digest is the same through either path
-        monkeypatch.setattr(ScoringPasses, "score_reference", cached_reference)
+        monkeypatch.setattr(Strategy, "score_reference", cached_reference)
     trainer = Run(compose_config(overrides), run_dir)
     trainer.fit()
     models = [trainer.parts.policy] + (

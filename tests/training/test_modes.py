@@ -73,8 +73,8 @@ def test_pi_old_and_critic_values_are_scored_without_dropout(tmp_path: Path) -> 
     policy, critic = trainer.parts.policy, trainer.parts.critic
     assert critic is not None and not policy.training and not critic.training
     # π_old is scored by the update's forward (whole sequences, no shared prompt cache)
-    first = trainer.parts.strategy.score_rollout(policy, rollout, share_prompts=False)
-    again = trainer.parts.strategy.score_rollout(policy, rollout, share_prompts=False)
+    first = trainer.started.plan.passes.score_rollout(policy, rollout, share_prompts=False)
+    again = trainer.started.plan.passes.score_rollout(policy, rollout, share_prompts=False)
     assert torch.equal(first, again)  # deterministic
     assert torch.equal(rollout.logprobs, first)  # π_old: the eval-mode forward
     assert rollout.values is not None
@@ -82,8 +82,8 @@ def test_pi_old_and_critic_values_are_scored_without_dropout(tmp_path: Path) -> 
     # control: in train mode LoRA's dropout makes two forwards differ
     policy.train()
     critic.train()
-    noisy = trainer.parts.strategy.score_rollout(policy, rollout)
-    assert not torch.equal(noisy, trainer.parts.strategy.score_rollout(policy, rollout))
+    noisy = trainer.started.plan.passes.score_rollout(policy, rollout)
+    assert not torch.equal(noisy, trainer.started.plan.passes.score_rollout(policy, rollout))
     assert not torch.equal(_critic_values(trainer, rollout), _critic_values(trainer, rollout))
 
 

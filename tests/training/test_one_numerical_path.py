@@ -9,7 +9,7 @@ bf16 on the CPU the shared-prompt cache and the whole-sequence forward round apa
 row run in one micro-batch and in another (its width, its neighbours): before, the reference
 took the cache (``kl/k1`` 2.4e-4 here) and π_old its own scoring budget's split (2.2e-2 nats
 from the update's forward at a 60-token update budget). Now both take the update's forwards
-(``Strategy.score_rollout``); the trainer's shuffled minibatches on SmolLM2's real weights are
+(``PassPlan.score_rollout``); the trainer's shuffled minibatches on SmolLM2's real weights are
 ``tests/e2e/test_smollm2_bf16_kl.py``.
 """
 
@@ -21,12 +21,13 @@ from typing import Any
 
 import pytest
 import torch
-from tests.helpers import compose_config
+from tests.helpers import compose_config, pass_plan
 
 import astrai.algorithms.strategy as strategy_module
 from astrai.algorithms.aggregation import Divisors
 from astrai.algorithms.correction import Correction
 from astrai.algorithms.grpo import GRPOStrategy
+from astrai.algorithms.pass_plan import PassPlan
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.rollout.minibatch import Minibatch, flatten_rollout
 from astrai.rollout.rollout import Rollout
@@ -76,16 +77,23 @@ def _rollout() -> Rollout:
     )  # fmt: skip
 
 
-def _grpo(micro_batch_size: int | None, update_tokens: int | None) -> GRPOStrategy:
+def _grpo() -> GRPOStrategy:
     return GRPOStrategy(
         group_size=GROUP, prompts_per_step=len(PROMPT_LENGTHS), clip_eps=0.2, kl_coef=0.05,
-        kl_estimator="k3", ppo_epochs=1, minibatches=1, micro_batch_size=micro_batch_size,
-        sampling=SamplingConfig(max_new_tokens=RESPONSE_LENGTH), optimizer=torch.optim.SGD,
-        scheduler=None, adv_eps=1e-6, scale_rewards="group", advantage="grpo",
+        kl_estimator="k3", sampling=SamplingConfig(max_new_tokens=RESPONSE_LENGTH),
+        optimizer=torch.optim.SGD, scheduler=None, adv_eps=1e-6, scale_rewards="group",
+        advantage="grpo",
         loss_agg="token_mean", clip_eps_low=None, clip_eps_high=None, clip_ratio_c=None,
         ratio_level="token", mask_truncated=False, filter_groups=False, max_resample_rounds=0,
-        score_tokens=None, update_tokens=update_tokens,
     )  # fmt: skip
+
+
+def _passes(
+    strategy: GRPOStrategy, micro_batch_size: int | None, update_tokens: int | None
+) -> PassPlan:
+    """One minibatch of every row, cut by ``micro_batch_size`` or ``update_tokens``."""
+    temperature = strategy.sampling.temperature
+    return pass_plan(micro_batch_size, None, update_tokens, temperature)
 
 
 # the update's micro-batches of the 12 rows: all at once; by a 60-token budget (rows sorted by
@@ -98,14 +106,15 @@ def test_pi_old_the_reference_and_the_update_agree_bitwise_in_bf16(
 ) -> None:
     policy, rollout = _policy(), _rollout()
     reference = copy.deepcopy(policy).requires_grad_(False)
-    strategy = _grpo(micro_batch_size, update_tokens)
+    strategy = _grpo()
+    passes = _passes(strategy, micro_batch_size, update_tokens)
     bf16 = torch.autocast("cpu", dtype=torch.bfloat16)
     with bf16:
-        strategy.recompute_old_logprobs(rollout, policy, Correction("none"))
-        metrics = strategy.prepare(rollout, {"reference": reference})
+        passes.recompute_old_logprobs(rollout, policy, Correction("none"))
+        metrics = strategy.prepare(rollout, {"reference": reference}, passes)
     # the update's forwards (train mode, autograd on) of a minibatch of every row, in order
     minibatch = flatten_rollout(rollout)
-    parts = strategy.update_parts(policy, minibatch)
+    parts = passes.update_parts(policy, minibatch)
     assert (len(parts) == 1) == (micro_batch_size is None and update_tokens is None)
     micro_batches = (
         [minibatch] if len(parts) == 1 else [minibatch.select(p).trimmed() for p in parts]
@@ -131,12 +140,13 @@ def test_at_one_update_a_step_the_update_measures_the_kl_of_its_own_forward() ->
     measure of the engine's logprobs (here all 0, an engine far off) is not."""
     policy, rollout = _policy(), _rollout()
     reference = copy.deepcopy(policy).requires_grad_(False)
-    strategy = _grpo(None, 60)
+    strategy = _grpo()
+    passes = _passes(strategy, None, 60)
     bf16 = torch.autocast("cpu", dtype=torch.bfloat16)
     with bf16:
-        engine_kl = strategy.prepare(rollout, {"reference": reference})["kl/k1"]
+        engine_kl = strategy.prepare(rollout, {"reference": reference}, passes)["kl/k1"]
     minibatch = flatten_rollout(rollout, old_from_update=True)
-    parts = strategy.update_parts(policy, minibatch)
+    parts = passes.update_parts(policy, minibatch)
     assert len(parts) > 1
 
     def loss(part: Minibatch, divisors: Divisors | None) -> tuple[torch.Tensor, dict]:

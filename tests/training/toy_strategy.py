@@ -14,7 +14,8 @@ from torch import Tensor, nn
 
 from astrai.algorithms.aggregation import Divisors
 from astrai.algorithms.masked import SumFn, local_sum, masked_mean
-from astrai.algorithms.strategy import NoGradMode, Strategy
+from astrai.algorithms.pass_plan import NoGradMode, PassPlan
+from astrai.algorithms.strategy import Strategy
 from astrai.metrics.names import CORE_METRICS
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
@@ -37,10 +38,13 @@ class ToyStrategy(Strategy):
         self,
         rollout: Rollout,
         models: Mapping[str, nn.Module | None],
+        passes: PassPlan,
         sum_over_ranks: SumFn = local_sum,
         no_grad: NoGradMode = torch.inference_mode,
     ) -> dict[str, float]:
-        metrics = self.score_reference(rollout, models["reference"], sum_over_ranks, no_grad)
+        metrics = self.score_reference(
+            rollout, models["reference"], passes, sum_over_ranks, no_grad
+        )
         with torch.no_grad():
             centred = self.baseline_scale * (rollout.rewards - rollout.rewards.mean())  # [B, G]
             rollout.advantages = centred[..., None] * rollout.response_mask

@@ -20,7 +20,8 @@ from torch import Tensor, nn
 from astrai.algorithms.aggregation import Divisors
 from astrai.algorithms.kl import kl_estimate
 from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean, masked_mean
-from astrai.algorithms.strategy import NoGradMode, Strategy
+from astrai.algorithms.pass_plan import NoGradMode, PassPlan
+from astrai.algorithms.strategy import Strategy
 from astrai.metrics.names import CORE_METRICS
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
@@ -42,15 +43,18 @@ class ToyTeacherStrategy(Strategy):
         self,
         rollout: Rollout,
         models: Mapping[str, nn.Module | None],
+        passes: PassPlan,
         sum_over_ranks: SumFn = local_sum,
         no_grad: NoGradMode = torch.inference_mode,
     ) -> dict[str, float]:
         teacher = models["teacher"]
         assert teacher is not None
-        metrics = self.score_reference(rollout, models["reference"], sum_over_ranks, no_grad)
+        metrics = self.score_reference(
+            rollout, models["reference"], passes, sum_over_ranks, no_grad
+        )
         # the teacher scores the sampled tokens through the same passes as π_old and the
-        # reference (``score_rollout``): a teacher with the policy's weights reads exactly 0
-        teacher_logprobs = self.score_rollout(teacher, rollout, no_grad)  # [B, G, R]
+        # reference (``passes.score_rollout``): a teacher with the policy's weights reads exactly 0
+        teacher_logprobs = passes.score_rollout(teacher, rollout, no_grad)  # [B, G, R]
         mask = rollout.valid_action_mask()
         with torch.no_grad():
             reverse_kl = rollout.logprobs - teacher_logprobs  # k1 per token, [B, G, R]

@@ -18,6 +18,7 @@ from astrai.algorithms.advantages import (
 from astrai.algorithms.aggregation import Divisors
 from astrai.algorithms.losses import kl_penalty_loss
 from astrai.algorithms.masked import SumFn, local_sum, masked_mean
+from astrai.algorithms.pass_plan import PassPlan
 from astrai.algorithms.rewards import token_rewards
 from astrai.algorithms.strategy import NoGradMode, Strategy
 from astrai.metrics.names import CORE_METRICS
@@ -69,11 +70,12 @@ class GRPOStrategy(Strategy):
         self,
         rollout: Rollout,
         models: Mapping[str, nn.Module | None],
+        passes: PassPlan,
         sum_over_ranks: SumFn = local_sum,
         no_grad: NoGradMode = torch.inference_mode,
     ) -> dict[str, float]:
         reference = models.get("reference")
-        metrics = self.score_reference(rollout, reference, sum_over_ranks, no_grad)
+        metrics = self.score_reference(rollout, reference, passes, sum_over_ranks, no_grad)
         rollout.advantages = self.advantages(rollout, sum_over_ranks)
         return metrics
 

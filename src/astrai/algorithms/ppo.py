@@ -23,6 +23,7 @@ from astrai.algorithms.masked import (
     masked_mean,
     masked_whiten,
 )
+from astrai.algorithms.pass_plan import PassPlan
 from astrai.algorithms.rewards import episode_token_rewards, token_rewards
 from astrai.algorithms.stats import explained_variance
 from astrai.algorithms.strategy import NoGradMode, Strategy, _one_of
@@ -90,13 +91,16 @@ class PPOStrategy(Strategy):
         self,
         rollout: Rollout,
         models: Mapping[str, nn.Module | None],
+        passes: PassPlan,
         sum_over_ranks: SumFn = local_sum,
         no_grad: NoGradMode = torch.inference_mode,
     ) -> dict[str, float]:
         critic = models.get("critic")
         if critic is None:
             raise ValueError("online_ppo needs a critic (critic=value_model)")
-        metrics = self.score_reference(rollout, models.get("reference"), sum_over_ranks, no_grad)
+        metrics = self.score_reference(
+            rollout, models.get("reference"), passes, sum_over_ranks, no_grad
+        )
         mask = rollout.action_mask()  # an episode's observations are not time steps
         rewards = token_rewards(rollout.rewards, self.reward_kl(rollout), mask, self.kl_coef)
         if rollout.token_scores is not None:  # an episode's rewards on its turns' last tokens
@@ -107,7 +111,7 @@ class PPOStrategy(Strategy):
         with torch.inference_mode():  # targets only; the clone below makes an ordinary tensor
             values = score_in_parts(
                 lambda *part: response_values(critic, *part),
-                self.scoring_parts(critic, rollout, prompt_mask, by_length=False),
+                passes.scoring_parts(critic, rollout, prompt_mask, by_length=False),
                 prompt_ids,
                 prompt_mask,
                 rollout.flat("response_ids"),

@@ -12,21 +12,27 @@ from torch import Tensor, nn
 from astrai.algorithms.aggregation import LOSS_AGG_MODES, Divisors
 from astrai.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from astrai.algorithms.losses import RATIO_LEVELS, clipped_policy_loss
-from astrai.algorithms.masked import SumFn, local_sum, masked_mean
+from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean, masked_mean
+from astrai.algorithms.pass_plan import NoGradMode, PassPlan
 from astrai.algorithms.rewards import KL_REWARD_CLAMP
-from astrai.algorithms.scoring_passes import NoGradMode, ScoringPasses
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
 from astrai.rollout.sampler import SamplingConfig
 from astrai.rollout.scoring import response_logprobs
 
 
-class Strategy(ScoringPasses, ABC):
+class Strategy(ABC):
     """An RL algorithm: its hyperparameters, how it pins targets and how it computes the loss.
 
-    Built by ``hydra.utils.instantiate(cfg.train_type)``; ``optimizer`` and ``scheduler`` arrive
+    Built by ``hydra.utils.instantiate`` of ``cfg.train_type`` without the run's keys
+    (``config.train_type_checks.build_strategy``); ``optimizer`` and ``scheduler`` arrive
     as partials (``_partial_: true``) and receive parameters / the optimizer in the trainer.
     Every argument is required: the values live in ``conf/train_type/`` (one home per knob).
+    The batch shape (``ppo_epochs``, ``minibatches``, ``micro_batch_size``, ``score_tokens``,
+    ``update_tokens``) and ``max_policy_lag`` are ``train_type`` keys too, but the run's, not the
+    algorithm's: ``training.plan.step_plan`` reads them (the passes into an
+    ``algorithms.pass_plan.PassPlan``, which ``prepare`` receives) and
+    ``config.train_type_checks.strategy_node`` leaves them out of the constructor's arguments.
 
     Data parallelism reaches a strategy only as two explicit arguments: ``prepare`` gets the
     trainer's ``sum_over_ranks`` for statistics of the whole rollout, ``loss`` gets the
@@ -64,9 +70,6 @@ class Strategy(ScoringPasses, ABC):
         clip_eps: float,
         kl_coef: float,
         kl_estimator: str,
-        ppo_epochs: int,
-        minibatches: int,
-        micro_batch_size: int | None,
         sampling: SamplingConfig | dict,
         optimizer: Callable[..., torch.optim.Optimizer],
         scheduler: Callable[..., Any],
@@ -79,9 +82,6 @@ class Strategy(ScoringPasses, ABC):
         mask_truncated: bool,
         filter_groups: bool,
         max_resample_rounds: int,
-        max_policy_lag: int = 0,
-        score_tokens: Any = "auto",
-        update_tokens: Any = "auto",
     ) -> None:
         # its knobs' names and facts, checked here only: config validation builds the strategy
         # and turns this ValueError into the one-line config error (config.train_type_checks)
@@ -99,11 +99,6 @@ class Strategy(ScoringPasses, ABC):
         self.clip_eps = clip_eps
         self.kl_coef = kl_coef
         self.kl_estimator = kl_estimator
-        self.ppo_epochs = ppo_epochs
-        self.minibatches = minibatches
-        self.micro_batch_size = micro_batch_size  # the trainer's gradient accumulation
-        self.score_tokens = score_tokens  # a scoring pass's token budget (models.pass_memory)
-        self.update_tokens = update_tokens  # an update micro-batch's
         self.sampling = (
             sampling if isinstance(sampling, SamplingConfig) else SamplingConfig(**dict(sampling))
         )
@@ -118,10 +113,6 @@ class Strategy(ScoringPasses, ABC):
         self.mask_truncated = mask_truncated
         self.filter_groups = filter_groups
         self.max_resample_rounds = max_resample_rounds
-        self._split = None  # the update's first epoch while scoring_through holds one
-        # train_type's node holds it, no algorithm reads it: the run's plan does
-        # (training.plan), so it is accepted here and not kept
-        del max_policy_lag
 
     @torch.no_grad()
     def reward_kl(self, rollout: Rollout) -> Tensor:
@@ -140,18 +131,46 @@ class Strategy(ScoringPasses, ABC):
         self,
         rollout: Rollout,
         models: Mapping[str, nn.Module | None],
+        passes: PassPlan,
         sum_over_ranks: SumFn = local_sum,
         no_grad: NoGradMode = torch.inference_mode,
     ) -> dict[str, float]:
         """Compute and pin every target the replayed gradient steps optimise; return metrics.
 
-        ``models``: the models of ``requires`` by role. ``sum_over_ranks`` sums a tensor over
-        the data-parallel ranks, so statistics of the whole rollout (advantage whitening,
-        logged means) cover every rank's share. ``models["reference"]`` None (or absent) skips
-        the reference forward (``score_reference``; ``kl_coef`` 0 only): no ``kl/*`` metrics
-        and ``rollout.ref_logprobs`` None. ``no_grad``: how the reference's forward turns
-        gradients off (``NoGradMode``).
+        ``models``: the models of ``requires`` by role. ``passes``: the run's passes, bound to
+        the update's first epoch (``PassPlan.through``), which every scoring forward runs
+        (``score_reference``, ``passes.score_rollout``, ``passes.scoring_parts``).
+        ``sum_over_ranks`` sums a tensor over the data-parallel ranks, so statistics of the
+        whole rollout (advantage whitening, logged means) cover every rank's share.
+        ``models["reference"]`` None (or absent) skips the reference forward
+        (``score_reference``; ``kl_coef`` 0 only): no ``kl/*`` metrics and
+        ``rollout.ref_logprobs`` None. ``no_grad``: how the reference's forward turns gradients
+        off (``NoGradMode``).
         """
+
+    def score_reference(
+        self,
+        rollout: Rollout,
+        reference: nn.Module | None,
+        passes: PassPlan,
+        sum_over_ranks: SumFn = local_sum,
+        no_grad: NoGradMode = torch.inference_mode,
+    ) -> dict[str, float]:
+        """Pin ``rollout.ref_logprobs`` and return k1/k2/k3 of π_old (``rollout.logprobs``) vs
+        the reference (token means over every rank's rollout); the forward runs under
+        ``no_grad``, through the update's forwards (``passes.score_rollout``), so that the
+        policy the reference was made from reads a KL of exactly 0 against it.
+
+        ``reference`` None (allowed only at ``kl_coef`` 0, where nothing but the ``kl/*``
+        metrics reads it): no forward, ``ref_logprobs`` stays None and no metric is returned.
+        """
+        if reference is None:
+            if self.kl_coef != 0:
+                raise ValueError("a reference is needed while train_type.kl_coef is nonzero")
+            rollout.ref_logprobs = None
+            return {}
+        rollout.ref_logprobs = passes.score_rollout(reference, rollout, no_grad)
+        return kl_metrics(rollout, sum_over_ranks)
 
     @abstractmethod
     def loss(
@@ -246,6 +265,19 @@ class Strategy(ScoringPasses, ABC):
         )
         assert entropy is not None
         return logprobs, entropy
+
+
+def kl_metrics(rollout: Rollout, sum_over_ranks: SumFn = local_sum) -> dict[str, float]:
+    """``kl/k1``, ``kl/k2``, ``kl/k3``: each estimator of KL(π_sampled ‖ π_ref), its mean over
+    the rollout's action tokens on every rank (``rollout.ref_logprobs`` scored)."""
+    assert rollout.ref_logprobs is not None
+    mask = rollout.action_mask()
+    return {
+        f"kl/{kind}": masked_global_mean(
+            kl_estimate(rollout.logprobs, rollout.ref_logprobs, kind), mask, sum_over_ranks
+        ).item()
+        for kind in KL_ESTIMATORS
+    }
 
 
 def _one_of(key: str, value: object, choices: tuple[str, ...], where: str = "") -> None:

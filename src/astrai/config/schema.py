@@ -71,7 +71,11 @@ class WarmupCosineConfig(WarmupConstantConfig):
 class StrategyConfig:
     """Knobs every ``train_type`` shares: rollout shape, update shape, clipping, KL, optimizer.
     Each algorithm's own knobs come on top, derived from its constructor
-    (``config.store.strategy_schema``).
+    (``config.store.strategy_schema``). The batch shape (``ppo_epochs``, ``minibatches``,
+    ``micro_batch_size``, ``score_tokens``, ``update_tokens``) and ``max_policy_lag`` are the
+    run's, set here as ``train_type.<key>`` but read by ``training.plan.step_plan`` and
+    ``astrai.policy_lag.lag_plan``, not by the strategy's constructor
+    (``train_type_checks.RUN_KEYS``).
 
     ``optimizer`` is untyped on purpose: any ``torch.optim`` class with its own keyword
     arguments may replace AdamW (``validate.py`` checks ``lr``); ``scheduler`` is either

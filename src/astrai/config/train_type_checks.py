@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from astrai.algorithms.strategy import Strategy
@@ -178,12 +178,36 @@ def _check_option_ranges(tt: DictConfig) -> None:
     )
 
 
+# ``train_type`` keys that are the run's, not the algorithm's: the batch shape, which
+# ``training.plan.step_plan`` reads (``ppo_epochs`` and the ``algorithms.pass_plan.PassPlan``),
+# and the lag, which ``astrai.policy_lag.lag_plan`` reads. Users set them as ``train_type.<key>``
+# (``schema.StrategyConfig`` types them); the strategy's constructor never sees them.
+RUN_KEYS = (
+    "ppo_epochs",
+    "minibatches",
+    "micro_batch_size",
+    "score_tokens",
+    "update_tokens",
+    "max_policy_lag",
+)
+
+
+def strategy_node(tt: DictConfig) -> DictConfig:
+    """``train_type`` without ``RUN_KEYS``: what ``instantiate`` builds the strategy from (a
+    copy; ``tt`` itself keeps every key)."""
+    node = tt.copy()
+    with open_dict(node):
+        for key in RUN_KEYS:
+            node.pop(key, None)
+    return node
+
+
 def build_strategy(tt: DictConfig) -> Strategy:
-    """The strategy ``train_type`` names, built as the trainer builds it: what its constructor
-    refuses (a choice not among its own, a group smaller than it accepts) is one ConfigError
-    line with the constructor's own message."""
+    """The strategy ``train_type`` names, built as the trainer builds it (``strategy_node``):
+    what its constructor refuses (a choice not among its own, a group smaller than it accepts)
+    is one ConfigError line with the constructor's own message."""
     try:
-        strategy: Strategy = instantiate(tt)
+        strategy: Strategy = instantiate(strategy_node(tt))
     except Exception as err:  # hydra wraps the constructor's ValueError
         cause = err.__cause__ or err
         if not isinstance(cause, ValueError):

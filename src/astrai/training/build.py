@@ -23,7 +23,7 @@ from astrai.config.errors import ConfigError
 from astrai.config.lag_checks import check_lag_world
 from astrai.config.lora_checks import builder_node, lora_settings
 from astrai.config.run_task import build_task, max_prompt_tokens
-from astrai.config.train_type_checks import check_world_batch
+from astrai.config.train_type_checks import build_strategy, check_world_batch
 from astrai.distributed import DistContext, apply_slurm_environment, env_context, init_distributed
 from astrai.metrics.dashboards import hydra_job_context
 from astrai.models.llama import LlamaForCausalLM
@@ -151,7 +151,7 @@ def build_run(
     base = base_identity(cfg.model, policy) if lora is not None else None  # compared on resume
     policy.to(device)
     sharded = cfg.infra.parallel == "fsdp" and dist.world_size > 1
-    strategy: Strategy = instantiate(cfg.train_type)
+    strategy = build_strategy(cfg.train_type)  # the run's keys (batch shape, lag) left out
     # the models it requires, by role (LoRA: the reference is the base with its adapters off,
     # the critic its own adapters on the policy's trunk); before any sharding
     roles = build_roles(strategy, cfg, policy, tokenizer, lora, sharded, device)

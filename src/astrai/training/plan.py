@@ -1,5 +1,11 @@
 """What the loop and the step read off the algorithm and the engine, decided once per run.
 
+The run's batch shape is decided here: ``train_type.ppo_epochs`` and the passes
+(``algorithms.pass_plan.PassPlan``: ``minibatches``, ``micro_batch_size``, ``score_tokens``,
+``update_tokens``) are read from the config once; the strategy holds none of them (its
+constructor never sees them: ``config.train_type_checks.strategy_node``) and receives the passes
+in ``prepare``.
+
 ``train_type.max_policy_lag`` and the π_old source and correction it implies come from the lag
 plan (``astrai.policy_lag.lag_plan``, the one reader of those keys), so the sampling thread, the
 version check, the restored in-flight rollouts and the start banner all read one decision.
@@ -12,6 +18,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from astrai.algorithms.correction import Correction, correction_for
+from astrai.algorithms.pass_plan import PassPlan
 from astrai.algorithms.strategy import Strategy
 from astrai.policy_lag import LagPlan, lag_plan
 from astrai.rollout.engine import engine_class
@@ -20,6 +27,9 @@ from astrai.rollout.engine import engine_class
 @dataclass(frozen=True)
 class StepPlan:
     """Attributes:
+    ppo_epochs: update epochs over each rollout (``train_type.ppo_epochs``).
+    passes: how the update and the scoring passes cut the rollout: ``minibatches`` optimizer
+        steps an epoch, their micro-batches, the memory budgets (``PassPlan``).
     updates_per_step: policy (and critic) optimizer steps per RL step,
         ``ppo_epochs × minibatches``: the policy versions one step adds.
     max_policy_lag: how many updates a step's rollout may trail the policy (0: sampled on the
@@ -36,6 +46,8 @@ class StepPlan:
         keeps the engine's logprobs, the mismatch the user asked to clip against.
     """
 
+    ppo_epochs: int
+    passes: PassPlan
     updates_per_step: int
     max_policy_lag: int
     old_logprobs: str
@@ -52,11 +64,23 @@ class StepPlan:
 
 
 def step_plan(cfg: DictConfig, strategy: Strategy) -> StepPlan:
-    """The plan of ``cfg``'s run, whose algorithm is ``strategy``."""
+    """The plan of ``cfg``'s run, whose algorithm is ``strategy`` (the passes score at its
+    sampling temperature and count a critic's trunk where it requires one)."""
     lag = lag_plan(cfg)
-    updates = strategy.ppo_epochs * strategy.minibatches
+    tt = cfg.train_type
+    passes = PassPlan(
+        minibatches=tt.minibatches,
+        micro_batch_size=tt.micro_batch_size,
+        score_tokens=tt.score_tokens,
+        update_tokens=tt.update_tokens,
+        temperature=strategy.sampling.temperature,
+        trains_critic="critic" in strategy.requires,
+    )
+    updates = tt.ppo_epochs * passes.minibatches
     same_weights = lag.recomputes or engine_class(cfg.get("engine")).samples_live_policy
     return StepPlan(
+        ppo_epochs=tt.ppo_epochs,
+        passes=passes,
         updates_per_step=updates,
         max_policy_lag=lag.max_policy_lag,
         old_logprobs=lag.old_logprobs,

@@ -72,7 +72,7 @@ class Trainer:
         """2. Reference logprobs, (critic values,) advantages, pinned on the rollout; statistics
         of the whole rollout are summed over the ranks. ``engine.old_logprobs: recompute``:
         first the trainer's own π_old and the mismatch correction's weights
-        (``Strategy.recompute_old_logprobs``). ``train_type.mask_truncated`` was applied by the
+        (``PassPlan.recompute_old_logprobs``). ``train_type.mask_truncated`` was applied by the
         collector (``rollout.loss_mask``: ``rollout.collectors``).
 
         π_old and the reference run ``split``'s forwards, the update's first epoch (default: the
@@ -82,25 +82,25 @@ class Trainer:
         ``logger.kl_every``)."""
         metrics = {}
         self.set_train_mode(False)  # π_old, the reference and the critic score without dropout
-        split = split or self.epoch_split(rollout, draw=False)
+        passes = self.started.plan.passes.through(split or self.epoch_split(rollout, draw=False))
         if self.started.plan.correction is not None:  # engine.old_logprobs: recompute
             with self.autocast():
                 policy, correction = self.parts.policy, self.started.plan.correction
-                metrics = self.parts.strategy.recompute_old_logprobs(
+                metrics = passes.recompute_old_logprobs(
                     rollout, policy, correction, all_reduce_sum, all_reduce_max,
-                    no_grad_for(policy), split,
+                    no_grad_for(policy),
                 )  # fmt: skip
         score = kl_logged_at(
             self.started.state.step + 1, self.parts.strategy.kl_coef, self.parts.cfg.logger.kl_every
         )
         reference = self.parts.reference if score else None
-        scoring = self.parts.strategy.scoring_through(split)
         models = {role: reference if role == "reference" else model
                   for role, model in self.parts.models.items()}  # fmt: skip
-        with self.reference_on_device(score), self.autocast(), scoring:
+        with self.reference_on_device(score), self.autocast():
             metrics |= self.parts.strategy.prepare(
                 rollout,
                 models,
+                passes,
                 sum_over_ranks=all_reduce_sum,
                 no_grad=no_grad_for(reference) if reference is not None else torch.no_grad,
             )
@@ -116,10 +116,13 @@ class Trainer:
 
     def epoch_split(self, rollout: Rollout, draw: bool = True) -> EpochSplit:
         """The update's next epoch over ``rollout``, from the ``shuffle`` stream (``draw``
-        False: peeked, ``Strategy.draw_epoch_split``); ``run_step`` draws it before scoring."""
+        False: peeked), cut by the run's passes (``PassPlan.draw_epoch_split``); ``run_step``
+        draws it before scoring."""
         shuffle = self.started.state.generators["shuffle"]
         with self.autocast():  # the budget counts bytes in the dtype the passes compute in
-            return self.parts.strategy.draw_epoch_split(self.parts.policy, rollout, shuffle, draw)
+            return self.started.plan.passes.draw_epoch_split(
+                self.parts.policy, rollout, shuffle, draw
+            )
 
     def update(self, rollout: Rollout, split: EpochSplit | None = None) -> dict[str, float]:
         """3. ``ppo_epochs × minibatches`` optimizer steps on the pinned targets, in train
@@ -135,7 +138,7 @@ class Trainer:
             rollout, self.started.plan.old_from_update and self.started.plan.correction is None
         )
         policy_steps = skipped = 0  # the loop adds the steps to ``state.policy_version``
-        for epoch in range(self.parts.strategy.ppo_epochs):
+        for epoch in range(self.started.plan.ppo_epochs):
             if epoch > 0 or split is None:
                 split = self.epoch_split(rollout)
             for rows, parts in zip(split.minibatches, split.micro_batches, strict=True):
@@ -253,7 +256,7 @@ class Trainer:
             batch.sample_s, 1e-9
         )
         critic = None if self.parts.critic is None else self.parts.critic.config
-        shape = UpdateShape(self.parts.policy.config, critic, self.parts.strategy.ppo_epochs)
+        shape = UpdateShape(self.parts.policy.config, critic, self.started.plan.ppo_epochs)
         precision = self.parts.cfg.infra.precision
         metrics.update(step_throughput(shape, rollout, t2 - t1, metrics["perf/step_s"], precision))
         samples = logged_samples(

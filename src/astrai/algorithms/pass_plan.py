@@ -1,26 +1,31 @@
-"""How a strategy scores a rollout: π_old, the reference and (through ``scoring_parts``) the
-critic, in the passes the update's first epoch runs (``rollout.minibatch.EpochSplit``), so that
-a ratio or a KL against the update compares one computation with itself (issue 59: in bf16 the
-shared-prompt cache and another micro-batch split round apart). A mixin of ``Strategy``: it reads
-the strategy's knobs (``sampling``, ``kl_coef``, ``micro_batch_size``, ``score_tokens``,
-``update_tokens``) and its class's ``requires`` (a critic among them)."""
+"""How a run cuts its passes: the update's minibatches and micro-batches, and the scoring
+passes of π_old, the reference and the critic, each within its memory budget
+(``models.pass_memory``). π_old and the reference run the passes the update's first epoch runs
+(``rollout.minibatch.EpochSplit``), so that a ratio or a KL against the update compares one
+computation with itself (issue 59: in bf16 the shared-prompt cache and another micro-batch
+split round apart).
+
+One ``PassPlan`` per run, built from the batch-shape knobs (``train_type.minibatches``,
+``micro_batch_size``, ``score_tokens``, ``update_tokens``) by ``training.plan.step_plan``; the
+trainer cuts the update with it and hands it (bound to the step's split, ``through``) to
+``Strategy.prepare``, whose scoring passes it runs."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from typing import Any, ClassVar
+import dataclasses
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from astrai.algorithms.correction import Correction, MaxFn, correct_mismatch, local_max
-from astrai.algorithms.kl import KL_ESTIMATORS, kl_estimate
-from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean
+from astrai.algorithms.masked import SumFn, local_sum
 from astrai.rollout.length_parts import consecutive_parts, group_parts, length_parts
 from astrai.rollout.minibatch import EpochSplit, Minibatch, minibatch_rows
 from astrai.rollout.rollout import Rollout
-from astrai.rollout.sampler import SamplingConfig
 from astrai.rollout.scoring import (
     response_logprobs,
     score_passes,
@@ -34,30 +39,36 @@ from astrai.rollout.scoring import (
 NoGradMode = Callable[[], AbstractContextManager[Any]]
 
 
-def kl_metrics(rollout: Rollout, sum_over_ranks: SumFn = local_sum) -> dict[str, float]:
-    """``kl/k1``, ``kl/k2``, ``kl/k3``: each estimator of KL(π_sampled ‖ π_ref), its mean over
-    the rollout's action tokens on every rank (``rollout.ref_logprobs`` scored)."""
-    assert rollout.ref_logprobs is not None
-    mask = rollout.action_mask()
-    return {
-        f"kl/{kind}": masked_global_mean(
-            kl_estimate(rollout.logprobs, rollout.ref_logprobs, kind), mask, sum_over_ranks
-        ).item()
-        for kind in KL_ESTIMATORS
-    }
+@dataclass(frozen=True)
+class PassPlan:
+    """Attributes:
+    minibatches: optimizer steps per update epoch (``train_type.minibatches``).
+    micro_batch_size: sequences per update micro-batch and critic scoring pass
+        (``train_type.micro_batch_size``); None: the token budgets decide.
+    score_tokens: a critic scoring pass's token budget (``train_type.score_tokens``: ``auto``,
+        None or a count; ``models.pass_memory``).
+    update_tokens: an update micro-batch's (``train_type.update_tokens``), and so π_old's and
+        the reference's, which run the update's passes.
+    temperature: the sampling temperature the scoring passes score at.
+    trains_critic: the update trains a critic (its trunk counts in ``update_tokens: auto``).
+    split: the update's first epoch, which π_old and the reference are scored through
+        (``through``); None: the update's micro-batching of the rows in order.
+    """
 
-
-class ScoringPasses:
-    """The scoring half of ``Strategy`` (module docstring)."""
-
-    requires: ClassVar[tuple[str, ...]] = ()
-    sampling: SamplingConfig
-    kl_coef: float
     minibatches: int
     micro_batch_size: int | None
     score_tokens: Any
     update_tokens: Any
-    _split: EpochSplit | None
+    temperature: float
+    trains_critic: bool
+    split: EpochSplit | None = None
+
+    def through(self, split: EpochSplit | None) -> PassPlan:
+        """This plan, π_old and the reference scored through ``split``'s forwards (the
+        update's first epoch, ``EpochSplit.passes``): how the trainer's split reaches
+        ``Strategy.score_reference`` through ``prepare``, whose interface every strategy
+        shares."""
+        return dataclasses.replace(self, split=split)
 
     def draw_epoch_split(
         self, policy: nn.Module, rollout: Rollout, generator: torch.Generator, draw: bool = True
@@ -72,63 +83,26 @@ class ScoringPasses:
         _, prompt_mask = rollout.flat_prompts()
         return self.epoch_split(policy, prompt_mask, rollout.flat("response_mask"), minibatches)
 
-    @contextmanager
-    def scoring_through(self, split: EpochSplit | None) -> Iterator[None]:
-        """Inside, π_old and the reference are scored through ``split``'s forwards (the update's
-        first epoch, ``EpochSplit.passes``) unless a call names its own: how the trainer's
-        split reaches ``score_reference`` through ``prepare``, whose interface every strategy
-        shares."""
-        self._split = split
-        try:
-            yield
-        finally:
-            self._split = None
-
-    def score_reference(
-        self,
-        rollout: Rollout,
-        reference: nn.Module | None,
-        sum_over_ranks: SumFn = local_sum,
-        no_grad: NoGradMode = torch.inference_mode,
-        split: EpochSplit | None = None,
-    ) -> dict[str, float]:
-        """Pin ``rollout.ref_logprobs`` and return k1/k2/k3 of π_old (``rollout.logprobs``) vs
-        the reference (token means over every rank's rollout); the forward runs under
-        ``no_grad``, through the update's forwards (``score_rollout``), so that the policy the
-        reference was made from reads a KL of exactly 0 against it.
-
-        ``reference`` None (allowed only at ``kl_coef`` 0, where nothing but the ``kl/*``
-        metrics reads it): no forward, ``ref_logprobs`` stays None and no metric is returned.
-        """
-        if reference is None:
-            if self.kl_coef != 0:
-                raise ValueError("a reference is needed while train_type.kl_coef is nonzero")
-            rollout.ref_logprobs = None
-            return {}
-        rollout.ref_logprobs = self.score_rollout(reference, rollout, no_grad, split=split)
-        return kl_metrics(rollout, sum_over_ranks)
-
     def score_rollout(
         self,
         model: nn.Module,
         rollout: Rollout,
         no_grad: NoGradMode = torch.inference_mode,
         share_prompts: bool = False,
-        split: EpochSplit | None = None,
     ) -> Tensor:
         """``[B, G, R]`` logprobs of the rollout's responses under ``model`` at the sampling
         temperature, under ``no_grad`` (the caller's choice: ``NoGradMode``).
 
         The forwards are the update's: whole sequences (``share_prompts`` False: no shared
         prompt cache, whose bf16 roundings differ), over ``split``'s passes (the update's
-        first epoch: its minibatches' micro-batches, ``EpochSplit.passes``; default: the one
-        ``scoring_through`` set), so π_old, the reference and the update's first forward of a
-        row are one computation. Without a split, the update's micro-batching of the rows in
-        order (``update_parts``: ``micro_batch_size`` sequences, else ``update_tokens``)."""
-        split = split if split is not None else self._split
+        first epoch: its minibatches' micro-batches, ``EpochSplit.passes``), so π_old, the
+        reference and the update's first forward of a row are one computation. Without a
+        split, the update's micro-batching of the rows in order (``update_parts``:
+        ``micro_batch_size`` sequences, else ``update_tokens``)."""
+        split = self.split
         prompt_ids, prompt_mask = rollout.flat_prompts()
         response_ids, response_mask = rollout.flat("response_ids"), rollout.flat("response_mask")
-        temperature = self.sampling.temperature
+        temperature = self.temperature
         if split is None:
             rows = torch.arange(prompt_ids.shape[0], device=prompt_ids.device)
             split = self.epoch_split(model, prompt_mask, response_mask, [rows])
@@ -192,11 +166,11 @@ class ScoringPasses:
         ``response_mask [M, R]``: consecutive ones of ``micro_batch_size`` sequences where set,
         else rows sorted by length within ``update_tokens`` (``rollout.length_parts``; the
         budget from ``rollout.scoring.update_token_budget``, the critic's trunk counted when the
-        strategy trains one); one part where they all fit."""
+        update trains one); one part where they all fit."""
         if self.micro_batch_size is not None:
             rows = prompt_mask.shape[0]
             return consecutive_parts(rows, self.micro_batch_size, prompt_mask.device)
-        budget = update_token_budget(policy, "critic" in self.requires, self.update_tokens)
+        budget = update_token_budget(policy, self.trains_critic, self.update_tokens)
         return length_parts(prompt_mask, response_mask, budget)
 
     def recompute_old_logprobs(
@@ -207,7 +181,6 @@ class ScoringPasses:
         sum_over_ranks: SumFn = local_sum,
         max_over_ranks: MaxFn = local_max,
         no_grad: NoGradMode = torch.inference_mode,
-        split: EpochSplit | None = None,
     ) -> dict[str, float]:
         """Decoupled π_old (``engine.old_logprobs: recompute``): the sampling policy's weights
         score the sampled tokens with the update's own forwards (``score_rollout`` through
@@ -216,9 +189,9 @@ class ScoringPasses:
         ``rollout.logprobs`` (π_old: the PPO ratio's denominator and the KL's policy side),
         and ``rollout.is_weights`` pins ``correction``'s loss weights (None for ``none``), from
         the same π_old the ratio divides by. Returns the ``rollout/*`` mismatch metrics
-        (``correction.correct_mismatch``). Call before ``prepare``."""
+        (``correction.correct_mismatch``). Call before ``Strategy.prepare``."""
         behaviour = rollout.logprobs
-        rollout.logprobs = self.score_rollout(policy, rollout, no_grad, split=split)
+        rollout.logprobs = self.score_rollout(policy, rollout, no_grad)
         rollout.behaviour_logprobs = behaviour
         rollout.is_weights, metrics = correct_mismatch(
             rollout.logprobs,
