@@ -16,7 +16,7 @@ from astrai.config.lora_checks import builder_node
 from astrai.config.validate import ConfigError, validate_config
 from astrai.models.llama import LlamaForCausalLM
 from astrai.paths import CONFIG_DIR
-from astrai.rollout.sampler import SamplingConfig
+from astrai.rollout.engines.sampler import SamplingConfig
 from astrai.tasks import AdditionTask, ReverseTask, SortTask
 from astrai.tasks.arithmetic import HiddenNumberTask, ProductTask
 

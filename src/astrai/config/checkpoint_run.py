@@ -15,7 +15,7 @@ from astrai.config.errors import ConfigError
 from astrai.models.precision import PRECISIONS
 from astrai.models.pretrained import is_hf_model_dir
 from astrai.rollout.collectors import Collector, collector_class
-from astrai.rollout.env_spec import EnvSpec
+from astrai.rollout.episodes.env_spec import EnvSpec
 
 if TYPE_CHECKING:
     from astrai.checkpoints.policy import LoadedPolicy
