@@ -1,11 +1,11 @@
 """Sampled tokens/s: astrai's torch sampler vs vLLM's CPU build, side by side in one run.
 
 Both engines serve the same random-init weights (float32) through astrai's ``Engine`` interface
-(``rollout.engine.TorchEngine`` and ``rollout.seeded_vllm.SeededVLLM`` over
-``rollout.in_process_vllm``, as the trainer calls them): the same left-padded prompts, G samples
-per prompt, temperature 1 and an empty stop set, so every response runs to ``--new-tokens`` (vLLM
-refuses a stop id outside the vocabulary). Each repetition draws fresh prompts, the same for both
-engines, so vLLM's prefix cache cannot reuse an earlier repetition's prompts. Timed interleaved
+(``rollout.engines.engine.TorchEngine`` and ``rollout.engines.seeded_vllm.SeededVLLM`` over
+``rollout.engines.in_process_vllm``, as the trainer calls them): the same left-padded prompts, G
+samples per prompt, temperature 1 and an empty stop set, so every response runs to ``--new-tokens``
+(vLLM refuses a stop id outside the vocabulary). Each repetition draws fresh prompts, the same for
+both engines, so vLLM's prefix cache cannot reuse an earlier repetition's prompts. Timed interleaved
 after one warm-up, tokens/s = prompts x G x new tokens over the best of ``--repeats``. vLLM's
 engine start (policy export + ``vllm.LLM``) and one ``sync_weights`` are timed on their own. Two
 shapes:
@@ -40,9 +40,9 @@ from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.presets import load_model_preset
 from astrai.models.tokenizer import CharTokenizer
 from astrai.models.weights import named_weights
-from astrai.rollout.engine import Engine, torch_engine
-from astrai.rollout.sampler import Generation, SamplingConfig
-from astrai.rollout.seeded_vllm import VLLM_INSTALL, SeededVLLM
+from astrai.rollout.engines.engine import Engine, torch_engine
+from astrai.rollout.engines.sampler import Generation, SamplingConfig
+from astrai.rollout.engines.seeded_vllm import VLLM_INSTALL, SeededVLLM
 
 PAD_ID = 0
 NO_STOP: tuple[int, ...] = ()  # every response runs to max_new_tokens
@@ -162,7 +162,7 @@ def best_tokens_per_second(
 
 
 def bench_shape(name: str, work: Workload, repeats: int, kv_cache_gib: int) -> Result:
-    from astrai.rollout.vllm_settings import VLLMEngineConfig
+    from astrai.rollout.engines.vllm_settings import VLLMEngineConfig
 
     config = shape_config(name)
     torch.manual_seed(0)

@@ -1,8 +1,8 @@
 """Multi-turn episodes: astrai's torch sampler vs vLLM's CPU build, side by side in one run.
 
 ``bench/engine.py`` times one-turn rollouts; this times the episode runner
-(``rollout.episodes.run_episodes``, what ``env=...`` rollouts call) on both engines. Each turn
-continues every live episode from its token ids: the torch sampler prefills the whole episode
+(``rollout.episodes.runner.run_episodes``, what ``env=...`` rollouts call) on both engines. Each
+turn continues every live episode from its token ids: the torch sampler prefills the whole episode
 again each turn, vLLM may reuse its prefix cache. The environment (``Fixed``) answers each of
 ``--turns`` turns with the same observation of ``--observation`` tokens and ends the episode at
 the last; every turn samples ``--new-tokens`` tokens (no stop ids), so both engines sample the
@@ -34,11 +34,11 @@ from astrai.envs.tool_calls import ParsedTurn
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import CharTokenizer
 from astrai.models.weights import named_weights
-from astrai.rollout.engine import Engine, torch_engine
-from astrai.rollout.env_spec import turn_parser
-from astrai.rollout.episodes import Episode, EpisodeLimits, EpisodeText, run_episodes
-from astrai.rollout.sampler import SamplingConfig
-from astrai.rollout.seeded_vllm import VLLM_INSTALL, SeededVLLM
+from astrai.rollout.engines.engine import Engine, torch_engine
+from astrai.rollout.engines.sampler import SamplingConfig
+from astrai.rollout.engines.seeded_vllm import VLLM_INSTALL, SeededVLLM
+from astrai.rollout.episodes.env_spec import turn_parser
+from astrai.rollout.episodes.runner import Episode, EpisodeLimits, EpisodeText, run_episodes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine import NO_STOP, best_seconds, shape_config  # noqa: E402 (bench/engine.py)
@@ -131,7 +131,7 @@ def best_tokens_per_second(
 
 
 def bench_shape(name: str, work: Workload, repeats: int, kv_cache_gib: int) -> dict:
-    from astrai.rollout.vllm_settings import VLLMEngineConfig
+    from astrai.rollout.engines.vllm_settings import VLLMEngineConfig
 
     config = shape_config(name)
     # an episode is longer than a turn: the tiny preset's 64 positions would not hold one

@@ -32,7 +32,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from astrai.rollout.seeded_vllm import VLLM_INSTALL
+from astrai.rollout.engines.seeded_vllm import VLLM_INSTALL
 
 REPO = Path(__file__).resolve().parents[1]
 HEADS = ["model.num_attention_heads=2", "model.num_key_value_heads=1"]

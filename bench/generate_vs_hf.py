@@ -27,7 +27,7 @@ import torch
 from astrai.models.hf_config import hf_config_from_llama
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.presets import load_model_preset
-from astrai.rollout.sampler import SamplingConfig, generate
+from astrai.rollout.engines.sampler import SamplingConfig, generate
 
 PAD_ID = 0
 

@@ -14,7 +14,7 @@ name. Without vLLM each is skipped with the install command.
 - ``engine-vllm-lora``: LoRA (rank 8) with ``engine=vllm``: 3 steps (20 on CUDA), the
   engine/trainer logprob mismatch within the vLLM tests' bound on every step;
 - ``engine-lag-stream`` (CUDA): ``max_policy_lag`` 1 vs 0 wall time per step with the sampling
-  thread on its own CUDA stream (``training.cuda_streams``).
+  thread on its own CUDA stream (``training.sampling.cuda_streams``).
 """
 
 from __future__ import annotations
@@ -99,16 +99,16 @@ def _policy(shape: str, device: str) -> Any:
 
 def _vllm(policy: Any, precision: str = "fp32") -> Any:
     from astrai.models.tokenizer import CharTokenizer
-    from astrai.rollout.seeded_vllm import SeededVLLM
-    from astrai.rollout.vllm_settings import VLLMEngineConfig
+    from astrai.rollout.engines.seeded_vllm import SeededVLLM
+    from astrai.rollout.engines.vllm_settings import VLLMEngineConfig
 
     return SeededVLLM(VLLMEngineConfig(), policy, CharTokenizer(), precision)
 
 
 def _speed(ctx: Any, Result: Any) -> Any:  # noqa: N803 (a class)
     from astrai.models.tokenizer import CharTokenizer
-    from astrai.rollout.engine import torch_engine
-    from astrai.rollout.sampler import SamplingConfig
+    from astrai.rollout.engines.engine import torch_engine
+    from astrai.rollout.engines.sampler import SamplingConfig
     from engine import NO_STOP, Workload, best_tokens_per_second, make_prompts
 
     work = Workload(prompts=8 if ctx.quick else 64, group=8, new_tokens=64, max_prompt=64)
@@ -147,8 +147,8 @@ def _sync(ctx: Any, Result: Any) -> Any:  # noqa: N803 (a class)
     from astrai.models.merged_weights import engine_weights
     from astrai.models.tokenizer import CharTokenizer
     from astrai.rollout.collect import left_pad
-    from astrai.rollout.engine import torch_engine
-    from astrai.rollout.sampler import SamplingConfig
+    from astrai.rollout.engines.engine import torch_engine
+    from astrai.rollout.engines.sampler import SamplingConfig
 
     shape = "tiny" if ctx.device != "cuda" or ctx.quick else "smollm2"
     policy = _policy(shape, ctx.device)

@@ -1,7 +1,7 @@
 """The update's model FLOPs utilization (``perf/mfu``) at the shapes researchers compare.
 
 One update step as the trainer takes it (the response tokens' logprobs through
-``rollout.scoring.response_logprobs``, a policy-gradient-shaped loss, backward, AdamW) on
+``models.scoring.response_logprobs``, a policy-gradient-shaped loss, backward, AdamW) on
 Qwen3-0.6B, Qwen3-1.7B and Qwen2.5-1.5B at their published ``config.json`` shapes (random
 weights; ``bench/model_shapes.py``), timed after one warm-up step. Its model FLOPs are
 ``models.flops``'s count (6·N per trained token plus attention, as prime-rl and TRL count them)
@@ -29,7 +29,7 @@ from astrai.models.flops import training_flops
 from astrai.models.hf_config import llama_config_from_hf
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.precision import autocast, compute_dtype
-from astrai.rollout.scoring import response_logprobs
+from astrai.models.scoring import response_logprobs
 from astrai.training.device_peak import device_peak
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

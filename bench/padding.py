@@ -1,4 +1,4 @@
-"""Padding in the update and scoring passes, before and after ``rollout.length_parts``.
+"""Padding in the update and scoring passes, before and after ``models.length_parts``.
 
 Part 1, index arithmetic only (no model): a rollout of 64 prompts × 8 responses whose prompt
 and response lengths are drawn like math RL's (lognormal, median 300 tokens, σ 0.6, capped at
@@ -40,15 +40,15 @@ from astrai.algorithms.aggregation import whole_minibatch_divisors
 from astrai.algorithms.strategy import Strategy
 from astrai.config.compose import compose_train_config
 from astrai.config.train_type_checks import build_strategy
-from astrai.models.llama import LlamaForCausalLM
-from astrai.models.pass_memory import rows_per_pass
-from astrai.rollout.length_parts import (
+from astrai.models.length_parts import (
     cached_share,
     consecutive_parts,
     group_parts,
     length_parts,
     padding_share,
 )
+from astrai.models.llama import LlamaForCausalLM
+from astrai.models.pass_memory import rows_per_pass
 from astrai.rollout.minibatch import Minibatch
 from engine import shape_config  # bench/engine.py's model shapes (SmolLM2-135M's)
 

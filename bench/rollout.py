@@ -16,7 +16,7 @@ import torch
 
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.presets import load_model_preset
-from astrai.rollout.sampler import SamplingConfig, generate
+from astrai.rollout.engines.sampler import SamplingConfig, generate
 
 
 def tokens_per_second(

@@ -73,8 +73,8 @@ from astrai.models.pass_memory import (
     update_bytes_per_token,
 )
 from astrai.models.precision import autocast, compute_dtype
+from astrai.models.scoring import response_logprobs, response_values
 from astrai.models.value_model import ValueModel
-from astrai.rollout.scoring import response_logprobs, response_values
 from astrai.training.adapters import build_reference_and_critic
 
 GIB = 1024**3
@@ -225,7 +225,7 @@ def sampling_chunk_rows(model: LlamaForCausalLM, rows: int, group: int, shape: S
 def scoring_part(model: LlamaForCausalLM, shape: Shape, logits: bool = True) -> int:
     """The rows of one scoring pass (``logits``: a causal LM's; False: the critic's values):
     ``--score-rows``, else the default ``score_tokens: auto`` on a device of
-    ``shape.device_gib`` (``rollout.scoring.scoring_part_rows``' arithmetic)."""
+    ``shape.device_gib`` (``models.scoring.scoring_part_rows``' arithmetic)."""
     if shape.score_rows is not None:
         return shape.score_rows
     per_token = scoring_bytes_per_token(model.config, torch.bfloat16, with_logits=logits)
@@ -286,7 +286,7 @@ def _critic_score(models: Models, shape: Shape, device: torch.device) -> None:
 def update_micro_batch(model: LlamaForCausalLM, shape: Shape, critic: bool = False) -> int:
     """The rows of one update micro-batch: ``--micro-batch``, else the default
     ``update_tokens: auto`` on a device of ``shape.device_gib``
-    (``rollout.scoring.update_token_budget``'s arithmetic; ``critic``: PPO's trunk too)."""
+    (``models.scoring.update_token_budget``'s arithmetic; ``critic``: PPO's trunk too)."""
     if shape.micro_batch is not None:
         return shape.micro_batch
     per_token = update_bytes_per_token(model.config, torch.bfloat16, shape.checkpointing, critic)

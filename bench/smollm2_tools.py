@@ -3,7 +3,7 @@ Instruct (``make smollm2``) with rank-16 LoRA adapters, GRPO, ``examples/tool_en
 under ``env.parser=hermes``, as real ``train.py`` runs, one per seed.
 
 First the prompt: SmolLM2's ChatML template ignores ``tools=``, so the opening the model sees
-holds Qwen's Hermes tools block in its system message (``rollout.tool_prompt``); the script
+holds Qwen's Hermes tools block in its system message (``rollout.episodes.tool_prompt``); the script
 checks that the rendered opening holds the ``lookup`` schema.
 
 The tasks are ``examples/tool_env/tasks.jsonl``'s rows with the call spelled out after each
@@ -92,9 +92,9 @@ def check_prompt() -> str:
     its first line."""
     sys.path.insert(0, str(EXAMPLE))
     from astrai.models.hf_tokenizer import HFTokenizer
-    from astrai.rollout.env_spec import env_spec
-    from astrai.rollout.episode_text import episode_text
-    from astrai.rollout.episode_view import decode_kept
+    from astrai.rollout.episodes.env_spec import env_spec
+    from astrai.rollout.episodes.text import episode_text
+    from astrai.rollout.episodes.view import decode_kept
 
     tokenizer = HFTokenizer.load(MODEL)
     spec = env_spec({"_target_": "lookup_env.Lookup", "parser": "hermes", "workers": "thread"})

@@ -8,7 +8,7 @@ run's cosine learning rate) and grad-norm clipping. It samples the way a hand-wr
 (``--bare-decode forward``, the default): the model's own ``forward`` with its KV cache, one
 token per step, drawing by the sampler's rule (one uniform per row, inverse CDF) so it draws the
 same tokens; ``--bare-decode sampler`` gives it astrai's sampler instead
-(``astrai.rollout.sampler.generate``, with its fast decode path and shared prompt pass). The
+(``astrai.rollout.engines.sampler.generate``, with its fast decode path and shared prompt pass). The
 bare loop scores the reference over every row whole, as a hand-written loop does; astrai
 runs it through the update's own micro-batches since issue 59 (before, each distinct prompt
 once: ``astrai.models.shared_prefix``, still the sampler's and PPO's critic's). Both start
@@ -42,7 +42,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from astrai.config.compose import compose_train_config
-from astrai.rollout.sampler import Generation, SamplingConfig, _choose, generate
+from astrai.rollout.engines.sampler import Generation, SamplingConfig, _choose, generate
 from astrai.training.run import Run
 
 # max |Δ| of any policy weight after the check step: the last bits of the decode paths'

@@ -1,6 +1,6 @@
 """Finding a stop string in a sampled turn (issue 58, finding 7): the episode runner's binary
-search over the turn's prefixes (``rollout.episodes.cut_at_stop_string``) beside the search it
-replaced, one decode per prefix, on the same 1,024-token turn of a byte-level BPE tokenizer
+search over the turn's prefixes (``rollout.episodes.runner.cut_at_stop_string``) beside the search
+it replaced, one decode per prefix, on the same 1,024-token turn of a byte-level BPE tokenizer
 (Qwen's ChatML vocabulary, tests/chat_families.py) with Hermes' ``</tool_call>`` near its end.
 Prints both times (best of a few) and their ratio; ``--quick`` a 128-token turn (CI)."""
 
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.chat_famil
 from tests.chat_families import write_family_tokenizer  # noqa: E402
 
 from astrai.models.hf_tokenizer import HFTokenizer  # noqa: E402
-from astrai.rollout.episodes import cut_at_stop_string  # noqa: E402
+from astrai.rollout.episodes.runner import cut_at_stop_string  # noqa: E402
 
 STOP = "</tool_call>"
 

@@ -1,6 +1,6 @@
-"""A recording stand-in for the ``vllm`` package: every call ``rollout.in_process_vllm`` makes is
-appended to ``CALLS`` as ``(name, args, kwargs)``, with answers shaped as vLLM's, so the engine's
-per-step call sequence on CUDA (sleep mode, sync, prefix-cache reset, generate) is checked
+"""A recording stand-in for the ``vllm`` package: every call ``rollout.engines.in_process_vllm``
+makes is appended to ``CALLS`` as ``(name, args, kwargs)``, with answers shaped as vLLM's, so the
+engine's per-step call sequence on CUDA (sleep mode, sync, prefix-cache reset, generate) is checked
 without a GPU or vLLM; ``torch.cuda.empty_cache`` is recorded too (``empty_cache``), and the
 worker methods ``LLM.collective_rpc`` runs (``reload_weights``) under their own names.
 ``tests/engine/test_vllm_calls.py`` binds each recorded call to the signature of the installed
@@ -22,11 +22,11 @@ import torch
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.merged_weights import engine_weights
 from astrai.models.tokenizer import CharTokenizer
-from astrai.rollout import in_process_vllm
 from astrai.rollout.collect import left_pad
-from astrai.rollout.sampler import SamplingConfig
-from astrai.rollout.seeded_vllm import SeededVLLM
-from astrai.rollout.vllm_settings import VLLMEngineConfig, resolve
+from astrai.rollout.engines import in_process_vllm
+from astrai.rollout.engines.sampler import SamplingConfig
+from astrai.rollout.engines.seeded_vllm import SeededVLLM
+from astrai.rollout.engines.vllm_settings import VLLMEngineConfig, resolve
 
 CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 # the name of each recorded call -> where the real one is (module, attribute path)

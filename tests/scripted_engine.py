@@ -11,9 +11,9 @@ import torch
 from astrai.envs.base import Message
 from astrai.envs.tool_calls import ParsedTurn
 from astrai.models.tokenizer import CharTokenizer
-from astrai.rollout.engine import Engine, NoKnobs
-from astrai.rollout.episodes import EpisodeText
-from astrai.rollout.sampler import Generation, SamplingConfig
+from astrai.rollout.engines.engine import Engine, NoKnobs
+from astrai.rollout.engines.sampler import Generation, SamplingConfig
+from astrai.rollout.episodes.runner import EpisodeText
 
 TOKENIZER = CharTokenizer()
 GREEDY = SamplingConfig(max_new_tokens=6, temperature=0.0)

@@ -16,7 +16,7 @@ expression, an operand of ``and``/``or``/``not``, the argument of ``bool()``).
 
 Allowed (``ALLOWED``): the collectors module, which makes the one choice (``collector=auto``);
 the env node's own readers, which must tell ``env=single_turn`` (``_target_: null``) from an
-environment: ``rollout/env_spec.py`` (the node into an ``EnvSpec`` or None) and the config
+environment: ``rollout/episodes/env_spec.py`` (the node into an ``EnvSpec`` or None) and the config
 checks of the env node (``config/env_checks.py``, ``config/env_reward.py``,
 ``config/checkpoint_run.py``, which reads a checkpoint's saved env node). ``generate.py`` asks
 the run's collector class (``run_collector``: ``Collector.episodes``) whether to print episode
@@ -31,7 +31,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "astrai"
 ALLOWED = {
     "rollout/collectors.py",
-    "rollout/env_spec.py",
+    "rollout/episodes/env_spec.py",
     "config/env_checks.py",
     "config/env_reward.py",
     "config/checkpoint_run.py",

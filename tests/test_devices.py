@@ -24,10 +24,12 @@ HOST_SIDE = {
     "sum_over_ranks reduces them on the CPU (gloo)",
     ("training/schedule.py", "_lr_factor"): "a throwaway parameter a probe scheduler is built on; "
     "never meets the run's tensors",
-    ("training/dynamic_sampling.py", "sample_informative"): "round flags and counts, reduced on "
-    "the CPU (gloo)",
+    (
+        "training/sampling/dynamic_sampling.py",
+        "sample_informative",
+    ): "round flags and counts, reduced on the CPU (gloo)",
     ("rollout/collect.py", "left_pad"): "built on the host, returned with .to(device)",
-    ("rollout/episode_rollout.py", "episodes_rollout"): "built on the host from the episodes' "
+    ("rollout/episodes/rollout.py", "episodes_rollout"): "built on the host from the episodes' "
     "Python lists; collect_episodes moves the Rollout with .to(device)",
     ("rewards/model.py", "_left_pad"): "built on the host, returned with .to(device)",
     ("rollout/collect.py", "score_responses"): "collect_rollout moves the rewards to the device",

@@ -14,7 +14,7 @@ times. A checkpoint of a run with an environment (``env=...``, docs/environments
 each prompt as a task row's text (``--task``: each held-out row of the run's task) through one
 episode of that environment and prints its turns (``a:`` sampled, ``env:`` the environment's
 replies), reward and ending; ``--task`` then the mean reward and the share solved;
-``--show-tokens`` then each episode as the model saw it (``rollout.episode_view``).
+``--show-tokens`` then each episode as the model saw it (``rollout.episodes.view``).
 ``--temperature 0`` is greedy. ``--engine torch`` (the default) samples with astrai's KV-cache
 sampler, ``--engine vllm`` with vLLM's CPU build started from the loaded policy (its knobs: the
 run's ``engine`` node when the run used vLLM, else ``conf/engine/vllm.yaml``; generation_engine).
@@ -67,8 +67,8 @@ from astrai.rewards.build import build_reward
 from astrai.rewards.config import reward_node
 from astrai.rollout.collect import decode_responses, left_pad, prompt_context
 from astrai.rollout.collectors import Collector, SingleTurnCollector
-from astrai.rollout.env_spec import EnvSpec
-from astrai.rollout.sampler import SamplingConfig
+from astrai.rollout.engines.sampler import SamplingConfig
+from astrai.rollout.episodes.env_spec import EnvSpec
 from astrai.tasks.base import Problem, ProblemSource, Task
 
 RUN_TASK = "run"  # `--task` without a name, or `--task run`: the run's own task

@@ -4,7 +4,7 @@ requests fit there.
 ``--engine NAME`` is the engine ``conf/engine/NAME.yaml`` names (``_target_``): ``torch`` (the
 default) is astrai's KV-cache sampler on the loaded policy, ``vllm`` vLLM's CPU build started
 from the loaded policy and tokenizer. Both go through the trainer's ``Engine`` interface
-(``rollout.engine``), so a prompt's group is sampled as the run's rollouts sample it. An
+(``rollout.engines.engine``), so a prompt's group is sampled as the run's rollouts sample it. An
 engine's knobs are those of the run that wrote the checkpoint when it sampled with the same
 engine, else the YAML's defaults; ``--seed`` seeds the engine (where it has a ``seed`` knob)
 and, through the sampling stream, each request. What can refuse a request is the engine's own
@@ -30,12 +30,12 @@ from omegaconf import DictConfig, OmegaConf
 from astrai.config.ranges import MAX_SEED
 from astrai.models.precision import PRECISION_DTYPE_NAMES
 from astrai.paths import CONFIG_DIR
-from astrai.rollout.engine import Engine, EngineJob, build_engine, engine_class
-from astrai.rollout.env_spec import EnvSpec
-from astrai.rollout.episode_rollout import episode_reward, episode_solved, play_episodes
-from astrai.rollout.episode_view import episode_view
-from astrai.rollout.episodes import Episode
-from astrai.rollout.sampler import Generation, SamplingConfig
+from astrai.rollout.engines.engine import Engine, EngineJob, build_engine, engine_class
+from astrai.rollout.engines.sampler import Generation, SamplingConfig
+from astrai.rollout.episodes.env_spec import EnvSpec
+from astrai.rollout.episodes.rollout import episode_reward, episode_solved, play_episodes
+from astrai.rollout.episodes.runner import Episode
+from astrai.rollout.episodes.view import episode_view
 from astrai.tasks.base import Problem
 
 # the engines --engine offers: the options of conf/engine
@@ -94,7 +94,7 @@ def _knobs(cls: type[Engine]) -> set[str]:
 def engine_config(
     name: str, run: DictConfig | None, seed: int, precision: str | None
 ) -> DictConfig:
-    """The ``engine`` node ``--engine name`` builds (``rollout.engine.build_engine``).
+    """The ``engine`` node ``--engine name`` builds (``rollout.engines.engine.build_engine``).
 
     Args:
         name: an option of ``conf/engine`` (``torch``, ``vllm``).
@@ -175,7 +175,8 @@ def decoding_numbers(engine_cfg: DictConfig, precision: str) -> str:
     if engine.samples_live_policy:
         return precision
     dtype = engine_cfg.get("dtype", precision)
-    if dtype == "auto":  # engine=vllm's default: the trainer's precision (rollout.vllm_settings)
+    # "auto", engine=vllm's default: the trainer's precision (rollout.engines.vllm_settings)
+    if dtype == "auto":
         dtype = PRECISION_DTYPE_NAMES.get(precision, precision)
     return f"{engine.name} {dtype}"
 
@@ -222,7 +223,7 @@ def sample_groups(
 class Transcript:
     """One played episode as ``astrai.generate`` prints it: ``line`` (its turns, reward and
     ending), its ``reward`` and whether it was ``solved`` (as the run's evaluation counts it),
-    and its ``view``: its tokens as the model saw them (``rollout.episode_view``)."""
+    and its ``view``: its tokens as the model saw them (``rollout.episodes.view``)."""
 
     line: str
     reward: float

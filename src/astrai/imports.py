@@ -28,7 +28,7 @@ def import_target(
     """The attribute ``target`` (``module.attribute``) names.
 
     Args:
-        target: the import path, e.g. ``astrai.rollout.engine.TorchEngine``.
+        target: the import path, e.g. ``astrai.rollout.engines.engine.TorchEngine``.
         key: the config key that holds it (``engine._target_``), named by every error.
         kind: a class the attribute must be a subclass of (None: anything).
         kind_text: what ``kind`` is, in words, for its error (``an engine (...)``).

@@ -13,7 +13,7 @@ Handler = Callable[[int, FrameType | None], None]
 # the signals that ask a run to stop: checkpoint and exit 0 (docker stop, Slurm, Ctrl-C)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # how often a wait looks whether the run was asked to stop: the training thread's wait for a
-# rollout (``training.overlap``) and a wait for an environment's step, whose thread a stop
+# rollout (``training.sampling.overlap``) and a wait for an environment's step, whose thread a stop
 # abandons (``envs.tool_limits``)
 WAIT_SLICE_S = 0.1
 

@@ -29,7 +29,7 @@ from astrai.files import discard_fresh_dir, write_file_atomic
 from astrai.metrics.logger_start import LoggerStartError
 from astrai.paths import CONFIG_DIR
 from astrai.rewards.base import RewardError
-from astrai.rollout.episode_calls import EnvironmentFailing
+from astrai.rollout.episodes.calls import EnvironmentFailing
 from astrai.rollout.staleness import StaleRolloutError
 from astrai.run_lock import LOCK_NAME, RunDirBusy, lock_run_dir
 from astrai.training.nonfinite import NonFiniteUpdate

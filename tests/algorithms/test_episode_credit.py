@@ -16,8 +16,8 @@ from astrai.algorithms.rewards import episode_token_rewards
 from astrai.algorithms.turn_credit import turns_of_runs
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.value_model import ValueModel
+from astrai.rollout.engines.sampler import SamplingConfig
 from astrai.rollout.rollout import Rollout
-from astrai.rollout.sampler import SamplingConfig
 
 SHARED: dict[str, object] = dict(
     group_size=2, prompts_per_step=1, clip_eps=0.2, kl_coef=0.0, kl_estimator="k1",

@@ -10,9 +10,9 @@ from torch.testing import assert_close
 
 from astrai.algorithms.grpo import GRPOStrategy
 from astrai.models.llama import LlamaForCausalLM
+from astrai.rollout.engines.sampler import SamplingConfig
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
-from astrai.rollout.sampler import SamplingConfig
 
 EPS = 1e-6
 

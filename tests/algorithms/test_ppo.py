@@ -12,8 +12,8 @@ from astrai.algorithms.ppo import PPOStrategy
 from astrai.algorithms.rewards import last_token_index, token_rewards
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.value_model import ValueModel
+from astrai.rollout.engines.sampler import SamplingConfig
 from astrai.rollout.minibatch import Minibatch
-from astrai.rollout.sampler import SamplingConfig
 
 
 def _ppo(**kwargs: object) -> PPOStrategy:

@@ -14,8 +14,8 @@ from astrai.algorithms.grpo import GRPOStrategy
 from astrai.algorithms.ppo import PPOStrategy
 from astrai.models.llama import LlamaConfig
 from astrai.models.value_model import ValueModel
+from astrai.rollout.engines.sampler import SamplingConfig
 from astrai.rollout.rollout import Rollout
-from astrai.rollout.sampler import SamplingConfig
 
 EPS = 1e-6
 

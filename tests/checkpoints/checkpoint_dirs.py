@@ -23,7 +23,7 @@ from astrai.models.lora import base_fingerprint
 from astrai.models.pretrained import save_policy_dir
 from astrai.models.tokenizer import CharTokenizer
 from astrai.rollout.rollout import Rollout
-from astrai.training.in_flight import SampledBatch, batch_record
+from astrai.training.sampling.in_flight import SampledBatch, batch_record
 from astrai.training.setup import capture_rng_state
 
 _CONFIG = LlamaConfig(

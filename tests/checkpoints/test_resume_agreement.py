@@ -44,8 +44,8 @@ from astrai.export import main as export_main
 from astrai.models.lora import base_fingerprint
 from astrai.models.pretrained import load_pretrained_policy
 from astrai.rollout.rollout import Rollout
-from astrai.training.in_flight import load_in_flight
 from astrai.training.resume import resolve_resume
+from astrai.training.sampling.in_flight import load_in_flight
 
 STEP = 2  # every template's checkpoint: step_2, the lag run's holding step 3's rollout
 

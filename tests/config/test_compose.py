@@ -17,7 +17,7 @@ from astrai.config.train_type_checks import build_strategy
 from astrai.config.validate import ConfigError, validate_config
 from astrai.models.llama import LlamaForCausalLM
 from astrai.paths import CONFIG_DIR
-from astrai.rollout.sampler import SamplingConfig
+from astrai.rollout.engines.sampler import SamplingConfig
 from astrai.tasks import AdditionTask, ReverseTask, SortTask
 from astrai.tasks.arithmetic import HiddenNumberTask, ProductTask
 

@@ -13,7 +13,7 @@ from astrai.config.compose import check_overrides, check_sweep_overrides
 from astrai.config.errors import ConfigError
 from astrai.config.help import ENV_COMMENTS_FILE, ENV_FILE, ENV_KEYS, help_text, yaml_entry
 from astrai.paths import CONFIG_DIR
-from astrai.rollout.env_spec import environment_class
+from astrai.rollout.episodes.env_spec import environment_class
 from astrai.tasks.dataset_rows import DatasetError, read_rows
 
 

@@ -130,13 +130,13 @@ def evaluate_then_stop(rank: int, world: int, resolved: str, out: str) -> None:
     import signal
 
     from astrai.distributed import gather_objects
-    from astrai.rollout import engine
+    from astrai.rollout.engines import engine
     from astrai.training.run import Run
     from astrai.training.stopping import catch_stop_signals
 
     _join(rank, world, out)
     lockstep: list[bool] = []
-    # evaluation decodes through the engine (engine=torch: rollout.engine's generate)
+    # evaluation decodes through the engine (engine=torch: rollout.engines.engine's generate)
     decode = engine.generate
 
     def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - generate's own

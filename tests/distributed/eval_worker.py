@@ -28,7 +28,7 @@ def evaluate_on_two_ranks(rank: int, world: int, out: str) -> None:
     from astrai.models.llama import LlamaConfig, LlamaForCausalLM
     from astrai.models.tokenizer import CharTokenizer
     from astrai.rewards.base import Reward, RewardTerm
-    from astrai.rollout import engine
+    from astrai.rollout.engines import engine
     from astrai.tasks.base import Problem
     from astrai.training import evaluation
 
@@ -37,7 +37,7 @@ def evaluate_on_two_ranks(rank: int, world: int, out: str) -> None:
         "gloo", init_method=f"file://{Path(out) / 'rendezvous'}", rank=rank, world_size=world
     )
     decoded: list[int] = []
-    # evaluation decodes through the engine (engine=torch: rollout.engine's generate)
+    # evaluation decodes through the engine (engine=torch: rollout.engines.engine's generate)
     decode = engine.generate
 
     def recording(policy, ids, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202

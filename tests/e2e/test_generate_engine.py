@@ -21,8 +21,8 @@ from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.pretrained import save_policy_dir
 from astrai.models.tokenizer import CharTokenizer
 from astrai.rollout.collect import decode_responses, left_pad
-from astrai.rollout.sampler import SamplingConfig, generate
-from astrai.rollout.seeded_vllm import VLLM_INSTALL, SeededVLLM
+from astrai.rollout.engines.sampler import SamplingConfig, generate
+from astrai.rollout.engines.seeded_vllm import VLLM_INSTALL, SeededVLLM
 
 PROMPTS = ["1+2=", "12+34=", "7+0="]  # different lengths: left padding differs per row
 
@@ -45,8 +45,8 @@ def _completions(stdout: str) -> list[str]:
 
 
 def _reference(model_dir: Path, n: int, sampling: SamplingConfig, seed: int) -> list[str]:
-    """What generate printed before ``--engine``: ``rollout.sampler.generate`` on every prompt
-    repeated ``n`` times, one generator seeded with ``seed``."""
+    """What generate printed before ``--engine``: ``rollout.engines.sampler.generate`` on every
+    prompt repeated ``n`` times, one generator seeded with ``seed``."""
     from astrai.checkpoints.policy import load_policy
 
     loaded = load_policy(model_dir)
@@ -148,7 +148,7 @@ def test_vllm_knobs_are_the_defaults_or_the_runs_own() -> None:
 
 def test_a_length_past_the_engines_max_model_len_is_one_line() -> None:
     node = OmegaConf.create(
-        {"_target_": "astrai.rollout.seeded_vllm.SeededVLLM", "max_model_len": 12}
+        {"_target_": "astrai.rollout.engines.seeded_vllm.SeededVLLM", "max_model_len": 12}
     )
     with pytest.raises(
         ValueError, match=r"\+ --max-new-tokens 5 pass the engine's max_model_len \(12"

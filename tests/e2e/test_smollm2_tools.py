@@ -30,14 +30,14 @@ from tests.episode_envs import EXAMPLE
 from astrai.checkpoints.policy import load_policy
 from astrai.envs.base import Message
 from astrai.models.hf_tokenizer import HFTokenizer
-from astrai.rollout.engine import Engine, NoKnobs, TorchEngine
-from astrai.rollout.env_spec import EnvSpec, env_spec
-from astrai.rollout.episode_rollout import play_episodes, task_row
-from astrai.rollout.episode_text import episode_text
-from astrai.rollout.episode_view import decode_kept
-from astrai.rollout.episodes import Episode
-from astrai.rollout.sampler import Generation, SamplingConfig
-from astrai.rollout.tool_prompt import hermes_tools_text, with_tool_system
+from astrai.rollout.engines.engine import Engine, NoKnobs, TorchEngine
+from astrai.rollout.engines.sampler import Generation, SamplingConfig
+from astrai.rollout.episodes.env_spec import EnvSpec, env_spec
+from astrai.rollout.episodes.rollout import play_episodes, task_row
+from astrai.rollout.episodes.runner import Episode
+from astrai.rollout.episodes.text import episode_text
+from astrai.rollout.episodes.tool_prompt import hermes_tools_text, with_tool_system
+from astrai.rollout.episodes.view import decode_kept
 from astrai.tasks.base import Problem
 
 SAMPLING = SamplingConfig(max_new_tokens=40, temperature=1.0)

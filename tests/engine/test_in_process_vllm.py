@@ -20,13 +20,13 @@ from tests.hf_models import TINY, save_with_char_tokenizer
 
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.pretrained import load_pretrained_policy
+from astrai.models.scoring import response_logprobs
 from astrai.models.tokenizer import CharTokenizer
 from astrai.models.weights import named_weights
 from astrai.rollout.collect import left_pad
-from astrai.rollout.in_process_vllm import InProcessVLLM
-from astrai.rollout.sampler import Generation, SamplingConfig, generate
-from astrai.rollout.scoring import response_logprobs
-from astrai.rollout.vllm_settings import VLLMEngineConfig
+from astrai.rollout.engines.in_process_vllm import InProcessVLLM
+from astrai.rollout.engines.sampler import Generation, SamplingConfig, generate
+from astrai.rollout.engines.vllm_settings import VLLMEngineConfig
 
 pytestmark = pytest.mark.vllm
 

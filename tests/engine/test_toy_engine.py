@@ -15,7 +15,7 @@ from tests.train_runs import QUICK, run_train_in_process
 from astrai.config.errors import ConfigError
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.tokenizer import CharTokenizer
-from astrai.rollout.engine import build_engine
+from astrai.rollout.engines.engine import build_engine
 
 TOY_YAML = """\
 # a toy engine outside conf/: its class, astrai's keys of every engine node, its own knob

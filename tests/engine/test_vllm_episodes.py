@@ -12,7 +12,7 @@ import pytest
 from tests.episode_envs import EXAMPLE, LOOKUP_ENV
 from tests.helpers import compose_config
 
-from astrai.rollout.seeded_vllm import SeededVLLM
+from astrai.rollout.engines.seeded_vllm import SeededVLLM
 from astrai.training.evaluation import evaluate
 from astrai.training.run import Run
 

@@ -15,7 +15,7 @@ from tests.constructed_rewards import ALTERNATING
 from tests.helpers import compose_config
 
 from astrai.models.lora import has_adapters
-from astrai.rollout.seeded_vllm import SeededVLLM
+from astrai.rollout.engines.seeded_vllm import SeededVLLM
 from astrai.training.evaluation import evaluate
 from astrai.training.run import Run
 

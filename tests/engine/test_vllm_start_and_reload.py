@@ -19,9 +19,9 @@ from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.tokenizer import CharTokenizer
 from astrai.models.weights import named_weights
 from astrai.rollout.collect import left_pad
-from astrai.rollout.in_process_vllm import InProcessVLLM
-from astrai.rollout.sampler import SamplingConfig, generate
-from astrai.rollout.vllm_settings import VLLMEngineConfig
+from astrai.rollout.engines.in_process_vllm import InProcessVLLM
+from astrai.rollout.engines.sampler import SamplingConfig, generate
+from astrai.rollout.engines.vllm_settings import VLLMEngineConfig
 
 pytestmark = pytest.mark.vllm
 

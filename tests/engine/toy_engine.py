@@ -20,8 +20,8 @@ import torch
 from torch import Tensor, nn
 
 from astrai.models.tokenizer import Tokenizer
-from astrai.rollout.engine import Engine, EngineJob, NamedTensors, named_tensors
-from astrai.rollout.sampler import Generation, SamplingConfig, generate
+from astrai.rollout.engines.engine import Engine, EngineJob, NamedTensors, named_tensors
+from astrai.rollout.engines.sampler import Generation, SamplingConfig, generate
 
 
 @dataclass

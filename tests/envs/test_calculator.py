@@ -8,7 +8,7 @@ from tests.scripted_engine import GREEDY, TEXT, TOKENIZER, Scripted
 
 from astrai.envs.calculator import Calculator, parse_calc_line
 from astrai.envs.tool_calls import ParseError, ToolCall
-from astrai.rollout.episodes import EpisodeText, run_episodes
+from astrai.rollout.episodes.runner import EpisodeText, run_episodes
 
 TEXT_CALC = EpisodeText(TEXT.prompt_ids, TEXT.observation_ids, TEXT.decode, parse_calc_line)
 

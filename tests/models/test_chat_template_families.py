@@ -27,7 +27,7 @@ from astrai.models.hf_tokenizer import HFTokenizer
 from astrai.models.saved_tokenizer import load_tokenizer
 from astrai.rewards.base import Reward, RewardTerm
 from astrai.rollout.collect import left_pad
-from astrai.rollout.sampler import SamplingConfig, generate
+from astrai.rollout.engines.sampler import SamplingConfig, generate
 from astrai.tasks.dataset import DatasetTask
 from astrai.training.evaluation import evaluate
 

@@ -22,7 +22,7 @@ from astrai.models.saved_tokenizer import load_tokenizer
 from astrai.models.tokenizer import CharTokenizer
 from astrai.models.value_model import build_value_model
 from astrai.rollout.collect import left_pad
-from astrai.rollout.sampler import SamplingConfig, generate
+from astrai.rollout.engines.sampler import SamplingConfig, generate
 
 PROMPTS = ["3+4=", "12+9=", "reverse: abc=", "7+7="]  # different lengths: left padding
 

@@ -18,7 +18,7 @@ from astrai.models.shared_prefix import (
 from astrai.models.tokenizer import CharTokenizer
 from astrai.models.value_model import ValueModel
 from astrai.rollout.collect import left_pad
-from astrai.rollout.sampler import SamplingConfig, generate
+from astrai.rollout.engines.sampler import SamplingConfig, generate
 
 # last bits only: a different batch size may change a kernel's summation order on other CPUs
 EXACT = {"atol": 1e-5, "rtol": 0.0}

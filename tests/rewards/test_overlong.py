@@ -20,7 +20,7 @@ from astrai.rewards.build import build_reward
 from astrai.rewards.builtin import partial_credit
 from astrai.rewards.config import overlong_from_config, reward_node
 from astrai.rollout.collect import collect_rollout
-from astrai.rollout.sampler import SamplingConfig
+from astrai.rollout.engines.sampler import SamplingConfig
 from astrai.tasks import AdditionTask
 from astrai.tasks.base import Problem
 from astrai.training.rollout_stats import rollout_metrics

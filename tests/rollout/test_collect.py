@@ -12,7 +12,7 @@ from astrai.models.tokenizer import CharTokenizer
 from astrai.rewards.base import Reward, RewardError, RewardTerm
 from astrai.rewards.builtin import partial_credit
 from astrai.rollout.collect import collect_rollout, score_responses
-from astrai.rollout.sampler import SamplingConfig
+from astrai.rollout.engines.sampler import SamplingConfig
 from astrai.tasks import AdditionTask
 from astrai.tasks.base import Problem
 

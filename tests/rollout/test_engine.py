@@ -17,12 +17,12 @@ from astrai.config.schema import TorchEngineSchema, VLLMEngineSchema
 from astrai.config.validate import ConfigError
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.tokenizer import CharTokenizer
-from astrai.rollout import seeded_vllm
 from astrai.rollout.collect import left_pad
-from astrai.rollout.engine import EngineJob, TorchEngine, build_engine, torch_engine
-from astrai.rollout.sampler import SamplingConfig, generate
-from astrai.rollout.seeded_vllm import SeededVLLM, precision_notice
-from astrai.rollout.vllm_settings import VLLMEngineConfig, llm_kwargs, resolve
+from astrai.rollout.engines import seeded_vllm
+from astrai.rollout.engines.engine import EngineJob, TorchEngine, build_engine, torch_engine
+from astrai.rollout.engines.sampler import SamplingConfig, generate
+from astrai.rollout.engines.seeded_vllm import SeededVLLM, precision_notice
+from astrai.rollout.engines.vllm_settings import VLLMEngineConfig, llm_kwargs, resolve
 
 # the keys of every engine node (config.schema.EngineConfig)
 ENGINE_KEYS = ["_target_", "old_logprobs", "correction", "correction_low", "correction_high"]
@@ -50,7 +50,7 @@ def test_the_torch_engine_is_the_sampler_with_each_prompt_repeated_group_size_ti
 
 def test_the_config_names_the_engine_class() -> None:
     cfg = compose_config(["debug=quick"])
-    assert cfg.engine._target_ == "astrai.rollout.engine.TorchEngine"
+    assert cfg.engine._target_ == "astrai.rollout.engines.engine.TorchEngine"
     policy = LlamaForCausalLM(LlamaConfig())
     engine = build_engine(cfg.engine, policy, CharTokenizer(), "bf16")
     assert isinstance(engine, TorchEngine) and engine.policy is policy

@@ -1,11 +1,11 @@
-"""``rollout.env_spec``: ``env.workers`` chooses where the environment's code runs
+"""``rollout.episodes.env_spec``: ``env.workers`` chooses where the environment's code runs
 (``envs.hosts``), ``process`` unless the node says ``thread``; anything else names the key."""
 
 from __future__ import annotations
 
 import pytest
 
-from astrai.rollout.env_spec import env_spec
+from astrai.rollout.episodes.env_spec import env_spec
 
 NODE = {"_target_": "astrai.envs.guess.Guess", "parser": "none", "max_number": 15}
 

@@ -17,10 +17,10 @@ from tests.scripted_engine import ScriptedIds
 from astrai.envs.base import Environment, Message, StepResult
 from astrai.envs.tool_calls import ParsedTurn
 from astrai.models.hf_tokenizer import HFTokenizer
-from astrai.rollout.env_spec import env_spec
-from astrai.rollout.episode_text import episode_text
-from astrai.rollout.episodes import EpisodeLimits, run_episodes
-from astrai.rollout.sampler import SamplingConfig
+from astrai.rollout.engines.sampler import SamplingConfig
+from astrai.rollout.episodes.env_spec import env_spec
+from astrai.rollout.episodes.runner import EpisodeLimits, run_episodes
+from astrai.rollout.episodes.text import episode_text
 
 SAMPLING = SamplingConfig(max_new_tokens=64, temperature=1.0)
 CALL = '<tool_call>\n{"name": "lookup", "arguments": {"word": "kiwi"}}\n</tool_call>'

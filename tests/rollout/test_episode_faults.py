@@ -18,10 +18,15 @@ from tests.scripted_engine import GREEDY, TEXT, TOKENIZER, Scripted
 from astrai.envs.base import Environment, Message, StepResult
 from astrai.envs.episode_tokens import EpisodeTokens
 from astrai.envs.tool_calls import ParsedTurn
-from astrai.rollout import episode_calls
-from astrai.rollout.episode_calls import EnvSlots, Episode, call_all
-from astrai.rollout.episode_rollout import episode_reward, episode_stats, episodes_rollout
-from astrai.rollout.episodes import EpisodeLimits, EpisodeText, cut_at_stop_string, run_episodes
+from astrai.rollout.episodes import calls as episode_calls
+from astrai.rollout.episodes.calls import EnvSlots, Episode, call_all
+from astrai.rollout.episodes.rollout import episode_reward, episode_stats, episodes_rollout
+from astrai.rollout.episodes.runner import (
+    EpisodeLimits,
+    EpisodeText,
+    cut_at_stop_string,
+    run_episodes,
+)
 from astrai.tasks.base import Problem
 
 ROW = {"a": 3, "b": 7}

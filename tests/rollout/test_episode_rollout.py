@@ -1,4 +1,4 @@
-"""``rollout.episode_rollout``: episodes laid out as a ``Rollout`` the strategies read (the
+"""``rollout.episodes.rollout``: episodes laid out as a ``Rollout`` the strategies read (the
 opening as the prompt, the sampled tokens as the actions, rewards on their turns' last tokens,
 a failed episode out of the loss), through the plain-text rendering of the tiny model."""
 
@@ -9,8 +9,8 @@ from tests.scripted_engine import GREEDY, TOKENIZER, Scripted
 
 from astrai.envs.base import Environment, Message, StepResult
 from astrai.envs.tool_calls import ParsedTurn
-from astrai.rollout.env_spec import env_spec
-from astrai.rollout.episode_rollout import episodes_rollout, play_episodes
+from astrai.rollout.episodes.env_spec import env_spec
+from astrai.rollout.episodes.rollout import episodes_rollout, play_episodes
 from astrai.tasks.arithmetic import ProductTask
 
 CALCULATOR = {"_target_": "astrai.envs.calculator.Calculator", "parser": "calc_line"}
@@ -74,7 +74,7 @@ def test_a_failed_episode_and_a_group_opened_differently_leave_the_loss(monkeypa
     spec = env_spec({"_target_": f"{__name__}.Opens", "workers": "thread"})
     assert spec is not None
     monkeypatch.setattr(
-        "astrai.rollout.episode_rollout.task_row", lambda p: {"text": p.text, "odd": False}
+        "astrai.rollout.episodes.rollout.task_row", lambda p: {"text": p.text, "odd": False}
     )
     problems = ProductTask().train_problems(0, 0, 1)
     episodes = play_episodes(
@@ -86,7 +86,7 @@ def test_a_failed_episode_and_a_group_opened_differently_leave_the_loss(monkeypa
     assert rollout.loss_mask[0, 0].sum() == 2
     assert rollout.episode_stats["failed"].tolist() == [[0.0, 1.0]]
     monkeypatch.setattr(
-        "astrai.rollout.episode_rollout.task_row", lambda p: {"text": p.text, "odd": True}
+        "astrai.rollout.episodes.rollout.task_row", lambda p: {"text": p.text, "odd": True}
     )
     episodes = play_episodes(
         Scripted([["1", "1"]]), TOKENIZER, spec, problems, 2, GREEDY, 64, None, 0, "cpu"

@@ -1,4 +1,4 @@
-"""``rollout.episode_view``: an episode's tokens as the model saw them, special tokens kept and the
+"""``rollout.episodes.view``: an episode's tokens as the model saw them, special tokens kept and the
 sampled spans marked, from its ``EpisodeTokens`` and from the ``Rollout`` it trained as."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from tests.chat_families import write_family_tokenizer
 from astrai.envs.episode_tokens import EpisodeTokens
 from astrai.models.hf_tokenizer import HFTokenizer
 from astrai.models.tokenizer import CharTokenizer
-from astrai.rollout.episode_view import (
+from astrai.rollout.episodes.view import (
     decode_kept,
     episode_view,
     marked_text,

@@ -1,6 +1,6 @@
-"""``rollout.episodes.run_episodes``: multi-turn episodes through an engine, token-in/token-out,
-with faults costing their episode only (issue 50, parts 2, 5 and 6; the trainer does not use
-it yet)."""
+"""``rollout.episodes.runner.run_episodes``: multi-turn episodes through an engine,
+token-in/token-out, with faults costing their episode only (issue 50, parts 2, 5 and 6; the trainer
+does not use it yet)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from tests.scripted_engine import GREEDY, TEXT, TOKENIZER, Scripted
 from astrai.envs.base import StepResult
 from astrai.envs.tool_calls import ParsedTurn
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
-from astrai.rollout.engine import torch_engine
-from astrai.rollout.episodes import EpisodeLimits, cut_at_stop_string, run_episodes
+from astrai.rollout.engines.engine import torch_engine
+from astrai.rollout.episodes.runner import EpisodeLimits, cut_at_stop_string, run_episodes
 
 
 class Hangs(Product):

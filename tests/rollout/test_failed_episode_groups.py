@@ -10,8 +10,8 @@ from tests.scripted_engine import GREEDY, TOKENIZER, Scripted
 from astrai.algorithms.advantages import group_advantages
 from astrai.envs.base import Environment, Message, StepResult
 from astrai.envs.tool_calls import ParsedTurn
-from astrai.rollout.env_spec import env_spec
-from astrai.rollout.episode_rollout import episodes_rollout, play_episodes
+from astrai.rollout.episodes.env_spec import env_spec
+from astrai.rollout.episodes.rollout import episodes_rollout, play_episodes
 from astrai.tasks.arithmetic import ProductTask
 
 

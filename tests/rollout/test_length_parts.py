@@ -1,12 +1,10 @@
-"""``rollout.length_parts``: passes split by length under a token budget and trimmed, by hand."""
+"""``models.length_parts``: passes split by length under a token budget and trimmed, by hand."""
 
 from __future__ import annotations
 
 import torch
 
-from astrai.models.llama import LlamaForCausalLM
-from astrai.models.sorted_parts import sorted_parts
-from astrai.rollout.length_parts import (
+from astrai.models.length_parts import (
     cached_share,
     consecutive_parts,
     group_parts,
@@ -15,8 +13,10 @@ from astrai.rollout.length_parts import (
     trim_columns,
     trim_rows,
 )
+from astrai.models.llama import LlamaForCausalLM
+from astrai.models.scoring import response_logprobs
+from astrai.models.sorted_parts import sorted_parts
 from astrai.rollout.minibatch import Minibatch
-from astrai.rollout.scoring import response_logprobs
 
 
 def _masks(prompt_lens: list[int], response_lens: list[int], p: int, r: int):

@@ -1,5 +1,5 @@
-"""``rollout.observation_limit``: an environment's answer over ``max_observation_tokens`` loses
-characters of its text on the configured side, never the template's own tokens (issue 50,
+"""``rollout.episodes.observation_limit``: an environment's answer over ``max_observation_tokens``
+loses characters of its text on the configured side, never the template's own tokens (issue 50,
 part 2: observation tokens truncated, the side configurable)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from tests.chat_families import write_family_tokenizer
 
 from astrai.envs.episode_tokens import ObservationRenderer
 from astrai.models.hf_tokenizer import HFTokenizer
-from astrai.rollout.observation_limit import cut_contents, fitted_observation
+from astrai.rollout.episodes.observation_limit import cut_contents, fitted_observation
 
 HEADER, TRAILER = 1, 2  # a stand-in template: each message is [1, *chars, 2]
 

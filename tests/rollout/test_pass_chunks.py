@@ -8,16 +8,16 @@ import torch
 from tests.helpers import compose_config
 
 from astrai.config.validate import ConfigError
+from astrai.models import scoring
+from astrai.models.length_parts import consecutive_parts
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.pass_memory import kv_bytes_per_token, scoring_bytes_per_token
+from astrai.models.scoring import response_logprobs, scoring_part_rows, token_logprobs
 from astrai.models.shared_prefix import response_outputs
 from astrai.models.tokenizer import CharTokenizer
-from astrai.rollout import scoring
 from astrai.rollout.collect import left_pad
-from astrai.rollout.engine import torch_engine
-from astrai.rollout.length_parts import consecutive_parts
-from astrai.rollout.sampler import SamplingConfig
-from astrai.rollout.scoring import response_logprobs, scoring_part_rows, token_logprobs
+from astrai.rollout.engines.engine import torch_engine
+from astrai.rollout.engines.sampler import SamplingConfig
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

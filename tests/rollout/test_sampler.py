@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+from astrai.models.scoring import response_logprobs
 from astrai.models.tokenizer import CharTokenizer
-from astrai.rollout import sampler
 from astrai.rollout.collect import left_pad
-from astrai.rollout.sampler import SamplingConfig, _choose, _filter_logits, generate
-from astrai.rollout.scoring import response_logprobs
+from astrai.rollout.engines import sampler
+from astrai.rollout.engines.sampler import SamplingConfig, _choose, _filter_logits, generate
 
 PROMPTS = ["3+5=", "12+7=", "rev 123=", "9+9="]
 

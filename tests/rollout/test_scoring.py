@@ -1,11 +1,11 @@
-"""Tests for astrai.rollout.scoring."""
+"""Tests for astrai.models.scoring."""
 
 import math
 
 import torch
 from torch.testing import assert_close
 
-from astrai.rollout.scoring import entropy_from_logits, score_in_parts
+from astrai.models.scoring import entropy_from_logits, score_in_parts
 
 
 def test_entropy_from_logits_hand_values():

@@ -1,5 +1,5 @@
-"""``rollout.tool_prompt``: an episode's opening shows the environment's tools to the policy
-(issue 58, finding 10), for the chat families of tests/chat_families.py and SmolLM2's ChatML
+"""``rollout.episodes.tool_prompt``: an episode's opening shows the environment's tools to the
+policy (issue 58, finding 10), for the chat families of tests/chat_families.py and SmolLM2's ChatML
 template, which ignores ``tools=``. The oracle for the Hermes block is Qwen3's own template:
 ChatML with the block in a system message renders exactly what Qwen3 renders with ``tools=``;
 for Llama 3's JSON form, Llama 3.1's template with its tools in the system turn holds the text
@@ -15,9 +15,9 @@ from tests.chat_families import CHATML, write_family_tokenizer
 from tests.episode_envs import EXAMPLE, TARGET
 
 from astrai.models.hf_tokenizer import HFTokenizer
-from astrai.rollout.env_spec import env_spec
-from astrai.rollout.episode_text import episode_text
-from astrai.rollout.tool_prompt import (
+from astrai.rollout.episodes.env_spec import env_spec
+from astrai.rollout.episodes.text import episode_text
+from astrai.rollout.episodes.tool_prompt import (
     HERMES_HEAD,
     LLAMA3_JSON_HEAD,
     hermes_tools_text,

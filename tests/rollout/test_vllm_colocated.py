@@ -18,11 +18,11 @@ from tests.scripted_engine import GREEDY, TOKENIZER, Scripted
 from tests.train_runs import QUICK
 
 from astrai.models.pass_memory import engine_share, token_budget
-from astrai.rollout import in_process_vllm
-from astrai.rollout.engine import torch_engine
-from astrai.rollout.env_spec import env_spec
-from astrai.rollout.episode_rollout import engine_positions, play_episodes
-from astrai.rollout.vllm_settings import VLLMEngineConfig, llm_kwargs, resolve
+from astrai.rollout.engines import in_process_vllm
+from astrai.rollout.engines.engine import torch_engine
+from astrai.rollout.engines.vllm_settings import VLLMEngineConfig, llm_kwargs, resolve
+from astrai.rollout.episodes.env_spec import env_spec
+from astrai.rollout.episodes.rollout import engine_positions, play_episodes
 from astrai.tasks.arithmetic import ProductTask
 
 CPU = torch.device("cpu")

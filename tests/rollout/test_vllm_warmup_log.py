@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from astrai.rollout.vllm_start import quiet_tokenizerless_warmup
+from astrai.rollout.engines.vllm_start import quiet_tokenizerless_warmup
 
 # vLLM 0.32.0's own words: vllm/renderers/base.py (get_tokenizer, warmup)
 NO_TOKENIZER = ValueError("Tokenizer not available when `skip_tokenizer_init=True`")

@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from astrai.rollout.collectors import Answers, CollectorFacts, CollectorParts, SingleTurnCollector
-from astrai.rollout.engine import Engine
+from astrai.rollout.engines.engine import Engine
+from astrai.rollout.engines.sampler import SamplingConfig
 from astrai.rollout.rollout import Rollout
-from astrai.rollout.sampler import SamplingConfig
 from astrai.tasks.base import Problem
 
 

@@ -1,4 +1,5 @@
-"""``training.cuda_streams``: what the sampling thread's stream needs, and nothing on the CPU."""
+"""``training.sampling.cuda_streams``: what the sampling thread's stream needs, and nothing on the
+CPU."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from astrai.training import cuda_streams
+from astrai.training.sampling import cuda_streams
 
 
 @dataclass

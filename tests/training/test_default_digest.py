@@ -33,7 +33,7 @@ from tests.helpers import compose_config, weights_digest
 
 from astrai.algorithms.masked import local_sum
 from astrai.algorithms.strategy import Strategy, kl_metrics
-from astrai.rollout.scoring import response_logprobs, score_in_parts
+from astrai.models.scoring import response_logprobs, score_in_parts
 from astrai.training.run import Run
 
 SMALL = [

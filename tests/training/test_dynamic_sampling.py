@@ -12,7 +12,7 @@ import torch
 
 from astrai.rollout.rollout import Rollout, cat_rollouts, ended_with_eos
 from astrai.tasks.base import Problem
-from astrai.training.dynamic_sampling import (
+from astrai.training.sampling.dynamic_sampling import (
     StepPrompts,
     draw_unseen,
     informative_groups,

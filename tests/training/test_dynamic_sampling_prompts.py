@@ -14,8 +14,8 @@ from tests.helpers import compose_config
 
 import astrai.rollout.collectors as collectors  # where the single-turn rollouts are sampled
 from astrai.rollout.rollout import Rollout
-from astrai.training.rollout_source import RolloutSource
 from astrai.training.run import Run
+from astrai.training.sampling.rollout_source import RolloutSource
 
 FILTERED = [
     "debug=quick",

@@ -47,9 +47,9 @@ STEADY_ADAM = {
 
 
 # micro-batches of 3 sequences, or by a token budget of 30 (rows of at most 5 + 4 tokens: 3 a
-# part, sorted by length and trimmed, rollout.length_parts), or scoring passes (reference,
+# part, sorted by length and trimmed, models.length_parts), or scoring passes (reference,
 # critic) of 40 tokens (GRPO: one group of 4 a part, by prompt length, its responses by length:
-# rollout.length_parts.group_parts)
+# models.length_parts.group_parts)
 SPLITS = {
     "micro": "train_type.micro_batch_size=3",
     "tokens": "train_type.update_tokens=30",

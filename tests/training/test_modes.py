@@ -14,13 +14,13 @@ from tests.helpers import compose_config
 from tests.train_runs import LAG_1, QUICK
 
 from astrai.models.llama import LlamaForCausalLM
+from astrai.models.scoring import response_values
 from astrai.models.tokenizer import CharTokenizer
 from astrai.rewards.base import Reward, RewardTerm
 from astrai.rewards.builtin import partial_credit
 from astrai.rollout.collect import collect_rollout
+from astrai.rollout.engines.sampler import Generation, SamplingConfig
 from astrai.rollout.rollout import Rollout
-from astrai.rollout.sampler import Generation, SamplingConfig
-from astrai.rollout.scoring import response_values
 from astrai.tasks import AdditionTask
 from astrai.training.evaluation import evaluate
 from astrai.training.run import Run

@@ -15,8 +15,8 @@ from tests.helpers import compose_config
 from astrai.config.errors import ConfigError
 from astrai.metrics.names import MISMATCH_METRICS, emitted_metrics, reward_term_names
 from astrai.policy_lag import lag_plan
-from astrai.rollout.engine import TorchEngine
-from astrai.rollout.sampler import Generation
+from astrai.rollout.engines.engine import TorchEngine
+from astrai.rollout.engines.sampler import Generation
 from astrai.training.run import Run
 
 JOB = ["debug=quick", "trainer.total_steps=3", "logger.tensorboard=false"]

@@ -29,9 +29,9 @@ from astrai.algorithms.correction import Correction
 from astrai.algorithms.grpo import GRPOStrategy
 from astrai.algorithms.pass_plan import PassPlan
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
+from astrai.rollout.engines.sampler import SamplingConfig
 from astrai.rollout.minibatch import Minibatch, flatten_rollout
 from astrai.rollout.rollout import Rollout
-from astrai.rollout.sampler import SamplingConfig
 from astrai.training.accumulation import accumulate_gradients
 from astrai.training.run import Run
 

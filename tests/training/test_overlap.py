@@ -1,5 +1,5 @@
-"""Rollouts that overlap the update (``train_type.max_policy_lag``, ``training.overlap``): the
-fixed schedule, the policy-lag metrics, in-flight rollouts in the checkpoint and the guard's
+"""Rollouts that overlap the update (``train_type.max_policy_lag``, ``training.sampling.overlap``):
+the fixed schedule, the policy-lag metrics, in-flight rollouts in the checkpoint and the guard's
 refusals. Bitwise resume with a rollout in flight: ``test_resume.py``'s ``lag`` rows."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from astrai.checkpoints.layout import IN_FLIGHT_FILE, CheckpointError
 from astrai.config.compose import check_run_config
 from astrai.config.errors import ConfigError
 from astrai.rollout.staleness import StaleRolloutError, check_policy_lag, policy_lag
-from astrai.training.overlap import RolloutPipeline, _load_weights, split_threads
 from astrai.training.run import Run
+from astrai.training.sampling.overlap import RolloutPipeline, _load_weights, split_threads
 
 QUICK = [
     "debug=quick",

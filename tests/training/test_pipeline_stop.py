@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from astrai.training.overlap import RolloutPipeline
+from astrai.training.sampling.overlap import RolloutPipeline
 from astrai.training.stopping import SIGNALS
 
 

@@ -174,7 +174,7 @@ def test_ppo_with_a_constant_reward_says_so(
 
 
 def test_every_episode_failing_three_steps_in_a_row_stops_the_run() -> None:
-    from astrai.rollout.episode_calls import EnvironmentFailing
+    from astrai.rollout.episodes.calls import EnvironmentFailing
 
     watch = RewardSignalWatch(group_baseline=True, max_new_tokens=8, enabled=False)
     rollout = _rollout([[0.0, 0.0]], [[1, 1]], [[True, True]])

@@ -12,9 +12,9 @@ import torch
 from astrai.checkpoints.in_flight import RunShape, check_in_flight_object
 from astrai.rollout.rollout import Rollout, cat_rollouts
 from astrai.tasks.base import Problem
-from astrai.training.dynamic_sampling import informative_groups, sample_informative
-from astrai.training.in_flight import SampledBatch, batch_from_record, batch_record
 from astrai.training.rollout_stats import rollout_metrics
+from astrai.training.sampling.dynamic_sampling import informative_groups, sample_informative
+from astrai.training.sampling.in_flight import SampledBatch, batch_from_record, batch_record
 
 EOS = 1
 

@@ -23,15 +23,15 @@ from torch import Tensor, nn
 
 from astrai.algorithms.correction import Correction, MaxFn, correct_mismatch, local_max
 from astrai.algorithms.masked import SumFn, local_sum
-from astrai.rollout.length_parts import consecutive_parts, group_parts, length_parts
-from astrai.rollout.minibatch import EpochSplit, Minibatch, minibatch_rows
-from astrai.rollout.rollout import Rollout
-from astrai.rollout.scoring import (
+from astrai.models.length_parts import consecutive_parts, group_parts, length_parts
+from astrai.models.scoring import (
     response_logprobs,
     score_passes,
     scoring_token_budget,
     update_token_budget,
 )
+from astrai.rollout.minibatch import EpochSplit, Minibatch, minibatch_rows
+from astrai.rollout.rollout import Rollout
 
 # How scoring passes turn gradients off; the caller chooses: ``torch.inference_mode`` (the
 # fastest), or ``torch.no_grad`` for an FSDP-sharded model, whose unsharded weights must not be
@@ -128,7 +128,7 @@ class PassPlan:
         (``prompt_mask [B * G, P]``: ``rollout.flat_prompts``'): consecutive ones of
         ``micro_batch_size`` where set; else under ``score_tokens``, rows sorted by length
         (``by_length``: a whole-sequence pass) or groups sorted by prompt length
-        (``rollout.length_parts.group_parts``: a cached pass runs a group's prompt once)."""
+        (``models.length_parts.group_parts``: a cached pass runs a group's prompt once)."""
         rows = prompt_mask.shape[0]
         if self.micro_batch_size is not None:
             return consecutive_parts(rows, self.micro_batch_size, prompt_mask.device)
@@ -164,8 +164,8 @@ class PassPlan:
     ) -> list[Tensor]:
         """Row indices of the update micro-batches of the rows ``prompt_mask [M, P]``,
         ``response_mask [M, R]``: consecutive ones of ``micro_batch_size`` sequences where set,
-        else rows sorted by length within ``update_tokens`` (``rollout.length_parts``; the
-        budget from ``rollout.scoring.update_token_budget``, the critic's trunk counted when the
+        else rows sorted by length within ``update_tokens`` (``models.length_parts``; the
+        budget from ``models.scoring.update_token_budget``, the critic's trunk counted when the
         update trains one); one part where they all fit."""
         if self.micro_batch_size is not None:
             rows = prompt_mask.shape[0]

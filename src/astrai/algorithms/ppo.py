@@ -30,9 +30,9 @@ from astrai.algorithms.strategy import NoGradMode, Strategy, _one_of
 from astrai.algorithms.turn_credit import turn_level_gae, turns_of_runs
 from astrai.checkpoints.layout import CRITIC_FILES
 from astrai.metrics.names import CORE_METRICS, CRITIC_METRICS
+from astrai.models.scoring import response_values, score_in_parts
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
-from astrai.rollout.scoring import response_values, score_in_parts
 
 GAE_LEVELS = ("token", "turn")
 

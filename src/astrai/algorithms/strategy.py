@@ -15,10 +15,10 @@ from astrai.algorithms.losses import RATIO_LEVELS, clipped_policy_loss
 from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean, masked_mean
 from astrai.algorithms.pass_plan import NoGradMode, PassPlan
 from astrai.algorithms.rewards import KL_REWARD_CLAMP
+from astrai.models.scoring import response_logprobs
+from astrai.rollout.engines.sampler import SamplingConfig
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
-from astrai.rollout.sampler import SamplingConfig
-from astrai.rollout.scoring import response_logprobs
 
 
 class Strategy(ABC):

@@ -9,8 +9,8 @@ turn's number, masked).
 import torch
 from torch import Tensor
 
-# where rewards land is the rollout's to say (``rollout.episode_rollout`` places them)
-from astrai.rollout.turn_rewards import last_sampled_positions, token_rewards_of_turns
+# where rewards land is the rollout's to say (``rollout.episodes.rollout`` places them)
+from astrai.rollout.episodes.turn_rewards import last_sampled_positions, token_rewards_of_turns
 
 __all__ = ["last_sampled_positions", "token_rewards_of_turns", "turn_level_gae", "turns_of_runs"]
 

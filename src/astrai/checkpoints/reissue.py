@@ -1,6 +1,6 @@
 """A checkpoint's re-issuable rollouts (``reissue.pt``, ``train_type.max_policy_lag`` > 0): the
-rollouts a stop abandoned before they finished (``astrai.training.overlap``). The one check of
-resume and ``python -m astrai.checkpoints verify``, so ``verify`` OK means resume takes them.
+rollouts a stop abandoned before they finished (``astrai.training.sampling.overlap``). The one check
+of resume and ``python -m astrai.checkpoints verify``, so ``verify`` OK means resume takes them.
 
 ``trainer_state.json`` lists them under ``reissue`` (``[{"step", "policy_version"}]``) and names
 the file in its extra files; the file holds ``{"steps": [{"step", "policy_version",

@@ -12,10 +12,11 @@ from omegaconf import DictConfig, OmegaConf
 from astrai.checkpoints.layout import RUN_CONFIG_FILE, CheckpointError
 from astrai.config.env_checks import configured_env
 from astrai.config.errors import ConfigError
+from astrai.config.moved_targets import current_targets
 from astrai.models.precision import PRECISIONS
 from astrai.models.pretrained import is_hf_model_dir
 from astrai.rollout.collectors import Collector, collector_class
-from astrai.rollout.env_spec import EnvSpec
+from astrai.rollout.episodes.env_spec import EnvSpec
 
 if TYPE_CHECKING:
     from astrai.checkpoints.policy import LoadedPolicy
@@ -24,7 +25,8 @@ DATASET_PATH_KEYS = ("train_path", "eval_path")  # task=dataset: read relative t
 
 
 def read_run_config(loaded: LoadedPolicy, source: Path) -> DictConfig | None:
-    """The resolved config of the run that wrote ``loaded``; None for a model directory."""
+    """The resolved config of the run that wrote ``loaded``, its moved ``_target_`` names
+    brought up to date (``moved_targets``); None for a model directory."""
     if is_hf_model_dir(source):
         return None
     path = loaded.source / RUN_CONFIG_FILE
@@ -34,7 +36,7 @@ def read_run_config(loaded: LoadedPolicy, source: Path) -> DictConfig | None:
         raise CheckpointError(f"{path}: unreadable run config ({err})") from err
     if not isinstance(cfg, DictConfig):
         raise CheckpointError(f"{path}: not a mapping")
-    return cfg
+    return current_targets(cfg)
 
 
 def run_precision(run: DictConfig | None) -> str:

@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from astrai.config.errors import ConfigError
 from astrai.rollout.collectors import Collector, collector_class, collector_knobs
-from astrai.rollout.env_spec import EnvSpec
+from astrai.rollout.episodes.env_spec import EnvSpec
 
 
 def configured_collector(node: Any, env: EnvSpec | None) -> type[Collector]:

@@ -1,6 +1,6 @@
-"""Checks of the ``engine`` node (``astrai.rollout.engine``): an engine class (``_target_``),
-its π_old and correction, its own knobs' values (declared on its ``Config``) and its own
-``check`` of what it needs of the run, before anything starts."""
+"""Checks of the ``engine`` node (``astrai.rollout.engines.engine``): an engine class
+(``_target_``), its π_old and correction, its own knobs' values (declared on its ``Config``) and its
+own ``check`` of what it needs of the run, before anything starts."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from astrai.config.ranges import check_number
 from astrai.config.schema import EngineConfig, engine_schema
 from astrai.models.llama import LlamaConfig
 from astrai.policy_lag import AUTO, LagPlan, lag_plan
-from astrai.rollout.engine import Engine, EngineJob, engine_class
+from astrai.rollout.engines.engine import Engine, EngineJob, engine_class
 from astrai.tasks.base import ProblemSource
 
 # ``engine.correction_high``'s ceiling: published bands stop at 5 (TIS and TRL's cap 2, IcePop

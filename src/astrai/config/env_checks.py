@@ -1,6 +1,6 @@
-"""Checks of the ``env`` node (``rollout.env_spec``): the environment class and its arguments,
-the episode limits, a tool-call format the run can read, an engine that continues from token
-prefixes, a chat template that keeps earlier turns as they were (``template_problem``) and an
+"""Checks of the ``env`` node (``rollout.episodes.env_spec``): the environment class and its
+arguments, the episode limits, a tool-call format the run can read, an engine that continues from
+token prefixes, a chat template that keeps earlier turns as they were (``template_problem``) and an
 environment that opens an episode from this task's rows, the same way twice: two fresh
 environments built and reset within the limits, in worker slots as at run time (an ``async def
 reset`` awaited, a hang timed out), so a nondeterministic opening is refused here rather than met
@@ -21,10 +21,10 @@ from astrai.envs.hosts import HostCall, HostPool, call_hosts
 from astrai.envs.tool_limits import Limited
 from astrai.envs.values import BadValue, checked_messages
 from astrai.models.tokenizer import Tokenizer
-from astrai.rollout.engine import Engine
-from astrai.rollout.env_spec import EnvSpec, env_spec
-from astrai.rollout.episode_rollout import environment_tools, task_row
-from astrai.rollout.episode_text import episode_text
+from astrai.rollout.engines.engine import Engine
+from astrai.rollout.episodes.env_spec import EnvSpec, env_spec
+from astrai.rollout.episodes.rollout import environment_tools, task_row
+from astrai.rollout.episodes.text import episode_text
 from astrai.tasks.base import ProblemSource
 
 

@@ -1,5 +1,5 @@
-"""Checks of ``train_type.max_policy_lag`` (``training.overlap``): rollouts that overlap the
-update train samples an older policy drew, so they need the decoupled correction, and the
+"""Checks of ``train_type.max_policy_lag`` (``training.sampling.overlap``): rollouts that overlap
+the update train samples an older policy drew, so they need the decoupled correction, and the
 sampling thread must not need collectives of its own. Before anything starts. Then the lag
 plan is recorded in the config (``record_lag_plan``): the saved ``config.yaml`` says what ran."""
 

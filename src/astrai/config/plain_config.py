@@ -7,7 +7,8 @@ group's option is the one whose ``_target_``, or ``name`` for ``critic`` and ``i
 carries; the default where it says nothing or that matches) and merges the plain config onto
 it, so every value goes through the schemas, a key it does not set keeps its default, and an
 unknown key or a wrong type is one ``ConfigError`` naming the key. A run's own ``config.yaml``
-comes back as the config that run composed.
+comes back as the config that run composed (a ``_target_`` since moved under its new name:
+``moved_targets``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from astrai.config.errors import ConfigError, first_line
+from astrai.config.moved_targets import current_targets
 
 # the key of a group's node that tells its options apart
 CHOICE_KEYS = {
@@ -52,6 +54,7 @@ def typed_config(plain: DictConfig) -> DictConfig:
     from astrai.config.compose import compose_train_config
     from astrai.config.keys import known_keys, unknown_key_message
 
+    plain = current_targets(plain)  # a config.yaml saved before a module moved
     overrides = group_overrides(plain)
     base = compose_train_config(overrides, validate=False)
     try:

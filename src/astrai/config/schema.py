@@ -16,9 +16,9 @@ from typing import Any
 from omegaconf import MISSING
 
 from astrai.models.llama import LlamaConfig
-from astrai.rollout.engine import Engine, TorchEngine
-from astrai.rollout.sampler import SamplingConfig
-from astrai.rollout.seeded_vllm import SeededVLLM
+from astrai.rollout.engines.engine import Engine, TorchEngine
+from astrai.rollout.engines.sampler import SamplingConfig
+from astrai.rollout.engines.seeded_vllm import SeededVLLM
 
 
 def types_only(cls: type, name: str, **extra: type) -> type:
@@ -125,7 +125,7 @@ class HFModelConfig:
 @dataclass
 class EngineConfig:
     """The keys of every ``engine`` node: the class that samples (``_target_``, an
-    ``rollout.engine.Engine``), where π_old comes from and the mismatch correction
+    ``rollout.engines.engine.Engine``), where π_old comes from and the mismatch correction
     (``algorithms.correction``). An engine's own knobs come on top (``engine_schema``)."""
 
     _target_: str = MISSING

@@ -1,7 +1,7 @@
 """Multi-turn, tool-using episodes (issue 50): what an environment is (``Environment``,
 ``StepResult``), the tools it offers (``ToolEnvironment``, ``@tool``) and how an assistant
 turn's tool calls are read from its sampled text (``ParsedTurn``, ``ToolCall``). The episode
-runner (``astrai.rollout.episodes``) drives them through the engines; ``env=...`` selects one
+runner (``astrai.rollout.episodes.runner``) drives them through the engines; ``env=...`` selects one
 (docs/environments.md)."""
 
 from astrai.envs.base import Environment, Message, StepResult

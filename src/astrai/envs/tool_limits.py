@@ -13,7 +13,7 @@ are ``Limited`` too, with the failure's ``kind``; ``run_limited`` stays for what
 runs within limits itself (a tool).
 
 A stop abandons a thread's waits (``abandon_steps_of``): the sampling thread of an overlapped
-run (``training.overlap``), waiting on a hung step when the run stops, raises
+run (``training.sampling.overlap``), waiting on a hung step when the run stops, raises
 ``StepsAbandoned`` within ``WAIT_SLICE_S`` and ends, rather than being left behind to go on
 playing its episodes after the run has ended (what ``abandon_reward_calls`` is to a reward
 call).

@@ -80,7 +80,7 @@ METRICS: dict[str, str] = {
     "env/parse_errors": "malformed tool calls (the turn's format parser), per episode",
     "env/timeouts": "steps past env.step_timeout_s or env.episode_timeout_s, per episode",
     "env/failed": "share of episodes failed (a call hung, raised, gave junk): out of the update",
-    # ... by cause (rollout.episode_calls.FAILURE_CAUSES); the first of each cause is logged
+    # ... by cause (rollout.episodes.calls.FAILURE_CAUSES); the first of each cause is logged
     "env/failed_timeout": "share of episodes failed past env.step_timeout_s / episode_timeout_s",
     "env/failed_raised": "share of episodes failed: the environment or a user's parser raised",
     "env/failed_died": "share of episodes failed: the environment's worker process died",

@@ -75,7 +75,7 @@ def kv_bytes_per_token(config: LlamaConfig, dtype: torch.dtype) -> int:
 def scoring_bytes_per_token(config: LlamaConfig, dtype: torch.dtype, with_logits: bool) -> int:
     """What a scoring pass holds per token, bounded from above: its KV cache, and a causal LM's
     logits in the compute dtype (a response position's; the float32 log-softmax runs in chunks,
-    ``rollout.scoring.token_logprobs``), plus the hidden states a layer makes (about 8 vectors
+    ``models.scoring.token_logprobs``), plus the hidden states a layer makes (about 8 vectors
     of the hidden or intermediate size)."""
     itemsize = dtype.itemsize
     logits = config.vocab_size * itemsize if with_logits else 0

@@ -4,7 +4,7 @@ precision because they are told it, not because of torch's ambient autocast stat
 
 ``fp32``: the weights' own dtype, no autocast. ``bf16``: bfloat16 autocast for the matmuls
 (weights, gradients and optimizer state stay float32; log-softmax, ratios and KL run in float32,
-``rollout.scoring``), and KV caches stored in bfloat16 (attention casts its keys and values to it
+``models.scoring``), and KV caches stored in bfloat16 (attention casts its keys and values to it
 anyway, so storing them cast is the same arithmetic at half the memory).
 
 The one home of the precision -> dtype maps: ``PRECISION_DTYPE_NAMES`` (what an engine with its

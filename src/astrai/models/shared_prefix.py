@@ -72,7 +72,7 @@ def supports_sharing(model: CachedModel | nn.Module) -> bool:
     LM and the value model do; a DDP wrapper does not) and it is not FSDP-sharded (whether a
     batch shares prompts varies by rank, and so would the number of forward calls, each of
     which gathers the weights with every rank). Every model the callers pass is an
-    ``nn.Module`` (typed ``CachedModel`` after the cast that ``rollout.scoring`` makes)."""
+    ``nn.Module`` (typed ``CachedModel`` after the cast that ``models.scoring`` makes)."""
     return (
         not torch.is_grad_enabled()
         and hasattr(model, "new_cache")
@@ -221,7 +221,7 @@ def response_outputs(
     ``outputs`` of the whole sequence at positions ``P - 1 .. P + R - 2``. Without autograd and
     where prompts repeat, a prompt pass (each distinct prompt once, ``prefill``) and then the
     responses, all at once or, ``by_length``, in passes of like length (``response_passes``:
-    a pass of a split scoring pass, ``rollout.scoring.score_in_parts``), unless
+    a pass of a split scoring pass, ``models.scoring.score_in_parts``), unless
     ``share_prompts`` is False: then the one forward the update runs, whose roundings a ratio
     or a KL against the update must share (π_old, the reference; the cached path rounds
     otherwise in bf16).

@@ -26,7 +26,8 @@ def stored_names(module: nn.Module) -> list[str]:
 def named_weights(module: nn.Module) -> Iterator[tuple[str, Tensor]]:
     """``(name, tensor)`` for every stored tensor of ``module`` (``stored_names``: a tied
     ``lm_head`` is not a tensor of its own), detached, where it lies: no copy, no cast (what an
-    engine with its own weights takes after an update, ``rollout.engine.Engine.sync_weights``)."""
+    engine with its own weights takes after an update,
+    ``rollout.engines.engine.Engine.sync_weights``)."""
     state = module.state_dict()
     for name in stored_names(module):
         yield name, state[name].detach()

@@ -14,9 +14,9 @@ from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
 from astrai.rewards.overlong import OVERLONG_TERM, OverlongPenalty
-from astrai.rollout.engine import Engine, torch_engine
+from astrai.rollout.engines.engine import Engine, torch_engine
+from astrai.rollout.engines.sampler import SamplingConfig
 from astrai.rollout.rollout import Rollout
-from astrai.rollout.sampler import SamplingConfig
 from astrai.tasks.base import Problem
 
 

@@ -13,7 +13,7 @@ other keys (its constructor's keyword-only arguments). It answers three question
 
 ``SingleTurnCollector`` is one answer per prompt scored by the ``reward`` group
 (``rollout.collect``); ``EpisodeCollector`` plays the ``env``'s multi-turn episodes
-(``rollout.episode_rollout``), scored by the environment. ``collector=auto`` (the default,
+(``rollout.episodes.rollout``), scored by the environment. ``collector=auto`` (the default,
 ``_target_: null``) is the one that fits ``env`` (``collector_class``): the only place that asks
 whether a run has an environment. A third mode is a third class (docs/environments.md).
 """
@@ -34,9 +34,10 @@ from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
 from astrai.rewards.overlong import OverlongPenalty
 from astrai.rollout.collect import collect_rollout, decode_responses, left_pad, prompt_context
-from astrai.rollout.engine import Engine
-from astrai.rollout.env_spec import EnvSpec
-from astrai.rollout.episode_rollout import (
+from astrai.rollout.engines.engine import Engine
+from astrai.rollout.engines.sampler import SamplingConfig
+from astrai.rollout.episodes.env_spec import EnvSpec
+from astrai.rollout.episodes.rollout import (
     collect_episodes,
     episode_reward,
     episode_solved,
@@ -44,7 +45,6 @@ from astrai.rollout.episode_rollout import (
     split_opening,
 )
 from astrai.rollout.rollout import Rollout, ended_with_eos
-from astrai.rollout.sampler import SamplingConfig
 from astrai.tasks.base import Problem
 
 GROUP = "collector"
@@ -252,7 +252,7 @@ class EpisodeCollector(Collector):
         device: torch.device,
     ) -> Answers:
         """One greedy episode per problem, correct when it is ``solved``
-        (``rollout.episode_rollout.episode_stats``), its response the episode's tokens after
+        (``rollout.episodes.rollout.episode_stats``), its response the episode's tokens after
         its opening; ``batch_size`` is not read (the episode runner batches its turns)."""
         tokenizer, limit = self.parts.tokenizer, self.parts.max_positions
         played = play_episodes(

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from astrai.rollout.length_parts import trim_columns
+from astrai.models.length_parts import trim_columns
 from astrai.rollout.rollout import Rollout
 
 
@@ -52,7 +52,7 @@ class Minibatch:
         return Minibatch(**picked)
 
     def trimmed(self) -> Minibatch:
-        """The same rows without the columns none of them uses (``rollout.length_parts``):
+        """The same rows without the columns none of them uses (``models.length_parts``):
         prompts from their first used column, every ``[M, R]`` tensor to the last used one."""
         first, end = trim_columns(self.prompt_mask, self.response_mask)
         width = self.response_ids.shape[1]

@@ -35,7 +35,7 @@ def accumulate_gradients(
     Args:
         minibatch: ``M`` sequences.
         parts: row indices of each micro-batch, covering every row once
-            (``rollout.length_parts``); each micro-batch of several is trimmed to the columns
+            (``models.length_parts``); each micro-batch of several is trimmed to the columns
             its rows use (``Minibatch.trimmed``).
         divisors: the whole minibatch's counts over every rank (None: its own).
         loss_fn: the strategy's loss of one part, given the divisor.

@@ -17,7 +17,7 @@ from astrai.metrics.dashboards import (
     run_hparams,
 )
 from astrai.metrics.names import emitted_metrics
-from astrai.rollout.engine import engine_class
+from astrai.rollout.engines.engine import engine_class
 from astrai.tasks.base import ProblemSource
 from astrai.training.banner import (
     RunFacts,

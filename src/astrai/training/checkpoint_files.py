@@ -38,8 +38,8 @@ from astrai.distributed import all_reduce_max, gather_objects
 from astrai.files import FileWriter
 from astrai.models.tokenizer import Tokenizer
 from astrai.training.checkpointing import CheckpointedObjects, run_fingerprint
-from astrai.training.in_flight import batch_record
 from astrai.training.parallel import full_optimizer_state
+from astrai.training.sampling.in_flight import batch_record
 from astrai.training.setup import capture_rng_state
 from astrai.training.state import TrainState
 

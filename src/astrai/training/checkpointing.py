@@ -41,12 +41,12 @@ from astrai.checkpoints.layout import (
 from astrai.distributed import DistContext
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
-from astrai.training.in_flight import Reissue, in_flight_batches, run_shape
-from astrai.training.overlap import Settled
 from astrai.training.parallel import (
     load_optimizer_state,
 )
 from astrai.training.resume import ResumePoint
+from astrai.training.sampling.in_flight import Reissue, in_flight_batches, run_shape
+from astrai.training.sampling.overlap import Settled
 from astrai.training.setup import restore_rng_state
 from astrai.training.state import TrainState
 from astrai.training.weight_format import FullWeights, WeightFormat

@@ -17,8 +17,8 @@ from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
 from astrai.rollout.collect import sampling_mode
 from astrai.rollout.collectors import Collector, CollectorParts, SingleTurnCollector
-from astrai.rollout.engine import Engine, torch_engine
-from astrai.rollout.sampler import SamplingConfig
+from astrai.rollout.engines.engine import Engine, torch_engine
+from astrai.rollout.engines.sampler import SamplingConfig
 from astrai.tasks.base import Problem
 
 

@@ -29,16 +29,16 @@ from astrai.metrics.dashboards import hparams_end_summary
 from astrai.metrics.loggers import open_run_logger
 from astrai.metrics.targets import parse_targets, targets_reached
 from astrai.metrics.writers import METRICS_FILE, RunLogger
-from astrai.rollout.engine import Engine, build_engine
+from astrai.rollout.engines.engine import Engine, build_engine
 from astrai.training.build import BuiltRun
 from astrai.training.checkpointing import restore_training_checkpoint
-from astrai.training.in_flight import check_in_flight
 from astrai.training.parallel import replicas
 from astrai.training.plan import StepPlan, step_plan
 from astrai.training.progress import progress_bar
 from astrai.training.resume import resolve_resume
 from astrai.training.reward_signal import GROUP_BASELINES, RewardSignalWatch
-from astrai.training.rollout_source import RolloutSource
+from astrai.training.sampling.in_flight import check_in_flight
+from astrai.training.sampling.rollout_source import RolloutSource
 from astrai.training.schedule import build_schedulers, resumed_schedule_steps
 from astrai.training.setup import make_generator
 from astrai.training.state import TrainState

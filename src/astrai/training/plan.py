@@ -21,7 +21,7 @@ from astrai.algorithms.correction import Correction, correction_for
 from astrai.algorithms.pass_plan import PassPlan
 from astrai.algorithms.strategy import Strategy
 from astrai.policy_lag import LagPlan, lag_plan
-from astrai.rollout.engine import engine_class
+from astrai.rollout.engines.engine import engine_class
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,9 @@ class StepPlan:
     updates_per_step: policy (and critic) optimizer steps per RL step,
         ``ppo_epochs × minibatches``: the policy versions one step adds.
     max_policy_lag: how many updates a step's rollout may trail the policy (0: sampled on the
-        live policy just before its update; > 0: on a sampling thread, ``training.overlap``).
-    old_logprobs, correction_name: ``engine.old_logprobs`` and ``engine.correction`` as
-        resolved for the lag (``auto`` chosen).
+        live policy just before its update; > 0: on a sampling thread,
+    ``training.sampling.overlap``). old_logprobs, correction_name: ``engine.old_logprobs`` and
+        ``engine.correction`` as resolved for the lag (``auto`` chosen).
     lag: the lag plan all of these come from (``astrai.policy_lag.lag_plan``).
     correction: where π_old comes from: None for the engine's own logprobs (bypass).
     old_from_update: π_old is the update's own forward, detached (``Minibatch.old_logprobs``

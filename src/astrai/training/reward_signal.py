@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from astrai.rollout.episode_calls import FAILURE_CAUSES, EnvironmentFailing
+from astrai.rollout.episodes.calls import FAILURE_CAUSES, EnvironmentFailing
 from astrai.rollout.rollout import Rollout
 
 log = logging.getLogger("astrai.training.trainer")  # the trainer's lines, one logger name

@@ -5,7 +5,7 @@ Every ``logger.samples_every`` steps, the first response of each prompt. An epis
 (``env=...``) logs from step 1 as well, so a run of a few steps shows what its episodes looked
 like (issue 58: a new user's two steps of a chat model that never called its tool showed
 nothing), and each response is the whole episode as the model saw it
-(``rollout.episode_view``): its opening (the system message, the tools) and every turn,
+(``rollout.episodes.view``): its opening (the system message, the tools) and every turn,
 special tokens kept, the sampled tokens in ``[[`` ``]]``, on one line (``\\n`` for a newline:
 one row of the panel's table).
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from astrai.models.tokenizer import Tokenizer
-from astrai.rollout.episode_view import one_line, rollout_view
+from astrai.rollout.episodes.view import one_line, rollout_view
 from astrai.rollout.rollout import Rollout
 from astrai.training.rollout_stats import rollout_samples
 

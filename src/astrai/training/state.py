@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from astrai.training.in_flight import Reissue, SampledBatch
+from astrai.training.sampling.in_flight import Reissue, SampledBatch
 
 
 @dataclass

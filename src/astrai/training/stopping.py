@@ -19,7 +19,7 @@ within the current non-interruptible work + one checkpoint write + ~1 s, at ever
 - the sampling thread (``train_type.max_policy_lag`` > 0): the training thread waiting for a
   rollout is interruptible, and a checkpoint never waits for an unfinished rollout once a stop
   is asked for: the rollouts done are saved (``in_flight.pt``), the unfinished ones are
-  abandoned and saved as re-issuable (``training.overlap``: the weights they were submitted
+  abandoned and saved as re-issuable (``training.sampling.overlap``: the weights they were submitted
   with and the sampling stream rewound to before them), so a resume samples them again exactly
   as the straight run did. A reward call blocked on the sampling thread is ended by killing its
   reward worker (``astrai.rewards.worker.abandon_reward_calls``).

@@ -26,7 +26,7 @@ log = logging.getLogger("astrai.training.trainer")  # the trainer's lines, one l
 
 # why an episode failed: its environment ran past a time limit, raised, its worker died, it
 # returned a value the runner cannot use, answered with too many characters, with text the
-# tokenizer cannot encode, or opened its group's episodes differently (rollout.episode_rollout)
+# tokenizer cannot encode, or opened its group's episodes differently (rollout.episodes.rollout)
 FAILURE_CAUSES = ("timeout", "raised", "died", "invalid", "flood", "observation", "opening")
 _told: set[tuple[str, str]] = set()  # (environment, cause) already logged by this process
 _told_lock = threading.Lock()

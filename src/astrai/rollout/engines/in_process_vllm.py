@@ -89,11 +89,16 @@ from astrai.models.merged_weights import engine_weights
 from astrai.models.pass_memory import drop_engine_share, hold_engine_share
 from astrai.models.pretrained import save_policy_dir
 from astrai.models.tokenizer import Tokenizer
-from astrai.rollout.engine import NamedTensors, named_tensors
-from astrai.rollout.sampler import Generation, SamplingConfig
-from astrai.rollout.vllm_requests import pack_generation, sampled_logprobs, sampling_params
-from astrai.rollout.vllm_settings import SLEEP_LEVEL, VLLMEngineConfig, VLLMSettings, resolve
-from astrai.rollout.vllm_start import (
+from astrai.rollout.engines.engine import NamedTensors, named_tensors
+from astrai.rollout.engines.sampler import Generation, SamplingConfig
+from astrai.rollout.engines.vllm_requests import pack_generation, sampled_logprobs, sampling_params
+from astrai.rollout.engines.vllm_settings import (
+    SLEEP_LEVEL,
+    VLLMEngineConfig,
+    VLLMSettings,
+    resolve,
+)
+from astrai.rollout.engines.vllm_start import (
     compiles,
     free_cached_device_memory,
     keep_the_trainers_process_group,

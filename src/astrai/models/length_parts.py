@@ -137,7 +137,7 @@ def padding_share(prompt_mask: Tensor, response_mask: Tensor, parts: list[Tensor
 def cached_share(
     prompt_mask: Tensor, response_mask: Tensor, parts: list[Tensor], group: int, by_length: bool
 ) -> float:
-    """The same share for a cached pass's parts (``group_parts``; ``rollout.scoring``): each
+    """The same share for a cached pass's parts (``group_parts``; ``models.scoring``): each
     part's distinct prompts (a group's first row) once, trimmed to its longest prompt, then its
     responses, all trimmed to the longest (``by_length`` False) or by length
     (``models.shared_prefix.response_passes``)."""

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from astrai.rollout.sampler import Generation, SamplingConfig
+from astrai.rollout.engines.sampler import Generation, SamplingConfig
 
 
 def sampling_params(

@@ -1,14 +1,14 @@
 """Multi-turn episodes through an engine (issue 50, part 6; issue 58): what the trainer's
-rollouts and evaluations under ``env=...`` run (``rollout.episode_rollout``).
+rollouts and evaluations under ``env=...`` run (``rollout.episodes.rollout``).
 
 ``run_episodes`` drives a batch of environments turn by turn: every live episode's tokens so far
 are the prompt of its next turn (the engine continues from the ids as given:
 ``Engine.supports_prefix_continuation``), the sampled ids are appended as trainable, the turn's
 text is read for tool calls (``envs.tool_calls``, or a user's parser), the environments answer,
 and their observation tokens are appended as context, their text cut to
-``max_observation_tokens`` (``rollout.observation_limit``). Every call into the environment
+``max_observation_tokens`` (``rollout.episodes.observation_limit``). Every call into the environment
 (construction, ``reset``, ``step``, ``final_reward``, a user's parser) runs in the episode's slot
-within the limits and its value is checked at the door (``rollout.episode_calls``): a fault fails
+within the limits and its value is checked at the door (``rollout.episodes.calls``): a fault fails
 its episode with a cause, never the run.
 
 The tokens are what the chat template renders for the same conversation: a turn that did not
@@ -42,16 +42,16 @@ from astrai.envs.values import (
     checked_step_result,
     finite_number,
 )
-from astrai.rollout.engine import Engine
-from astrai.rollout.episode_calls import (
+from astrai.rollout.engines.engine import Engine
+from astrai.rollout.engines.sampler import SamplingConfig
+from astrai.rollout.episodes.calls import (
     EnvSlots,
     Episode,
     call_all,
     checked,
     note_failure,
 )
-from astrai.rollout.observation_limit import fitted_observation
-from astrai.rollout.sampler import SamplingConfig
+from astrai.rollout.episodes.observation_limit import fitted_observation
 
 __all__ = ["Episode", "EpisodeLimits", "EpisodeText", "EnvSlots", "run_episodes"]
 
@@ -60,7 +60,7 @@ __all__ = ["Episode", "EpisodeLimits", "EpisodeText", "EnvSlots", "run_episodes"
 class EpisodeLimits:
     """``max_turns``: assistant turns an episode may take; ``max_episode_tokens``: its tokens
     in all; ``max_observation_tokens``: one answer's tokens (its contents cut on
-    ``observation_truncation_side``, ``left`` or ``right``: ``rollout.observation_limit``);
+    ``observation_truncation_side``, ``left`` or ``right``: ``rollout.episodes.observation_limit``);
     ``max_observation_chars``: one answer's characters before it is a fault (a flooding
     tool); ``step_timeout_s``: one call's seconds (a step, ``reset``, the constructor...);
     ``episode_timeout_s``: an episode's environment seconds in all; ``max_concurrency``:

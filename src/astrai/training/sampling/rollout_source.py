@@ -1,8 +1,8 @@
 """Step 1 of the loop, sampling: where each step's rollout comes from (``RolloutSource``).
 
 Sampled now on the live policy (the synchronous loop, ``max_policy_lag`` 0), or taken from the
-sampling thread that drew it while the previous update ran (``training.overlap``), or from a
-checkpoint's in-flight rollouts; under ``train_type.filter_groups``, resampled until the groups
+sampling thread that drew it while the previous update ran (``training.sampling.overlap``), or from
+a checkpoint's in-flight rollouts; under ``train_type.filter_groups``, resampled until the groups
 are informative (``dynamic_sampling``).
 """
 
@@ -24,14 +24,14 @@ from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rewards.base import Reward
 from astrai.rollout.collectors import Collector
-from astrai.rollout.engine import Engine
+from astrai.rollout.engines.engine import Engine
 from astrai.rollout.rollout import Rollout
 from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.build import BuiltRun
-from astrai.training.dynamic_sampling import RESAMPLE_SEED_STRIDE, sample_informative
-from astrai.training.in_flight import SampledBatch
-from astrai.training.overlap import RolloutPipeline
 from astrai.training.plan import StepPlan
+from astrai.training.sampling.dynamic_sampling import RESAMPLE_SEED_STRIDE, sample_informative
+from astrai.training.sampling.in_flight import SampledBatch
+from astrai.training.sampling.overlap import RolloutPipeline
 from astrai.training.setup import capture_rng_state, restore_rng_state
 from astrai.training.state import TrainState
 from astrai.training.stopping import StopInterrupt, interruptible

@@ -1,5 +1,5 @@
-"""The sampling thread of ``training.overlap``: one daemon thread that runs the submitted jobs
-in order, like a one-worker ``ThreadPoolExecutor`` whose thread the interpreter's exit does not
+"""The sampling thread of ``training.sampling.overlap``: one daemon thread that runs the submitted
+jobs in order, like a one-worker ``ThreadPoolExecutor`` whose thread the interpreter's exit does not
 join (a job a stop abandoned may still be blocked when the run ends), and that tells, under one
 lock, a job that never began from one that is running (``cancel``)."""
 
@@ -17,9 +17,9 @@ import torch
 
 from astrai.envs.tool_limits import abandon_steps_of
 from astrai.rewards.worker import abandon_reward_calls
-from astrai.training.cuda_streams import ready_event, side_stream
+from astrai.training.sampling.cuda_streams import ready_event, side_stream
 
-log = logging.getLogger("astrai.training.overlap")
+log = logging.getLogger("astrai.training.sampling.overlap")
 
 
 class SamplingThread:
@@ -27,8 +27,8 @@ class SamplingThread:
     thread the interpreter's exit does not wait for: a job abandoned by a stop may still be
     blocked when the run ends).
 
-    On CUDA its jobs run on a stream of their own (``training.cuda_streams``): each waits for
-    what the submitting thread queued before it, and the thread waits for a job's kernels
+    On CUDA its jobs run on a stream of their own (``training.sampling.cuda_streams``): each waits
+    for what the submitting thread queued before it, and the thread waits for a job's kernels
     before its result is set.
 
     Args:

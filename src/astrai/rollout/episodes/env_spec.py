@@ -22,8 +22,8 @@ from astrai.envs.calculator import parse_calc_line
 from astrai.envs.hosts import check_mode
 from astrai.envs.tool_calls import PARSERS, STOP_STRINGS, ParsedTurn
 from astrai.imports import import_target
-from astrai.rollout.episodes import EpisodeLimits
-from astrai.rollout.observation_limit import TRUNCATION_SIDES
+from astrai.rollout.episodes.observation_limit import TRUNCATION_SIDES
+from astrai.rollout.episodes.runner import EpisodeLimits
 
 SINGLE_TURN = "single_turn"
 

@@ -20,6 +20,7 @@ from astrai.models.decode import Decoder
 from astrai.models.kv_cache import KVCache
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.precision import autocast, compute_dtype
+from astrai.models.scoring import scaled_logits
 from astrai.models.shared_prefix import prefill
 from astrai.rollout.rollout import is_stop_token, stop_ids_on
 
@@ -51,11 +52,6 @@ class Generation:
     response_ids: Tensor
     response_mask: Tensor
     logprobs: Tensor
-
-
-def scaled_logits(logits: Tensor, temperature: float) -> Tensor:
-    """Temperature scaling shared by sampler and trainer; greedy (0) scores at temperature 1."""
-    return logits / temperature if temperature > 0 and temperature != 1.0 else logits
 
 
 def _filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:

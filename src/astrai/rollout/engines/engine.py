@@ -11,9 +11,9 @@ engine is said by class attributes (``samples_live_policy``, ``supports_seeds``,
 ``astrai.generate`` call.
 
 ``engine=torch`` (the default, and the exact reference) is astrai's own KV-cache sampler
-(``rollout.sampler.generate``) on the live policy: nothing to synchronise, the behaviour
-logprobs are the trainer's own math. ``engine=vllm`` is ``rollout.seeded_vllm.SeededVLLM``. A
-further engine is one module and one YAML (docs/engines.md, "Writing an engine").
+(``rollout.engines.sampler.generate``) on the live policy: nothing to synchronise, the behaviour
+logprobs are the trainer's own math. ``engine=vllm`` is ``rollout.engines.seeded_vllm.SeededVLLM``.
+A further engine is one module and one YAML (docs/engines.md, "Writing an engine").
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.pass_memory import kv_bytes_per_token, rows_per_pass, token_budget
 from astrai.models.precision import compute_dtype
 from astrai.models.tokenizer import Tokenizer
-from astrai.rollout.sampler import Generation, SamplingConfig, generate
+from astrai.rollout.engines.sampler import Generation, SamplingConfig, generate
 
 # what ``weights`` may be: a state dict, or (name, tensor) pairs streamed one at a time
 NamedTensors = Mapping[str, Tensor] | Iterable[tuple[str, Tensor]]
@@ -199,7 +199,7 @@ def named_tensors(weights: NamedTensors) -> Iterable[tuple[str, Tensor]]:
 
 
 class TorchEngine(Engine):
-    """astrai's own sampler on the live policy (``rollout.sampler.generate``): each prompt
+    """astrai's own sampler on the live policy (``rollout.engines.sampler.generate``): each prompt
     repeated ``group_size`` times, drawn from the run's sampling stream, in the trainer's
     precision, in lockstep over the ranks of a sharded policy."""
 
@@ -311,7 +311,8 @@ def engine_class(node: Mapping[str, Any] | None) -> type[Engine]:
         node.get("_target_"),
         "engine._target_",
         Engine,
-        "an engine (a subclass of astrai.rollout.engine.Engine; select one with engine=<name>)",
+        "an engine (a subclass of astrai.rollout.engines.engine.Engine;"
+        " select one with engine=<name>)",
     )
 
 

@@ -1,5 +1,5 @@
-"""Starting vLLM inside the trainer's process (``rollout.in_process_vllm.InProcessVLLM``): the
-``vllm.LLM`` itself, its one-time warm-up, the trainer's process group kept through vLLM's
+"""Starting vLLM inside the trainer's process (``rollout.engines.in_process_vllm.InProcessVLLM``):
+the ``vllm.LLM`` itself, its one-time warm-up, the trainer's process group kept through vLLM's
 shutdown, the log line vLLM's start prints for nothing, and the allocator's cache emptied
 before a wake-up. vLLM is imported only inside these functions."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from astrai.rollout.vllm_settings import VLLMSettings, llm_kwargs
+from astrai.rollout.engines.vllm_settings import VLLMSettings, llm_kwargs
 
 
 class QuietTokenizerlessWarmup(logging.Filter):

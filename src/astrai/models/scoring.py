@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from astrai.distributed import is_fsdp
+from astrai.models.length_parts import pad_responses, trim_rows
 from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.models.pass_memory import (
     rows_per_pass,
@@ -24,8 +25,11 @@ from astrai.models.pass_memory import (
 )
 from astrai.models.precision import autocast_dtype
 from astrai.models.shared_prefix import CachedModel, response_outputs
-from astrai.rollout.length_parts import pad_responses, trim_rows
-from astrai.rollout.sampler import scaled_logits
+
+
+def scaled_logits(logits: Tensor, temperature: float) -> Tensor:
+    """Temperature scaling shared by sampler and trainer; greedy (0) scores at temperature 1."""
+    return logits / temperature if temperature > 0 and temperature != 1.0 else logits
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
@@ -198,7 +202,7 @@ def score_in_parts(
     response_mask: Tensor,
 ) -> Tensor:
     """``score(prompt_ids, prompt_mask, response_ids, response_mask, split) -> [n, r]`` over the
-    rows part by part (``parts``: row indices covering every row once, ``rollout.length_parts``),
+    rows part by part (``parts``: row indices covering every row once, ``models.length_parts``),
     each part of several trimmed to the columns its rows use and its scores put back in the
     rows' places, zeros after each part's columns: ``[N, R]``. One part: the rows as they are.
     ``split`` (several parts) lets a cached pass run its responses by length (``by_length``):

@@ -48,9 +48,9 @@ from torch import nn
 from astrai.distributed import all_reduce_max
 from astrai.rollout.rollout import Rollout
 from astrai.signal_handlers import WAIT_SLICE_S
-from astrai.training.cuda_streams import hand_over
-from astrai.training.in_flight import Reissue, SampledBatch
-from astrai.training.sampling_thread import SamplingThread
+from astrai.training.sampling.cuda_streams import hand_over
+from astrai.training.sampling.in_flight import Reissue, SampledBatch
+from astrai.training.sampling.sampling_thread import SamplingThread
 from astrai.training.stopping import interruptible, stop_requested
 
 log = logging.getLogger(__name__)

