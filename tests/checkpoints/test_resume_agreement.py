@@ -45,7 +45,7 @@ from astrai.models.lora import base_fingerprint
 from astrai.models.pretrained import load_pretrained_policy
 from astrai.rollout.rollout import Rollout
 from astrai.training.resume import resolve_resume
-from astrai.training.sampling.in_flight import load_in_flight
+from astrai.training.sampling.in_flight import in_flight_batches
 
 STEP = 2  # every template's checkpoint: step_2, the lag run's holding step 3's rollout
 
@@ -82,12 +82,12 @@ def _state(step_dir: Path) -> dict:
 def _resume_checks(step_dir: Path, shape: RunShape | None = None) -> str | None:
     """What resume refuses of ``step_dir`` before its first step (its one line; None when it
     starts), short of building the models: ``resolve_resume``, then the restore's identity
-    check (this run's base: the one at the recorded path) and its in-flight load for this run's
+    check (this run's base: the one at the recorded path) and its in-flight check for this run's
     batch (``shape``, default: the one the checkpoint was sampled with)."""
     state = _state(step_dir)
     lora = state.get("adapters")
     try:
-        resolve_resume(
+        point = resolve_resume(
             str(step_dir),
             step_dir.parents[1],
             strategy_named(state["train_type"]),
@@ -99,7 +99,9 @@ def _resume_checks(step_dir: Path, shape: RunShape | None = None) -> str | None:
             current["adapters"] = {"lora": lora["lora"], "base_sha256": base}
         check_checkpoint_identity(step_dir, state, 20, current)
         shape = shape or RunShape(1, PROMPTS, GROUP)
-        load_in_flight(step_dir, state, shape, DistContext(), torch.device("cpu"))
+        assert point is not None
+        cpu = torch.device("cpu")
+        in_flight_batches(point.in_flight, step_dir, point.record, shape, DistContext(), cpu)
     except CheckpointError as err:
         return str(err)
     return None

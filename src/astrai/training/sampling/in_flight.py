@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from astrai.checkpoints.in_flight import RunShape, check_in_flight_file, check_in_flight_object
+from astrai.checkpoints.in_flight import RunShape, check_in_flight_object
 from astrai.checkpoints.layout import IN_FLIGHT_FILE, CheckpointError
 from astrai.distributed import DistContext
 from astrai.rollout.rollout import Rollout
@@ -105,23 +105,6 @@ def batch_record(batch: SampledBatch) -> dict[str, Any]:
         "metrics": dict(batch.metrics),
         "sample_s": batch.sample_s,
     }
-
-
-def load_in_flight(
-    checkpoint: Path,
-    state: dict[str, Any],
-    shape: RunShape,
-    dist: DistContext,
-    device: torch.device,
-) -> list[SampledBatch]:
-    """This rank's in-flight rollouts from ``checkpoint``'s ``in_flight.pt``, checked as
-    ``verify`` checks them against its ``trainer_state.json`` (``state``) and against this
-    run's ``shape`` (another world size, prompts_per_step or group_size: ``CheckpointError``);
-    [] when the checkpoint holds none."""
-    per_rank = check_in_flight_file(checkpoint, state, shape)
-    if not per_rank:
-        return []
-    return [batch_from_record(batch, device) for batch in per_rank[dist.rank]]
 
 
 def in_flight_batches(
