@@ -10,7 +10,8 @@ from tests.scripted_engine import GREEDY, TOKENIZER, Scripted
 from astrai.envs.base import Environment, Message, StepResult
 from astrai.envs.tool_calls import ParsedTurn
 from astrai.rollout.episodes.env_spec import env_spec
-from astrai.rollout.episodes.rollout import episodes_rollout, play_episodes
+from astrai.rollout.episodes.rollout import episodes_rollout, play_episodes, split_opening
+from astrai.rollout.rollout import cat_rollouts
 from astrai.tasks.arithmetic import ProductTask
 
 CALCULATOR = {"_target_": "astrai.envs.calculator.Calculator", "parser": "calc_line"}
@@ -95,3 +96,31 @@ def test_a_failed_episode_and_a_group_opened_differently_leave_the_loss(monkeypa
     rollout = episodes_rollout(episodes, problems, TOKENIZER.pad_id, TOKENIZER.decode, 0, 1.0)
     assert [e.cause for e in episodes] == ["opening", "opening"]
     assert rollout.loss_mask[0].sum() == 0 and rollout.rewards.tolist() == [[0.0, 0.0]]
+
+
+def test_each_token_keeps_the_policy_version_that_sampled_it() -> None:
+    """Issue 60: per-token policy versions survive into the ``Rollout`` (an episode whose turns
+    were sampled across a weight update keeps each turn's), -1 on the observations and the
+    padding; ``cat_rollouts`` pads them with -1."""
+    spec = env_spec(CALCULATOR)
+    assert spec is not None
+    (problem,) = ProductTask().train_problems(0, 0, 1)
+    a, b = ProductTask().operands(problem.text)
+    engine = Scripted([["c", "1"], [str(a * b)]])
+    episodes = play_episodes(
+        engine, TOKENIZER, spec, [problem], 2, GREEDY, 64, None, 3, torch.device("cpu")
+    )
+    call, reply = len(_ids("c")) + 1, len(_ids(f"={a * b}"))
+    tokens, (opening, _) = episodes[0].tokens, split_opening(episodes[0])
+    # the answer turn sampled after one update (what a partial rollout records)
+    answer_start = len(opening) + call + reply
+    tokens.versions[answer_start:] = [4] * (len(tokens.ids) - answer_start)
+    rollout = episodes_rollout(episodes, [problem], TOKENIZER.pad_id, TOKENIZER.decode, 3, 1.0)
+    assert rollout.token_versions is not None
+    size = int(rollout.response_mask[0, 0].sum())
+    answer = size - call - reply
+    assert rollout.token_versions[0, 0, :size].tolist() == [3] * call + [-1] * reply + [4] * answer
+    assert (rollout.token_versions[0, 0, size:] == -1).all()
+    assert (rollout.token_versions == -1).eq(~rollout.sampled_mask).all()  # -1: not sampled
+    joined = cat_rollouts([rollout, rollout.select(slice(0, 1))], TOKENIZER.pad_id)
+    assert torch.equal(joined.token_versions[0], rollout.token_versions[0])

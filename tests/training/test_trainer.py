@@ -106,6 +106,8 @@ def test_update_counts_optimizer_steps_and_pins_targets(tmp_path: Path) -> None:
     trainer.trainer.prepare(rollout)
     pinned = rollout.advantages
     advantages = pinned.clone()
+    # every response token carries the version that sampled it (issue 60), -1 the padding
+    assert torch.equal(rollout.token_versions, torch.where(rollout.response_mask, 0, -1))
     metrics = trainer.trainer.update(rollout)
     assert metrics["policy/version"] == 6.0  # 3 epochs × 2 minibatches
     assert trainer.started.state.policy_version == 0  # the loop writes it (loop.take_step)

@@ -59,16 +59,20 @@ _OPTIONAL_TENSORS = {
         "is_weights",
         "sampled_mask",
         "token_scores",
+        "token_versions",
     )
 } | {"valid": "BG"}  # which responses count in the statistics (None: all)
 _OTHER_FIELDS = ("policy_version", "prompts", "responses", "reward_terms", "episode_stats")
 ROLLOUT_FIELDS = frozenset({*_REQUIRED_TENSORS, *_OPTIONAL_TENSORS, *_OTHER_FIELDS})
-# fields a checkpoint written before multi-turn episodes (issue 50; ``valid``: issue 58) does
-# not hold: their defaults (one-turn rollouts, every response valid) stand in
-_ADDED_FIELDS = frozenset({"sampled_mask", "token_scores", "episode_stats", "valid"})
+# fields a checkpoint written before multi-turn episodes (issue 50; ``valid``: issue 58;
+# ``token_versions``: issue 60) does not hold: their defaults (one-turn rollouts, every response
+# valid, no per-token versions) stand in
+_ADDED_FIELDS = frozenset(
+    {"sampled_mask", "token_scores", "episode_stats", "valid", "token_versions"}
+)
 RECORD_KEYS = frozenset({"step", "rollout", "metrics", "sample_s"})
 _BOOL_FIELDS = ("prompt_mask", "response_mask", "loss_mask", "sampled_mask", "valid")
-_INT_FIELDS = ("prompt_ids", "response_ids", "sample_versions")
+_INT_FIELDS = ("prompt_ids", "response_ids", "sample_versions", "token_versions")
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,7 @@ def collect_rollout(
         rewards=rewards.to(device),
         policy_version=policy_version,
         sample_versions=torch.full((b, g), policy_version, dtype=torch.long, device=device),
+        token_versions=torch.where(response_mask, policy_version, -1),  # -1: padding
         prompts=[p.text for p in problems],
         responses=responses,
         reward_terms={name: scores.to(device) for name, scores in terms.items()},

@@ -25,6 +25,7 @@ ROW_FIELDS = (
     "behaviour_logprobs",
     "is_weights",
     "sample_versions",
+    "token_versions",
     "sampled_mask",
     "token_scores",
     "valid",
@@ -45,6 +46,10 @@ class Rollout:
         policy_version: optimizer steps the sampling policy had taken.
         sample_versions: ``[B, G]`` (long) each response's ``policy_version``: the policy
             that drew it (the staleness guard, ``rollout.staleness``, reads these).
+        token_versions: ``[B, G, R]`` (long) the policy version that sampled each response
+            token, -1 where none did (padding, an episode's observations): an episode whose
+            turns were sampled across a weight update keeps each turn's version. None: a
+            rollout made before it was recorded (a checkpoint's older in-flight one).
         sampled_mask: ``[B, G, R]`` a multi-turn episode's sampled tokens (its actions): the
             response is then the whole episode after its opening prompt, observations
             included (``response_mask``: every real token, for the forwards), and advantages,
@@ -92,6 +97,7 @@ class Rollout:
     behaviour_logprobs: Tensor | None = None
     is_weights: Tensor | None = None
     sample_versions: Tensor | None = None
+    token_versions: Tensor | None = None
     sampled_mask: Tensor | None = None
     token_scores: Tensor | None = None
     valid: Tensor | None = None
@@ -200,6 +206,7 @@ def cat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
 
     # joined only where every part has them
     versions = [p.sample_versions for p in parts if p.sample_versions is not None]
+    token_versions = [p.token_versions for p in parts if p.token_versions is not None]
     # a part without ``valid`` has every response valid
     valid = [
         torch.ones_like(p.rewards, dtype=torch.bool) if p.valid is None else p.valid for p in parts
@@ -220,6 +227,11 @@ def cat_rollouts(parts: Sequence[Rollout], pad_id: int) -> Rollout:
         rewards=torch.cat([p.rewards for p in parts]),
         policy_version=parts[0].policy_version,
         sample_versions=torch.cat(versions) if len(versions) == len(parts) else None,
+        token_versions=(
+            torch.cat([right(v, -1) for v in token_versions])
+            if len(token_versions) == len(parts)
+            else None
+        ),
         valid=torch.cat(valid) if any(p.valid is not None for p in parts) else None,
         loss_mask=torch.cat([right(m, False) for m in loss]) if has_loss_mask else None,
         prompts=[text for p in parts for text in p.prompts],

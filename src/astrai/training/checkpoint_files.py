@@ -39,7 +39,7 @@ from astrai.files import FileWriter
 from astrai.models.tokenizer import Tokenizer
 from astrai.training.checkpointing import CheckpointedObjects, run_fingerprint
 from astrai.training.parallel import full_optimizer_state
-from astrai.training.sampling.in_flight import batch_record
+from astrai.training.sampling.in_flight import batch_record, reissued, sampled_batches
 from astrai.training.setup import capture_rng_state
 from astrai.training.state import TrainState
 
@@ -63,10 +63,9 @@ def gather_checkpoint_state(parts: CheckpointedObjects, state: TrainState) -> Ga
     rng_per_rank = gather_objects(capture_rng_state(state.generators))
     # each rank's rollouts for the next steps, sampled and not yet trained (as many on every
     # rank: the ranks agree whether to gather)
+    batches = sampled_batches(state.in_flight)
     in_flight_per_rank = (
-        gather_objects([batch_record(batch) for batch in state.in_flight])
-        if state.in_flight
-        else []
+        gather_objects([batch_record(batch) for batch in batches]) if batches else []
     )
     policy_state: dict[str, Any] = {}
     optimizer_state: Any = None
@@ -144,9 +143,9 @@ def checkpoint_writers(
     }
     for name, stateful in parts.extra.items():
         writers[name] = _torch_writer(copy(stateful.state_dict()))
-    if state.in_flight:
+    if sampled_batches(state.in_flight):
         writers[IN_FLIGHT_FILE] = _torch_writer(copy({"per_rank": gathered.in_flight_per_rank}))
-    if state.reissue:
+    if reissued(state.in_flight):
         writers[REISSUE_FILE] = _torch_writer(copy({"steps": _reissue_records(state)}))
     # trainer_state.json last: a reader that sees it knows every other file was written
     writers[TRAINER_STATE_FILE] = _json_writer(record)
@@ -177,13 +176,12 @@ def _trainer_record(
         "rng_per_rank": rng_per_rank,
         EXTRA_FILES_KEY: [*parts.weights.files, *parts.extra],
     }
-    if state.in_flight:
-        record[IN_FLIGHT_KEY] = len(state.in_flight)
+    batches, jobs = sampled_batches(state.in_flight), reissued(state.in_flight)
+    if batches:
+        record[IN_FLIGHT_KEY] = len(batches)
         record[EXTRA_FILES_KEY].append(IN_FLIGHT_FILE)
-    if state.reissue:
-        record[REISSUE_KEY] = [
-            {"step": job.step, "policy_version": job.version} for job in state.reissue
-        ]
+    if jobs:
+        record[REISSUE_KEY] = [{"step": job.step, "policy_version": job.version} for job in jobs]
         record[EXTRA_FILES_KEY].append(REISSUE_FILE)
     record.update(parts.weights.record())
     return record
@@ -213,5 +211,5 @@ def _save_tokenizer(tokenizer: Tokenizer, path: Path) -> None:
 def _reissue_records(state: TrainState) -> list[dict[str, Any]]:
     return [
         {"step": job.step, "policy_version": job.version, "weights": job.weights}
-        for job in state.reissue
+        for job in reissued(state.in_flight)
     ]

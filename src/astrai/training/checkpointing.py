@@ -45,7 +45,7 @@ from astrai.training.parallel import (
     load_optimizer_state,
 )
 from astrai.training.resume import ResumePoint
-from astrai.training.sampling.in_flight import Reissue, in_flight_batches, run_shape
+from astrai.training.sampling.in_flight import InFlight, Reissue, in_flight_batches, run_shape
 from astrai.training.sampling.overlap import Settled
 from astrai.training.setup import restore_rng_state
 from astrai.training.state import TrainState
@@ -141,9 +141,8 @@ def settled_state(
         rewound = torch.Generator(device=stream.device)
         rewound.set_state(settled.stream_state)
         generators = {name: rewound if g is stream else g for name, g in generators.items()}
-    return dataclasses.replace(
-        state, generators=generators, in_flight=settled.batches, reissue=settled.reissue
-    )
+    in_flight: list[InFlight] = [*settled.batches, *settled.reissue]
+    return dataclasses.replace(state, generators=generators, in_flight=in_flight)
 
 
 def restore_training_checkpoint(
@@ -182,10 +181,12 @@ def restore_training_checkpoint(
         initial_metrics=dict(record["initial_metrics"]),
         eval_pending=record.get("eval_pending", False),  # absent before it was saved
         resumed_from=path,
-        in_flight=in_flight,
-        reissue=[
-            Reissue(int(job["step"]), int(job["policy_version"]), job["weights"])
-            for job in resume.reissue  # the rollouts a stop abandoned (``reissue.pt``)
+        in_flight=[
+            *in_flight,
+            *(  # the rollouts a stop abandoned (``reissue.pt``)
+                Reissue(int(job["step"]), int(job["policy_version"]), job["weights"])
+                for job in resume.reissue
+            ),
         ],
     )
 

@@ -37,7 +37,7 @@ from astrai.training.plan import StepPlan, step_plan
 from astrai.training.progress import progress_bar
 from astrai.training.resume import resolve_resume
 from astrai.training.reward_signal import GROUP_BASELINES, RewardSignalWatch
-from astrai.training.sampling.in_flight import check_in_flight
+from astrai.training.sampling.in_flight import check_in_flight, sampled_batches
 from astrai.training.sampling.rollout_source import RolloutSource
 from astrai.training.schedule import build_schedulers, resumed_schedule_steps
 from astrai.training.setup import make_generator
@@ -118,7 +118,7 @@ def start_run(parts: BuiltRun) -> RunStart:
     engine = build_engine(cfg.get("engine"), parts.policy, parts.tokenizer, cfg.infra.precision)
     rollouts = RolloutSource(parts, engine, state, plan)
     rollouts.start()  # at a lag: the sampling thread, which takes over the in-flight rollouts
-    state.in_flight, state.reissue = [], []
+    state.in_flight = []
     train_policy, train_critic = replicas(
         parts.policy, parts.critic, parts.device, parts.dist.world_size, parts.sharded
     )
@@ -146,9 +146,10 @@ def start_run(parts: BuiltRun) -> RunStart:
 def check_resumed_in_flight(state: TrainState, plan: StepPlan) -> None:
     """Refuse, at start and naming the checkpoint, the in-flight rollouts a resumed run would
     refuse when it came to them (``train_type.max_policy_lag`` lowered)."""
-    if state.in_flight:
+    batches = sampled_batches(state.in_flight)  # the re-issued ones are sampled afresh
+    if batches:
         check_in_flight(
-            state.in_flight,
+            batches,
             state.policy_version,
             plan.updates_per_step,
             plan.max_policy_lag,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from astrai.training.sampling.in_flight import Reissue, SampledBatch
+from astrai.training.sampling.in_flight import InFlight
 
 
 @dataclass
@@ -31,11 +31,10 @@ class TrainState:
         schedule_steps: the optimizer steps the learning-rate schedules span (the
             ``trainer.total_steps`` they were built for; see ``ckpt.resume_schedule``).
         resumed_from: the checkpoint this process started from (None: a fresh start).
-        in_flight: the rollouts a checkpoint held, sampled for the next steps and not yet
-            trained (``train_type.max_policy_lag`` > 0),
-            until the trainer takes them over.
-        reissue: the rollouts after those that a stop abandoned unsampled (``overlap``): a
-            checkpoint's, submitted again on resume with the weights they had.
+        in_flight: the rollouts a checkpoint held (``train_type.max_policy_lag`` > 0), until
+            the trainer takes them over, each of its ``kind``: the ``sampled`` ones for the
+            next steps, not yet trained, in step order, then those a stop abandoned unsampled
+            (``reissue``, ``overlap``), submitted again on resume with the weights they had.
     """
 
     generators: dict[str, torch.Generator]
@@ -45,5 +44,4 @@ class TrainState:
     initial_metrics: dict[str, float] = field(default_factory=dict)
     eval_pending: bool = False
     resumed_from: Path | None = None
-    in_flight: list[SampledBatch] = field(default_factory=list)
-    reissue: list[Reissue] = field(default_factory=list)
+    in_flight: list[InFlight] = field(default_factory=list)

@@ -222,6 +222,7 @@ def episodes_rollout(
     ids = torch.full(shape, pad_id, dtype=torch.long)
     mask, sampled = torch.zeros(shape, dtype=torch.bool), torch.zeros(shape, dtype=torch.bool)
     logprobs, scores = torch.zeros(shape), torch.zeros(shape)
+    versions = torch.full(shape, -1, dtype=torch.long)  # -1: not sampled (observations, padding)
     keep = torch.zeros(shape, dtype=torch.bool)
     for row, (episode, opening) in enumerate(zip(episodes, openings, strict=True)):
         tokens, n = episode.tokens, len(opening)
@@ -230,6 +231,7 @@ def episodes_rollout(
         mask[row, :size] = True
         sampled[row, :size] = torch.tensor(tokens.trainable[n:], dtype=torch.bool)
         logprobs[row, :size] = torch.tensor(tokens.logprobs[n:])
+        versions[row, :size] = torch.tensor(tokens.versions[n:], dtype=torch.long)
         turns = torch.zeros(length, dtype=torch.long)
         turns[:size] = torch.tensor(tokens.turns[n:], dtype=torch.long)
         scores[row] = _token_scores(episode, sampled[row], turns)
@@ -247,6 +249,7 @@ def episodes_rollout(
         rewards=torch.tensor([episode_reward(e) for e in episodes]).view(b, g),
         policy_version=version,
         sample_versions=torch.full((b, g), version, dtype=torch.long),
+        token_versions=versions.view(b, g, -1),
         prompts=[p.text for p in problems],
         responses=[texts[i * g : (i + 1) * g] for i in range(b)],
         loss_mask=keep.view(b, g, -1),

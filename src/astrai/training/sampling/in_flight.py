@@ -1,17 +1,18 @@
 """In-flight rollouts across a checkpoint (``train_type.max_policy_lag`` > 0).
 
-What they are: ``SampledBatch`` (sampled, waiting for its step) and ``Reissue`` (abandoned
-unsampled, sampled again exactly on resume), plain records with no thread or stream code, which
-the ``TrainState`` holds. Each rank's ``SampledBatch``es as plain data for ``in_flight.pt`` and
-back, checked on the way in by the check ``verify`` runs (``astrai.checkpoints.in_flight``), and
-the staleness refusal a resumed run would otherwise meet only when it came to them.
+What they are: one type, ``InFlight``, of a ``kind``: ``SampledBatch`` (sampled, waiting for
+its step) or ``Reissue`` (abandoned unsampled, sampled again exactly on resume), plain records
+with no thread or stream code, which the ``TrainState`` holds in one list. Each rank's
+``SampledBatch``es as plain data for ``in_flight.pt`` and back, checked on the way in by the
+check ``verify`` runs (``astrai.checkpoints.in_flight``), and the staleness refusal a resumed
+run would otherwise meet only when it came to them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from omegaconf import DictConfig
@@ -24,37 +25,60 @@ from astrai.rollout.staleness import StaleRolloutError, check_policy_lag
 
 
 @dataclass
-class SampledBatch:
-    """One step's sampled, scored rollout (not yet prepared) and how it was drawn.
+class InFlight:
+    """A rollout in flight across a checkpoint (``TrainState.in_flight``), of one ``kind``:
+    ``sampled`` (a ``SampledBatch``, waiting for its step: ``in_flight.pt``) or ``reissue``
+    (a ``Reissue``, abandoned unsampled by a stop and sampled again on resume:
+    ``reissue.pt``).
 
     Attributes:
         step: the step (1-based) that trains it.
+    """
+
+    kind: ClassVar[str]
+    step: int
+
+
+@dataclass
+class SampledBatch(InFlight):
+    """One step's sampled, scored rollout (not yet prepared) and how it was drawn.
+
+    Attributes:
         rollout: the sampled rollout; ``rollout.sample_versions`` say which policy drew it.
         metrics: the sampling's own step metrics (dynamic sampling's ``rollout/*`` counts).
         sample_s: seconds the sampling took (on the sampling thread when overlapped).
     """
 
-    step: int
+    kind: ClassVar[str] = "sampled"
     rollout: Rollout
     metrics: dict[str, float] = field(default_factory=dict)
     sample_s: float = 0.0
 
 
 @dataclass
-class Reissue:
+class Reissue(InFlight):
     """A rollout submitted and abandoned by a stop before it finished: what samples it again
     exactly (the sampling stream is rewound to before the first of them).
 
     Attributes:
-        step: the step that trains it.
         version: the policy version it is sampled on (stamped on its samples).
         weights: the trainable tensors of the snapshot it samples with (CPU); None for an
             engine with its own weights (vLLM), which samples the weights it then holds.
     """
 
-    step: int
+    kind: ClassVar[str] = "reissue"
     version: int
     weights: dict[str, torch.Tensor] | None = None
+
+
+def sampled_batches(items: list[InFlight]) -> list[SampledBatch]:
+    """The ``sampled`` ones of ``items``, in order."""
+    return [item for item in items if isinstance(item, SampledBatch)]
+
+
+def reissued(items: list[InFlight]) -> list[Reissue]:
+    """The ``reissue`` ones of ``items``, in order."""
+    return [item for item in items if isinstance(item, Reissue)]
 
 
 def run_shape(cfg: DictConfig, world_size: int) -> RunShape:

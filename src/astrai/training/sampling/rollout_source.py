@@ -30,7 +30,7 @@ from astrai.tasks.base import Problem, ProblemSource
 from astrai.training.build import BuiltRun
 from astrai.training.plan import StepPlan
 from astrai.training.sampling.dynamic_sampling import RESAMPLE_SEED_STRIDE, sample_informative
-from astrai.training.sampling.in_flight import SampledBatch
+from astrai.training.sampling.in_flight import SampledBatch, reissued, sampled_batches
 from astrai.training.sampling.overlap import RolloutPipeline
 from astrai.training.setup import capture_rng_state, restore_rng_state
 from astrai.training.state import TrainState
@@ -80,9 +80,10 @@ class RolloutSource:
         # a checkpoint written before collectors applied mask_truncated: applied here
         in_flight = [
             replace(batch, rollout=self.collector.restored(batch.rollout))
-            for batch in self.state.in_flight
+            for batch in sampled_batches(self.state.in_flight)
         ]
-        self.pipeline.restore(in_flight, self.state.step + 1, self.state.reissue)
+        reissue = reissued(self.state.in_flight)
+        self.pipeline.restore(in_flight, self.state.step + 1, reissue)
 
     def rollout(self) -> Rollout:
         """1. This step's rollout with the live policy (``sample_rollout``); the dynamic
