@@ -187,5 +187,7 @@ def test_the_train_state_has_one_writer() -> None:
 
 def test_the_writer_check_sees_a_write() -> None:
     """The check above can fail: a step that advanced the state itself would be seen."""
-    tree = ast.parse("def f(self):\n    self.state.step += 1\n    self.state.in_flight, x = [], 1\n")
+    tree = ast.parse(
+        "def f(self):\n    self.state.step += 1\n    self.state.in_flight, x = [], 1\n"
+    )
     assert _state_writes(tree) == [2, 3]
