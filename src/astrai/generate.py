@@ -287,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         run = read_run_config(loaded, args.source)
         precision = args.precision or run_precision(run)
         engine_cfg = engine_config(args.engine, run, args.seed, args.precision)
-        scoring, env, collector = None, run_env(run), run_collector(run)
+        scoring, env = None, run_env(run)
+        collector = run_collector(run, env)
         if args.task is not None:
             n = args.n or DEFAULT_TASK_PROMPTS
             scoring = task_scoring(args.task, run, loaded, n, collector)

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any, cast
 from omegaconf import DictConfig, OmegaConf
 
 from astrai.checkpoints.layout import RUN_CONFIG_FILE, CheckpointError
+from astrai.config.collector_checks import configured_collector
 from astrai.config.env_checks import configured_env
 from astrai.config.errors import ConfigError
 from astrai.config.moved_targets import current_targets
 from astrai.models.precision import PRECISIONS
 from astrai.models.pretrained import is_hf_model_dir
-from astrai.rollout.collectors import Collector, collector_class
+from astrai.rollout.collectors import Collector
 from astrai.rollout.episodes.env_spec import EnvSpec
 
 if TYPE_CHECKING:
@@ -92,12 +93,13 @@ def run_env(run: DictConfig | None) -> EnvSpec | None:
         raise ValueError(f"the run's env: {err}") from None
 
 
-def run_collector(run: DictConfig | None) -> type[Collector]:
-    """The collector class the run trained with (its ``collector`` node, ``auto`` for a run
-    saved before it had one, or a model directory): whether it plays an environment's
-    episodes is the collector's to say (``Collector.episodes``)."""
+def run_collector(run: DictConfig | None, env: EnvSpec | None) -> type[Collector]:
+    """The collector class the run trained with (its ``collector`` node, checked as
+    validation checks it; ``auto`` for a run saved before it had one, or a model directory)
+    for its environment (``env``: ``run_env``): whether it plays an environment's episodes is
+    the collector's to say (``Collector.episodes``)."""
     node = None if run is None else run.get("collector")
     try:
-        return collector_class(node, run_env(run))
-    except ValueError as err:
+        return configured_collector(node, env)
+    except ConfigError as err:
         raise ValueError(f"the run's collector: {err}") from None

@@ -188,11 +188,11 @@ def build_run(
         overlong=overlong,
         eval_problems=task.eval_problems(cfg.trainer.eval_prompts),
         weights=weight_format(lora, base),
-        collector=run_collector(cfg, tokenizer, strategy, reward, overlong, policy),
+        collector=build_run_collector(cfg, tokenizer, strategy, reward, overlong, policy),
     )
 
 
-def run_collector(
+def build_run_collector(
     cfg: DictConfig,
     tokenizer: Tokenizer,
     strategy: Strategy,

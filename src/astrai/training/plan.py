@@ -32,11 +32,10 @@ class StepPlan:
         steps an epoch, their micro-batches, the memory budgets (``PassPlan``).
     updates_per_step: policy (and critic) optimizer steps per RL step,
         ``ppo_epochs × minibatches``: the policy versions one step adds.
-    max_policy_lag: how many updates a step's rollout may trail the policy (0: sampled on the
-        live policy just before its update; > 0: on a sampling thread,
-    ``training.sampling.overlap``). old_logprobs, correction_name: ``engine.old_logprobs`` and
-        ``engine.correction`` as resolved for the lag (``auto`` chosen).
-    lag: the lag plan all of these come from (``astrai.policy_lag.lag_plan``).
+    lag: the lag plan (``astrai.policy_lag.lag_plan``): ``max_policy_lag``, how many updates
+        a step's rollout may trail the policy (0: sampled on the live policy just before its
+        update; > 0: on a sampling thread, ``training.sampling.overlap``), and
+        ``engine.old_logprobs`` / ``engine.correction`` as resolved for it (``auto`` chosen).
     correction: where π_old comes from: None for the engine's own logprobs (bypass).
     old_from_update: π_old is the update's own forward, detached (``Minibatch.old_logprobs``
         None), where a step makes one update (``ppo_epochs × minibatches`` = 1) and π_old is
@@ -49,18 +48,25 @@ class StepPlan:
     ppo_epochs: int
     passes: PassPlan
     updates_per_step: int
-    max_policy_lag: int
-    old_logprobs: str
-    correction_name: str
     correction: Correction | None
     old_from_update: bool
     lag: LagPlan
+
+    @property
+    def max_policy_lag(self) -> int:
+        """The lag plan's ``max_policy_lag``."""
+        return self.lag.max_policy_lag
+
+    @property
+    def old_logprobs(self) -> str:
+        """The lag plan's ``engine.old_logprobs``, ``auto`` resolved."""
+        return self.lag.old_logprobs
 
     def lag_facts(self) -> tuple[int, str, str] | None:
         """``(lag, old_logprobs, correction)`` for the start banner when rollouts lag."""
         if self.max_policy_lag == 0:
             return None
-        return self.max_policy_lag, self.old_logprobs, self.correction_name
+        return self.max_policy_lag, self.lag.old_logprobs, self.lag.correction
 
 
 def step_plan(cfg: DictConfig, strategy: Strategy) -> StepPlan:
@@ -82,9 +88,6 @@ def step_plan(cfg: DictConfig, strategy: Strategy) -> StepPlan:
         ppo_epochs=tt.ppo_epochs,
         passes=passes,
         updates_per_step=updates,
-        max_policy_lag=lag.max_policy_lag,
-        old_logprobs=lag.old_logprobs,
-        correction_name=lag.correction,
         correction=correction_for(lag),
         old_from_update=updates == 1 and same_weights,
         lag=lag,

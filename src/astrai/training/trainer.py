@@ -190,25 +190,12 @@ class Trainer:
         into ``metrics``), step their optimizers and schedules unless the loss or a norm is not
         finite (``training.nonfinite``), clear the grads; whether it stepped. Only a policy
         step is a policy version (the critic steps outside the version guard)."""
-        trained = [
-            Trained(
-                self.parts.policy, self.parts.optimizer, self.started.scheduler, "policy/grad_norm"
-            )
-        ]
-        if self.parts.critic is not None:
-            assert (
-                self.parts.critic_optimizer is not None
-                and self.started.critic_scheduler is not None
-            )
-            norm = "value/grad_norm"
-            trained.append(
-                Trained(
-                    self.parts.critic,
-                    self.parts.critic_optimizer,
-                    self.started.critic_scheduler,
-                    norm,
-                )
-            )
+        parts, started = self.parts, self.started
+        trained = [Trained(parts.policy, parts.optimizer, started.scheduler, "policy/grad_norm")]
+        if parts.critic is not None:
+            optimizer, scheduler = parts.critic_optimizer, started.critic_scheduler
+            assert optimizer is not None and scheduler is not None
+            trained.append(Trained(parts.critic, optimizer, scheduler, "value/grad_norm"))
         return self.nonfinite.step(trained, metrics, self.started.state.step + 1)
 
     def run_step(self) -> StepOutcome:
