@@ -83,18 +83,29 @@ class GRPOStrategy(Strategy):
     def advantages(self, rollout: Rollout, sum_over_ranks: SumFn = local_sum) -> Tensor:
         """``[B, G, R]`` advantages of a rollout with pinned reference logprobs (0 at padding,
         at an episode's observations, ``Rollout.action_mask``, and on an invalid response,
-        ``Rollout.valid``, which no group or batch statistic counts)."""
+        ``Rollout.valid``, which no group or batch statistic counts): the task's
+        (``task_advantages``) plus, under k1 distillation, each sampled token's distillation
+        signal (``Strategy.distill_advantages``: slime's ``Â_t = A_t − λ(log π − log π_T)``)."""
+        advantages = self.task_advantages(rollout, sum_over_ranks)
+        distilled = self.distill_advantages(rollout)  # k1 distillation's per-token signal
+        return advantages if distilled is None else advantages + distilled
+
+    @torch.no_grad()
+    def task_advantages(self, rollout: Rollout, sum_over_ranks: SumFn = local_sum) -> Tensor:
+        """``[B, G, R]`` the advantages of the task's rewards (``task_scores``: zeros under
+        ``distill.use_task_reward: false``), as ``advantages`` describes."""
         mask = rollout.valid_action_mask()
+        scores = self.task_scores(rollout.rewards)
         if self.advantage == "reinforce_pp":
             kl = self.reward_kl(rollout)
-            rewards = token_rewards(rollout.rewards, kl, mask, self.kl_coef)  # [B, G, R]
+            rewards = token_rewards(scores, kl, mask, self.kl_coef)  # [B, G, R]
             return reinforce_pp_advantages(rewards, mask, sum_over_ranks)
         if self.advantage == "rloo":
-            per_response = rloo_advantages(rollout.rewards, rollout.valid)
+            per_response = rloo_advantages(scores, rollout.valid)
         else:
             scale = "none" if self.advantage == "dr_grpo" else self.scale_rewards
             per_response = group_advantages(
-                rollout.rewards,
+                scores,
                 eps=self.adv_eps,
                 scale=scale,
                 sum_over_ranks=sum_over_ranks,
@@ -109,10 +120,13 @@ class GRPOStrategy(Strategy):
         critic: nn.Module | None = None,
         divisors: Divisors | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        logprobs, entropy = self.policy_logprobs(policy, batch)  # entropy: a metric only
+        logprobs, entropy, at_topk = self.policy_forward(policy, batch)  # entropy: a metric
         mask = batch.loss_mask
         policy_loss, stats = self.policy_loss(logprobs, batch, divisors)
+        distill_loss, distill_metric = self.distill_loss(logprobs, at_topk, batch, divisors)
         loss, kl_metric = policy_loss, {}
+        if distill_loss is not None:
+            loss = loss + distill_loss
         if batch.ref_logprobs is not None:  # None at kl_coef 0 between kl_every steps
             kl_loss = kl_penalty_loss(
                 logprobs if self.kl_in_loss else logprobs.detach(),
@@ -132,6 +146,7 @@ class GRPOStrategy(Strategy):
         metrics = {
             "loss/policy": policy_loss.detach(),
             **kl_metric,
+            **distill_metric,
             "loss/total": loss.detach(),
             **self.clip_metrics(stats),
             "policy/entropy": masked_mean(entropy, mask, token_count=tokens),

@@ -102,11 +102,7 @@ class PPOStrategy(Strategy):
             rollout, models.get("reference"), passes, sum_over_ranks, no_grad
         )
         mask = rollout.action_mask()  # an episode's observations are not time steps
-        rewards = token_rewards(rollout.rewards, self.reward_kl(rollout), mask, self.kl_coef)
-        if rollout.token_scores is not None:  # an episode's rewards on its turns' last tokens
-            rewards = episode_token_rewards(
-                rollout.token_scores, self.reward_kl(rollout), mask, self.kl_coef
-            )
+        rewards = self.token_rewards(rollout, mask)
         prompt_ids, prompt_mask = rollout.flat_prompts()
         with torch.inference_mode():  # targets only; the clone below makes an ordinary tensor
             values = score_in_parts(
@@ -152,6 +148,22 @@ class PPOStrategy(Strategy):
         )
         return metrics
 
+    @torch.no_grad()
+    def token_rewards(self, rollout: Rollout, mask: Tensor) -> Tensor:
+        """``[B, G, R]`` the rewards GAE runs over: the task's (``task_scores``; an episode's
+        on its turns' last tokens) and ``−kl_coef ×`` the KL to the reference on the sampled
+        tokens (``mask``), plus under k1 distillation each token's distillation reward
+        (``Strategy.distill_rewards``), whose expected future sum the critic then learns."""
+        kl = self.reward_kl(rollout)
+        if rollout.token_scores is not None:  # an episode's rewards on its turns' last tokens
+            rewards = episode_token_rewards(
+                self.task_scores(rollout.token_scores), kl, mask, self.kl_coef
+            )
+        else:
+            rewards = token_rewards(self.task_scores(rollout.rewards), kl, mask, self.kl_coef)
+        distilled = self.distill_rewards(rollout)
+        return rewards if distilled is None else rewards + distilled
+
     def loss(
         self,
         policy: nn.Module,
@@ -163,8 +175,9 @@ class PPOStrategy(Strategy):
             raise ValueError("online_ppo needs a critic and a prepared rollout")
         mask = batch.loss_mask
         # the entropy needs gradients only for a bonus in the loss
-        logprobs, entropy = self.policy_logprobs(policy, batch, self.entropy_coef != 0)
+        logprobs, entropy, at_topk = self.policy_forward(policy, batch, self.entropy_coef != 0)
         policy_loss, stats = self.policy_loss(logprobs, batch, divisors)
+        distill_loss, distill_metric = self.distill_loss(logprobs, at_topk, batch, divisors)
         values = response_values(
             critic, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask
         )
@@ -180,6 +193,8 @@ class PPOStrategy(Strategy):
         )
         entropy_bonus = aggregate_loss(entropy, mask, self.loss_agg, self.norm_len, divisors)
         loss = policy_loss + self.ppo_vf_coef * value_loss - self.entropy_coef * entropy_bonus
+        if distill_loss is not None:
+            loss = loss + distill_loss
         if self.loss_agg == "token_mean":  # the bonus is the token mean itself
             entropy_mean = entropy_bonus.detach()
         else:
@@ -188,6 +203,7 @@ class PPOStrategy(Strategy):
         metrics = {
             "loss/policy": policy_loss.detach(),
             "loss/value": value_loss.detach(),
+            **distill_metric,
             "loss/total": loss.detach(),
             **self.clip_metrics(stats),
             "policy/entropy": entropy_mean,

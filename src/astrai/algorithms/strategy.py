@@ -9,13 +9,20 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from astrai.algorithms.aggregation import LOSS_AGG_MODES, Divisors
+from astrai.algorithms.aggregation import LOSS_AGG_MODES, Divisors, aggregate_loss
+from astrai.algorithms.distillation import (
+    DistillSettings,
+    forward_topk_terms,
+    k1_rewards,
+    k3_loss_terms,
+    rewards_to_go,
+)
 from astrai.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from astrai.algorithms.losses import RATIO_LEVELS, clipped_policy_loss
 from astrai.algorithms.masked import SumFn, local_sum, masked_global_mean, masked_mean
 from astrai.algorithms.pass_plan import NoGradMode, PassPlan
 from astrai.algorithms.rewards import KL_REWARD_CLAMP
-from astrai.models.scoring import response_logprobs
+from astrai.models.scoring import response_logprobs, response_logprobs_at
 from astrai.rollout.engines.sampler import SamplingConfig
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
@@ -61,6 +68,11 @@ class Strategy(ABC):
     metric_names: ClassVar[frozenset[str]] = frozenset()
     # files a checkpoint of it holds beyond ``checkpoints.layout.COMMON_FILES``
     checkpoint_files: ClassVar[tuple[str, ...]] = ()
+    # on-policy distillation (``distill=opd``; None: off), set by ``build_run`` after the
+    # constructor: the teacher's signal is the run's (``training.distillation``), not one of
+    # the algorithm's ``train_type`` keys; what it changes is in ``task_scores``,
+    # ``distill_rewards`` (k1) and ``distill_loss`` (k3, forward_topk)
+    distill: DistillSettings | None = None
 
     def __init__(
         self,
@@ -125,6 +137,67 @@ class Strategy(ABC):
         assert rollout.ref_logprobs is not None
         kl = kl_estimate(rollout.logprobs, rollout.ref_logprobs, self.kl_estimator)
         return kl.clamp(-KL_REWARD_CLAMP, KL_REWARD_CLAMP)
+
+    def task_scores(self, scores: Tensor) -> Tensor:
+        """The task's rewards (``[B, G]``, or an episode's ``[B, G, R]`` token scores) as the
+        advantages read them: zeros under ``distill.use_task_reward: false`` (distillation
+        alone; the ``rollout/*`` reward metrics still report the task's)."""
+        if self.distill is not None and not self.distill.use_task_reward:
+            return torch.zeros_like(scores)
+        return scores
+
+    @torch.no_grad()
+    def distill_rewards(self, rollout: Rollout) -> Tensor | None:
+        """``[B, G, R]`` the k1 distillation reward ``−coef·(log π_old − log π_T)`` of each
+        sampled token of the valid responses (``Rollout.valid_action_mask``: never an
+        episode's observations), 0 elsewhere; None without k1 distillation."""
+        distill = self.distill
+        if distill is None or distill.is_loss:
+            return None
+        if rollout.teacher_logprobs is None:
+            raise ValueError("distill=opd needs the teacher's logprobs pinned on the rollout")
+        mask = rollout.valid_action_mask()
+        return k1_rewards(
+            rollout.logprobs, rollout.teacher_logprobs, mask, distill.coef,
+            distill.log_prob_min_clamp,
+        )  # fmt: skip
+
+    def distill_advantages(self, rollout: Rollout) -> Tensor | None:
+        """``[B, G, R]`` what k1 distillation adds to a critic-free advantage: each token's
+        reward, or its reward-to-go with ``distill.discount`` (``rewards_to_go``); None without
+        k1 distillation."""
+        rewards = self.distill_rewards(rollout)
+        if rewards is None:
+            return None
+        assert self.distill is not None
+        return rewards_to_go(rewards, rollout.valid_action_mask(), self.distill.discount)
+
+    def distill_loss(
+        self,
+        logprobs: Tensor,
+        logprobs_at_topk: Tensor | None,
+        batch: Minibatch,
+        divisors: Divisors | None,
+    ) -> tuple[Tensor | None, dict[str, Tensor]]:
+        """``distill.coef ×`` the k3 or forward top-k loss over the minibatch's ``loss_mask``
+        tokens, aggregated by ``loss_agg`` like the policy loss, and its ``loss/distill``
+        metric (unweighted); ``(None, {})`` without a loss estimator."""
+        distill = self.distill
+        if distill is None or not distill.is_loss:
+            return None, {}
+        if distill.estimator == "k3":
+            assert batch.teacher_logprobs is not None
+            terms = k3_loss_terms(
+                logprobs, batch.teacher_logprobs, distill.log_prob_min_clamp,
+                distill.loss_max_clamp,
+            )  # fmt: skip
+        else:
+            assert logprobs_at_topk is not None and batch.teacher_topk_logprobs is not None
+            terms = forward_topk_terms(
+                logprobs_at_topk, batch.teacher_topk_logprobs, distill.loss_max_clamp
+            )
+        loss = aggregate_loss(terms, batch.loss_mask, self.loss_agg, self.norm_len, divisors)
+        return distill.coef * loss, {"loss/distill": loss.detach()}
 
     @abstractmethod
     def prepare(
@@ -247,6 +320,26 @@ class Strategy(ABC):
             metrics["policy/dual_clipfrac"] = stats["dual_clipfrac"]
         metrics |= {name: value for name, value in stats.items() if name.startswith("kl/")}
         return metrics
+
+    def policy_forward(
+        self, policy: nn.Module, batch: Minibatch, entropy_grad: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """``policy_logprobs``, and under ``distill.estimator: forward_topk`` the policy's
+        logprobs ``[M, R, K]`` of the teacher's top-k ids from the same forward (else None)."""
+        topk_ids = batch.teacher_topk_ids
+        if self.distill is None or self.distill.estimator != "forward_topk" or topk_ids is None:
+            return (*self.policy_logprobs(policy, batch, entropy_grad), None)
+        logprobs, entropy, at_topk = response_logprobs_at(
+            policy,
+            batch.prompt_ids,
+            batch.prompt_mask,
+            batch.response_ids,
+            batch.response_mask,
+            topk_ids,
+            self.sampling.temperature,
+            entropy_grad=entropy_grad,
+        )
+        return logprobs, entropy, at_topk
 
     def policy_logprobs(
         self, policy: nn.Module, batch: Minibatch, entropy_grad: bool = False

@@ -31,6 +31,8 @@ from astrai.models.families import implied_by_older_fields
 
 # ``ckpt.allow_changes`` names these keys; ``model`` and ``task`` are dicts of their fields
 # ``adapters``: a LoRA run's settings and its base model's SHA-256 (absent in a full run's)
+# ``teacher``: distill=opd's teachers, each {path, sha256} (absent without distillation); their
+# paths may change, their weights may not
 FINGERPRINT_KEYS = (
     "train_type",
     "model",
@@ -40,7 +42,10 @@ FINGERPRINT_KEYS = (
     "parallel",
     "device",
     "adapters",
+    "teacher",
 )
+# keys only some runs record: absent from a checkpoint is "none", not "written before"
+_OPTIONAL_KEYS = frozenset({"adapters", "teacher"})
 # fields of the model config that do not change what a checkpoint's weights mean
 _NOT_ARCHITECTURE = frozenset({"initializer_range", "gradient_checkpointing"})
 
@@ -113,6 +118,21 @@ def _differences(saved: Mapping[str, Any], current: Mapping[str, Any], key: str)
         for name in sorted(set(old) | set(new))
         if old.get(name, unset) != new.get(name, unset)
     ]
+
+
+def _without_paths(fingerprint: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``fingerprint`` with the teachers' paths left out of ``teacher`` (a moved teacher with
+    the same weights resumes)."""
+    teachers = fingerprint.get(key)
+    if key != "teacher" or not isinstance(teachers, Mapping):
+        return fingerprint
+    hashes = {
+        name: {k: v for k, v in entry.items() if k != "path"}
+        if isinstance(entry, Mapping)
+        else entry
+        for name, entry in teachers.items()
+    }
+    return {**fingerprint, key: hashes}
 
 
 def check_allow_changes(allow: Iterable[str]) -> set[str]:
@@ -221,9 +241,9 @@ def check_fingerprint(
         check_same_base(checkpoint, saved.get("adapters"), current.get("adapters"))
     problems: list[str] = []
     for key in FINGERPRINT_KEYS:
-        if key in allowed or key not in saved:
+        if key in allowed or (key not in saved and not (complete and key == "teacher")):
             continue
-        problems.extend(_differences(saved, current, key))
+        problems.extend(_differences(_without_paths(saved, key), _without_paths(current, key), key))
     if problems:
         keys = sorted({p.split("=", 1)[0].split(".", 1)[0] for p in problems})
         raise CheckpointError(
@@ -234,7 +254,7 @@ def check_fingerprint(
     if complete:
         return None
     # ``adapters`` is absent from every full fine-tuning run's fingerprint: nothing unchecked
-    unchecked = [key for key in FINGERPRINT_KEYS if key not in saved and key != "adapters"]
+    unchecked = [key for key in FINGERPRINT_KEYS if key not in saved and key not in _OPTIONAL_KEYS]
     return (
         f"{checkpoint / TRAINER_STATE_FILE}: written before astrai recorded a fingerprint; "
         f"{', '.join(unchecked)} not checked against this run"

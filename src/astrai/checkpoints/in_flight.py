@@ -60,19 +60,40 @@ _OPTIONAL_TENSORS = {
         "sampled_mask",
         "token_scores",
         "token_versions",
+        "teacher_logprobs",
     )
-} | {"valid": "BG"}  # which responses count in the statistics (None: all)
+} | {
+    "valid": "BG",  # which responses count in the statistics (None: all)
+    # distill=opd's teacher top-k, pinned at prepare (an in-flight rollout holds none)
+    "teacher_topk_ids": "BGRK",
+    "teacher_topk_logprobs": "BGRK",
+}
 _OTHER_FIELDS = ("policy_version", "prompts", "responses", "reward_terms", "episode_stats")
 ROLLOUT_FIELDS = frozenset({*_REQUIRED_TENSORS, *_OPTIONAL_TENSORS, *_OTHER_FIELDS})
 # fields a checkpoint written before multi-turn episodes (issue 50; ``valid``: issue 58;
-# ``token_versions``: issue 60) does not hold: their defaults (one-turn rollouts, every response
-# valid, no per-token versions) stand in
+# ``token_versions``: issue 60; the teacher's: issue 61) does not hold: their defaults (one-turn
+# rollouts, every response valid, no per-token versions, no teacher) stand in
 _ADDED_FIELDS = frozenset(
-    {"sampled_mask", "token_scores", "episode_stats", "valid", "token_versions"}
+    {
+        "sampled_mask",
+        "token_scores",
+        "episode_stats",
+        "valid",
+        "token_versions",
+        "teacher_logprobs",
+        "teacher_topk_ids",
+        "teacher_topk_logprobs",
+    }
 )
 RECORD_KEYS = frozenset({"step", "rollout", "metrics", "sample_s"})
 _BOOL_FIELDS = ("prompt_mask", "response_mask", "loss_mask", "sampled_mask", "valid")
-_INT_FIELDS = ("prompt_ids", "response_ids", "sample_versions", "token_versions")
+_INT_FIELDS = (
+    "prompt_ids",
+    "response_ids",
+    "sample_versions",
+    "token_versions",
+    "teacher_topk_ids",
+)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ GROUPS = (
     "env",
     "collector",
     "critic",
+    "distill",
     "infra",
     "logger",
 )

@@ -43,10 +43,10 @@ ROLES: dict[str, RoleSource | None] = {
         unset="use critic=none",
     ),
     "teacher": RoleSource(
-        given=lambda cfg: teacher_path(cfg) is not None,
-        setting=lambda cfg: f"teacher.path={teacher_path(cfg) or 'null'}",
+        given=lambda cfg: bool(teacher_paths(cfg)),
+        setting=lambda cfg: _teacher_setting(cfg),
         use="set teacher.path to a Hugging Face model directory or an astrai checkpoint",
-        unset="leave teacher.path null",
+        unset="leave teacher.path null, or distill from it with distill=opd",
     ),
 }
 
@@ -57,10 +57,61 @@ def teacher_path(cfg: DictConfig) -> str | None:
     return None if teacher is None else teacher.get("path")
 
 
+# the one teacher of ``teacher.path``: its name in the fingerprint and the metrics
+SINGLE_TEACHER = "teacher"
+
+
+def teacher_sources(cfg: DictConfig) -> dict[str, str]:
+    """Name -> path of the run's teachers: ``teacher.paths``, else ``{"teacher":
+    teacher.path}``, else none."""
+    node = cfg.get("teacher")
+    if node is None:
+        return {}
+    paths = node.get("paths")
+    if paths is not None:
+        return {str(name): str(path) for name, path in paths.items()}
+    path = node.get("path")
+    return {} if path is None else {SINGLE_TEACHER: str(path)}
+
+
+def teacher_paths(cfg: DictConfig) -> list[str]:
+    """Every teacher path the config gives: ``teacher.path`` and ``teacher.paths``' values."""
+    teacher = cfg.get("teacher")
+    if teacher is None:
+        return []
+    several = teacher.get("paths") or {}
+    single = teacher.get("path")
+    return ([] if single is None else [str(single)]) + [str(p) for p in several.values()]
+
+
+def _teacher_setting(cfg: DictConfig) -> str:
+    teacher = cfg.get("teacher")
+    if teacher is not None and teacher.get("paths") is not None:
+        return f"teacher.paths={dict(teacher.paths)}"
+    return f"teacher.path={teacher_path(cfg) or 'null'}"
+
+
+def distilling(cfg: DictConfig) -> bool:
+    """``distill=opd`` (or another distillation than ``none``)."""
+    node = cfg.get("distill")
+    return node is not None and node.get("name") != "none"
+
+
+def required_roles(cfg: DictConfig) -> tuple[str, ...]:
+    """The roles the run builds models for: ``train_type``'s ``Strategy.requires``, and the
+    teacher under ``distill=opd``."""
+    requires = strategy_class_of(cfg.train_type).requires
+    if distilling(cfg) and "teacher" not in requires:
+        return (*requires, "teacher")
+    return requires
+
+
 def check_roles(cfg: DictConfig) -> None:
     """Every role ``train_type`` requires is configured, and no other: e.g.
     ``train_type=online_ppo needs a critic: use critic=value_model (got critic=none)``."""
     strategy = strategy_class_of(cfg.train_type)
+    requires = required_roles(cfg)
+    who = f"distill={cfg.distill.name}" if distilling(cfg) else f"train_type={strategy.name}"
     unknown = [role for role in strategy.requires if role not in ROLES]
     require(
         not unknown,
@@ -70,10 +121,11 @@ def check_roles(cfg: DictConfig) -> None:
     for role, source in ROLES.items():
         if source is None:
             continue
-        needed, given = role in strategy.requires, source.given(cfg)
+        needed, given = role in requires, source.given(cfg)
+        needer = f"train_type={strategy.name}" if role in strategy.requires else who
         require(
             given or not needed,
-            f"train_type={strategy.name} needs a {role}: {source.use} (got {source.setting(cfg)})",
+            f"{needer} needs a {role}: {source.use} (got {source.setting(cfg)})",
         )
         require(
             needed or not given,
@@ -83,20 +135,36 @@ def check_roles(cfg: DictConfig) -> None:
 
 
 def validate_teacher(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) -> None:
-    """``teacher.path``, where set: a model whose tokenizer is the policy's (``tokenizer``) and
-    whose vocabulary its logits cover (``model``); read without its weights."""
-    path = teacher_path(cfg)
-    if path is None:
-        return
-    try:
-        teacher_tokenizer, config = read_tokenizer_and_config(Path(path))
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"teacher.path: {' '.join(str(err).split())}") from None
-    check_same_vocabulary(teacher_tokenizer, config, tokenizer, model)
+    """Each teacher path (``teacher.path``, ``teacher.paths``): a model whose tokenizer is the
+    policy's (``tokenizer``) and whose vocabulary its logits cover (``model``); read without
+    its weights."""
+    teacher = cfg.get("teacher")
+    several = None if teacher is None else teacher.get("paths")
+    if several is not None:
+        require(
+            teacher_path(cfg) is None,
+            "teacher.path and teacher.paths are both set: one teacher (path) or several (paths)",
+        )
+    single = teacher_path(cfg)
+    sources: dict[str, str] = {}
+    if several is not None:
+        sources = {f"teacher.paths.{name}": str(path) for name, path in several.items()}
+    elif single is not None:
+        sources = {"teacher.path": str(single)}
+    for key, path in sources.items():
+        try:
+            teacher_tokenizer, config = read_tokenizer_and_config(Path(path))
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"{key}: {' '.join(str(err).split())}") from None
+        check_same_vocabulary(teacher_tokenizer, config, tokenizer, model, key)
 
 
 def check_same_vocabulary(
-    teacher: Tokenizer, teacher_config: LlamaConfig, policy: Tokenizer, policy_config: LlamaConfig
+    teacher: Tokenizer,
+    teacher_config: LlamaConfig,
+    policy: Tokenizer,
+    policy_config: LlamaConfig,
+    key: str = "teacher.path",
 ) -> None:
     """The teacher scores the policy's token ids: the same ids must mean the same text (size,
     stop tokens, each id's text) and its logits must cover the policy's vocabulary."""
@@ -108,7 +176,7 @@ def check_same_vocabulary(
         )
     require(
         difference is None,
-        f"teacher.path: the teacher's tokenizer is not the policy's ({difference}); a teacher "
+        f"{key}: the teacher's tokenizer is not the policy's ({difference}); a teacher "
         "must share the policy's vocabulary",
     )
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from astrai.config.distill_schema import TeacherConfig
 from astrai.models.llama import LlamaConfig
 from astrai.rollout.engines.engine import Engine, TorchEngine
 from astrai.rollout.engines.sampler import SamplingConfig
@@ -169,15 +170,6 @@ class CriticConfig:
 
 
 @dataclass
-class TeacherConfig:
-    """``teacher``: the frozen model a strategy that requires a ``teacher`` scores with
-    (``training.roles``); a top-level key, not a group: one kind of teacher, found by its
-    path."""
-
-    path: str | None = MISSING  # an HF model dir, an astrai checkpoint or run dir; null: none
-
-
-@dataclass
 class ValueModelConfig(CriticConfig):
     """``critic=value_model``: the policy's trunk + a zero-initialised scalar head."""
 
@@ -232,6 +224,7 @@ class DatasetTaskConfig:
     answer_key: str | None = MISSING
     system_prompt: str | None = MISSING  # a default: a row's own system turn wins
     filter_overlong_prompts: bool = MISSING  # drop rows too long for the run, not refuse it
+    teacher_key: str | None = MISSING  # the column naming each row's teacher (teacher.paths)
 
 
 @dataclass
@@ -398,3 +391,4 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ckpt: CheckpointConfig = field(default_factory=CheckpointConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    distill: Any = MISSING  # on-policy distillation (distill_schema.DistillConfig; none: off)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from astrai.config.collector_checks import configured_collector
+from astrai.config.distill_checks import distill_metric_names
 from astrai.config.engine_checks import configured_engine
 from astrai.config.env_checks import configured_env
 from astrai.config.errors import ConfigError
@@ -37,6 +38,7 @@ def validate_stop_at(cfg: DictConfig, reward_terms: list[str]) -> None:
             lag_plan(cfg),
             own_weights,
             configured_collector(cfg.get("collector"), configured_env(cfg.get("env"))).episodes,
+            distill_metric_names(cfg),
         )
     )
     emitted |= {REWARD_TERM_PREFIX + term for term in reward_terms}

@@ -18,6 +18,7 @@ from astrai.algorithms.grpo import GRPOStrategy
 from astrai.algorithms.ppo import PPOStrategy
 from astrai.algorithms.strategy import Strategy
 from astrai.config import schema
+from astrai.config.distill_schema import DistillConfig, OPDConfig
 
 SCHEMA_GROUP = "schema"
 
@@ -57,6 +58,7 @@ GROUP_SCHEMAS: dict[str, dict[str, type]] = {
     "engine": {"base_engine": schema.TorchEngineSchema, "base_vllm": schema.VLLMEngineSchema},
     "collector": {"base_collector": schema.CollectorConfig},
     "critic": {"base_critic": schema.CriticConfig, "base_value_model": schema.ValueModelConfig},
+    "distill": {"base_distill": DistillConfig, "base_opd": OPDConfig},
     "task": {
         "base_addition": schema.AdditionTaskConfig,
         "base_reverse": schema.ReverseTaskConfig,

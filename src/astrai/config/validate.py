@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from astrai.config.container_paths import NotInContainer, container_view
 from astrai.config.devices import Where
+from astrai.config.distill_checks import check_routes, validate_distill
 from astrai.config.duration import parse_duration
 from astrai.config.engine_checks import configured_engine, validate_engine
 from astrai.config.env_checks import validate_env
@@ -344,9 +345,11 @@ def check_config(cfg: DictConfig, where: Where = "host") -> None:
         tokenizer = CharTokenizer()
         model = _validate_model(cfg.model, tokenizer)
     _check_model_size(model, cfg.train_type.sampling.max_new_tokens, allow_large)
+    validate_distill(cfg, model.vocab_size)
     if where != "container":  # the container's files are not the host's
         validate_teacher(cfg, tokenizer, model)
     task = _validate_task(cfg, tokenizer, model)
+    check_routes(cfg, task)
     reward_terms = _validate_reward(cfg.reward, task, tokenizer)
     overlong = ["overlong"] if cfg.reward.get("overlong_buffer") is not None else []
     validate_stop_at(cfg, reward_terms + overlong)

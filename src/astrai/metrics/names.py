@@ -5,7 +5,7 @@ A test runs the trainer and checks the emitted names against this table.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from astrai.policy_lag import LagPlan
 
@@ -93,6 +93,10 @@ METRICS: dict[str, str] = {
     "env/solved": "share of episodes solved (the environment's solved, else the threshold)",
     "env/turns_solved": "mean turns of the solved episodes",
     "rollout/observation_token_frac": "share of episode tokens after the prompt that are context",
+    # on-policy distillation (distill=opd): the teacher's judgement of the sampled tokens
+    "distill/reverse_kl": "mean of log π_old − log π_teacher over the valid sampled tokens (k1)",
+    "distill/teacher_logprob": "mean teacher logprob of the valid sampled tokens",
+    "loss/distill": "distill.estimator k3 | forward_topk: the distillation loss before its coef",
 }
 
 # and one per reward term, named by the run's reward config (``reward/partial_credit``, ...)
@@ -132,9 +136,40 @@ ENV_METRICS: frozenset[str] = frozenset(name for name in METRICS if name.startsw
     "rollout/observation_token_frac"
 }
 ENV_METRIC_PREFIX = "env/"
+# what distill=opd adds (``distill_metrics``), beside one pair per teacher with several
+DISTILL_METRICS: frozenset[str] = frozenset(
+    name for name in METRICS if name.startswith("distill/")
+) | {"loss/distill"}
+# several teachers (teacher.paths): each teacher's own, named by it
+TEACHER_METRIC_PREFIXES: dict[str, str] = {
+    "distill/reverse_kl/": "distill/reverse_kl over the rows routed to that teacher",
+    "distill/token_frac/": "share of the valid sampled tokens routed to that teacher",
+}
 CORE_METRICS: frozenset[str] = (
-    frozenset(METRICS) - ALGORITHM_METRICS - ENGINE_METRICS - MISMATCH_METRICS - ENV_METRICS
+    frozenset(METRICS)
+    - ALGORITHM_METRICS
+    - ENGINE_METRICS
+    - MISMATCH_METRICS
+    - ENV_METRICS
+    - DISTILL_METRICS
 )
+
+
+def distill_metrics(
+    estimator: str | None, teachers: Sequence[str] = (), loss_estimators: Sequence[str] = ()
+) -> frozenset[str]:
+    """What a run with distillation emits: nothing with ``estimator`` None (``distill=none``);
+    else ``distill/*``, ``loss/distill`` for an estimator in ``loss_estimators``, and the
+    per-teacher pair of each of several ``teachers`` (``teacher.paths``)."""
+    if estimator is None:
+        return frozenset()
+    names = {"distill/reverse_kl", "distill/teacher_logprob"}
+    if estimator in loss_estimators:
+        names.add("loss/distill")
+    for teacher in teachers:
+        names |= {prefix + teacher for prefix in TEACHER_METRIC_PREFIXES}
+    return frozenset(names)
+
 
 # Need the reference forward. Every step while ``train_type.kl_coef`` > 0 (the KL is then in
 # the reward or the loss); at kl_coef = 0 nothing but these metrics reads the reference, so it
@@ -169,6 +204,7 @@ def emitted_metrics(
     lag: LagPlan | None = None,
     own_weights: bool = False,
     episodes: bool = False,
+    distill: frozenset[str] = frozenset(),
 ) -> frozenset[str]:
     """The metric names a run emits (reward terms aside): its algorithm's (``base``, the
     strategy's ``metric_names``), plus those of the options that are on (``options``: the
@@ -177,7 +213,8 @@ def emitted_metrics(
     class does not sample the live policy, ``Engine.samples_live_policy``), the mismatch
     metrics where the run's lag plan recomputes π_old (``lag``: ``astrai.policy_lag.lag_plan``
     of the run's config; None = it does not), and the episodes' (``episodes``: the run's
-    collector plays an environment's, ``Collector.episodes``)."""
+    collector plays an environment's, ``Collector.episodes``), and distillation's
+    (``distill``: ``distill_metrics`` of the run's ``distill`` and ``teacher``)."""
     extra = {
         name for name, (key, _) in OPTION_METRICS.items() if options.get(key) not in (None, False)
     }
@@ -187,4 +224,4 @@ def emitted_metrics(
         extra |= ENV_METRICS
     if lag is not None and lag.recomputes:
         extra |= MISMATCH_METRICS
-    return base | extra
+    return base | extra | distill

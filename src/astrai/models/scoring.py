@@ -94,6 +94,56 @@ def response_logprobs(
     return logprobs, entropy
 
 
+def response_logprobs_at(
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    ids: Tensor,
+    temperature: float = 1.0,
+    entropy_grad: bool = True,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``response_logprobs`` (with entropies) and, from the same forward, the logprobs
+    ``[N, R, K]`` of ``ids [N, R, K]`` at each response position (0 at padding): what the
+    forward top-k distillation loss reads (``algorithms.distillation``). The extra ids take one
+    float32 log-softmax of the whole ``[N, R, V]`` logits, unchunked: fine at the vocabularies
+    astrai's tests and CPU runs use, a cost to measure before a 150k-vocabulary run."""
+    logits = response_outputs(
+        cast(CachedModel, model), prompt_ids, prompt_mask, response_ids, response_mask, True, False
+    )
+    logprobs, entropy = token_logprobs(logits, response_ids, temperature, True, entropy_grad)
+    assert entropy is not None
+    padding = ~response_mask.bool()
+    at_ids = scaled_logits(logits.float(), temperature).log_softmax(-1).gather(-1, ids)
+    at_ids = at_ids.masked_fill(padding[..., None], 0.0)
+    return logprobs.masked_fill(padding, 0.0), entropy, at_ids
+
+
+def response_topk(
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    k: int,
+    temperature: float = 1.0,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Under no autograd (the caller's): ``model``'s logprobs ``[N, R]`` of the response
+    tokens and its ``k`` most likely ids ``[N, R, k]`` (long) with their logprobs
+    ``[N, R, k]`` at each response position, at ``temperature``, over whole sequences (the
+    update's forwards: ``share_prompts`` False); 0 (ids: 0) at padding."""
+    logits = response_outputs(
+        cast(CachedModel, model), prompt_ids, prompt_mask, response_ids, response_mask, False, False
+    )
+    log_probs = scaled_logits(logits.float(), temperature).log_softmax(-1)
+    padding = ~response_mask.bool()
+    sampled = log_probs.gather(-1, response_ids[..., None]).squeeze(-1).masked_fill(padding, 0.0)
+    top_logprobs, top_ids = log_probs.topk(k, dim=-1)
+    top_logprobs = top_logprobs.masked_fill(padding[..., None], 0.0)
+    return sampled, top_ids.masked_fill(padding[..., None], 0), top_logprobs
+
+
 # The positions one float32 log-softmax runs over at once hold at most this many logits (256
 # MiB): at a 150k vocabulary that is 441 positions, where a whole scoring pass or micro-batch
 # of 1k-token responses would make several float32 copies of gigabytes each.

@@ -24,7 +24,9 @@ class Minibatch:
     responses cut at the length limit under ``train_type.mask_truncated``).
     ``is_weights``: the engine mismatch correction's per-token loss weights; None = 1.
     ``old_logprobs``: π_old; None where the step's one update takes its own forward, detached
-    (``flatten_rollout``'s ``old_from_update``)."""
+    (``flatten_rollout``'s ``old_from_update``).
+    ``teacher_logprobs`` ``[M, R]``, ``teacher_topk_ids``/``teacher_topk_logprobs``
+    ``[M, R, K]``: the distillation teacher's (``Rollout``'s), for its loss estimators."""
 
     prompt_ids: Tensor
     prompt_mask: Tensor
@@ -37,6 +39,9 @@ class Minibatch:
     returns: Tensor | None = None
     loss_mask: Tensor = None  # type: ignore[assignment]  # set in __post_init__
     is_weights: Tensor | None = None
+    teacher_logprobs: Tensor | None = None
+    teacher_topk_ids: Tensor | None = None
+    teacher_topk_logprobs: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.loss_mask is None:
@@ -65,7 +70,7 @@ class Minibatch:
                 picked[f.name] = None
             elif f.name in ("prompt_ids", "prompt_mask"):
                 picked[f.name] = value[:, first:]
-            else:  # every other tensor is per response token, [M, R]
+            else:  # every other tensor is per response token, [M, R] (or [M, R, K])
                 picked[f.name] = value[:, :end]
         return Minibatch(**picked)
 
@@ -91,6 +96,11 @@ def flatten_rollout(rollout: Rollout, old_from_update: bool = False) -> Minibatc
         returns=rollout.flat("returns") if rollout.returns is not None else None,
         loss_mask=rollout.flat("loss_mask") if rollout.loss_mask is not None else response_mask,
         is_weights=rollout.flat("is_weights") if rollout.is_weights is not None else None,
+        **{
+            name: rollout.flat(name)
+            for name in ("teacher_logprobs", "teacher_topk_ids", "teacher_topk_logprobs")
+            if getattr(rollout, name) is not None
+        },
     )
 
 

@@ -29,6 +29,9 @@ ROW_FIELDS = (
     "sampled_mask",
     "token_scores",
     "valid",
+    "teacher_logprobs",
+    "teacher_topk_ids",
+    "teacher_topk_logprobs",
 )
 
 
@@ -77,6 +80,11 @@ class Rollout:
             for a failed episode (its environment hung, raised or flooded), whose reward 0 is
             the fault's, not the policy's; such a member gets advantage 0. None = all valid
             (every one-turn rollout).
+        teacher_logprobs: ``[B, G, R]`` the distillation teacher's logprobs of the sampled
+            tokens, pinned by ``training.distillation`` (``distill=opd``); else None.
+        teacher_topk_ids, teacher_topk_logprobs: ``[B, G, R, K]`` the teacher's K most likely
+            ids at each response position and their logprobs (``distill.estimator:
+            forward_topk``); else None.
     """
 
     prompt_ids: Tensor
@@ -101,6 +109,9 @@ class Rollout:
     sampled_mask: Tensor | None = None
     token_scores: Tensor | None = None
     valid: Tensor | None = None
+    teacher_logprobs: Tensor | None = None
+    teacher_topk_ids: Tensor | None = None
+    teacher_topk_logprobs: Tensor | None = None
     episode_stats: dict[str, Tensor] = field(default_factory=dict)
 
     def action_mask(self) -> Tensor:

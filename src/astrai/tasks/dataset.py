@@ -68,6 +68,8 @@ class DatasetTask:
             own; None for none.
         filter_overlong_prompts: drop the rows whose prompt is too long for the run
             (``fit_lengths``) instead of refusing it.
+        teacher_key: the column naming each row's teacher (several teachers,
+            ``teacher.paths``: ``training.distillation``); None for none.
     """
 
     name = "dataset"
@@ -81,6 +83,7 @@ class DatasetTask:
         answer_key: str | None,
         system_prompt: str | None,
         filter_overlong_prompts: bool = False,
+        teacher_key: str | None = None,
     ) -> None:
         if eval_path is None and not 0.0 < eval_fraction < 1.0:
             raise DatasetError(f"task.eval_fraction must be in (0, 1), got {eval_fraction}")
@@ -93,6 +96,9 @@ class DatasetTask:
         self.prompt_key, self.answer_key, self.system_prompt = prompt_key, answer_key, system_prompt
         self.filter_overlong_prompts = filter_overlong_prompts
         self.train_path, self.eval_path = train_path, eval_path
+        self.teacher_key = teacher_key
+        # each prompt's teacher (``teacher_key``'s column), by the prompt's text
+        self.row_teachers: dict[str, str] = {}
         # rows whose own system turn kept task.system_prompt out (reported at start)
         self.own_system_rows = 0
         train = self._read(Path(train_path), "task.train_path")
@@ -168,8 +174,31 @@ class DatasetTask:
             answer = None
             if answer_key is not None:
                 answer = parse_answer(row.get(answer_key), f"{where}: {answer_key!r}")
-            problems.append((Problem(prompt, answer, prompt_text(prompt)), where, split_key))
+            problem = Problem(prompt, answer, prompt_text(prompt))
+            if self.teacher_key is not None:
+                self._note_teacher(problem.text, row, where)
+            problems.append((problem, where, split_key))
         return problems
+
+    def _note_teacher(self, text: str, row: Mapping[str, Any], where: str) -> None:
+        """Record ``row``'s teacher (``teacher_key``'s column, a non-empty string) for its
+        prompt; one prompt with two teachers is refused (a rollout knows its rows by text)."""
+        key = self.teacher_key
+        value = row.get(key) if key is not None else None
+        if not isinstance(value, str) or not value:
+            raise DatasetError(
+                f"{where}: {key!r} (task.teacher_key) must name the row's teacher, got {value!r}"
+            )
+        earlier = self.row_teachers.setdefault(text, value)
+        if earlier != value:
+            raise DatasetError(
+                f"{where}: its prompt was given teacher {earlier!r} by an earlier row and "
+                f"{value!r} here (task.teacher_key: one teacher per prompt)"
+            )
+
+    def teacher_of(self, text: str) -> str:
+        """The teacher a prompt's row names (``teacher_key``), by the prompt's text."""
+        return self.row_teachers[text]
 
     @staticmethod
     def _instruction_turns(row: Mapping[str, Any], where: str) -> Prompt:

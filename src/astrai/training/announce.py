@@ -10,6 +10,7 @@ import os
 from omegaconf import DictConfig
 
 from astrai.config.devices import CUDA_VISIBLE_DEVICES, DevicePlan
+from astrai.config.distill_checks import distill_metric_names
 from astrai.config.validate import plan_here
 from astrai.metrics.dashboards import (
     hparams_start_summary,
@@ -43,6 +44,7 @@ def write_dashboards(parts: BuiltRun, started: RunStart) -> None:
         started.plan.lag,
         own_weights,
         parts.collector.episodes,
+        distill_metric_names(parts.cfg),
     )
     hparams = run_hparams(parts.cfg, parts.job_overrides, parts.job_choices)
     summaries = [layout_summary(emitted), hparams_start_summary(hparams)]

@@ -44,6 +44,7 @@ from astrai.training.adapters import (
     trainable_parameters,
 )
 from astrai.training.checkpointing import CheckpointedObjects, Stateful, critic_objects
+from astrai.training.distillation import Distiller, build_distiller
 from astrai.training.parallel import shard_policy
 from astrai.training.roles import build_roles
 from astrai.training.setup import resolve_device, seed_everything
@@ -75,6 +76,7 @@ class BuiltRun:
         eval_problems: the held-out prompts every evaluation answers.
         collector: how its rollouts and held-out answers are collected (``collector``, by
             default the one that fits ``env``: ``rollout.collectors``).
+        distiller: ``distill=opd``'s teachers (``training.distillation``); None: off.
     """
 
     cfg: DictConfig
@@ -102,6 +104,7 @@ class BuiltRun:
     eval_problems: list[Problem]
     weights: WeightFormat  # what its checkpoints hold of the policy: full, or adapters
     collector: Collector  # one answer per prompt, or env=...'s multi-turn episodes
+    distiller: Distiller | None = None  # distill=opd's teachers
 
     def checkpointed_objects(
         self, scheduler: Stateful, critic_scheduler: Stateful | None
@@ -127,6 +130,7 @@ class BuiltRun:
             device=self.device,
             sharded=self.sharded,
             weights=self.weights,
+            identities={} if self.distiller is None else self.distiller.fingerprint(),
         )
 
 
@@ -156,6 +160,9 @@ def build_run(
     # the critic its own adapters on the policy's trunk); before any sharding
     roles = build_roles(strategy, cfg, policy, tokenizer, lora, sharded, device)
     critic = roles.critic
+    # distill=opd: its frozen teachers (loaded on a side stream) and the strategy's settings
+    distiller = build_distiller(cfg, task, policy, tokenizer, device)
+    strategy.distill = None if distiller is None else distiller.settings
     counts = (count_parameters(policy), None if critic is None else count_parameters(critic))
     # after every model init: a reward model's construction must not move the global RNG
     with torch.random.fork_rng(devices=[]):
@@ -189,6 +196,7 @@ def build_run(
         eval_problems=task.eval_problems(cfg.trainer.eval_prompts),
         weights=weight_format(lora, base),
         collector=build_run_collector(cfg, tokenizer, strategy, reward, overlong, policy),
+        distiller=distiller,
     )
 
 

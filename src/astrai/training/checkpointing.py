@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -86,6 +86,8 @@ class CheckpointedObjects:
     sharded: bool
     # the policy's weights as saved: full, or a LoRA run's adapters (``weight_format``)
     weights: WeightFormat = dataclasses.field(default_factory=FullWeights)
+    # fingerprint keys of the run's other parts (distill=opd's ``teacher``: its weights' hash)
+    identities: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unsaved = set(self.checkpoint_files) - set(self.extra)
@@ -111,7 +113,7 @@ def run_fingerprint(parts: CheckpointedObjects) -> dict[str, Any]:
     """What must not change across a resume (``astrai.checkpoints.identity``): saved with
     every checkpoint and compared on resume. A LoRA run adds ``adapters``: its settings and
     the base model's SHA-256 (another base is refused; its path may change)."""
-    return {**_setup_fingerprint(parts), **parts.weights.fingerprint()}
+    return {**_setup_fingerprint(parts), **parts.weights.fingerprint(), **parts.identities}
 
 
 def _setup_fingerprint(parts: CheckpointedObjects) -> dict[str, Any]:

@@ -96,6 +96,10 @@ class Trainer:
         reference = self.parts.reference if score else None
         models = {role: reference if role == "reference" else model
                   for role, model in self.parts.models.items()}  # fmt: skip
+        distiller = self.parts.distiller
+        if distiller is not None:  # distill=opd: the teachers' scores, which prepare reads
+            with self.autocast():
+                metrics |= distiller.score(rollout, passes, all_reduce_sum)
         with self.reference_on_device(score), self.autocast():
             metrics |= self.parts.strategy.prepare(
                 rollout,
