@@ -202,7 +202,7 @@ bench-lora: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## LoRA: memory vs full fine
 # each; 143 s two at a time on one thread each
 BENCH_QUICK := lora_learning smollm2_tools memory lora_memory parallel_sweep env_learning mfu \
 	scale_memory generate_vs_hf async step_overhead checkpoint_save padding rollout \
-	reward_boundary stop_search env_boundary
+	reward_boundary stop_search env_boundary distill_learning
 bench-quick: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## every bench script in its quick mode (seconds each; CI)
 	@OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target \
 		$(addprefix bench-quick/,$(BENCH_QUICK)) bench-quick/gpu-check bench-quick/smollm2_shaped

@@ -194,3 +194,38 @@ def test_the_default_job_learns_with_rollouts_one_update_behind(
     # stale by one update, the correction's weights move off 1 (and stay finite)
     ratios = [r["rollout/is_ratio_mean"] for r in steps[1:]]
     assert all(0.5 < ratio < 2.0 for ratio in ratios) and any(ratio != 1.0 for ratio in ratios)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("default_run")
+@pytest.mark.parametrize("train_type", ["online_grpo", "online_ppo"])
+def test_a_fresh_student_learns_addition_from_the_teacher_alone(
+    default_run: DefaultRun, tmp_path: Path, train_type: str
+) -> None:
+    """On-policy distillation (docs/distillation.md): the teacher is the default run, stopped at
+    held-out 0.9; a fresh student of another seed is trained by the teacher's k1 reward alone
+    (``distill.use_task_reward=false``: the task's reward never reaches the advantages) and
+    passes 0.9 too, GRPO-OPD and PPO-OPD (the reward through GAE and the critic). Measured
+    side by side with GRPO on the task's reward in bench/distill_learning.py."""
+    assert default_run.result.returncode == 0, default_run.result.stderr[-2000:]
+    run_dir = tmp_path / "student"
+    overrides = [
+        f"train_type={train_type}",
+        "distill=opd",
+        f"teacher.path={default_run.run_dir}",
+        "seed=1",
+        f"hydra.run.dir={run_dir}",
+        STOP_AT,
+    ]
+    result = run_train(
+        [*overrides, "trainer.progress_bar=false", "ckpt.every_steps=0"],
+        cwd=tmp_path,
+        timeout=1800,
+        threads=1,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    _assert_stopped_at_the_target(run_dir)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    reverse_kl = [r["distill/reverse_kl"] for r in records if "distill/reverse_kl" in r]
+    # the student closes on the teacher: its reverse KL on its own samples falls by half
+    assert len(reverse_kl) >= 10 and max(reverse_kl[-5:]) < 0.5 * min(reverse_kl[:5]), reverse_kl

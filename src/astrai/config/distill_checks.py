@@ -43,6 +43,17 @@ def validate_distill(cfg: DictConfig, vocab_size: int) -> None:
             isinstance(teacher.get("offload", False), bool),
             f"teacher.offload must be true or false (got {teacher.get('offload')!r})",
         )
+    paths = None if teacher is None else teacher.get("paths")
+    require(
+        paths is None
+        or (
+            isinstance(paths, DictConfig)
+            and len(paths) > 0
+            and all(isinstance(v, str) and v for v in paths.values())
+        ),
+        f"teacher.paths must map each teacher's name to its path, e.g. "
+        f"{{add: outputs/add, rev: outputs/rev}} (got {paths!r})",
+    )
     task_key = cfg.task.get("teacher_key")
     several = teacher is not None and teacher.get("paths") is not None
     if not distilling(cfg):

@@ -4,6 +4,7 @@ group (``conf/distill/``); ``config.schema`` holds the rest of the root's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -16,7 +17,9 @@ class TeacherConfig:
 
     path: str | None = MISSING  # an HF model dir, an astrai checkpoint or run dir; null: none
     # several teachers (distill=opd only): name -> path, each row's named by task.teacher_key
-    paths: dict[str, str] | None = MISSING
+    # (untyped: OmegaConf cannot merge a mapping given on the command line into a typed null
+    # dict node; distill_checks checks it is one of names to paths)
+    paths: Any = MISSING
     dtype: str = MISSING  # the teachers' weights: float32 | bfloat16 | float16
     offload: bool = MISSING  # on the training device for its scoring pass only
 

@@ -61,7 +61,10 @@ def announce_run(parts: BuiltRun, started: RunStart) -> None:
     warning = ignored_gpu_warning(parts.cfg.infra, plan, parts.job_overrides)
     if warning is not None:
         log.warning(warning)
-    for line in format_banner(run_facts(parts, started, plan)):
+    lines = format_banner(run_facts(parts, started, plan))
+    if parts.distiller is not None:  # after the task line: what trains the policy besides it
+        lines.insert(4, f"  {parts.distiller.describe()}")
+    for line in lines:
         log.info(line)
 
 

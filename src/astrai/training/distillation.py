@@ -92,6 +92,18 @@ class Distiller:
         """Several teachers, each row's named by the task."""
         return self.teacher_of is not None
 
+    def describe(self) -> str:
+        """The banner's line, e.g. ``distill: k1 (coef 1), the task's reward left out; teacher
+        /runs/t (sha256 1a2b3c4d)``."""
+        s = self.settings
+        task = "added to the task's reward" if s.use_task_reward else "the task's reward left out"
+        teachers = ", ".join(
+            (f"{name} " if self.routed else "") + f"{t.path} (sha256 {t.sha256[:8]})"
+            for name, t in self.teachers.items()
+        )
+        routing = " by task.teacher_key" if self.routed else ""
+        return f"distill: {s.estimator} (coef {s.coef:g}), {task}; teacher{routing}: {teachers}"
+
     def fingerprint(self) -> dict[str, Any]:
         """``{"teacher": {name: {"path", "sha256"}}}``: a resume with other teacher weights is
         refused (``checkpoints.identity``; the path may change)."""
