@@ -124,7 +124,8 @@ def _check_combinations(cfg: DictConfig, several: bool, task_key: object) -> Non
     require(
         node.use_task_reward or not train_type.get("filter_groups", False),
         "train_type.filter_groups drops groups by the task's reward, which "
-        "distill.use_task_reward=false leaves out: set one of them to the other's need",
+        "distill.use_task_reward=false leaves out: set distill.use_task_reward=true or "
+        "train_type.filter_groups=false",
     )
     if several:
         require(
