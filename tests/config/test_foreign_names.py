@@ -1,4 +1,5 @@
-"""TRL's and verl's names point at astrai's keys: the table, its doc and the did-you-mean."""
+"""TRL's and verl's names (and distillation's from Tinker, NeMo-RL and slime) point at astrai's
+keys: the table, its doc and the did-you-mean."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from astrai.config.keys import known_keys, unknown_key_message
 
 REPO = Path(__file__).resolve().parents[2]
 # the configs whose keys the table may name: the default (GRPO), and PPO's critic and knobs with a
-# local Hugging Face model (model.path) and your own data (task.train_path)
+# local Hugging Face model (model.path), your own data (task.train_path, task.teacher_key) and
+# on-policy distillation's keys (distill.*)
 DEFAULT: list[str] = []
-OTHERS = ["train_type=online_ppo", "model=hf", "task=dataset"]
+OTHERS = ["train_type=online_ppo", "model=hf", "task=dataset", "distill=opd"]
+SOURCES = {"TRL", "verl", "Tinker", "NeMo-RL", "slime"}
 
 
 def _known(overrides: list[str]) -> list[str]:
@@ -30,7 +33,7 @@ def test_every_mapped_key_exists_in_a_composed_config() -> None:
     assert missing == {}
     # a foreign name is never astrai's own key: that override would just work
     assert set(FOREIGN_NAMES).isdisjoint(known)
-    assert {entry.source for entry in FOREIGN_NAMES.values()} == {"TRL", "verl"}
+    assert {entry.source for entry in FOREIGN_NAMES.values()} == SOURCES
 
 
 def test_every_foreign_name_points_at_its_key_in_one_line() -> None:
@@ -75,7 +78,21 @@ def test_check_overrides_names_astrais_key(overrides: list[str], message: str) -
         (  # TRL's KL coefficient, not a typo of train_type.optimizer.betas
             "beta",
             [],
-            "beta is TRL's name: astrai's key is train_type.kl_coef",
+            "beta is TRL's name: astrai's key is train_type.kl_coef (GRPOConfig's KL "
+            "coefficient; the beta of TRL's distillation trainers (the generalised JSD's mix: 0 "
+            "forward KL, 1 reverse) has no key: distill.estimator chooses the divergence)",
+        ),
+        (  # a distillation knob: its key exists under distill=opd only
+            "kl_penalty_coef",
+            [],
+            "kl_penalty_coef is Tinker's name: astrai's key is distill.coef",
+        ),
+        (
+            "distillation.distillation_loss.loss_mode",
+            [],
+            "distillation.distillation_loss.loss_mode is verl's name: astrai's key is "
+            "distill.estimator (k1 and k3 as named, forward_kl_topk is forward_topk; no other "
+            "mode)",
         ),
         (
             "actor_rollout_ref.actor.ppo_mini_batch_size",
@@ -103,12 +120,14 @@ def test_a_dotted_name_is_found_by_its_longest_end() -> None:
         FOREIGN_NAMES["learning_rate"],
     )
     assert foreign_name("rollout.n") is None and foreign_name("n") is None
+    # astrai's own task.teacher_key (under another task) is not taken for verl's
+    assert foreign_name("task.teacher_key") is None
 
 
 def _doc_table() -> dict[str, tuple[str, str, str]]:
     """docs/configuration.md's table of foreign names: name -> (source, key, note)."""
     text = (REPO / "docs" / "configuration.md").read_text()
-    section = text.split("## Names from TRL and verl", 1)[1].split("\n## ", 1)[0]
+    section = text.split("## Names from TRL, verl and others", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]

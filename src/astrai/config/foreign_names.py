@@ -1,13 +1,17 @@
-"""The names researchers bring from TRL and verl, and astrai's key for each.
+"""The names researchers bring from TRL and verl (and, for on-policy distillation, from Tinker,
+NeMo-RL and slime), and astrai's key for each.
 
 ``python train.py num_generations=8`` fails like any unknown key, and the message names astrai's
 key: "num_generations is TRL's name: astrai's key is train_type.group_size"
 (``astrai.config.keys.unknown_key_message``). A name is looked up as typed, then by its dotted
 ends (``train_type.num_generations`` finds ``num_generations``). The names come from TRL's
 ``GRPOConfig``, ``PPOConfig`` and the ``TrainingArguments`` they extend, and from verl's
-``ppo_trainer.yaml``; a foreign knob without an exact equivalent points at the closest key and its
-note says what astrai does instead. docs/configuration.md lists this table (a test keeps the two in
-step, and checks that every key exists in a composed config).
+``ppo_trainer.yaml``; distillation's from TRL's distillation trainers, verl's ``distillation``
+node, tinker-cookbook's on-policy distillation, NeMo-RL's distillation config and slime's
+``--opd-*`` arguments (docs/distillation.md maps them, with what differs). A foreign knob
+without an exact equivalent points at the closest key and its note says what astrai does
+instead. docs/configuration.md lists this table (a test keeps the two in step, and checks that
+every key exists in a composed config).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import NamedTuple
 
 PPO = "train_type=online_ppo only"
 DATASET = "with task=dataset"
+TOPK = "with distill.estimator=forward_topk"
 NO_PROMPT_CUT = (
     "astrai never cuts a prompt: with task=dataset, true drops the prompts longer than "
     "max_position_embeddings - max_new_tokens tokens, false refuses the run"
@@ -23,8 +28,8 @@ NO_PROMPT_CUT = (
 
 
 class ForeignName(NamedTuple):
-    """astrai's key for a foreign name, whose name it is (``TRL``, ``verl``) and what differs
-    or is worth knowing (empty: the same knob)."""
+    """astrai's key for a foreign name, whose name it is (``TRL``, ``verl``, ``Tinker``,
+    ``NeMo-RL``, ``slime``) and what differs or is worth knowing (empty: the same knob)."""
 
     key: str
     source: str
@@ -35,7 +40,12 @@ FOREIGN_NAMES: dict[str, ForeignName] = {
     # --- TRL: GRPOConfig, PPOConfig and TrainingArguments ---
     "learning_rate": ForeignName("train_type.optimizer.lr", "TRL"),
     "num_generations": ForeignName("train_type.group_size", "TRL"),
-    "beta": ForeignName("train_type.kl_coef", "TRL"),
+    "beta": ForeignName(
+        "train_type.kl_coef",
+        "TRL",
+        "GRPOConfig's KL coefficient; the beta of TRL's distillation trainers (the generalised "
+        "JSD's mix: 0 forward KL, 1 reverse) has no key: distill.estimator chooses the divergence",
+    ),
     "kl_coef": ForeignName("train_type.kl_coef", "TRL"),
     "epsilon": ForeignName("train_type.clip_eps", "TRL"),
     "epsilon_high": ForeignName("train_type.clip_eps_high", "TRL"),
@@ -104,6 +114,30 @@ FOREIGN_NAMES: dict[str, ForeignName] = {
     "save_total_limit": ForeignName("ckpt.keep_last", "TRL"),
     "resume_from_checkpoint": ForeignName("ckpt.resume", "TRL"),
     "use_vllm": ForeignName("engine", "TRL", "a config group: engine=vllm"),
+    # TRL's distillation trainers (DistillationConfig, GKDConfig), multi-teacher data
+    "teacher_model_name_or_path": ForeignName(
+        "teacher.path",
+        "TRL",
+        "with distill=opd: a local Hugging Face directory or an astrai checkpoint; several "
+        "teachers are teacher.paths",
+    ),
+    "lmbda": ForeignName(
+        "distill",
+        "TRL",
+        "astrai's distillation is always on-policy (TRL's lmbda=1): the policy samples every "
+        "sequence the teacher scores, never mixed with dataset completions",
+    ),
+    "loss_top_k": ForeignName(
+        "distill.topk",
+        "TRL",
+        f"{TOPK}, the rest of the vocabulary one tail bucket (TRL's loss_add_tail); TRL's 0 "
+        "(the whole vocabulary) is the vocabulary's size",
+    ),
+    "teacher_id": ForeignName(
+        "task.teacher_key",
+        "TRL",
+        "with task=dataset: the column naming each row's teacher, one of teacher.paths",
+    ),
     # --- verl: ppo_trainer.yaml ---
     "data.train_batch_size": ForeignName("train_type.prompts_per_step", "verl"),
     "data.max_prompt_length": ForeignName("task.filter_overlong_prompts", "verl", NO_PROMPT_CUT),
@@ -154,6 +188,65 @@ FOREIGN_NAMES: dict[str, ForeignName] = {
     "trainer.test_freq": ForeignName("trainer.eval_every", "verl"),
     "trainer.save_freq": ForeignName("ckpt.every_steps", "verl"),
     "trainer.n_gpus_per_node": ForeignName("infra.nproc_per_node", "verl"),
+    # verl's on-policy distillation (the distillation node)
+    "distillation.enabled": ForeignName("distill", "verl", "a config group: distill=opd"),
+    "distillation.distillation_loss.loss_mode": ForeignName(
+        "distill.estimator",
+        "verl",
+        "k1 and k3 as named, forward_kl_topk is forward_topk; no other mode",
+    ),
+    "distillation.distillation_loss.use_policy_gradient": ForeignName(
+        "distill.estimator",
+        "verl",
+        "no switch of its own: k1 is always a reward through the policy gradient, k3 and "
+        "forward_topk always direct losses",
+    ),
+    "distillation.distillation_loss.topk": ForeignName("distill.topk", "verl", TOPK),
+    "distillation.distillation_loss.distillation_loss_coef": ForeignName("distill.coef", "verl"),
+    "distillation.distillation_loss.use_task_rewards": ForeignName(
+        "distill.use_task_reward", "verl"
+    ),
+    "distillation.distillation_loss.loss_max_clamp": ForeignName(
+        "distill.loss_max_clamp",
+        "verl",
+        "caps each token's k3 or forward_topk term; k1's reward is not capped",
+    ),
+    "distillation.distillation_loss.log_prob_min_clamp": ForeignName(
+        "distill.log_prob_min_clamp",
+        "verl",
+        "floors both logprobs of k1 and k3; forward_topk does not read it",
+    ),
+    "distillation.teacher_key": ForeignName("task.teacher_key", "verl", DATASET),
+    # --- Tinker (tinker-cookbook's on-policy distillation) ---
+    "kl_penalty_coef": ForeignName("distill.coef", "Tinker"),
+    "kl_discount_factor": ForeignName(
+        "distill.discount",
+        "Tinker",
+        "Tinker's 0 (no future sum, its default) is null here; critic-free algorithms only "
+        "(PPO discounts through GAE)",
+    ),
+    # --- NeMo-RL (its distillation config) ---
+    "distillation.topk_logits_k": ForeignName("distill.topk", "NeMo-RL", TOPK),
+    "loss_fn.kl_type": ForeignName(
+        "distill.estimator",
+        "NeMo-RL",
+        "forward is forward_topk; reverse (a top-k loss there) is closest to k1, whose policy "
+        "gradient follows the reverse KL; mixed has no equivalent",
+    ),
+    # --- slime (its --opd-* arguments, as Python names) ---
+    "use_opd": ForeignName("distill", "slime", "a config group: distill=opd"),
+    "opd_type": ForeignName(
+        "distill.engine",
+        "slime",
+        "astrai scores the teacher with its own torch forward (torch only: no SGLang or "
+        "Megatron teacher)",
+    ),
+    "opd_kl_coef": ForeignName("distill.coef", "slime"),
+    "opd_teacher_load": ForeignName(
+        "teacher.path",
+        "slime",
+        "a Hugging Face directory or an astrai checkpoint, not a Megatron one",
+    ),
 }
 
 
