@@ -237,3 +237,21 @@ def test_the_k3_loss_term_is_coef_times_its_token_mean() -> None:
     assert metrics["loss/distill"].item() == pytest.approx(expected, rel=1e-6)
     grpo.distill = _settings()  # k1: a reward, no loss term
     assert grpo.distill_loss(logprobs, None, batch, None) == (None, {})
+
+
+@pytest.mark.parametrize("advantage", ["grpo", "dr_grpo", "rloo", "reinforce_pp"])
+def test_every_critic_free_estimator_adds_the_same_k1_signal(advantage: str) -> None:
+    """GRPO, Dr. GRPO, RLOO and REINFORCE++: the advantage is the task's own estimate plus
+    ``coef ×`` each sampled token's k1 reward (slime's ``Â_t = A_t − λ(log π − log π_T)``), and
+    without the task's reward the task's estimate is exactly 0."""
+    rollout = _distilled(_rollout())
+    mask = rollout.response_mask
+    k1 = torch.where(mask, rollout.teacher_logprobs - rollout.logprobs, torch.zeros(()))
+    strategy = _grpo(advantage=advantage, kl_coef=0.0)
+    strategy.distill = _settings(use_task_reward=True, coef=0.25)
+    task = strategy.task_advantages(rollout)
+    assert task.abs().max() > 0.1
+    assert_close(strategy.advantages(rollout), task + 0.25 * k1)
+    strategy.distill = _settings()
+    assert strategy.task_advantages(rollout).abs().max() == 0.0
+    assert_close(strategy.advantages(rollout), k1)

@@ -2,24 +2,20 @@
 share: a one-step run's overrides, a teacher checkpoint written from a model's weights, a
 config with several teachers, and a small routed dataset of two kinds of rows.
 
-``teacher.paths`` is set on the composed config (``with_teacher_paths``), not by a
-``teacher.paths={a: X, b: Y}`` override: Hydra merges a dict override into the ``None`` of the
-typed ``Optional[Dict[str, str]]`` node with ``OmegaConf.update(merge=True)``, which raises an
-AttributeError in OmegaConf 2.3 (``test_distill_checks.py`` holds that case, xfail).
+``teacher.paths`` is given the way a user gives it, as a ``teacher.paths={a: X, b: Y}``
+override (``with_teacher_paths``).
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from tests.helpers import compose_config
 
 from astrai.checkpoints import io
-from astrai.config.validate import validate_config
 from astrai.models.llama import LlamaForCausalLM
 from astrai.models.tokenizer import CharTokenizer
 from astrai.rollout.rollout import Rollout
@@ -65,13 +61,10 @@ def write_teacher(policy: LlamaForCausalLM, tokenizer: CharTokenizer, step_dir: 
 def with_teacher_paths(
     overrides: list[str], paths: dict[str, str], validate: bool = True
 ) -> DictConfig:
-    """``compose_config(overrides)`` with ``teacher.paths`` set to ``paths``, then validated
-    (see the module docstring for why not an override)."""
-    cfg = copy.deepcopy(compose_config(overrides, validate=False))
-    OmegaConf.update(cfg, "teacher.paths", paths, merge=False)
-    if validate:
-        validate_config(cfg)
-    return cfg
+    """``compose_config`` of ``overrides`` and ``teacher.paths={name: path, ...}`` (validated
+    unless ``validate`` is False)."""
+    mapping = ", ".join(f"{name}: {path}" for name, path in paths.items())
+    return compose_config([*overrides, f"teacher.paths={{{mapping}}}"], validate=validate)
 
 
 def write_jsonl(path: Path, rows: list[dict[str, str]]) -> Path:

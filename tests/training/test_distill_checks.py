@@ -22,7 +22,6 @@ from tests.training.distill_helpers import (
     write_teacher,
 )
 
-from astrai.checkpoints.layout import CheckpointError
 from astrai.config.distill_checks import distill_metric_names
 from astrai.config.errors import ConfigError
 from astrai.models.tokenizer import CharTokenizer
@@ -257,39 +256,20 @@ def test_several_teachers_that_cannot_route_are_one_line(
             with_teacher_paths(overrides, paths)
 
 
-# --- what the core does not do yet (each reported; strict: a fix turns it into a failure) ---
+# --- three gaps the tests found in the core, mended ---
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AttributeError,
-    reason="core bug: Hydra merges a dict override into the None of TeacherConfig.paths "
-    "(Optional[Dict[str, str]]) with OmegaConf.update(merge=True), an AttributeError in "
-    "OmegaConf 2.3; so teacher.paths cannot be set on the command line",
-)
 def test_teacher_paths_can_be_given_on_the_command_line(teachers: dict[str, Path]) -> None:
     t = teachers["teacher"]
     cfg = compose_config([*_routed(teachers), f"teacher.paths={{add: {t}, rev: {t}}}"])
     assert dict(cfg.teacher.paths) == {"add": str(t), "rev": str(t)}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=CheckpointError,
-    reason="core bug: validate_teacher catches OSError and ValueError, but "
-    "read_tokenizer_and_config raises CheckpointError (a RuntimeError) for a folder that is no "
-    "model: a traceback out of validate_config instead of one config-error line",
-)
 def test_a_teacher_path_that_is_no_model_is_one_line(teachers: dict[str, Path]) -> None:
     with pytest.raises(ConfigError, match=r"^teacher\.path: .*neither a checkpoint"):
         compose_config([*Q, "distill=opd", f"teacher.path={teachers['data']}"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="missing check: task.teacher_key under distill=none is accepted, though nothing "
-    "reads it (and every row must then carry the column)",
-)
 def test_a_teacher_key_without_distillation_is_one_line(teachers: dict[str, Path]) -> None:
     with pytest.raises(ConfigError, match=r"^task\.teacher_key"):
         compose_config([*Q, *routed_dataset(teachers["data"] / "default")])

@@ -58,6 +58,11 @@ def validate_distill(cfg: DictConfig, vocab_size: int) -> None:
     several = teacher is not None and teacher.get("paths") is not None
     if not distilling(cfg):
         require(
+            task_key is None,
+            f"task.teacher_key={task_key} names each row's teacher for distill=opd: use "
+            "distill=opd with teacher.paths, or leave task.teacher_key null",
+        )
+        require(
             not several,
             "teacher.paths names several teachers for distill=opd: use distill=opd or leave "
             "teacher.paths null",

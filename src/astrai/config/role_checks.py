@@ -16,6 +16,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from astrai.checkpoints.layout import CheckpointError
 from astrai.checkpoints.policy import read_tokenizer_and_config
 from astrai.config.errors import ConfigError, require
 from astrai.config.train_type_checks import strategy_class_of
@@ -154,7 +155,7 @@ def validate_teacher(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) 
     for key, path in sources.items():
         try:
             teacher_tokenizer, config = read_tokenizer_and_config(Path(path))
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, CheckpointError) as err:
             raise ConfigError(f"{key}: {' '.join(str(err).split())}") from None
         check_same_vocabulary(teacher_tokenizer, config, tokenizer, model, key)
 
