@@ -114,6 +114,17 @@ def test_the_watch_warns_once_per_streak(caplog: pytest.LogCaptureFixture) -> No
     ]
 
 
+def test_a_distillation_run_is_not_told_its_reward_is_silent() -> None:
+    """Under distill=opd (``watch_reward`` False) the teacher's per-token signal moves the
+    policy whatever the rewards: equal rewards step after step say nothing."""
+    watch = RewardSignalWatch(group_baseline=True, max_new_tokens=4, watch_reward=False)
+    silent = {"rollout/frac_reward_zero_std": 1.0, "rollout/truncated_frac": 1.0}
+    rollout: Any = None
+    assert [watch.observe(step, rollout, silent, lambda x: x) for step in range(1, 6)] == [
+        None
+    ] * 5
+
+
 def test_a_batch_baseline_needs_every_reward_equal_over_every_rank() -> None:
     watch = RewardSignalWatch(group_baseline=False, max_new_tokens=4, enabled=False, patience=1)
     equal_groups = SimpleNamespace(rewards=torch.tensor([[1.0, 1.0], [0.0, 0.0]]))

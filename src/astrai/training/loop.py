@@ -139,6 +139,7 @@ def start_run(parts: BuiltRun) -> RunStart:
             strategy.advantage in GROUP_BASELINES,
             strategy.sampling.max_new_tokens,
             enabled=parts.dist.is_main,
+            watch_reward=parts.distiller is None,  # a teacher's signal needs no reward spread
         ),
     )
 

@@ -63,6 +63,9 @@ class RewardSignalWatch:
         max_new_tokens: the response limit, named in the warning.
         enabled: whether this process logs (rank 0); every rank counts alike.
         patience: consecutive steps before the warning.
+        watch_reward: whether the reward is the run's only signal; False under distillation
+            (``distill=opd``: the teacher's per-token signal moves the policy whatever the
+            rewards), where only failing episodes are counted.
     """
 
     def __init__(
@@ -71,7 +74,9 @@ class RewardSignalWatch:
         max_new_tokens: int,
         enabled: bool = True,
         patience: int = PATIENCE,
+        watch_reward: bool = True,
     ) -> None:
+        self.watch_reward = watch_reward
         self.group_baseline = group_baseline
         self.max_new_tokens = max_new_tokens
         self.enabled = enabled
@@ -92,6 +97,8 @@ class RewardSignalWatch:
         Raises ``EnvironmentFailing`` at the ``patience``-th step in a row whose every episode
         failed."""
         self._count_failures(step, metrics)
+        if not self.watch_reward:
+            return None
         if self.group_baseline:
             silent = metrics["rollout/frac_reward_zero_std"] == 1.0
         else:
