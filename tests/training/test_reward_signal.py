@@ -120,9 +120,7 @@ def test_a_distillation_run_is_not_told_its_reward_is_silent() -> None:
     watch = RewardSignalWatch(group_baseline=True, max_new_tokens=4, watch_reward=False)
     silent = {"rollout/frac_reward_zero_std": 1.0, "rollout/truncated_frac": 1.0}
     rollout: Any = None
-    assert [watch.observe(step, rollout, silent, lambda x: x) for step in range(1, 6)] == [
-        None
-    ] * 5
+    assert [watch.observe(step, rollout, silent, lambda x: x) for step in range(1, 6)] == [None] * 5
 
 
 def test_a_batch_baseline_needs_every_reward_equal_over_every_rank() -> None:
