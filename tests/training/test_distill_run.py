@@ -31,7 +31,7 @@ from tests.training.distill_helpers import (
     write_teacher,
 )
 
-from astrai.algorithms.distillation import LOSS_ESTIMATORS
+from astrai.algorithms.distillation import LOSS_ESTIMATORS, DistillSettings
 from astrai.checkpoints.layout import CheckpointError
 from astrai.config.distill_checks import distill_metric_names
 from astrai.metrics.names import distill_metrics
@@ -39,6 +39,7 @@ from astrai.models.llama import LlamaForCausalLM
 from astrai.models.lora import base_fingerprint
 from astrai.models.scoring import response_logprobs
 from astrai.rollout.rollout import Rollout
+from astrai.training.distillation import Distiller, Teacher
 from astrai.training.run import Run
 
 Teachers = dict[str, tuple[Path, LlamaForCausalLM]]
@@ -218,3 +219,25 @@ def test_a_resume_with_other_teacher_weights_is_refused_and_a_moved_teacher_resu
     }
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").open()]
     assert [s for s in steps if s > 0] == [1, 2, 3]
+
+
+def test_the_banner_names_the_estimator_and_each_teacher_with_its_hash() -> None:
+    """``Distiller.describe``: the start banner's ``distill:`` line (``training.announce``)."""
+    settings = DistillSettings("k1", 0.5, 32, False, None, None, None)
+    one = Teacher(torch.nn.Linear(1, 1), "/runs/t", "1a2b3c4d5e6f")
+    distiller = Distiller(settings, {"teacher": one}, None, torch.device("cpu"), False)
+    assert distiller.describe() == (
+        "distill: k1 (coef 0.5), the task's reward left out; teacher: /runs/t (sha256 1a2b3c4d)"
+    )
+    other = Teacher(torch.nn.Linear(1, 1), "/runs/r", "99887766aa")
+    routed = Distiller(
+        DistillSettings("k3", 1.0, 32, True, None, None, None),
+        {"add": one, "rev": other},
+        lambda text: "add",
+        torch.device("cpu"),
+        False,
+    )
+    assert routed.describe() == (
+        "distill: k3 (coef 1), added to the task's reward; teacher by task.teacher_key: "
+        "add /runs/t (sha256 1a2b3c4d), rev /runs/r (sha256 99887766)"
+    )
