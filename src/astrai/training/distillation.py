@@ -9,8 +9,9 @@ position) and returns the ``distill/*`` metrics; the strategy reads them
 
 - One teacher (``teacher.path``): it scores every row through the update's own forwards
   (``PassPlan.score_rollout``), so a teacher with the policy's weights reads a KL of exactly 0
-  against the trainer's π_old (``engine.old_logprobs: recompute``, or a step of one update);
-  against the sampler's logprobs (the default) it reads the sampler's rounding (~1e-8 in fp32).
+  against a π_old the trainer computed (``engine.old_logprobs: recompute``); against the
+  sampler's logprobs (the default, what k1's reward and ``distill/reverse_kl`` then read) it
+  reads the sampler's rounding (~1e-8 in fp32).
 - Several (``teacher.paths``, MOPD): each prompt's teacher is its ``task.teacher_key`` column
   (``task=dataset``); each teacher scores its rows only, in the update's micro-batching of
   those rows, and the per-teacher metrics ``distill/reverse_kl/<name>`` and
