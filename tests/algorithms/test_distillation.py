@@ -20,6 +20,7 @@ from astrai.algorithms.distillation import (
 )
 from astrai.algorithms.grpo import GRPOStrategy
 from astrai.algorithms.ppo import PPOStrategy
+from astrai.models.llama import LlamaConfig, LlamaForCausalLM
 from astrai.rollout.engines.sampler import SamplingConfig
 from astrai.rollout.minibatch import Minibatch
 from astrai.rollout.rollout import Rollout
@@ -255,3 +256,28 @@ def test_every_critic_free_estimator_adds_the_same_k1_signal(advantage: str) -> 
     strategy.distill = _settings()
     assert strategy.task_advantages(rollout).abs().max() == 0.0
     assert_close(strategy.advantages(rollout), k1)
+
+
+@pytest.mark.parametrize("estimator", ["k3", "forward_topk"])
+def test_the_loss_terms_add_up_beside_the_kl_to_the_reference(estimator: str) -> None:
+    """GRPO's loss with a loss estimator and ``kl_coef`` > 0 is the policy loss + ``kl_coef ×``
+    the KL to the reference + ``coef ×`` the distillation term: none of them drops another."""
+    torch.manual_seed(0)
+    policy = LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, initializer_range=0.2))
+    n, r, k = 3, 4, 5
+    response_mask = torch.arange(r)[None] < torch.tensor([4, 2, 3])[:, None]
+    batch = Minibatch(
+        prompt_ids=torch.randint(3, 48, (n, 2)), prompt_mask=torch.ones(n, 2, dtype=torch.bool),
+        response_ids=torch.randint(3, 48, (n, r)), response_mask=response_mask,
+        old_logprobs=None, ref_logprobs=-torch.rand(n, r) - 1.0, advantages=torch.randn(n, r),
+        teacher_logprobs=-torch.rand(n, r) - 1.0,
+        teacher_topk_ids=torch.randint(3, 48, (n, r, k)),
+        teacher_topk_logprobs=(torch.rand(n, r, k) / k).log(),
+    )  # fmt: skip
+    grpo = _grpo(kl_coef=0.1)
+    grpo.distill = _settings(estimator=estimator, coef=0.5, topk=k)
+    loss, metrics = grpo.loss(policy, batch)
+    expected = metrics["loss/policy"] + 0.1 * metrics["loss/kl"] + 0.5 * metrics["loss/distill"]
+    assert metrics["loss/distill"] > 0.01 and metrics["loss/kl"].abs() > 0.01
+    assert_close(loss.detach(), expected)
+    assert_close(metrics["loss/total"], expected)

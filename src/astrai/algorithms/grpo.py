@@ -138,7 +138,7 @@ class GRPOStrategy(Strategy):
                 self.norm_len,
             )
             if self.kl_in_loss:
-                loss = policy_loss + self.kl_coef * kl_loss
+                loss = loss + self.kl_coef * kl_loss
             kl_metric = {"loss/kl": kl_loss.detach()}
         elif self.kl_in_loss:
             raise ValueError("a prepared rollout without ref_logprobs needs kl_coef 0")
