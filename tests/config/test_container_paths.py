@@ -94,3 +94,21 @@ def test_the_shipped_examples_and_a_checkpoint_under_the_outputs_mount_are_visib
     hidden = docker_job(tmp_path, f"ckpt.resume={tmp_path}/run/checkpoints/step_2")
     with pytest.raises(ConfigError, match=r"ckpt.resume=.* is not visible in the container"):
         validate_config(compose_config(hidden, validate=False), where="container")
+
+
+def test_a_teacher_under_the_models_mount_validates_by_its_container_path(tmp_path: Path) -> None:
+    """``teacher.path`` (distill=opd) is read in the container as the model is: under a mount,
+    by its container path; a host path outside the mounts is one line before any container."""
+    save_tiny_hf_model(tmp_path / "mounts" / "models" / "tiny")
+    model = ["model=hf", "model.path=/models/tiny", "distill=opd"]
+    job = compose_config(docker_job(tmp_path, *model, "teacher.path=/models/tiny"), validate=False)
+    validate_config(job, where="container")
+    outside = save_tiny_hf_model(tmp_path / "elsewhere")
+    job = compose_config(docker_job(tmp_path, *model, f"teacher.path={outside}"), validate=False)
+    with pytest.raises(
+        ConfigError, match=re.escape(f"teacher.path={outside} is not visible in the container")
+    ):
+        validate_config(job, where="container")
+    several = docker_job(tmp_path, *model, f"teacher.paths={{a: {outside}}}")
+    with pytest.raises(ConfigError, match=re.escape("teacher.paths.a=")):
+        validate_config(compose_config(several, validate=False), where="container")

@@ -53,12 +53,16 @@ def host_path(path: str, mounts: dict[str, Path], repo_root: Path) -> Path | Non
 
 def input_path_keys(cfg: DictConfig) -> list[str]:
     """The dotted keys of ``cfg`` that name a file or folder a job reads: the model directory,
-    the dataset files, a reward model (also as a weighted reward's term) and a checkpoint to
-    resume from."""
+    the dataset files, a reward model (also as a weighted reward's term), a checkpoint to
+    resume from and the teachers (``teacher.path``, each of ``teacher.paths``)."""
     keys = ["model.path", "task.train_path", "task.eval_path", "reward.path", "ckpt.resume"]
     terms = OmegaConf.select(cfg, "reward.terms")
     if isinstance(terms, ListConfig):
         keys += [f"reward.terms.{i}.path" for i in range(len(terms))]
+    keys.append("teacher.path")
+    teachers = OmegaConf.select(cfg, "teacher.paths")
+    if isinstance(teachers, DictConfig):
+        keys += [f"teacher.paths.{name}" for name in teachers]
     return keys
 
 

@@ -346,8 +346,7 @@ def check_config(cfg: DictConfig, where: Where = "host") -> None:
         model = _validate_model(cfg.model, tokenizer)
     _check_model_size(model, cfg.train_type.sampling.max_new_tokens, allow_large)
     validate_distill(cfg, model.vocab_size)
-    if where != "container":  # the container's files are not the host's
-        validate_teacher(cfg, tokenizer, model)
+    validate_teacher(cfg, tokenizer, model)  # a container's: the host files it will read
     task = _validate_task(cfg, tokenizer, model)
     check_routes(cfg, task)
     reward_terms = _validate_reward(cfg.reward, task, tokenizer)
