@@ -62,7 +62,7 @@ def input_path_keys(cfg: DictConfig) -> list[str]:
     keys.append("teacher.path")
     teachers = OmegaConf.select(cfg, "teacher.paths")
     if isinstance(teachers, DictConfig):
-        keys += [f"teacher.paths.{name}" for name in teachers]
+        keys += [f"teacher.paths.{name!s}" for name in teachers.keys()]
     return keys
 
 
