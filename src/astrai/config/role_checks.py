@@ -44,7 +44,7 @@ ROLES: dict[str, RoleSource | None] = {
         unset="use critic=none",
     ),
     "teacher": RoleSource(
-        given=lambda cfg: bool(teacher_paths(cfg)),
+        given=lambda cfg: bool(teacher_sources(cfg)),
         setting=lambda cfg: _teacher_setting(cfg),
         use="set teacher.path to a Hugging Face model directory or an astrai checkpoint",
         unset="leave teacher.path null, or distill from it with distill=opd",
@@ -73,16 +73,6 @@ def teacher_sources(cfg: DictConfig) -> dict[str, str]:
         return {str(name): str(path) for name, path in paths.items()}
     path = node.get("path")
     return {} if path is None else {SINGLE_TEACHER: str(path)}
-
-
-def teacher_paths(cfg: DictConfig) -> list[str]:
-    """Every teacher path the config gives: ``teacher.path`` and ``teacher.paths``' values."""
-    teacher = cfg.get("teacher")
-    if teacher is None:
-        return []
-    several = teacher.get("paths") or {}
-    single = teacher.get("path")
-    return ([] if single is None else [str(single)]) + [str(p) for p in several.values()]
 
 
 def _teacher_setting(cfg: DictConfig) -> str:
@@ -146,13 +136,8 @@ def validate_teacher(cfg: DictConfig, tokenizer: Tokenizer, model: LlamaConfig) 
             teacher_path(cfg) is None,
             "teacher.path and teacher.paths are both set: one teacher (path) or several (paths)",
         )
-    single = teacher_path(cfg)
-    sources: dict[str, str] = {}
-    if several is not None:
-        sources = {f"teacher.paths.{name}": str(path) for name, path in several.items()}
-    elif single is not None:
-        sources = {"teacher.path": str(single)}
-    for key, path in sources.items():
+    for name, path in teacher_sources(cfg).items():
+        key = "teacher.path" if several is None else f"teacher.paths.{name}"
         try:
             teacher_tokenizer, config = read_tokenizer_and_config(Path(path))
         except (OSError, ValueError, CheckpointError) as err:

@@ -126,40 +126,52 @@ class Distiller:
     ) -> dict[str, float]:
         """Pin the teachers' scores of ``rollout`` and return the ``distill/*`` metrics (token
         means over the valid responses' sampled tokens of every rank)."""
-        shape = rollout.logprobs.shape  # [B, G, R]
-        topk = self.settings.estimator == "forward_topk"
-        logprobs = rollout.logprobs.new_zeros(shape)
-        ids = values = None
-        if topk:
-            k = self.settings.topk
-            ids = torch.zeros((*shape, k), dtype=torch.long, device=logprobs.device)
-            values = logprobs.new_zeros((*shape, k))
         rows = self.rows_by_teacher(rollout)
-        for name, teacher in self.teachers.items():
-            index = rows[name]
-            if not index:
-                continue
-            # one teacher: the update's own forwards; several: each its rows, in order
-            part, part_passes = (
-                (rollout, passes)
-                if not self.routed
-                else (rollout.take(index), passes.through(None))
-            )
-            at = torch.tensor(index, dtype=torch.long, device=logprobs.device)
-            with on_device_while(teacher.model, self.device, self.offload):
-                if topk:
-                    scored, top_ids, top_values = score_topk(
-                        teacher.model, part, part_passes, self.settings.topk, no_grad
-                    )
-                    assert ids is not None and values is not None
-                    ids.index_copy_(0, at, top_ids)
-                    values.index_copy_(0, at, top_values)
-                else:
-                    scored = part_passes.score_rollout(teacher.model, part, no_grad)
-            logprobs.index_copy_(0, at, scored)
-        rollout.teacher_logprobs = logprobs
-        rollout.teacher_topk_ids, rollout.teacher_topk_logprobs = ids, values
+        if not self.routed:  # one teacher: every row, through the update's own forwards
+            scores = self.score_rows(self.teachers[SINGLE_TEACHER], rollout, passes, no_grad)
+        else:  # several: each teacher its rows, in order, put back in their places
+            scores = self.score_routed(rollout, rows, passes, no_grad)
+        rollout.teacher_logprobs, rollout.teacher_topk_ids, rollout.teacher_topk_logprobs = scores
         return self.metrics(rollout, rows, sum_over_ranks)
+
+    def score_rows(
+        self, teacher: Teacher, rollout: Rollout, passes: PassPlan, no_grad: NoGradMode
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """``teacher``'s logprobs ``[b, G, R]`` of ``rollout``'s sampled tokens and, for
+        ``forward_topk``, its top-k ids and logprobs ``[b, G, R, k]`` (else None)."""
+        with on_device_while(teacher.model, self.device, self.offload):
+            if self.settings.estimator == "forward_topk":
+                return score_topk(teacher.model, rollout, passes, self.settings.topk, no_grad)
+            return passes.score_rollout(teacher.model, rollout, no_grad), None, None
+
+    def score_routed(
+        self,
+        rollout: Rollout,
+        rows: Mapping[str, list[int]],
+        passes: PassPlan,
+        no_grad: NoGradMode,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """``score_rows`` of each teacher over its own ``rows`` (the update's micro-batching of
+        those rows), gathered into the whole rollout's tensors."""
+        gathered: list[Tensor | None] = [None, None, None]
+        for name, teacher in self.teachers.items():
+            if not rows[name]:
+                continue
+            part = rollout.take(rows[name])
+            at = torch.tensor(rows[name], dtype=torch.long, device=rollout.logprobs.device)
+            for i, scored in enumerate(
+                self.score_rows(teacher, part, passes.through(None), no_grad)
+            ):
+                if scored is None:
+                    continue
+                whole = gathered[i]
+                if whole is None:
+                    whole = scored.new_zeros((rollout.num_prompts, *scored.shape[1:]))
+                    gathered[i] = whole
+                whole.index_copy_(0, at, scored)
+        logprobs, ids, values = gathered
+        assert logprobs is not None  # every prompt has a teacher, so some teacher had rows
+        return logprobs, ids, values
 
     def rows_by_teacher(self, rollout: Rollout) -> dict[str, list[int]]:
         """Name -> the prompt rows (``[B]`` indices) its teacher scores."""
