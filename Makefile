@@ -57,11 +57,11 @@ $(STAMP): pyproject.toml $(TRAIN_LOCK) $(LAUNCHER_SOURCES)
 # dev: pytest, ruff, mypy...; hf: transformers for the parity tests and the GGUF import; lora:
 # peft for the adapter tests (torch stays the pinned build)
 $(DEV_STAMP): $(STAMP) pyproject.toml $(DEV_LOCK)
-	$(call uv_install,$(BIN)) -e ".[dev,hf,lora,wandb,mlflow]" "torch==2.13.0" $(call constrain,$(DEV_LOCK))
+	$(call uv_install,$(BIN)) -e ".[dev,hf,lora,wandb,mlflow,agent]" "torch==2.13.0" $(call constrain,$(DEV_LOCK))
 	touch $(DEV_STAMP)
 
 install: $(STAMP) ## create .venv, install astrai (editable) and the launcher: what training needs
-install-dev: $(DEV_STAMP) ## install + the dev, hf, lora, wandb and mlflow extras (tests, lint, benchmarks, make smollm2)
+install-dev: $(DEV_STAMP) ## install + the dev, hf, lora, wandb, mlflow and agent extras (tests, lint, benchmarks, make smollm2)
 
 # vLLM's CPU build in a venv of its own: it pins transformers <5.20 (.venv has a newer one). Built
 # from scratch each time: torch first and pinned (the local CPU wheel), then astrai with the dev,
@@ -163,7 +163,7 @@ test-all: test test-slow test-docker ## every test
 lint: $(DEV_STAMP) ## ruff lint + format check, mypy on the typed core, the import layers
 	$(BIN)/ruff check src tests bench launchers docker
 	$(BIN)/ruff format --check src tests bench launchers docker
-	$(BIN)/mypy src/astrai/algorithms src/astrai/config src/astrai/checkpoints src/astrai/rewards src/astrai/tasks src/astrai/metrics src/astrai/models src/astrai/training src/astrai/rollout src/astrai/envs launchers/hydra_plugins/astrai_docker_launcher
+	$(BIN)/mypy src/astrai/algorithms src/astrai/config src/astrai/checkpoints src/astrai/rewards src/astrai/tasks src/astrai/metrics src/astrai/models src/astrai/training src/astrai/rollout src/astrai/envs src/astrai/endpoint launchers/hydra_plugins/astrai_docker_launcher
 	# the layers of docs/architecture.md; PYTHONPATH: the launcher of this checkout, not .venv's copy
 	PYTHONPATH=launchers $(BIN)/lint-imports
 	@# the math makes no process-group calls (docs/architecture.md); import-linter cannot see
@@ -202,7 +202,7 @@ bench-lora: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## LoRA: memory vs full fine
 # each; 143 s two at a time on one thread each
 BENCH_QUICK := lora_learning smollm2_tools memory lora_memory parallel_sweep env_learning mfu \
 	scale_memory generate_vs_hf async step_overhead checkpoint_save padding rollout \
-	reward_boundary stop_search env_boundary distill_learning
+	reward_boundary stop_search env_boundary distill_learning agent_overhead
 bench-quick: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## every bench script in its quick mode (seconds each; CI)
 	@OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target \
 		$(addprefix bench-quick/,$(BENCH_QUICK)) bench-quick/gpu-check bench-quick/smollm2_shaped

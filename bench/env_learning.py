@@ -5,6 +5,8 @@ real ``train.py`` run of the tiny model from scratch, one after another:
   numbers, a multiply tool; PPO with whitened advantages and turn-level GAE), until held-out
   greedy accuracy reaches 0.9
   (``trainer.stop_at``) or 10 minutes pass (``trainer.max_duration``);
+- ``calculator/agent``: ``experiment=calculator_agent``, the same task played by a black-box
+  agent (``examples/agent/calculator_agent.py``) through the endpoint, until 0.9 or 10 minutes;
 - ``calculator/no-tool``: the same job with the tool taken away (``env.tool=false``) for the
   same 10 minutes: its accuracy is to stay ≤ 0.1;
 - ``guess/grpo``: ``experiment=guess`` (find a number 1-15 from higher/lower feedback) for
@@ -12,7 +14,7 @@ real ``train.py`` run of the tiny model from scratch, one after another:
   last 50 steps, which is to fall.
 
 Each run's ``metrics.jsonl`` is read back; a line per run, then ``env_learning: PASS`` or
-``FAIL`` (exit 1) on those four bars. The wall time counts the whole process (start-up and
+``FAIL`` (exit 1) on those five bars. The wall time counts the whole process (start-up and
 evaluations included).
 
     .venv/bin/python bench/env_learning.py                 # ~35 min on 2 cores
@@ -32,6 +34,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+AGENT = REPO / "examples" / "agent"  # calculator_agent.play (calculator/agent)
 BUDGET_S = 600
 TARGET, NO_TOOL_BAR = 0.9, 0.1
 RUNS: dict[str, list[str]] = {
@@ -48,6 +51,12 @@ RUNS: dict[str, list[str]] = {
         f"trainer.stop_at={{eval/accuracy:{TARGET}}}",
     ],
     "calculator/no-tool": ["experiment=calculator", "env.tool=false"],
+    # the same task played by a black-box agent through the endpoint (examples/agent, env=agent):
+    # the native run's episodes token for token, each model call an HTTP round trip
+    "calculator/agent": [
+        "experiment=calculator_agent",
+        f"trainer.stop_at={{eval/accuracy:{TARGET}}}",
+    ],
     "guess/grpo": ["experiment=guess"],
 }
 QUICK = [
@@ -64,6 +73,7 @@ def run(name: str, directory: Path, quick: bool) -> tuple[list[dict], float]:
     args = [*RUNS[name], f"hydra.run.dir={directory}", "trainer.progress_bar=false"]
     args += QUICK if quick else [f"trainer.max_duration={BUDGET_S}s"]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(AGENT), env.get("PYTHONPATH")]))
     start = time.perf_counter()
     result = subprocess.run(
         [sys.executable, str(REPO / "train.py"), *args],
@@ -111,7 +121,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="keep the run dirs here")
     args = parser.parse_args()
     # quick: one run of each environment (the PPO and no-tool lines differ only in overrides)
-    names = args.only or (["calculator/grpo", "guess/grpo"] if args.quick else list(RUNS))
+    names = args.only or (
+        ["calculator/grpo", "guess/grpo", "calculator/agent"] if args.quick else list(RUNS)
+    )
     passed = True
     with tempfile.TemporaryDirectory() as tmp:
         root = args.out or Path(tmp)

@@ -26,12 +26,13 @@ from pathlib import Path
 import pytest
 import torch
 from tests.episode_envs import EXAMPLE
+from tests.forced_engine import ForcedFirstTurn
 
 from astrai.checkpoints.policy import load_policy
 from astrai.envs.base import Message
 from astrai.models.hf_tokenizer import HFTokenizer
-from astrai.rollout.engines.engine import Engine, NoKnobs, TorchEngine
-from astrai.rollout.engines.sampler import Generation, SamplingConfig
+from astrai.rollout.engines.engine import NoKnobs, TorchEngine
+from astrai.rollout.engines.sampler import SamplingConfig
 from astrai.rollout.episodes.env_spec import EnvSpec, env_spec
 from astrai.rollout.episodes.rollout import play_episodes, task_row
 from astrai.rollout.episodes.runner import Episode
@@ -46,47 +47,6 @@ END = "<|im_end|>"
 
 def _call(word: str) -> str:
     return f'<tool_call>\n{{"name": "lookup", "arguments": {{"word": "{word}"}}}}\n</tool_call>'
-
-
-class ForcedFirstTurn(Engine):
-    """The torch sampler, except that each row's first turn starts with ``forced[row]`` (ids
-    appended to its prompt; the model samples the rest of the turn): a forced token is part
-    of the turn as if sampled, with logprob 0."""
-
-    name = "forced_first_turn"
-    supports_prefix_continuation = True
-    Config = NoKnobs
-
-    def __init__(self, inner: TorchEngine, tokenizer: HFTokenizer, forced: list[list[int]]) -> None:
-        super().__init__(NoKnobs(), torch.nn.Module(), tokenizer)
-        self.inner, self.forced, self.turns = inner, forced, 0
-
-    def sample(self, prompt_ids, prompt_mask, group_size, sampling, stop_ids, generator=None):  # noqa: ANN001, ANN201
-        self.turns += 1
-        if self.turns > 1:
-            inner = self.inner
-            return inner.sample(prompt_ids, prompt_mask, group_size, sampling, stop_ids, generator)
-        rows = [row[mask].tolist() + forced for row, mask, forced in
-                zip(prompt_ids, prompt_mask, self.forced, strict=True)]  # fmt: skip
-        width = max(len(row) for row in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros(len(rows), width, dtype=torch.bool)
-        for i, row in enumerate(rows):
-            ids[i, width - len(row) :], mask[i, width - len(row) :] = torch.tensor(row), True
-        most = max(len(forced) for forced in self.forced)
-        rest = SamplingConfig(sampling.max_new_tokens - most, sampling.temperature)
-        out = self.inner.sample(ids, mask, group_size, rest, stop_ids, generator)
-        length = most + out.response_ids.shape[1]
-        response = torch.full((len(rows), length), self.pad_id, dtype=torch.long)
-        kept = torch.zeros(len(rows), length, dtype=torch.bool)
-        logprobs = torch.zeros(len(rows), length)
-        for i, forced in enumerate(self.forced):
-            sampled = out.response_ids[i][out.response_mask[i]]
-            n = len(forced) + len(sampled)
-            response[i, :n] = torch.tensor(forced + sampled.tolist(), dtype=torch.long)
-            kept[i, :n] = True
-            logprobs[i, len(forced) : n] = out.logprobs[i][out.response_mask[i]]
-        return Generation(response, kept, logprobs)
 
 
 def _conversations(

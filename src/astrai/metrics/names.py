@@ -88,6 +88,7 @@ METRICS: dict[str, str] = {
     "env/failed_flood": "share of episodes failed: an answer past env.max_observation_chars",
     "env/failed_observation": "share of episodes failed: an answer the tokenizer cannot render",
     "env/failed_opening": "share of episodes failed: their group opened differently (reset)",
+    "env/failed_trace_break": "share of agent episodes refused: a call did not extend the trace",
     "env/abandoned_workers": "timed-out environment calls still running (env.workers=thread)",
     "env/step_s": "seconds per environment step",
     "env/solved": "share of episodes solved (the environment's solved, else the threshold)",

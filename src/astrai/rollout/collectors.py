@@ -275,8 +275,9 @@ def env_line(env: EnvSpec) -> str:
     """``env: lookup_env.Lookup (parser hermes); max_turns 4, max_episode_tokens 4,096,
     step_timeout_s 30, workers process``."""
     limits = env.limits
+    agent = f", agent {env.kwargs['agent']}" if "agent" in env.kwargs else ""
     return (
-        f"env: {env.target} (parser {env.parser}); max_turns {limits.max_turns}, "
+        f"env: {env.target} (parser {env.parser}{agent}); max_turns {limits.max_turns}, "
         f"max_episode_tokens {limits.max_episode_tokens:,}, step_timeout_s "
         f"{limits.step_timeout_s:g}, workers {env.workers}"
     )

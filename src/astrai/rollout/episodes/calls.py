@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from astrai.endpoint.trace import TraceBreak
 from astrai.envs.base import Environment
 from astrai.envs.episode_tokens import EpisodeTokens
 from astrai.envs.hosts import EnvHost, HostCall, HostPool, call_hosts, pool_for_this_thread
@@ -26,8 +27,18 @@ log = logging.getLogger("astrai.training.trainer")  # the trainer's lines, one l
 
 # why an episode failed: its environment ran past a time limit, raised, its worker died, it
 # returned a value the runner cannot use, answered with too many characters, with text the
-# tokenizer cannot encode, or opened its group's episodes differently (rollout.episodes.rollout)
-FAILURE_CAUSES = ("timeout", "raised", "died", "invalid", "flood", "observation", "opening")
+# tokenizer cannot encode, opened its group's episodes differently (rollout.episodes.rollout), or
+# is an agent whose call did not extend its episode's trace (``endpoint.trace.TraceBreak``)
+FAILURE_CAUSES = (
+    "timeout",
+    "raised",
+    "died",
+    "invalid",
+    "flood",
+    "observation",
+    "opening",
+    "trace_break",
+)
 _told: set[tuple[str, str]] = set()  # (environment, cause) already logged by this process
 _told_lock = threading.Lock()
 
@@ -173,6 +184,8 @@ def _failed_call(episode: Episode, environment: str, method: str, outcome: Limit
     """Fail ``episode`` for a call of ``method`` that did not return a value."""
     kind = getattr(outcome, "kind", None) or ("timeout" if outcome.timed_out else "raised")
     cause = kind if kind in FAILURE_CAUSES else "raised"
+    if cause == "raised" and str(outcome.error).startswith(f"{TraceBreak.__name__}:"):
+        cause = "trace_break"
     episode.timeouts += int(cause == "timeout")
     note_failure(episode, environment, cause, f"{method}: {outcome.error}")
 

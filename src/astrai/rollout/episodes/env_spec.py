@@ -97,7 +97,8 @@ def environment_class(target: object) -> type[Environment]:
         target,
         "env._target_",
         Environment,
-        "an astrai.envs.Environment subclass (reset(row) -> messages, step(turn) -> StepResult)",
+        "an astrai.envs.Environment subclass (reset(row) -> messages, step(turn) -> StepResult;"
+        " an agent function is env=agent env.agent=module.function)",
     )
 
 

@@ -28,14 +28,14 @@ on, never seen by the environment). The kept tokens are exactly what the engine 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from astrai.envs.base import Environment, Message
 from astrai.envs.episode_tokens import EpisodeTokens
-from astrai.envs.tool_calls import ParsedTurn
+from astrai.envs.tool_calls import ParsedTurn, SampledTurn
 from astrai.envs.values import (
     checked_messages,
     checked_parsed_turn,
@@ -86,7 +86,8 @@ class EpisodeText:
     template, the plain-text protocol); ``user_parser``: ``parse`` is a user's function (run
     in the episode's slot, within the limits); ``max_token_chars``: the most characters one
     token decodes to (an observation's text is cut to ``max_observation_tokens`` times it
-    before it is encoded), None: unknown."""
+    before it is encoded), None: unknown; ``template``: the chat template's hash (``plain``:
+    none), told to an environment with each turn (``envs.tool_calls.SampledTurn``)."""
 
     prompt_ids: Callable[[Sequence[Message]], list[int]]
     observation_ids: Callable[[Sequence[Message]], list[int]]
@@ -96,6 +97,7 @@ class EpisodeText:
     end_ids: tuple[int, ...] = ()
     user_parser: bool = False
     max_token_chars: int | None = None
+    template: str = "plain"
 
 
 def _holds_stop(ids: list[int], decode: Callable[[list[int]], str], stops: Sequence[str]) -> bool:
@@ -248,18 +250,33 @@ def _sample_turn(
     ids, mask = _left_padded(rows, engine.pad_id, batch.device)
     out = engine.sample(ids, mask, 1, sampling, stop_ids, generator)
     texts: dict[int, str] = {}
+    facts: dict[int, SampledTurn] = {}
     for at, i in enumerate(live):
         tokens = episodes[i].tokens
         kept = out.response_mask[at]
         sampled = out.response_ids[at][kept].tolist()
         logprobs = out.logprobs[at][kept].tolist()
         whole = text.decode(sampled)  # one decode serves the stop search and the parser
-        keep = cut_at_stop_string(sampled, text.decode, text.stop_strings, whole)
-        keep = min(keep, batch.limits.max_episode_tokens - len(tokens.ids))
+        cut = cut_at_stop_string(sampled, text.decode, text.stop_strings, whole)
+        keep = min(cut, batch.limits.max_episode_tokens - len(tokens.ids))
+        prompt = list(tokens.ids)
         tokens.add_sampled(sampled[:keep], logprobs[:keep], version, turn)
         batch.closed[i] = bool(text.end_ids) and sampled[:keep][-1:] == list(text.end_ids[-1:])
         texts[i] = whole if keep == len(sampled) else text.decode(sampled[:keep])
-    return _parsed(batch, texts)
+        stopped = keep == cut and _stopped(sampled[:cut], whole, text.stop_strings, stop_ids)
+        facts[i] = SampledTurn(
+            prompt, sampled[:keep], logprobs[:keep], version, texts[i], stopped, text.template
+        )
+    turns = _parsed(batch, texts)
+    return {i: replace(parsed, sampled=facts[i]) for i, parsed in turns.items()}
+
+
+def _stopped(
+    kept: list[int], whole: str, stop_strings: Sequence[str], stop_ids: Sequence[int]
+) -> bool:
+    """Whether a turn cut to ``kept`` (at a stop string, if any) ended by stopping: at a stop
+    id, or at a stop string (``whole``: the text of all it sampled); else at a length limit."""
+    return bool(kept) and kept[-1] in set(stop_ids) or any(s in whole for s in stop_strings)
 
 
 def _parsed(batch: _Batch, texts: dict[int, str]) -> dict[int, ParsedTurn]:

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -99,4 +100,5 @@ def episode_text(tokenizer: Tokenizer, spec: EnvSpec, tools: list[dict[str, Any]
         end_ids=tuple(tokenizer.encode(end, False)),
         user_parser=spec.user_parser,
         max_token_chars=tokenizer.longest_token_chars(),
+        template=hashlib.sha256(str(tokenizer.chat_template).encode()).hexdigest()[:16],
     )
