@@ -137,6 +137,8 @@ class AgentEnvironment(Environment):
             first; this only bounds a thread nobody waits for).
     """
 
+    reads_tokens = True  # each answer carries the turn's ids and logprobs
+
     def __init__(
         self,
         agent: str | Callable[..., Any],
@@ -145,10 +147,10 @@ class AgentEnvironment(Environment):
         agent_args: dict[str, Any] | None = None,
         wait_s: float = 600.0,
     ) -> None:
-        self.agent, self.offered = agent, offered_tools(tools)
+        self.agent, self.offered = agent_function(agent), offered_tools(tools)
         self.agent_args = {str(k): v for k, v in (agent_args or {}).items()}
         try:  # refused here, at start-up, not in every episode
-            inspect.signature(agent_function(agent)).bind(None, {}, **self.agent_args)
+            inspect.signature(self.agent).bind(None, {}, **self.agent_args)
         except TypeError as err:
             raise ValueError(f"env.agent_args do not fit env.agent {agent}: {err}") from None
         self.model, self.wait_s = model, wait_s
@@ -162,7 +164,7 @@ class AgentEnvironment(Environment):
         return self.offered
 
     def reset(self, row: dict[str, Any]) -> list[Message]:
-        agent = agent_function(self.agent)
+        agent = self.agent
         self.server.model = self.model
         self.session, key = self.server.open_session()
         client = _client(agent, self.server, key, self.wait_s)

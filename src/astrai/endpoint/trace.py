@@ -25,7 +25,9 @@ _FINGERPRINT = re.compile(r"^astrai-(?P<template>[^-]+)-v(?P<version>-?\d+)$")
 
 class TraceBreak(RuntimeError):
     """A call that does not extend its episode's trace; the episode is refused
-    (``env/failed_trace_break``)."""
+    (``env/failed_trace_break``: the host reports the cause its class declares)."""
+
+    failure_cause = "trace_break"
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from astrai.envs.tool_calls import ParsedTurn
 
@@ -63,6 +63,10 @@ class Environment(abc.ABC):
     """One episode's environment. Subclasses implement ``reset`` and ``step`` (abstract);
     ``final_reward`` (the episode's, on its last sampled token) and ``tools`` (OpenAI function
     schemas, see ``envs.tools.ToolEnvironment``) are optional."""
+
+    # whether ``step`` reads the turn's tokens (``ParsedTurn.sampled``): the runner builds them
+    # for such an environment only (an endpoint-backed one returns them to its client)
+    reads_tokens: ClassVar[bool] = False
 
     @abc.abstractmethod
     def reset(self, row: dict[str, Any]) -> list[Message]:

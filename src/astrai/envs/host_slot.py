@@ -115,7 +115,7 @@ class EnvHost:
             self.gone = NO_ENV if self.made else "its make raised"
         if status == "ok":
             return Limited(value=value, seconds=seconds)
-        return Limited(error=value, seconds=seconds, kind="raised")
+        return Limited(error=value, seconds=seconds, kind=status)  # raised, or a declared cause
 
     def died(self, call: HostCall, worker: _Worker, seconds: float) -> Limited:
         """``worker`` died under ``call`` (or was killed by ``close`` from another thread):

@@ -2,15 +2,16 @@
 own long-lived event loop, and the loop with which a worker process serves calls.
 
 Both modes run a call through ``HostState.run``: in process mode in the worker's main thread
-(``serve``), in thread mode in a daemon thread per call. An awaitable result (``async def
-step``) is awaited on the slot's event loop, one per host and kept across its calls, so an
-``asyncio.Lock`` or a client made in ``reset`` works in every later step (a fresh
-``asyncio.run`` per call would fail with "attached to a different loop"). ``make`` cancels
-the tasks the previous environment left on it.
+(``serve``), in thread mode in the slot's own daemon thread (``host_slot``). An awaitable result
+(``async def step``) is awaited on the slot's event loop, one per host and kept across its
+calls, so an ``asyncio.Lock`` or a client made in ``reset`` works in every later step (a fresh
+``asyncio.run`` per call would fail with "attached to a different loop"). ``make`` cancels the
+tasks the previous environment left on it.
 
-A reply is plain data: ``("ok", value, seconds)`` or ``("raised", one line, seconds)``; the
-user's exception never crosses the pipe, so a ``ConnectionError`` a step raised is reported as
-such, never mistaken for the pipe's own.
+A reply is plain data: ``("ok", value, seconds)`` or ``(cause, one line, seconds)``, the cause
+``raised`` unless the exception's class names another (``failure_cause``: an agent's
+``endpoint.trace.TraceBreak`` is ``trace_break``); the user's exception never crosses the pipe,
+so a ``ConnectionError`` a step raised is reported as such, never mistaken for the pipe's own.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from astrai.forkserver_process import die_with_parent
 # the environment's methods a host calls (``make`` builds it; ``parse`` runs a user's parser)
 ENV_METHODS = ("reset", "step", "final_reward", "tools")
 METHODS = ("make", *ENV_METHODS, "parse")
-Reply = tuple[str, Any, float]  # ("ok", value, seconds) | ("raised", one line, seconds)
+Reply = tuple[str, Any, float]  # ("ok", value, seconds) | (cause, one line, seconds)
 
 
 def error_line(err: BaseException) -> str:
@@ -43,6 +44,12 @@ def error_line(err: BaseException) -> str:
         text = ""
     first = text.splitlines()[0].strip() if text.strip() else ""
     return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
+def failure_cause(err: BaseException) -> str:
+    """``raised``, or the cause ``err``'s class declares (a ``failure_cause`` string)."""
+    cause = getattr(type(err), "failure_cause", None)
+    return cause if isinstance(cause, str) else "raised"
 
 
 class HostState:
@@ -70,7 +77,7 @@ class HostState:
             if inspect.isawaitable(value):
                 value = self._awaited(value)
         except BaseException as err:  # noqa: BLE001 (user code: anything at all)
-            return ("raised", error_line(err), time.perf_counter() - start)
+            return (failure_cause(err), error_line(err), time.perf_counter() - start)
         finally:
             with self._lock:
                 self._running = False

@@ -44,7 +44,7 @@ class ParseError:
 class SampledTurn:
     """What the engine saw and sampled for one turn, as the episode runner hands it to the
     environment with the parsed turn (an endpoint-backed environment returns it to its client:
-    ``envs.agent``): ``prompt_ids`` [P] the episode's ids before the turn, ``token_ids`` [T]
+    ``endpoint.agent``): ``prompt_ids`` [P] the episode's ids before the turn, ``token_ids`` [T]
     the turn's kept sampled ids and ``logprobs`` [T] their behaviour logprobs, ``version`` the
     policy version that sampled them, ``text`` their decoded text, ``stopped`` whether the turn
     ended at a stop id or stop string (else at a length limit), ``template`` the chat
@@ -63,7 +63,8 @@ class SampledTurn:
 class ParsedTurn:
     """An assistant turn read for tool calls: its ``content`` (the text outside the calls),
     the ``calls`` in order, and the ``errors`` of calls that could not be read; ``sampled``:
-    its tokens (``SampledTurn``), set by the episode runner after the parser ran."""
+    its tokens (``SampledTurn``), set by the episode runner after the parser ran for an
+    environment that reads them (``Environment.reads_tokens``), else None."""
 
     content: str
     calls: list[ToolCall] = field(default_factory=list)

@@ -68,7 +68,8 @@ class Limited:
     """What a limited call gave: ``value`` (its result; its text cut to ``max_chars`` when it
     was a string), or ``error`` (one line: the exception, or the timeout); ``timed_out`` and
     ``cut`` say which limit acted, ``kind`` which failure it was (None: none; else one of
-    ``FAILURE_KINDS``, so a caller can count failures by cause)."""
+    ``FAILURE_KINDS``, or a cause the exception declared: ``host_worker.failure_cause``, so a
+    caller can count failures by cause)."""
 
     value: Any = None
     error: str | None = None

@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from astrai.endpoint.trace import TraceBreak
 from astrai.envs.base import Environment
 from astrai.envs.episode_tokens import EpisodeTokens
 from astrai.envs.hosts import EnvHost, HostCall, HostPool, call_hosts, pool_for_this_thread
@@ -28,7 +27,8 @@ log = logging.getLogger("astrai.training.trainer")  # the trainer's lines, one l
 # why an episode failed: its environment ran past a time limit, raised, its worker died, it
 # returned a value the runner cannot use, answered with too many characters, with text the
 # tokenizer cannot encode, opened its group's episodes differently (rollout.episodes.rollout), or
-# is an agent whose call did not extend its episode's trace (``endpoint.trace.TraceBreak``)
+# is an agent whose call did not extend its episode's trace (``endpoint.trace.TraceBreak``, whose
+# ``failure_cause`` the host's reply carries: ``envs.host_worker``)
 FAILURE_CAUSES = (
     "timeout",
     "raised",
@@ -115,6 +115,14 @@ class EnvSlots:
     pool: HostPool
     owned: bool = False
 
+    @property
+    def reads_tokens(self) -> bool:
+        """Whether its environments read each turn's tokens (``Environment.reads_tokens``)."""
+        return any(
+            getattr(kwargs["env"] if make is given_environment else make, "reads_tokens", False)
+            for make, kwargs in self.makes
+        )
+
     @classmethod
     def of_class(
         cls, env_cls: type[Environment], kwargs: dict[str, Any], n: int, workers: str, name: str
@@ -183,9 +191,7 @@ def call_all(
 def _failed_call(episode: Episode, environment: str, method: str, outcome: Limited) -> None:
     """Fail ``episode`` for a call of ``method`` that did not return a value."""
     kind = getattr(outcome, "kind", None) or ("timeout" if outcome.timed_out else "raised")
-    cause = kind if kind in FAILURE_CAUSES else "raised"
-    if cause == "raised" and str(outcome.error).startswith(f"{TraceBreak.__name__}:"):
-        cause = "trace_break"
+    cause = kind if kind in FAILURE_CAUSES else "raised"  # a declared cause it counts, or raised
     episode.timeouts += int(cause == "timeout")
     note_failure(episode, environment, cause, f"{method}: {outcome.error}")
 

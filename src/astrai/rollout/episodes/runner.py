@@ -147,7 +147,8 @@ def _left_padded(
 @dataclass
 class _Batch:
     """One call of ``run_episodes``: its episodes, their slots, how text becomes tokens, the
-    limits; ``closed[i]``: episode i's last turn sampled the template's end token."""
+    limits; ``closed[i]``: episode i's last turn sampled the template's end token;
+    ``reads_tokens``: its environments are given each turn's tokens (``SampledTurn``)."""
 
     episodes: list[Episode]
     slots: EnvSlots
@@ -155,6 +156,7 @@ class _Batch:
     limits: EpisodeLimits
     closed: list[bool]
     device: torch.device
+    reads_tokens: bool = False
 
     def call(self, requests: Sequence[tuple[int, str, tuple[Any, ...]]]) -> dict[int, Any]:
         limits = self.limits
@@ -194,7 +196,7 @@ def run_episodes(
     if len(slots.hosts) != len(rows):
         raise ValueError(f"{len(slots.hosts)} environment slots for {len(rows)} task rows")
     episodes = [Episode(EpisodeTokens()) for _ in rows]
-    batch = _Batch(episodes, slots, text, limits, [True] * len(rows), device)
+    batch = _Batch(episodes, slots, text, limits, [True] * len(rows), device, slots.reads_tokens)
     try:
         _open(batch, rows)
         for turn in range(1, limits.max_turns + 1):
@@ -259,16 +261,17 @@ def _sample_turn(
         whole = text.decode(sampled)  # one decode serves the stop search and the parser
         cut = cut_at_stop_string(sampled, text.decode, text.stop_strings, whole)
         keep = min(cut, batch.limits.max_episode_tokens - len(tokens.ids))
-        prompt = list(tokens.ids)
+        start = len(tokens.ids)
         tokens.add_sampled(sampled[:keep], logprobs[:keep], version, turn)
         batch.closed[i] = bool(text.end_ids) and sampled[:keep][-1:] == list(text.end_ids[-1:])
         texts[i] = whole if keep == len(sampled) else text.decode(sampled[:keep])
-        stopped = keep == cut and _stopped(sampled[:cut], whole, text.stop_strings, stop_ids)
-        facts[i] = SampledTurn(
-            prompt, sampled[:keep], logprobs[:keep], version, texts[i], stopped, text.template
-        )
+        if batch.reads_tokens:  # an endpoint-backed environment: what it answers its client with
+            stopped = keep == cut and _stopped(sampled[:cut], whole, text.stop_strings, stop_ids)
+            facts[i] = SampledTurn(tokens.ids[:start], sampled[:keep], logprobs[:keep], version,
+                                   texts[i], stopped, text.template)  # fmt: skip
     turns = _parsed(batch, texts)
-    return {i: replace(parsed, sampled=facts[i]) for i, parsed in turns.items()}
+    return {i: replace(parsed, sampled=facts[i]) if i in facts else parsed
+            for i, parsed in turns.items()}  # fmt: skip
 
 
 def _stopped(
