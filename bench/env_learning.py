@@ -7,6 +7,10 @@ real ``train.py`` run of the tiny model from scratch, one after another:
   (``trainer.stop_at``) or 10 minutes pass (``trainer.max_duration``);
 - ``calculator/agent``: ``experiment=calculator_agent``, the same task played by a black-box
   agent (``examples/agent/calculator_agent.py``) through the endpoint, until 0.9 or 10 minutes;
+- ``calculator/verifiers``: ``experiment=calculator_verifiers``, the same task as a verifiers
+  taskset (``examples/verifiers/calculator_taskset.py``) through the endpoint, likewise;
+- ``calculator/openenv``: ``experiment=calculator_openenv``, the same task as an OpenEnv
+  environment (``examples/openenv/calculator_server.py``) served by OpenEnv's server, likewise;
 - ``calculator/no-tool``: the same job with the tool taken away (``env.tool=false``) for the
   same 10 minutes: its accuracy is to stay ≤ 0.1;
 - ``guess/grpo``: ``experiment=guess`` (find a number 1-15 from higher/lower feedback) for
@@ -34,7 +38,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-AGENT = REPO / "examples" / "agent"  # calculator_agent.play (calculator/agent)
+# calculator_agent.play (calculator/agent), the calculator_taskset (calculator/verifiers), the
+# calculator_server (calculator/openenv)
+EXAMPLES = [REPO / "examples" / name for name in ("agent", "verifiers", "openenv")]
 BUDGET_S = 600
 TARGET, NO_TOOL_BAR = 0.9, 0.1
 RUNS: dict[str, list[str]] = {
@@ -57,6 +63,18 @@ RUNS: dict[str, list[str]] = {
         "experiment=calculator_agent",
         f"trainer.stop_at={{eval/accuracy:{TARGET}}}",
     ],
+    # the same task as a verifiers taskset (examples/verifiers, env=verifiers): its reward
+    # function and multi-turn Env, verifiers' interception between its harness and the endpoint
+    "calculator/verifiers": [
+        "experiment=calculator_verifiers",
+        f"trainer.stop_at={{eval/accuracy:{TARGET}}}",
+    ],
+    # the same task as an OpenEnv environment (examples/openenv, env=openenv): OpenEnv's server
+    # in a process of its own, a websocket session per slot
+    "calculator/openenv": [
+        "experiment=calculator_openenv",
+        f"trainer.stop_at={{eval/accuracy:{TARGET}}}",
+    ],
     "guess/grpo": ["experiment=guess"],
 }
 QUICK = [
@@ -73,7 +91,8 @@ def run(name: str, directory: Path, quick: bool) -> tuple[list[dict], float]:
     args = [*RUNS[name], f"hydra.run.dir={directory}", "trainer.progress_bar=false"]
     args += QUICK if quick else [f"trainer.max_duration={BUDGET_S}s"]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(AGENT), env.get("PYTHONPATH")]))
+    paths = [*map(str, EXAMPLES), env.get("PYTHONPATH")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     start = time.perf_counter()
     result = subprocess.run(
         [sys.executable, str(REPO / "train.py"), *args],
@@ -121,8 +140,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="keep the run dirs here")
     args = parser.parse_args()
     # quick: one run of each environment (the PPO and no-tool lines differ only in overrides)
-    # (calculator/agent's quick run is left out for CI's budget: its job composes and runs in
-    # tests/endpoint/test_conformance.py, and bench/agent_overhead.py --quick plays its agent)
+    # (the quick runs of calculator/agent, /verifiers and /openenv are left out for CI's budget:
+    # their jobs compose and run in tests/endpoint/test_conformance.py, and
+    # bench/agent_overhead.py --quick plays the agent)
     names = args.only or (["calculator/grpo", "guess/grpo"] if args.quick else list(RUNS))
     passed = True
     with tempfile.TemporaryDirectory() as tmp:

@@ -44,7 +44,7 @@ def _typed(message: Any) -> str:
     return f"c{arguments.get('a')}*{arguments.get('b')}" if arguments else "c"
 
 
-def play(client: openai.OpenAI, row: dict[str, Any], call_reward: float = 0.5) -> float:
+def play(client: openai.OpenAI, row: dict[str, Any], call_reward: float = 0.5) -> Any:
     """One episode of ``row`` (a ``task=products`` row: ``text`` is ``"12*34="``);
     ``call_reward`` (``env.agent_args.call_reward``) as the native ``env.call_reward``."""
     match = QUESTION.match(row["text"])
@@ -59,7 +59,9 @@ def play(client: openai.OpenAI, row: dict[str, Any], call_reward: float = 0.5) -
             messages.append(message.model_dump(exclude_none=True))
             content = message.content or ""
             if not message.tool_calls and not content.startswith("c"):  # the answer
-                return credit + positional_match_reward(content, str(a * b))
+                score = positional_match_reward(content, str(a * b))
+                # solved: the product itself (what eval/accuracy counts, as the native env's)
+                return {"reward": credit + score, "metrics": {"solved": float(score == 1.0)}}
             calls += 1
             if calls == 1:  # the first call's credit: its text's match with "c"
                 credit += call_reward * positional_match_reward(_typed(message), "c")

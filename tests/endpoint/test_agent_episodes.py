@@ -52,6 +52,7 @@ def test_the_calculator_agent_plays_the_native_episodes_token_for_token(
         assert (agent.done, agent.truncated) == (native.done, native.truncated)
         # the agent's reward is its episode's, on the last sampled token: the same sum
         assert sum(agent.turn_rewards) + agent.final_reward == sum(native.turn_rewards)
+        assert agent.metrics.get("solved") == native.metrics.get("solved")  # the answer's
     # call credit 0.5/6 then solved; a guess; "e" then 7; "c" then solved; out of turns twice
     totals = [sum(e.turn_rewards) for e in played["native"]]
     assert totals == [0.5 / 6 + 1.0, 2 / 3, 0.5 / 4, 1.5, 0.5, 0.5 * 1 / 4]
@@ -136,9 +137,12 @@ def test_the_endpoint_answers_only_the_keys_of_open_sessions() -> None:
     session, key = server.open_session()
     models = httpx.get(f"{server.url}/models", headers={"Authorization": f"Bearer {key}"})
     assert models.status_code == 200 and models.json()["data"][0]["object"] == "model"
-    for header in ({}, {"Authorization": "Bearer x.y"}, {"Authorization": f"Bearer {key}0"}):
-        refused = httpx.post(f"{server.url}/chat/completions", json={}, headers=header)
-        assert refused.status_code == 401, header
+    token = {"Authorization": f"Bearer {server.token}"}  # the token alone: a session named too
+    for header, body in (({}, {}), ({"Authorization": "Bearer x.y"}, {}),
+                         ({"Authorization": f"Bearer {key}0"}, {}), (token, {}),
+                         (token, {"model": "astrai@nosuch"})):  # fmt: skip
+        refused = httpx.post(f"{server.url}/chat/completions", json=body, headers=header)
+        assert refused.status_code == 401, (header, body)
     server.close_session(session, "over")
     after = httpx.post(f"{server.url}/chat/completions", json={},
                        headers={"Authorization": f"Bearer {key}"})  # fmt: skip

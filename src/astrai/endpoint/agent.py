@@ -164,25 +164,10 @@ class AgentEnvironment(Environment):
         return self.offered
 
     def reset(self, row: dict[str, Any]) -> list[Message]:
-        agent = self.agent
         self.server.model = self.model
         self.session, key = self.server.open_session()
-        client = _client(agent, self.server, key, self.wait_s)
         self.turns, self.ended, self.outcome = 0, False, None
-        session, kwargs = self.session, self.agent_args
-
-        def run() -> None:
-            try:
-                if inspect.iscoroutinefunction(agent):
-                    value = asyncio.run(_awaited(agent(client, dict(row), **kwargs), client))
-                else:
-                    with client:  # its connections closed when the agent returns
-                        value = agent(client, dict(row), **kwargs)
-                session.finish(value)
-            except BaseException as err:  # noqa: BLE001 (user code: anything at all)
-                session.finish(error=err)
-
-        threading.Thread(target=run, name=f"astrai-agent-{session.sid}", daemon=True).start()
+        self._start(self.session, key, row)
         event = self._next()
         if isinstance(event, Finished):
             self._close()
@@ -202,6 +187,25 @@ class AgentEnvironment(Environment):
         self.pending, self.history = event, messages
         return messages
 
+    def _start(self, session: Session, key: str, row: dict[str, Any]) -> None:
+        """Start the episode's player: the agent function, in a thread of its own, with a
+        client under ``key``; it ends ``session`` with its return value or its error."""
+        agent, kwargs = self.agent, self.agent_args
+        client = _client(agent, self.server, key, self.wait_s)
+
+        def run() -> None:
+            try:
+                if inspect.iscoroutinefunction(agent):
+                    value = asyncio.run(_awaited(agent(client, dict(row), **kwargs), client))
+                else:
+                    with client:  # its connections closed when the agent returns
+                        value = agent(client, dict(row), **kwargs)
+                session.finish(value)
+            except BaseException as err:  # noqa: BLE001 (user code: anything at all)
+                session.finish(error=err)
+
+        threading.Thread(target=run, name=f"astrai-agent-{session.sid}", daemon=True).start()
+
     def step(self, turn: ParsedTurn) -> StepResult:
         self.turns += 1
         said = assistant_message(turn, f"call_{self.turns}")
@@ -214,7 +218,9 @@ class AgentEnvironment(Environment):
                 raise event.error
             self.outcome, metrics = _returned(event.value)
             self.ended = True
-            return StepResult(done=True, metrics=metrics)
+            # a player that stopped at a limit of its own (verifiers' max_turns) says so
+            truncated = isinstance(event.value, dict) and bool(event.value.get("truncated"))
+            return StepResult(done=not truncated, truncated=truncated, metrics=metrics)
         messages = _incoming(event, f"call {self.turns + 1}")
         expected = [*self.history, said]
         at = first_difference(expected, messages)
@@ -275,7 +281,8 @@ async def _awaited(value: Any, client: Any) -> Any:
 
 def _returned(value: Any) -> tuple[Any, dict[str, Any]]:
     """The agent's return value as (reward, metrics): a number, or ``{"reward": ...,
-    "metrics": {...}}`` (the runner checks both at the door)."""
+    "metrics": {...}}`` (the runner checks both at the door; ``"truncated": True`` ends the
+    episode as out of turns rather than done)."""
     if isinstance(value, dict) and "reward" in value:
         return value["reward"], dict(value.get("metrics") or {})
     return value, {}

@@ -83,13 +83,24 @@ class EndpointServer:
         with self._lock:
             self.sessions.pop(session.sid, None)
 
-    def session_of(self, authorization: str | None) -> Session | None:
-        """The open session an ``Authorization`` header's key names, or None."""
+    def authorized(self, authorization: str | None) -> bool:
+        """Whether an ``Authorization`` header carries this process's token (the key's part
+        before its ``.``)."""
         if not authorization or not authorization.startswith("Bearer "):
+            return False
+        token = authorization[len("Bearer ") :].strip().partition(".")[0]
+        return secrets.compare_digest(token, self.token)
+
+    def session_of(self, authorization: str | None, named: str | None = None) -> Session | None:
+        """The open session an ``Authorization`` header's key names, or None. The key is
+        ``<token>.<session>``, or the process's token alone with the session ``named``
+        otherwise (the ``X-Astrai-Session`` header, or the request's model
+        ``<model>@<session>``): for a client that reads its key once per process from the
+        environment and is shared by every episode (``env=verifiers``)."""
+        if not self.authorized(authorization):
             return None
-        token, _, sid = authorization[len("Bearer ") :].strip().partition(".")
-        if not secrets.compare_digest(token, self.token):
-            return None
+        assert authorization is not None
+        sid = authorization.partition(".")[2].strip() or (named or "")
         with self._lock:
             return self.sessions.get(sid)
 
