@@ -90,3 +90,13 @@ def test_a_taskset_s_mcp_tool_server_answers_the_calls(monkeypatch: pytest.Monke
         "u:12*34=,a:c12*34t:408,a:7",
     ]
     assert [e.final_reward for e in episodes] == [1.0, 0.0]
+
+
+def test_a_bad_taskset_is_one_line_naming_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(TASKSETS))
+    with pytest.raises(ValueError, match=r"^env.taskset is not set"):
+        VerifiersEnvironment("???")
+    with pytest.raises(ValueError, match=r"^env.taskset 'no_such_taskset': taskset .* not found"):
+        VerifiersEnvironment("no_such_taskset")
+    with pytest.raises(ValueError, match=r"^env.taskset 'vf_needs': its NeedsData needs .'level'."):
+        VerifiersEnvironment("vf_needs")

@@ -91,3 +91,10 @@ def test_a_server_that_dies_costs_the_episodes_in_flight_and_is_started_again(
     assert [e.failed for e in again] == [False, False]
     assert [sum(e.turn_rewards) for e in again] == [0.5 + 1.0, 2 / 3]
     assert first.process.poll() is None  # a new server process, serving
+
+
+def test_bad_input_is_one_line_naming_the_key() -> None:
+    with pytest.raises(ValueError, match=r"needs one of env.url \(a running server\) or env.app"):
+        OpenEnvEnvironment()
+    with pytest.raises(RuntimeError, match=r"^env.app 'no_such_module:app': its server exited"):
+        OpenEnvEnvironment(app="no_such_module:app")
