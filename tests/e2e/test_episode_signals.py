@@ -1,4 +1,5 @@
-"""SIGTERM and ``kill -9`` while episodes are being played (issue 50's acceptance): at lag 0 the
+"""SIGTERM and ``kill -9`` while episodes are being played (issue 50's acceptance; issue 62's for
+an OpenEnv server, whose sessions are in flight and which ends with the run): at lag 0 the
 step's episodes are abandoned and played again on resume; at lag 1 the checkpoint holds the
 episodes already sampled for the next step. Either way the resumed run ends bitwise where the
 straight run ends, and every step trains the same task rows as the straight run's step: none
@@ -60,6 +61,44 @@ ENV_MODULE = textwrap.dedent(
             return StepResult(reward=parity(turn.content), done=True)
     """
 )
+# the same environment as an OpenEnv server (env=openenv, issue 62): astrai serves it in a
+# process of its own, which must end with the run, kill -9 included
+SERVER_MODULE = textwrap.dedent(
+    """
+    from openenv.core.env_server.http_server import create_fastapi_app
+    from openenv.core.env_server.interfaces import Environment
+    from openenv.core.env_server.types import Action, Observation, State
+    from astrai.envs.tool_calls import ParsedTurn
+    import paused_env
+
+    class Say(Action):
+        message: str
+
+    class Heard(Observation):
+        text: str
+
+    class Paused(Environment[Say, Heard, State]):
+        SUPPORTS_CONCURRENT_SESSIONS = True
+
+        def __init__(self):
+            super().__init__()
+            self.env, self._state = paused_env.Paused(), State()
+
+        def reset(self, seed=None, episode_id=None, **row):
+            return Heard(text=self.env.reset(row)[0]["content"])
+
+        def step(self, action, timeout_s=None, **kwargs):
+            result = self.env.step(ParsedTurn(content=action.message))
+            text = result.observations[0]["content"] if result.observations else ""
+            return Heard(text=text, reward=result.reward, done=result.done)
+
+        @property
+        def state(self):
+            return self._state
+
+    app = create_fastapi_app(Paused, Say, Heard, max_concurrent_envs=256)
+    """
+)
 ARGS = [
     "debug=quick",
     "trainer.total_steps=4",
@@ -67,11 +106,14 @@ ARGS = [
     "trainer.eval_prompts=2",
     "logger.samples_every=1",
     "ckpt.every_steps=1",
-    "env=custom",
-    "env._target_=paused_env.Paused",
     "env.parser=none",
     "env.step_timeout_s=120",
 ]
+ENVS = {
+    "native": ["env=custom", "env._target_=paused_env.Paused"],
+    "openenv": ["env=openenv", "env.app=paused_server:app", "env.reset_args=[text]",
+                "env.observation_role=tool"],
+}  # fmt: skip
 # 8 episodes a step (4 prompts x 2); the configuration check opens 2 task rows twice each (a
 # nondeterministic opening is refused there) and the step-0 evaluation 2 episodes, so the
 # 4 + 2 + 8 + 8 + 1-th reset opens step 3's rollout, all of whose
@@ -85,6 +127,7 @@ NOISY = ("time/", "perf/", "env/step_s")
 
 def _env(tmp_path: Path, pause_at: int | None, name: str) -> dict[str, str]:
     (tmp_path / "paused_env.py").write_text(ENV_MODULE)
+    (tmp_path / "paused_server.py").write_text(SERVER_MODULE)
     return {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -104,7 +147,9 @@ def _run(tmp_path: Path, run_dir: Path, args: list[str], name: str) -> None:
 
 def _stop_at_mark(
     tmp_path: Path, run_dir: Path, args: list[str], sig: int, pause_at: int
-) -> tuple[int, str]:
+) -> tuple[int, str, list[int]]:
+    """The stopped run's exit code, its output, and the processes of its environment (its
+    OpenEnv server's) when the signal was sent."""
     proc = subprocess.Popen(
         [sys.executable, TRAIN, *ARGS, *args, f"hydra.run.dir={run_dir}"],
         cwd=tmp_path,
@@ -124,6 +169,7 @@ def _stop_at_mark(
             while (found := latest_checkpoint(run_dir)) is None or found.step != 2:
                 assert time.monotonic() < deadline, "step 2's checkpoint never completed"
                 time.sleep(0.05)
+            serving = _servers_of(tmp_path, f"stopped-{sig}")
             proc.send_signal(sig)
             break
         assert time.monotonic() < deadline
@@ -131,7 +177,7 @@ def _stop_at_mark(
         proc.wait(timeout=60)
         pytest.fail(f"the run ended ({proc.returncode}) without pausing:\n{''.join(seen)[-3000:]}")
     rest, err = proc.communicate(timeout=120)
-    return proc.returncode, "".join(seen) + err + rest
+    return proc.returncode, "".join(seen) + err + rest, serving
 
 
 def _trained_rows(run_dir: Path) -> dict[int, list[str]]:
@@ -152,19 +198,39 @@ def _metrics(run_dir: Path) -> list[dict]:
     ]
 
 
+def _servers_of(tmp_path: Path, name: str) -> list[int]:
+    """The OpenEnv servers (``astrai.envs.openenv_serve``) whose environment names the run
+    ``name``'s reset count."""
+    marker = f"ASTRAI_TEST_RESETS={tmp_path / f'resets.{name}'}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit():
+                continue
+            serves = b"astrai.envs.openenv_serve" in (proc / "cmdline").read_bytes()
+            if serves and marker in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+    return found
+
+
 @pytest.mark.slow  # ~13 s each: three train.py runs
 @pytest.mark.parametrize(
-    ("sig", "lag"),
-    [(signal.SIGTERM, 0), (signal.SIGKILL, 0), (signal.SIGTERM, 1), (signal.SIGKILL, 1)],
-    ids=["sigterm-lag0", "kill9-lag0", "sigterm-lag1", "kill9-lag1"],
-)
+    ("sig", "lag", "env"),
+    [(signal.SIGTERM, 0, "native"), (signal.SIGKILL, 0, "native"), (signal.SIGTERM, 1, "native"),
+     (signal.SIGKILL, 1, "native"), (signal.SIGTERM, 0, "openenv"),
+     (signal.SIGKILL, 0, "openenv")],
+    ids=["sigterm-lag0", "kill9-lag0", "sigterm-lag1", "kill9-lag1", "openenv-sigterm-lag0",
+         "openenv-kill9-lag0"],
+)  # fmt: skip
 def test_a_stop_with_episodes_in_flight_resumes_bitwise_with_every_task_once(
-    tmp_path: Path, sig: int, lag: int
+    tmp_path: Path, sig: int, lag: int, env: str
 ) -> None:
-    args = [f"train_type.max_policy_lag={lag}"]
+    args = [f"train_type.max_policy_lag={lag}", *ENVS[env]]
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     _run(tmp_path, straight, args, "straight")
-    code, err = _stop_at_mark(tmp_path, stopped, args, sig, PAUSE_AT[lag])
+    code, err, serving = _stop_at_mark(tmp_path, stopped, args, sig, PAUSE_AT[lag])
     if sig == signal.SIGKILL:
         assert code == -signal.SIGKILL
         last = 2  # what had completed: step 3's rollout (lag 0) or step 3's update was running
@@ -179,6 +245,12 @@ def test_a_stop_with_episodes_in_flight_resumes_bitwise_with_every_task_once(
         # the sampling thread's wait on the hung step ends (``abandon_steps_of``)
         assert "left behind" not in err, err[-3000:]
         last = 3
+    if env == "openenv":  # its server, serving at the stop, ended with the run, kill -9 included
+        assert len(serving) == 1, serving
+        deadline = time.monotonic() + 10
+        while _servers_of(tmp_path, f"stopped-{sig}"):
+            assert time.monotonic() < deadline, "the OpenEnv server outlived its run"
+            time.sleep(0.1)
     done = sorted(int(p.name.split("_")[1]) for p in (stopped / "checkpoints").glob("step_*"))
     assert done and done[-1] == last, done
     _run(tmp_path, stopped, args, "resumed")

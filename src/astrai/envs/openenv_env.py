@@ -52,7 +52,8 @@ def _client_class() -> Any:
 
 class OpenEnvServer:
     """OpenEnv's server for ``app`` (``module:attribute``, an app from ``create_fastapi_app``)
-    in a ``uvicorn`` process of its own on 127.0.0.1, started again if it has exited."""
+    in a ``uvicorn`` process of its own on 127.0.0.1 (``envs.openenv_serve``: it ends with this
+    process), started again if it has exited."""
 
     def __init__(self, app: str) -> None:
         self.app = app
@@ -71,8 +72,7 @@ class OpenEnvServer:
         with socket.socket() as sock:  # a free port (released for uvicorn to bind)
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        command = [sys.executable, "-m", "uvicorn", self.app, "--host", "127.0.0.1",
-                   "--port", str(port), "--log-level", "warning"]  # fmt: skip
+        command = [sys.executable, "-m", "astrai.envs.openenv_serve", self.app, str(port)]
         self.process = process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
         self.url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + START_TIMEOUT_S
