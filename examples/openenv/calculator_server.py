@@ -8,9 +8,10 @@ reward (tests/envs/test_openenv.py):
 
 ``reset(prompt=...)`` takes the task row's question (``"12*34="``); an action's ``message`` is
 the turn's text: ``c`` or ``c12*34`` calls ``multiply`` (answered ``=<product>``, ``e`` for a
-malformed call; the first call earns up to ``call_reward``), any other text is the answer (the
-share of its characters that match the product; the episode is done). A message ``die`` ends
-the server's process (the tests' dying server).
+malformed call; the first call earns up to 0.5, ``CALCULATOR_CALL_REWARD`` in the server's
+environment), any other text is the answer (the share of its characters that match the
+product; the episode is done). A message ``die`` ends the server's process (the tests' dying
+server).
 """
 
 import os
