@@ -122,18 +122,17 @@ def _incoming(call: Call, what: str) -> list[Message]:
     return [{**m, "content": "" if m.get("content") is None else m["content"]} for m in messages]
 
 
-class AgentEnvironment(Environment):
-    """One episode of a user's agent function (module docstring).
+class EndpointEnvironment(Environment):
+    """An episode played by something that calls the endpoint (module docstring): ``reset``
+    opens a session and starts its player (``_start``, the subclass's), each model call is a
+    turn. ``AgentEnvironment``'s player is a user's function, ``VerifiersEnvironment``'s a
+    verifiers episode.
 
     Args:
-        agent: the function ``(client, row) -> reward`` (sync or ``async def``), or its
-            ``module.function`` path.
         tools: the tools its calls offer the model (``offered_tools``): rendered into the
             opening as a native environment's are, and what its first call must send.
         model: the model name ``/v1/models`` lists.
-        agent_args: keyword arguments the function is called with besides ``client`` and
-            ``row`` (``env.agent_args``: the agent's own settings, composed by Hydra).
-        wait_s: how long one wait for the agent may take at most (the episode's limits end it
+        wait_s: how long one wait for the player may take at most (the episode's limits end it
             first; this only bounds a thread nobody waits for).
     """
 
@@ -141,24 +140,21 @@ class AgentEnvironment(Environment):
 
     def __init__(
         self,
-        agent: str | Callable[..., Any],
         tools: str | list[dict[str, Any]] | None = None,
         model: str = "astrai",
-        agent_args: dict[str, Any] | None = None,
         wait_s: float = 600.0,
     ) -> None:
-        self.agent, self.offered = agent_function(agent), offered_tools(tools)
-        self.agent_args = {str(k): v for k, v in (agent_args or {}).items()}
-        try:  # refused here, at start-up, not in every episode
-            inspect.signature(self.agent).bind(None, {}, **self.agent_args)
-        except TypeError as err:
-            raise ValueError(f"env.agent_args do not fit env.agent {agent}: {err}") from None
+        self.offered = offered_tools(tools)
         self.model, self.wait_s = model, wait_s
         self.session: Session | None = None
-        # the process's endpoint started and the client imported here, not in reset: the first
-        # of each costs seconds (imports), within the constructor's time limit, once per process
+        # the process's endpoint started here, not in reset: its first start costs seconds
+        # (imports), within the constructor's time limit, once per process
         self.server = endpoint_server()
-        _openai()
+
+    def _start(self, session: Session, key: str, row: dict[str, Any]) -> None:
+        """Start the episode's player on ``row``, its calls under ``key``; it ends ``session``
+        with its return value (``_returned``) or its error."""
+        raise NotImplementedError
 
     def tools(self) -> list[dict[str, Any]]:
         return self.offered
@@ -187,25 +183,6 @@ class AgentEnvironment(Environment):
         self.pending, self.history = event, messages
         return messages
 
-    def _start(self, session: Session, key: str, row: dict[str, Any]) -> None:
-        """Start the episode's player: the agent function, in a thread of its own, with a
-        client under ``key``; it ends ``session`` with its return value or its error."""
-        agent, kwargs = self.agent, self.agent_args
-        client = _client(agent, self.server, key, self.wait_s)
-
-        def run() -> None:
-            try:
-                if inspect.iscoroutinefunction(agent):
-                    value = asyncio.run(_awaited(agent(client, dict(row), **kwargs), client))
-                else:
-                    with client:  # its connections closed when the agent returns
-                        value = agent(client, dict(row), **kwargs)
-                session.finish(value)
-            except BaseException as err:  # noqa: BLE001 (user code: anything at all)
-                session.finish(error=err)
-
-        threading.Thread(target=run, name=f"astrai-agent-{session.sid}", daemon=True).start()
-
     def step(self, turn: ParsedTurn) -> StepResult:
         self.turns += 1
         said = assistant_message(turn, f"call_{self.turns}")
@@ -216,10 +193,8 @@ class AgentEnvironment(Environment):
             self._close()
             if event.error is not None:
                 raise event.error
-            self.outcome, metrics = _returned(event.value)
+            self.outcome, metrics, truncated = _returned(event.value)
             self.ended = True
-            # a player that stopped at a limit of its own (verifiers' max_turns) says so
-            truncated = isinstance(event.value, dict) and bool(event.value.get("truncated"))
             return StepResult(done=not truncated, truncated=truncated, metrics=metrics)
         messages = _incoming(event, f"call {self.turns + 1}")
         expected = [*self.history, said]
@@ -273,16 +248,65 @@ class AgentEnvironment(Environment):
         self.server.close_session(self._session, OVER)
 
 
+class AgentEnvironment(EndpointEnvironment):
+    """One episode of a user's agent function (module docstring).
+
+    Args:
+        agent: the function ``(client, row) -> reward`` (sync or ``async def``), or its
+            ``module.function`` path.
+        agent_args: keyword arguments the function is called with besides ``client`` and
+            ``row`` (``env.agent_args``: the agent's own settings, composed by Hydra).
+        tools, model, wait_s: ``EndpointEnvironment``'s.
+    """
+
+    def __init__(
+        self,
+        agent: str | Callable[..., Any],
+        tools: str | list[dict[str, Any]] | None = None,
+        model: str = "astrai",
+        agent_args: dict[str, Any] | None = None,
+        wait_s: float = 600.0,
+    ) -> None:
+        self.agent = agent_function(agent)
+        self.agent_args = {str(k): v for k, v in (agent_args or {}).items()}
+        try:  # refused here, at start-up, not in every episode
+            inspect.signature(self.agent).bind(None, {}, **self.agent_args)
+        except TypeError as err:
+            raise ValueError(f"env.agent_args do not fit env.agent {agent}: {err}") from None
+        super().__init__(tools, model, wait_s)
+        _openai()  # imported here, not in reset: seconds, once per process
+
+    def _start(self, session: Session, key: str, row: dict[str, Any]) -> None:
+        """The agent function, in a thread of its own (an ``async def`` on an event loop of
+        its own there), with a client under ``key``."""
+        agent, kwargs = self.agent, self.agent_args
+        client = _client(agent, self.server, key, self.wait_s)
+
+        def run() -> None:
+            try:
+                if inspect.iscoroutinefunction(agent):
+                    value = asyncio.run(_awaited(agent(client, dict(row), **kwargs), client))
+                else:
+                    with client:  # its connections closed when the agent returns
+                        value = agent(client, dict(row), **kwargs)
+                session.finish(value)
+            except BaseException as err:  # noqa: BLE001 (user code: anything at all)
+                session.finish(error=err)
+
+        threading.Thread(target=run, name=f"astrai-agent-{session.sid}", daemon=True).start()
+
+
 async def _awaited(value: Any, client: Any) -> Any:
     """An ``async def`` agent's result, its client closed on its loop after."""
     async with client:
         return await value
 
 
-def _returned(value: Any) -> tuple[Any, dict[str, Any]]:
-    """The agent's return value as (reward, metrics): a number, or ``{"reward": ...,
-    "metrics": {...}}`` (the runner checks both at the door; ``"truncated": True`` ends the
-    episode as out of turns rather than done)."""
+def _returned(value: Any) -> tuple[Any, dict[str, Any], bool]:
+    """The player's return value as (reward, metrics, truncated): a number, or ``{"reward":
+    ..., "metrics": {...}, "truncated": ...}`` (the runner checks reward and metrics at the
+    door; truncated: it stopped at a limit of its own, verifiers' ``max_turns``, so the episode
+    is out of turns rather than done)."""
     if isinstance(value, dict) and "reward" in value:
-        return value["reward"], dict(value.get("metrics") or {})
-    return value, {}
+        return value["reward"], dict(value.get("metrics") or {}), bool(value.get("truncated"))
+    return value, {}, False

@@ -16,10 +16,6 @@ from fastapi.responses import JSONResponse
 
 from astrai.endpoint.session import Session, error_body
 
-# the session of a request whose key is the process's token alone: this header, else its model
-# named <model>@<session>
-SESSION_HEADER = "x-astrai-session"
-
 
 class Sessions(Protocol):
     """What the routes ask of the server (``endpoint.server.EndpointServer``)."""
@@ -56,7 +52,8 @@ def endpoint_app(server: Sessions) -> FastAPI:
             return JSONResponse(error_body("the request body is not JSON"), 400)
         if not isinstance(body, dict):
             return JSONResponse(error_body("the request body is not a JSON object"), 400)
-        named = request.headers.get(SESSION_HEADER) or str(body.get("model", "")).rpartition("@")[2]
+        # a key of the token alone names its session in the model: <model>@<session>
+        named = str(body.get("model", "")).rpartition("@")[2]
         session = server.session_of(authorization, named)
         if session is None:
             return _refused()

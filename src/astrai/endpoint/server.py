@@ -94,9 +94,9 @@ class EndpointServer:
     def session_of(self, authorization: str | None, named: str | None = None) -> Session | None:
         """The open session an ``Authorization`` header's key names, or None. The key is
         ``<token>.<session>``, or the process's token alone with the session ``named``
-        otherwise (the ``X-Astrai-Session`` header, or the request's model
-        ``<model>@<session>``): for a client that reads its key once per process from the
-        environment and is shared by every episode (``env=verifiers``)."""
+        otherwise (by the request's model, ``<model>@<session>``): for a client that reads its
+        key once per process from the environment and is shared by every episode
+        (``env=verifiers``)."""
         if not self.authorized(authorization):
             return None
         assert authorization is not None

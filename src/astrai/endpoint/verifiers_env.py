@@ -4,9 +4,9 @@ against the endpoint, each of its model calls a turn of the native episode runne
 
     python train.py env=verifiers env.taskset=my_taskset task=dataset ...   # by module name
 
-``VerifiersEnvironment`` is an ``AgentEnvironment`` whose player is a verifiers episode rather
-than a user's function: ``reset`` builds the verifiers task from the run's task row (the
-``prompt``, and the ``answer`` where its ``TaskData`` has one) and starts
+``VerifiersEnvironment`` is an ``EndpointEnvironment`` (as ``AgentEnvironment``) whose player
+is a verifiers episode rather than a user's function: ``reset`` builds the verifiers task from
+the run's task row (the ``prompt``, and the ``answer`` where its ``TaskData`` has one) and starts
 ``Env.run_episode`` on this process's verifiers event loop (``_loop``), with the model context
 bound to the endpoint (the process's token, the model named ``<model>@<session>``). verifiers'
 interception server sits between its harness and the endpoint and forwards the calls; the
@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
-from astrai.endpoint.agent import AgentEnvironment
+from astrai.endpoint.agent import EndpointEnvironment
 from astrai.endpoint.session import Session
 
 EXTRA = "env=verifiers needs verifiers: pip install 'astrai[verifiers]'"
@@ -129,7 +129,7 @@ def _listed_tools(env: Any, task_type: Any) -> list[dict[str, Any]]:
     return found
 
 
-class VerifiersEnvironment(AgentEnvironment):
+class VerifiersEnvironment(EndpointEnvironment):
     """One episode of a verifiers taskset (module docstring).
 
     Args:
@@ -140,9 +140,9 @@ class VerifiersEnvironment(AgentEnvironment):
             (its module's ``Env`` subclass), else verifiers' single-agent env.
         harness: the harness id; ``astrai_chat`` (verifiers' chat loop in process) by default.
         verifiers_max_turns: verifiers' own model-call limit (``env.max_turns``).
-        tools: as ``AgentEnvironment``'s; None (the default): what the taskset's tool servers
-            offer (``_listed_tools``).
-        model, wait_s: as ``AgentEnvironment``'s.
+        tools: as ``EndpointEnvironment``'s; None (the default): what the taskset's tool
+            servers offer (``_listed_tools``).
+        model, wait_s: ``EndpointEnvironment``'s.
     """
 
     def __init__(
@@ -159,7 +159,7 @@ class VerifiersEnvironment(AgentEnvironment):
         if not taskset or taskset == "???":
             raise ValueError("env.taskset is not set: name a verifiers taskset, env.taskset=module")
         vf = _verifiers()
-        super().__init__(_no_agent, tools, model, None, wait_s)
+        super().__init__(tools, model, wait_s)
         config = {
             "id": env_id,
             "taskset": {"id": taskset, **(taskset_args or {})},
@@ -216,11 +216,6 @@ class VerifiersEnvironment(AgentEnvironment):
                 session.finish(error=err)
 
         future.add_done_callback(finished)
-
-
-def _no_agent(client: Any, row: dict[str, Any]) -> None:
-    """``AgentEnvironment``'s function slot: a verifiers environment plays through ``_start``."""
-    raise AssertionError("unreachable: VerifiersEnvironment starts verifiers' episode instead")
 
 
 async def _played(env: Any, task: Any, ctx: Any) -> dict[str, Any]:
