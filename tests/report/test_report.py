@@ -178,3 +178,22 @@ def test_an_eval_ranking_says_how_many_prompts_it_rests_on(tmp_path: Path, capsy
     assert first.endswith("(highest first); eval/* over 4-13 held-out prompts"), first
     assert main([str(tmp_path), "--sort", "wall_time_s"]) == 0  # not an eval/* ranking
     assert capsys.readouterr().out.splitlines()[0].endswith("(highest first)")
+
+
+def test_node_column_shows_where_each_job_ran_when_jobs_ran_on_several(tmp_path: Path) -> None:
+    rows = make_rows([0.0, 0.5], reward=0.5)
+    for name, node in (("0", "ray:raylet1"), ("1", "ray:raylet2"), ("2", None)):
+        summary = make_summary(rows) if node is None else make_summary(rows, node=node)
+        make_job(tmp_path, name, [f"seed={name}"], rows, None if name == "2" else summary)
+    table = Table.build(load_sweep(tmp_path), "eval/accuracy")
+    assert table.header()[-2:] == ["node", "status"]
+    assert {job.name: table.cells(job)[-2] for job in table.jobs} == {
+        "0": "ray:raylet1", "1": "ray:raylet2", "2": "-",
+    }  # fmt: skip
+    table.write_csv(tmp_path / "report.csv")
+    with (tmp_path / "report.csv").open() as handle:
+        nodes = {r["job"]: r["node"] for r in csv.DictReader(handle)}
+    assert nodes == {"0": "ray:raylet1", "1": "ray:raylet2", "2": ""}
+    # one node (a local sweep): no column repeating the host's name
+    one = Table.build([j for j in load_sweep(tmp_path) if j.name != "1"], "eval/accuracy")
+    assert "node" not in one.header()

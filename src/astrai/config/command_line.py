@@ -6,18 +6,37 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# what a process that shares a run dir without owning it adds: no ``.hydra/``, its log on stdout
+NOT_THE_OWNER = ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
+
 
 def torchrun_arguments(argv: list[str], environ: dict[str, str]) -> list[str] | None:
     """Under torchrun every rank runs ``train.py`` and composes its own config: they must share
     one run dir (``${now:...}`` differs between ranks), and only rank 0 writes ``.hydra/`` and
-    ``train.log``. Returns the argv to use, or None when the run dir is missing."""
+    ``train.log``. The same for the launcher of a node other than node 0 (``infra.node_rank``
+    on its command line): the nodes share the run dir, node 0's rank 0 owns it. Returns the
+    argv to use, or None when the run dir is missing."""
+    if node_rank(argv[1:]) != 0:
+        return [*argv, *NOT_THE_OWNER]
     if int(environ.get("WORLD_SIZE", "1")) <= 1:
         return argv
     if not any(arg.startswith("hydra.run.dir=") for arg in argv[1:]):
         return None
     if environ.get("RANK", "0") != "0":
-        return [*argv, "hydra.output_subdir=null", "hydra/job_logging=stdout"]
+        return [*argv, *NOT_THE_OWNER]
     return argv
+
+
+def node_rank(overrides: list[str]) -> int:
+    """The ``infra.node_rank`` a command line gives (the last one; 0 when none, or one that is
+    not a whole number: validation names it once the config is composed). It differs between
+    the nodes of a job, so it is given there, not in a config file."""
+    rank = 0
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+") == "infra.node_rank":
+            rank = int(value) if value.strip().isdigit() else 0
+    return rank
 
 
 def single_run_overrides(argv: list[str], multirun: bool = False) -> list[str] | None:

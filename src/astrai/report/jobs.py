@@ -89,6 +89,12 @@ class Job:
         return best, steps[values.index(best)]
 
     @property
+    def node(self) -> str | None:
+        """Where the run ran, as its summary says (``training.node``); None without one."""
+        node = self.summary.get("node")
+        return node if isinstance(node, str) else None
+
+    @property
     def step(self) -> int | None:
         """Steps done: the summary's, or the last logged step when that is later (a running
         job, also one resumed after a stop)."""

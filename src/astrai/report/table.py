@@ -110,14 +110,23 @@ class Table:
         columns = list(COLUMNS) + ([sort] if sort not in COLUMNS else [])
         return cls(ordered, differing_keys(jobs), columns)
 
+    @property
+    def shows_node(self) -> bool:
+        """A node column when the jobs ran on more than one node (a cluster's launcher spread
+        them); on one machine it would repeat the host's name."""
+        return len({job.node for job in self.jobs if job.node is not None}) > 1
+
     def header(self) -> list[str]:
         names = short_names(self.keys)
         metrics = [COLUMNS.get(c, c) for c in self.columns]
-        return ["job", *(names[k] for k in self.keys), *metrics, "status"]
+        node = ["node"] if self.shows_node else []
+        return ["job", *(names[k] for k in self.keys), *metrics, *node, "status"]
 
     def cells(self, job: Job) -> list[str]:
         values = [_format(job, c) for c in self.columns]
-        return [job.name, *(job.overrides.get(k, "-") for k in self.keys), *values, job.status]
+        node = [job.node or "-"] if self.shows_node else []
+        overrides = [job.overrides.get(k, "-") for k in self.keys]
+        return [job.name, *overrides, *values, *node, job.status]
 
     def to_text(self) -> str:
         return text_table([self.header(), *(self.cells(j) for j in self.jobs)])
@@ -129,7 +138,7 @@ class Table:
         """Raw values: full override keys, unformatted numbers, the job dir and all overrides."""
         columns = [c for c in self.columns if c != "best/eval/accuracy"]
         header = ["job", *self.keys, "best/eval/accuracy", "best_step", *columns]
-        header += ["total_steps", "status", "job_dir", "overrides"]
+        header += ["total_steps", "node", "status", "job_dir", "overrides"]
         with path.open("w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
             writer.writerow(header)
@@ -144,6 +153,7 @@ class Table:
                         "" if best_step is None else best_step,
                         *(raw_number(metric_value(job, c)) for c in columns),
                         "" if job.total_steps is None else job.total_steps,
+                        job.node or "",
                         job.status,
                         "" if job.path is None else str(job.path),
                         overrides,

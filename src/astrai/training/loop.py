@@ -32,6 +32,7 @@ from astrai.metrics.writers import METRICS_FILE, RunLogger
 from astrai.rollout.engines.engine import Engine, build_engine
 from astrai.training.build import BuiltRun
 from astrai.training.checkpointing import restore_training_checkpoint
+from astrai.training.node import node_name
 from astrai.training.parallel import replicas
 from astrai.training.plan import StepPlan, step_plan
 from astrai.training.progress import progress_bar
@@ -339,6 +340,7 @@ def close_run(
         "train_type": run.parts.strategy.name,
         "run_dir": str(run.parts.run_dir),
         "stopped": stopped,
+        "node": node_name(),  # where it ran (a Slurm job's nodes, a Ray node, else the host)
         "checkpoint": str(checkpoint) if checkpoint is not None else None,
         **run.prompt_counts(),
     }
