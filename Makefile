@@ -175,7 +175,7 @@ test-all: test test-slow test-docker test-clusters ## every test
 lint: $(DEV_STAMP) ## ruff lint + format check, mypy on the typed core, the import layers
 	$(BIN)/ruff check src tests bench launchers docker
 	$(BIN)/ruff format --check src tests bench launchers docker
-	$(BIN)/mypy src/astrai/algorithms src/astrai/config src/astrai/checkpoints src/astrai/rewards src/astrai/tasks src/astrai/metrics src/astrai/models src/astrai/training src/astrai/rollout src/astrai/envs src/astrai/endpoint launchers/hydra_plugins/astrai_docker_launcher
+	$(BIN)/mypy src/astrai/algorithms src/astrai/config src/astrai/checkpoints src/astrai/rewards src/astrai/tasks src/astrai/metrics src/astrai/models src/astrai/training src/astrai/rollout src/astrai/envs src/astrai/endpoint launchers/hydra_plugins/astrai_docker_launcher launchers/hydra_plugins/astrai_ray_launcher
 	# the layers of docs/architecture.md; PYTHONPATH: the launcher of this checkout, not .venv's copy
 	PYTHONPATH=launchers $(BIN)/lint-imports
 	@# the math makes no process-group calls (docs/architecture.md); import-linter cannot see

@@ -194,6 +194,10 @@ def run_job(cfg: DictConfig, start: StartUp) -> float | None:
     once, exit 0 (``stopped_during_start_up``). Returns the job's ``optimized_metric`` (what a
     sweeper optimises)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if str(HydraConfig.get().launcher.get("_target_", "")).startswith(SUBMITIT_LAUNCHERS):
+        # a submitit job never ran main(), and submitit's SIGTERM handler only logs the signal:
+        # a scancel or requeue during start-up was lost, and Slurm's SIGKILL came mid-run
+        catch_stop_signals()
     begin_start_up()  # a sequential sweep's later job: interruptible as the first one
     try:
         with job_budget(_budget_seconds(cfg)):  # trainer.max_duration counts from start-up
@@ -303,6 +307,7 @@ def _leave_job_log_to_rank_0() -> None:
 
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+SUBMITIT_LAUNCHERS = "hydra_plugins.hydra_submitit_launcher."  # its Slurm and local launchers
 STOP_SIGNALS = ("SIGTERM", "SIGINT")
 
 
