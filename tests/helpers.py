@@ -1,6 +1,6 @@
 """Helpers shared by tests: compose the real Hydra config from ``conf/``; wait for a running
 ``train.py`` to log; run a command-line module's ``main`` in-process; write a small Hugging Face
-tokenizer directory locally."""
+tokenizer directory locally; free ports on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -159,3 +160,21 @@ def pass_plan(
         temperature=temperature,
         trains_critic=trains_critic,
     )
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on 127.0.0.1 right now (bound together, so no two are
+    the same; a server started next may still lose one to another process)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def free_port() -> int:
+    """One TCP port free on 127.0.0.1 right now."""
+    return free_ports(1)[0]

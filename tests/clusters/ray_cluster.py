@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.helpers import free_port, free_ports
 
 BIN = Path(sys.executable).parent  # the venv: the raylets and their workers run its Python
 # hydra-ray-launcher apart, --no-deps: it pins cloudpickle<3 (pyproject.toml's ray extra)
@@ -90,18 +91,6 @@ class RayCluster:
         return {**self.env, **DRIVER_LOOPBACK, "RAY_ADDRESS": self.address}
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports free on ``HOST`` right now."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind((HOST, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 def _raylet_env() -> dict[str, str]:
     """The raylets' environment, which their workers (the sweep's jobs) inherit: one thread each
     (tiny jobs side by side on 2 cores), nothing downloaded, no other cluster's address, and no
@@ -112,7 +101,7 @@ def _raylet_env() -> dict[str, str]:
     gRPC ignores these variables: RAY_grpc_enable_http_proxy is off)."""
     drop = ("RAY_ADDRESS", "OMP_NUM_THREADS", "HYDRA_FULL_ERROR")
     env = {k: v for k, v in os.environ.items() if k not in drop}
-    nowhere = f"http://{HOST}:{free_ports(1)[0]}"  # nothing listens: refused at once
+    nowhere = f"http://{HOST}:{free_port()}"  # nothing listens: refused at once
     env.update(
         OMP_NUM_THREADS="1",
         RAY_USAGE_STATS_ENABLED="0",
@@ -267,7 +256,7 @@ def ray_cluster() -> Iterator[RayCluster]:
     (checked) and the temp dir removed. The temp dir is short: Ray's socket paths inside it
     must fit in 107 bytes, which a pytest tmp_path does not leave room for."""
     temp_dir = Path(tempfile.mkdtemp(prefix="astrai-ray-"))
-    cluster = RayCluster(f"{HOST}:{free_ports(1)[0]}", temp_dir, _raylet_env())
+    cluster = RayCluster(f"{HOST}:{free_port()}", temp_dir, _raylet_env())
     try:
         start_node(cluster, HEAD, head=True)
         start_node(cluster, SECOND)

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+from tests.helpers import free_ports
+
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "srun", "scontrol", "sinfo", "squeue", "scancel")
 MUNGE_KEY = Path("/etc/munge/munge.key")
@@ -67,13 +69,6 @@ def cluster_env(conf: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("SLURM_")}
     env.update(SLURM_CONF=str(conf), OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1")
     return env
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def slurm_conf(folder: Path, ports: dict[str, int]) -> str:
@@ -161,7 +156,7 @@ class SlurmCluster:
             f"--log-file={self.folder / 'munged.log'}", f"--seed-file={self.folder / 'munge.seed'}",
         )  # fmt: skip
         self._wait_for(lambda: (self.folder / "munge.socket").exists(), "munged's socket")
-        ports = {name: free_port() for name in ("slurmctld", *NODES)}
+        ports = dict(zip(("slurmctld", *NODES), free_ports(1 + len(NODES)), strict=True))
         self.conf.write_text(slurm_conf(self.folder, ports))
         self._daemon("slurmctld", "-f", str(self.conf))
         for node in NODES:

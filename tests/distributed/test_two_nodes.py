@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.helpers import free_port
 from tests.train_runs import TRAIN, checkpoint_weights, last_logged_step, run_train
 
 STEPS = 24
@@ -29,12 +29,6 @@ JOB = [
     "trainer.eval_every=8",
     "ckpt.every_steps=0",  # the stop's checkpoint and the last step's only
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_nodes(run_dir: Path, cwd: Path) -> list[subprocess.Popen]:

@@ -4,7 +4,6 @@ Makefile's own command, run against real event files, asked for its runs over HT
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -12,16 +11,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from tests.helpers import free_port
 
 from astrai.metrics.writers import RunLogger
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _runs(port: int, timeout_s: float = 60) -> list[str]:
@@ -61,7 +55,7 @@ def test_make_tensorboard_serves_outputs_and_multirun(tmp_path: Path) -> None:
         logger = RunLogger(run_dir, tensorboard=True, flush_secs=1)
         logger.log(0, {"eval/accuracy": 0.5})
         logger.close()
-    port = _free_port()
+    port = free_port()
     command = _dry_run(f"PORT={port}")
     assert command[1:4] == ["--logdir_spec", "outputs:outputs,multirun:multirun", "--host"]
     assert command[-2:] == ["--port", str(port)]  # make tensorboard PORT=...
