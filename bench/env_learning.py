@@ -2,9 +2,9 @@
 real ``train.py`` run of the tiny model from scratch, one after another:
 
 - ``calculator/grpo``, ``calculator/ppo``: ``experiment=calculator`` (products of 2-digit
-  numbers, a multiply tool; PPO with whitened advantages and turn-level GAE), until held-out
-  greedy accuracy reaches 0.9
-  (``trainer.stop_at``) or 10 minutes pass (``trainer.max_duration``);
+  numbers, a multiply tool) and PPO's preset ``experiment=calculator_ppo``, until held-out
+  greedy accuracy reaches 0.9 (``trainer.stop_at``) or 10 minutes pass
+  (``trainer.max_duration``);
 - ``calculator/agent``: ``experiment=calculator_agent``, the same task played by a black-box
   agent (``examples/agent/calculator_agent.py``) through the endpoint, until 0.9 or 10 minutes;
 - ``calculator/verifiers``: ``experiment=calculator_verifiers``, the same task as a verifiers
@@ -13,16 +13,17 @@ real ``train.py`` run of the tiny model from scratch, one after another:
   environment (``examples/openenv/calculator_server.py``) served by OpenEnv's server, likewise;
 - ``calculator/no-tool``: the same job with the tool taken away (``env.tool=false``) for the
   same 10 minutes: its accuracy is to stay ≤ 0.1;
-- ``guess/grpo``: ``experiment=guess`` (find a number 1-15 from higher/lower feedback) for
-  10 minutes: the mean turns of the solved episodes (``env/turns_solved``) over its first and
-  last 50 steps, which is to fall.
+- ``guess/grpo``, ``guess/ppo``: ``experiment=guess`` (find a number 1-15 from higher/lower
+  feedback) and PPO's preset ``experiment=guess_ppo`` for 10 minutes: the mean turns of the
+  solved episodes (``env/turns_solved``) over its first and last 50 steps, which is to fall.
 
 Each run's ``metrics.jsonl`` is read back; a line per run, then ``env_learning: PASS`` or
-``FAIL`` (exit 1) on those five bars. The wall time counts the whole process (start-up and
-evaluations included).
+``FAIL`` (exit 1) on those bars. ``--seeds 0 1 2`` runs each named run once per seed
+(``seed=N``), one after another (the seed tables of docs/environments.md). The wall time counts
+the whole process (start-up and evaluations included).
 
     .venv/bin/python bench/env_learning.py                 # ~35 min on 2 cores
-    .venv/bin/python bench/env_learning.py --only calculator/ppo
+    .venv/bin/python bench/env_learning.py --only calculator/ppo --seeds 0 1 2 3 4
     .venv/bin/python bench/env_learning.py --quick         # seconds: checks the script (CI)
 """
 
@@ -45,17 +46,9 @@ BUDGET_S = 600
 TARGET, NO_TOOL_BAR = 0.9, 0.1
 RUNS: dict[str, list[str]] = {
     "calculator/grpo": ["experiment=calculator", f"trainer.stop_at={{eval/accuracy:{TARGET}}}"],
-    "calculator/ppo": [
-        "experiment=calculator",
-        "train_type=online_ppo",
-        # rewards on 2 of ~12 sampled tokens: unwhitened, the answer's advantages (~0.05) lost
-        # to the entropy bonus (the answer's tokens stayed uniform for 150 steps); whitened at
-        # token level, the answers settled on their first digit (eval 0.06 at step 300); with
-        # one time step per turn, 1.0 at step 550 (docs/environments.md)
-        "train_type.whiten_advantages=true",
-        "train_type.gae_level=turn",
-        f"trainer.stop_at={{eval/accuracy:{TARGET}}}",
-    ],
+    # PPO's preset (conf/experiment/calculator_ppo.yaml): the KL anchor, whitened advantages
+    # and one GAE time step per turn, each measured (docs/environments.md)
+    "calculator/ppo": ["experiment=calculator_ppo", f"trainer.stop_at={{eval/accuracy:{TARGET}}}"],
     "calculator/no-tool": ["experiment=calculator", "env.tool=false"],
     # the same task played by a black-box agent through the endpoint (examples/agent, env=agent):
     # the native run's episodes token for token, each model call an HTTP round trip
@@ -76,6 +69,7 @@ RUNS: dict[str, list[str]] = {
         f"trainer.stop_at={{eval/accuracy:{TARGET}}}",
     ],
     "guess/grpo": ["experiment=guess"],
+    "guess/ppo": ["experiment=guess_ppo"],
 }
 QUICK = [
     "trainer.total_steps=3",
@@ -86,9 +80,11 @@ QUICK = [
 ]
 
 
-def run(name: str, directory: Path, quick: bool) -> tuple[list[dict], float]:
-    """One run of ``RUNS[name]`` in ``directory``: its metrics rows and wall seconds."""
+def run(name: str, seed: int | None, directory: Path, quick: bool) -> tuple[list[dict], float]:
+    """One run of ``RUNS[name]`` (with ``seed``, unless None: the config's) in ``directory``:
+    its metrics rows and wall seconds."""
     args = [*RUNS[name], f"hydra.run.dir={directory}", "trainer.progress_bar=false"]
+    args += [] if seed is None else [f"seed={seed}"]
     args += QUICK if quick else [f"trainer.max_duration={BUDGET_S}s"]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
     paths = [*map(str, EXAMPLES), env.get("PYTHONPATH")]
@@ -113,16 +109,20 @@ def mean_of(rows: list[dict], key: str) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def verdict(name: str, rows: list[dict], seconds: float) -> tuple[str, bool]:
-    """The run's line and whether it meets its bar."""
+def verdict(name: str, label: str, rows: list[dict], seconds: float) -> tuple[str, bool]:
+    """The line of run ``name`` (printed as ``label``) and whether it meets its bar."""
     evals = [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
     step, accuracy = evals[-1]
     best = max(a for _, a in evals)
-    head = f"{name}: {len(rows) - 1} steps in {seconds:.0f} s, eval/accuracy {evals[0][1]:.3f}"
+    head = f"{label}: {len(rows) - 1} steps in {seconds:.0f} s, eval/accuracy {evals[0][1]:.3f}"
     head += f" at step 0 -> {accuracy:.3f} at step {step} (best {best:.3f})"
     if name.startswith("calculator/") and name != "calculator/no-tool":
         reached = accuracy >= TARGET and seconds <= BUDGET_S
-        return f"{head}; >= {TARGET} within {BUDGET_S} s: {reached}", reached
+        # the collapse issue 64 found shows by step 100: entropy down, groups all alike
+        near = [r for r in rows if 91 <= r["step"] <= 110]
+        spread = f"entropy {mean_of(near, 'policy/entropy'):.2f}, groups alike "
+        spread += f"{mean_of(near, 'rollout/frac_reward_zero_std'):.2f} at steps 91-110"
+        return f"{head}; {spread}; >= {TARGET} within {BUDGET_S} s: {reached}", reached
     if name == "calculator/no-tool":
         calls = mean_of(rows[-50:], "env/tool_calls")
         return f"{head}; tool calls/episode {calls:.2f}; <= {NO_TOOL_BAR}", best <= NO_TOOL_BAR
@@ -137,6 +137,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 steps a run: checks the script")
     parser.add_argument("--only", choices=sorted(RUNS), action="append", help="these runs only")
+    parser.add_argument("--seeds", type=int, nargs="+", help="each run once per seed (seed=N)")
     parser.add_argument("--out", type=Path, help="keep the run dirs here")
     args = parser.parse_args()
     # quick: one run of each environment (the PPO and no-tool lines differ only in overrides)
@@ -147,9 +148,11 @@ def main() -> None:
     passed = True
     with tempfile.TemporaryDirectory() as tmp:
         root = args.out or Path(tmp)
-        for name in names:
-            rows, seconds = run(name, root / name.replace("/", "-"), args.quick)
-            line, ok = verdict(name, rows, seconds)
+        for name, seed in [(n, s) for n in names for s in args.seeds or [None]]:
+            label = name if seed is None else f"{name} seed {seed}"
+            directory = root / label.replace("/", "-").replace(" ", "-")
+            rows, seconds = run(name, seed, directory, args.quick)
+            line, ok = verdict(name, label, rows, seconds)
             print(line, flush=True)
             passed &= ok
     if args.quick:  # 3 steps learn nothing: the script ran end to end
