@@ -200,19 +200,21 @@ def test_the_quick_preset_is_the_default_job_cut_to_400_steps() -> None:
 
 
 @pytest.mark.parametrize(
-    ("preset", "task"), [("calculator_ppo", "calculator"), ("guess_ppo", "guess")]
+    ("preset", "task", "kl_coef"),
+    [("calculator_ppo", "calculator", 0.05), ("guess_ppo", "guess", 0.0)],
 )
-def test_ppo_s_episode_presets_are_the_task_s_job_with_three_ppo_choices(
-    preset: str, task: str
+def test_ppo_s_episode_presets_are_the_task_s_job_with_its_measured_choices(
+    preset: str, task: str, kl_coef: float
 ) -> None:
     # issue 64's measured choices (docs/environments.md); the rest is the task's preset with
     # train_type=online_ppo, and the command line still wins
     ppo = compose_config([f"experiment={task}", "train_type=online_ppo"])
     chosen = compose_config([f"experiment={preset}"])
-    choices = {"kl_coef": 0.05, "whiten_advantages": True, "gae_level": "turn"}
+    choices = {"kl_coef": kl_coef, "whiten_advantages": True, "gae_level": "turn"}
     assert {key: chosen.train_type[key] for key in choices} == choices
     assert ppo.train_type.kl_coef == 0.0 and not ppo.train_type.whiten_advantages
     for key in choices:
         ppo.train_type[key] = chosen.train_type[key]
     assert chosen == ppo
-    assert compose_config([f"experiment={preset}", "train_type.kl_coef=0"]).train_type.kl_coef == 0
+    overridden = compose_config([f"experiment={preset}", "train_type.gae_level=token"])
+    assert overridden.train_type.gae_level == "token"

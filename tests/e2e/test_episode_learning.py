@@ -2,11 +2,11 @@
 experiment=calculator_ppo`` from a random tiny model to held-out greedy accuracy 0.9.
 
 The bar rests on a measured distribution, not on one machine's rounding: with the preset, seeds
-0-4 reached 0.9 at steps 150-250 (docs/environments.md: one thread with another run beside it,
+0-4 reached 0.9 at steps 150-300 (docs/environments.md: one thread with another run beside it,
 and two threads on a quiet machine), and the test's seed at step 150 both ways. The run may take
-``MAX_STEPS`` (2.7× that) before it fails. Without the preset's KL anchor the same seed stayed
-at 0.36 from step 250 to 650: the collapse shows by step 100 as groups that all score alike,
-which the test bounds too. Slow: ``make test-slow``.
+``MAX_STEPS`` (2.7× that, 1.3× the slowest seed's) before it fails. Without the preset's KL
+anchor the same seed stayed at 0.36 from step 250 to 650: the collapse shows by step 100 as
+groups that all score alike, which the test bounds too. Slow: ``make test-slow``.
 """
 
 from __future__ import annotations
