@@ -22,7 +22,7 @@ Each run's ``metrics.jsonl`` is read back; a line per run, then ``env_learning: 
 (``seed=N``), one after another (the seed tables of docs/environments.md). The wall time counts
 the whole process (start-up and evaluations included).
 
-    .venv/bin/python bench/env_learning.py                 # ~35 min on 2 cores
+    .venv/bin/python bench/env_learning.py                 # 8 runs of at most 10 min each
     .venv/bin/python bench/env_learning.py --only calculator/ppo --seeds 0 1 2 3 4
     .venv/bin/python bench/env_learning.py --quick         # seconds: checks the script (CI)
 """
